@@ -1,0 +1,34 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "PermissionRelay",
+    products: [
+        .executable(name: "permission-relay", targets: ["permission-relay"]),
+        .library(name: "RelayProtocol", targets: ["RelayProtocol"]),
+    ],
+    targets: [
+        // System C libraries and the few Linux calls Glibc does not expose.
+        .target(name: "CSystem"),
+        .systemLibrary(name: "CSQLite", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CCrypto", providers: [.apt(["libssl-dev"])]),
+
+        // bytes <-> messages; no I/O.
+        .target(name: "RelayProtocol"),
+        // what the relay remembers: records, the store protocol, memory and SQLite stores.
+        .target(name: "RelayStore", dependencies: ["RelayProtocol", "CSQLite"]),
+        // the relay's rules as a deterministic state machine.
+        .target(name: "RelayCore", dependencies: ["RelayProtocol", "RelayStore", "CCrypto"]),
+        // the epoll reactor that moves bytes between sockets and the core.
+        .target(name: "RelayServer", dependencies: ["RelayProtocol", "RelayStore", "RelayCore", "CSystem"]),
+        .executableTarget(
+            name: "permission-relay", dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem"]),
+
+        .testTarget(name: "RelayProtocolTests", dependencies: ["RelayProtocol"]),
+        .testTarget(name: "RelayStoreTests", dependencies: ["RelayStore", "RelayProtocol"]),
+        .testTarget(name: "RelayCoreTests", dependencies: ["RelayCore", "RelayStore", "RelayProtocol"]),
+        .testTarget(name: "RelayServerTests", dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["RelayProtocol", "CSystem"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

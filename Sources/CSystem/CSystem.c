@@ -1,0 +1,173 @@
+#define _GNU_SOURCE
+#include "CSystem.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+const uint32_t cs_epollin = EPOLLIN;
+const uint32_t cs_epollout = EPOLLOUT;
+const uint32_t cs_epollerr = EPOLLERR;
+const uint32_t cs_epollhup = EPOLLHUP;
+const uint32_t cs_epollrdhup = EPOLLRDHUP;
+
+int cs_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+
+int cs_epoll_ctl(int epfd, int op, int fd, uint32_t events, uint64_t token) {
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = events;
+    ev.data.u64 = token;
+    int cop = op == 0 ? EPOLL_CTL_ADD : op == 1 ? EPOLL_CTL_MOD : EPOLL_CTL_DEL;
+    return epoll_ctl(epfd, cop, fd, &ev);
+}
+
+int cs_epoll_wait(int epfd, cs_ready *out, int max, int timeout_ms) {
+    struct epoll_event evs[256];
+    if (max > 256) max = 256;
+    int n;
+    do {
+        n = epoll_wait(epfd, evs, max, timeout_ms);
+    } while (n < 0 && errno == EINTR);
+    for (int i = 0; i < n; i++) {
+        out[i].token = evs[i].data.u64;
+        out[i].events = evs[i].events;
+    }
+    return n;
+}
+
+int cs_accept(int listen_fd) {
+    int fd;
+    do {
+        fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    return fd;
+}
+
+static int fill_addr(struct sockaddr_un *addr, const char *path) {
+    memset(addr, 0, sizeof *addr);
+    addr->sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof addr->sun_path) return -1;
+    strcpy(addr->sun_path, path);
+    return 0;
+}
+
+int cs_listen_unix(const char *path, int backlog) {
+    struct sockaddr_un addr;
+    if (fill_addr(&addr, path) != 0) return -2;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, backlog) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+int cs_connect_unix(const char *path) {
+    struct sockaddr_un addr;
+    if (fill_addr(&addr, path) != 0) { errno = ENAMETOOLONG; return -1; }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int rc;
+    do {
+        rc = connect(fd, (struct sockaddr *)&addr, sizeof addr);
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+long cs_peer_uid(int fd) {
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+    return (long)cred.uid;
+}
+
+int cs_pipe(int fds[2]) { return pipe2(fds, O_NONBLOCK | O_CLOEXEC); }
+
+static volatile int signal_fd = -1;
+
+static void on_signal(int sig) {
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (signal_fd >= 0) (void)!write(signal_fd, &b, 1);
+    errno = saved;
+}
+
+int cs_route_signals(int fd) {
+    signal_fd = fd;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(SIGTERM, &sa, NULL) != 0) return -1;
+    if (sigaction(SIGINT, &sa, NULL) != 0) return -1;
+    if (sigaction(SIGHUP, &sa, NULL) != 0) return -1;
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+int cs_set_nonblocking(int fd) {
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0) return -1;
+    return fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+ssize_t cs_send(int fd, const void *buf, size_t len) {
+    ssize_t n;
+    do {
+        n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n;
+}
+
+ssize_t cs_writev2(int fd, const void *a, size_t alen, const void *b, size_t blen) {
+    struct iovec iov[2];
+    int cnt = 0;
+    if (alen) { iov[cnt].iov_base = (void *)a; iov[cnt].iov_len = alen; cnt++; }
+    if (blen) { iov[cnt].iov_base = (void *)b; iov[cnt].iov_len = blen; cnt++; }
+    ssize_t n;
+    do {
+        n = writev(fd, iov, cnt);
+    } while (n < 0 && errno == EINTR);
+    return n;
+}
+
+int cs_open_fd_count(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] != '.') n++;
+    }
+    closedir(d);
+    return n - 1; /* the directory stream's own descriptor */
+}
+
+long cs_raise_fd_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return (long)rl.rlim_cur;
+}

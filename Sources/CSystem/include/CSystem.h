@@ -1,0 +1,53 @@
+// The Linux calls Swift's Glibc module does not expose (epoll, accept4,
+// SO_PEERCRED, pipe2) and a signal-to-pipe bridge, wrapped as plain functions
+// so Swift sees simple signatures.
+#ifndef CSYSTEM_H
+#define CSYSTEM_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/// Readiness bits, as in <sys/epoll.h>.
+extern const uint32_t cs_epollin;
+extern const uint32_t cs_epollout;
+extern const uint32_t cs_epollerr;
+extern const uint32_t cs_epollhup;
+extern const uint32_t cs_epollrdhup;
+
+/// One ready descriptor returned by cs_epoll_wait.
+typedef struct {
+    uint64_t token;
+    uint32_t events;
+} cs_ready;
+
+int cs_epoll_create(void);
+/// op: 0 add, 1 modify, 2 delete.
+int cs_epoll_ctl(int epfd, int op, int fd, uint32_t events, uint64_t token);
+/// Fills up to max entries; returns the count or -1 with errno set.
+int cs_epoll_wait(int epfd, cs_ready *out, int max, int timeout_ms);
+
+/// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC.
+int cs_accept(int listen_fd);
+/// Creates a non-blocking, close-on-exec Unix stream socket bound to path and listening.
+/// Returns the fd or -1 with errno set (-2: path too long).
+int cs_listen_unix(const char *path, int backlog);
+/// Connects a blocking, close-on-exec Unix stream socket to path. Returns the fd or -1.
+int cs_connect_unix(const char *path);
+/// The peer's uid of a Unix socket (SO_PEERCRED), or -1.
+long cs_peer_uid(int fd);
+/// pipe2 with O_NONBLOCK | O_CLOEXEC.
+int cs_pipe(int fds[2]);
+/// Routes SIGTERM, SIGINT and SIGHUP to one byte (the signal number) written to fd,
+/// and ignores SIGPIPE.
+int cs_route_signals(int fd);
+int cs_set_nonblocking(int fd);
+/// send with MSG_NOSIGNAL | MSG_DONTWAIT.
+ssize_t cs_send(int fd, const void *buf, size_t len);
+/// writev over two buffers (either may be empty).
+ssize_t cs_writev2(int fd, const void *a, size_t alen, const void *b, size_t blen);
+/// The number of open file descriptors of this process (from /proc/self/fd), or -1.
+int cs_open_fd_count(void);
+/// Sets RLIMIT_NOFILE's soft limit to its hard limit; returns the new soft limit.
+long cs_raise_fd_limit(void);
+
+#endif

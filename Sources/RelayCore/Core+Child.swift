@@ -1,0 +1,200 @@
+// Child requests (§7): subscribe, ask, cancel, questions, limits, knownHandles.
+
+import RelayProtocol
+import RelayStore
+
+extension RelayCore {
+    func subscribe(_ r: Request) throws(RequestError) -> JSONObject {
+        guard let list = r.frame["topics"]?.array else {
+            throw RequestError(.badRequest, "\"topics\" must be an array of topic kinds")
+        }
+        var topics: Set<TopicKind> = []
+        for t in list {
+            guard let name = t.string, let kind = TopicKind(rawValue: name) else {
+                throw RequestError(.badRequest, "unknown topic \(t.text): use communication or significantAppUpdate")
+            }
+            topics.insert(kind)
+        }
+        connections[r.conn]?.session?.topics = topics
+        if let name = r.session.name, var record = durable[r.member]?[name] {
+            record.topics = topics
+            durable[r.member]?[name] = record
+            store.saveSession(record)
+        }
+        return ["topics": .array(TopicKind.allCases.filter(topics.contains).map { .string($0.rawValue) })]
+    }
+
+    func ask(_ r: Request) throws(RequestError) -> JSONObject {
+        guard let q = r.frame["question"]?.object else {
+            throw RequestError(.badRequest, "\"question\" must be an object")
+        }
+        let child = r.member
+        // A resend of a pending or answered question is answered as the first time (§12).
+        if let rawID = q["id"]?.string, let id = Identifier.canonicalUUID(rawID), let existing = questions[id],
+            existing.child == child
+        {
+            switch existing.status {
+            case .pending:
+                return ["questionId": .string(id), "status": "pending", "attempt": .int(existing.attempt)]
+            case .answered:
+                return [
+                    "questionId": .string(id), "status": "answered", "attempt": .int(existing.attempt),
+                    "response": .object(responseFields(existing)),
+                ]
+            case .cancelled, .expired:
+                break
+            }
+        }
+        let content = try QuestionContent.validate(q, now: r.now)
+        let previous = questions[content.id]
+        if let previous, previous.child != child {
+            throw RequestError(.invalidQuestion, "question id \(content.id) is already used by another question")
+        }
+        let member = members[child]!
+        guard !(families[member.family]?.guardians.isEmpty ?? true) else {
+            throw RequestError(.contactSyncNotSetup, "the family \(member.family) has no guardian to ask")
+        }
+        if content.kind == .communication && !member.limitsEnabled {
+            throw RequestError(
+                .communicationLimitsNotEnabled,
+                "communication limits are off for \(child): the app may allow the contact without asking")
+        }
+        let pendingNow = pendingByChild[child] ?? 0
+        if config.maxPendingPerChild > 0 && pendingNow >= config.maxPendingPerChild {
+            throw RequestError(
+                .tooManyPending,
+                "\(child) already has \(pendingNow) pending questions (the limit is \(config.maxPendingPerChild)); cancel some or wait for answers")
+        }
+        if config.askRateLimit > 0 {
+            let capacity = max(2 * config.askRateLimit, 1)
+            var bucket = askBuckets[child] ?? TokenBucket(tokens: capacity, last: r.now)
+            let allowed = bucket.take(rate: config.askRateLimit, capacity: capacity, now: r.now)
+            askBuckets[child] = bucket
+            guard allowed else {
+                throw RequestError(.rateLimited, "too many asks: at most \(config.askRateLimit) per second; try again shortly")
+            }
+        }
+
+        let record = QuestionRecord(
+            content: content, child: child, family: member.family, status: .pending,
+            attempt: (previous?.attempt ?? 0) + 1, createdAt: previous?.createdAt ?? r.now)
+        questions[record.id] = record
+        if previous == nil { questionsByChild[child, default: []].append(record.id) }
+        pendingByChild[child] = pendingNow + 1
+        store.saveQuestion(record)
+        if let e = content.expiration { questionDeadlines.push((e, record.id)) }
+        let full = questionJSON(record)
+        for g in families[member.family]?.guardians ?? [] {
+            appendEvent(to: g, topic: nil, ["type": "question", "question": full], now: r.now)
+        }
+        var ok: JSONObject = ["questionId": .string(record.id), "status": "pending", "attempt": .int(record.attempt)]
+        if content.kind == .communication && content.handles.allSatisfy({ isKnown($0, child: child, now: r.now) }) {
+            ok["allKnown"] = true
+        }
+        return ok
+    }
+
+    func cancel(_ r: Request) throws(RequestError) -> JSONObject {
+        let raw = try r.string("questionId")
+        guard let id = Identifier.canonicalUUID(raw), var q = questions[id], q.child == r.member else {
+            throw RequestError(.notFound, "no question \(raw) of yours")
+        }
+        switch q.status {
+        case .cancelled:
+            return ["questionId": .string(id), "status": "cancelled"]
+        case .expired:
+            throw RequestError(.expired, "question \(id) has already expired")
+        case .answered:
+            throw alreadyAnswered(q)
+        case .pending:
+            q.status = .cancelled
+            close(question: q, reason: .cancelled, now: r.now)
+            return ["questionId": .string(id), "status": "cancelled"]
+        }
+    }
+
+    func listQuestions(_ r: Request) throws(RequestError) -> JSONObject {
+        let filter: QuestionStatus?
+        switch try r.optionalString("status") {
+        case nil: filter = nil
+        case let s?:
+            guard let st = QuestionStatus(rawValue: s) else {
+                throw RequestError(.badRequest, "unknown status \"\(s)\": use pending, answered, cancelled or expired")
+            }
+            filter = st
+        }
+        let list = (questionsByChild[r.member] ?? []).reversed().compactMap { questions[$0] }
+            .filter { filter == nil || $0.status == filter }
+        return ["questions": .array(list.map(questionJSON))]
+    }
+
+    func limits(_ r: Request) throws(RequestError) -> JSONObject {
+        ["enabled": .bool(members[r.member]?.limitsEnabled ?? true)]
+    }
+
+    func knownHandles(_ r: Request) throws(RequestError) -> JSONObject {
+        let asked = try r.handles("handles")
+        return ["known": .array(asked.filter { isKnown($0, child: r.member, now: r.now) }.map(\.json))]
+    }
+
+    // MARK: - Shared by several requests
+
+    func isKnown(_ h: NormalizedHandle, child: String, now: Timestamp) -> Bool {
+        known[child]?[h]?.isKnown(at: now) ?? false
+    }
+
+    /// The question as sent on: its content plus child, createdAt, status and attempt.
+    func questionJSON(_ q: QuestionRecord) -> JSON {
+        var o = q.content.json
+        o["child"] = .string(q.child)
+        o["createdAt"] = .string(q.createdAt.rfc3339)
+        o["status"] = .string(q.status.rawValue)
+        o["attempt"] = .int(q.attempt)
+        if let outcome = q.outcome { o["outcome"] = outcomeJSON(outcome) }
+        return .object(o)
+    }
+
+    func outcomeJSON(_ o: Outcome) -> JSON {
+        .object(["choice": o.choice.json, "guardian": .string(o.guardian), "answeredAt": .string(o.answeredAt.rfc3339)])
+    }
+
+    /// The fields of a `response` event, without `type` and `seq`.
+    func responseFields(_ q: QuestionRecord) -> JSONObject {
+        guard let o = q.outcome else { return [:] }
+        return [
+            "question": questionJSON(q), "choice": o.choice.json, "guardian": .string(o.guardian),
+            "answeredAt": .string(o.answeredAt.rfc3339),
+        ]
+    }
+
+    func alreadyAnswered(_ q: QuestionRecord) -> RequestError {
+        var extra: JSONObject = [:]
+        if let o = q.outcome {
+            extra["answeredBy"] = .string(o.guardian)
+            extra["choice"] = o.choice.json
+        }
+        return RequestError(.alreadyAnswered, "question \(q.id) was already answered", extra: extra)
+    }
+
+    /// Ends a pending question as cancelled or expired: stores it and tells the child and the guardians.
+    func close(question q: QuestionRecord, reason: QuestionStatus, now: Timestamp) {
+        var q = q
+        q.status = reason
+        questions[q.id] = q
+        pendingByChild[q.child, default: 1] -= 1
+        store.saveQuestion(q)
+        var toChild: JSONObject = ["type": "questionClosed", "questionId": .string(q.id), "reason": .string(reason.rawValue)]
+        if reason == .expired, let d = q.content.choice(q.content.defaultChoice) { toChild["defaultChoice"] = d.json }
+        if members[q.child]?.removed == false {
+            appendEvent(to: q.child, topic: q.content.kind, toChild, now: now)
+        }
+        for g in families[q.family]?.guardians ?? [] {
+            appendEvent(
+                to: g, topic: nil,
+                [
+                    "type": "questionClosed", "questionId": .string(q.id), "child": .string(q.child),
+                    "reason": .string(reason.rawValue),
+                ], now: now)
+        }
+    }
+}

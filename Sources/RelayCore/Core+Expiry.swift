@@ -1,0 +1,43 @@
+// Timers of the rules (§7, §8): pending questions whose expirationDate passed, and
+// timed approvals running out. Deadlines sit in heaps; a popped entry is checked
+// against the current state, so re-asks and renewals need no removal.
+
+import RelayProtocol
+import RelayStore
+
+extension RelayCore {
+    /// Runs every rule whose time has come; call when `nextDeadline` passes.
+    public func tick(now: Timestamp) {
+        expireDue(now: now)
+        flushDeferred()
+    }
+
+    /// The earliest instant at which `tick` has work to do.
+    public var nextDeadline: Timestamp? {
+        switch (questionDeadlines.top?.at, knownDeadlines.top?.at) {
+        case (let a?, let b?): return min(a, b)
+        case (let a, let b): return a ?? b
+        }
+    }
+
+    func expireDue(now: Timestamp) {
+        while let top = questionDeadlines.top, top.at <= now {
+            _ = questionDeadlines.pop()
+            guard let q = questions[top.id], q.status == .pending, let e = q.content.expiration, e <= now else { continue }
+            close(question: q, reason: .expired, now: now)
+        }
+        while let top = knownDeadlines.top, top.at <= now {
+            _ = knownDeadlines.pop()
+            guard var record = known[top.child]?[top.handle], let until = record.until, until <= now else { continue }
+            record.until = nil
+            if record.permanent {
+                known[top.child]?[top.handle] = record
+                store.saveKnownHandle(record)
+            } else {
+                known[top.child]?[top.handle] = nil
+                store.deleteKnownHandle(child: top.child, handle: top.handle)
+                announceKnown(child: top.child, added: [], removed: [top.handle], now: now)
+            }
+        }
+    }
+}

@@ -1,0 +1,156 @@
+// Guardian requests (§7): answer, pending, setLimits (also admin), addKnownHandles,
+// removeKnownHandles, history. Nothing crosses families: another family's question
+// or child is answered as if it did not exist.
+
+import RelayProtocol
+import RelayStore
+
+extension RelayCore {
+    func answer(_ r: Request) throws(RequestError) -> JSONObject {
+        let raw = try r.string("questionId")
+        let choiceID = try r.string("choice")
+        guard let id = Identifier.canonicalUUID(raw), var q = questions[id], q.family == r.session.family else {
+            throw RequestError(.notFound, "no question \(raw) in your family")
+        }
+        switch q.status {
+        case .answered:
+            if let o = q.outcome, o.guardian == r.member, o.choice.id == choiceID {
+                return ["questionId": .string(id), "status": "answered"]
+            }
+            throw alreadyAnswered(q)
+        case .expired: throw RequestError(.expired, "question \(id) expired before it was answered")
+        case .cancelled: throw RequestError(.cancelled, "question \(id) was cancelled")
+        case .pending: break
+        }
+        guard let choice = q.content.choice(choiceID) else {
+            throw RequestError(
+                .invalidChoice,
+                "\"\(choiceID)\" is not a choice of question \(id); its choices are \(q.content.choices.map(\.id).joined(separator: ", "))")
+        }
+        q.status = .answered
+        q.outcome = Outcome(choice: choice, guardian: r.member, answeredAt: r.now)
+        questions[id] = q
+        pendingByChild[q.child, default: 1] -= 1
+        store.saveQuestion(q)
+        if members[q.child]?.removed == false {
+            var event = responseFields(q)
+            event["type"] = "response"
+            appendEvent(to: q.child, topic: q.content.kind, event, now: r.now)
+        }
+        for g in families[q.family]?.guardians ?? [] {
+            appendEvent(
+                to: g, topic: nil,
+                [
+                    "type": "questionClosed", "questionId": .string(id), "child": .string(q.child), "reason": "answered",
+                    "by": .string(r.member),
+                ], now: r.now)
+        }
+        if choice.answer == .approval && q.content.kind == .communication {
+            let actions = q.content.topic["actions"]?.array?.compactMap(\.string) ?? []
+            let until = choice.durationSeconds.map { r.now.adding(seconds: $0) }
+            learn(q.content.handles, child: q.child, until: until, actions: actions, now: r.now)
+        }
+        return ["questionId": .string(id), "status": "answered"]
+    }
+
+    func pending(_ r: Request) throws(RequestError) -> JSONObject {
+        let children = try childrenInScope(r)
+        let list = children.flatMap { questionsByChild[$0] ?? [] }.compactMap { questions[$0] }
+            .filter { $0.status == .pending }.sorted { $0.createdAt < $1.createdAt }
+        return ["questions": .array(list.map(questionJSON))]
+    }
+
+    func history(_ r: Request) throws(RequestError) -> JSONObject {
+        let children = try childrenInScope(r, includeRemoved: true)
+        var limit = 100
+        switch r.frame["limit"] {
+        case nil, .null?: break
+        case let v?:
+            guard let n = v.int, n > 0 else { throw RequestError(.badRequest, "\"limit\" must be a positive integer") }
+            limit = Int(min(n, 10_000))
+        }
+        let list = children.flatMap { questionsByChild[$0] ?? [] }.compactMap { questions[$0] }
+            .sorted { $0.createdAt > $1.createdAt }.prefix(limit)
+        return ["questions": .array(list.map(questionJSON))]
+    }
+
+    func setLimits(_ r: Request) throws(RequestError) -> JSONObject {
+        let child = try r.string("child")
+        let enabled = try r.bool("enabled")
+        guard var m = members[child], !m.removed, m.role == .child,
+            r.session.role == .admin || m.family == r.session.family
+        else { throw RequestError(.notFound, "no child \(child)\(r.session.role == .admin ? "" : " in your family")") }
+        if m.limitsEnabled != enabled {
+            m.limitsEnabled = enabled
+            members[child] = m
+            store.saveMember(m)
+            appendEvent(to: child, topic: nil, ["type": "limitsChanged", "enabled": .bool(enabled)], now: r.now)
+        }
+        return ["child": .string(child), "enabled": .bool(enabled)]
+    }
+
+    func changeKnownHandles(_ r: Request, add: Bool) throws(RequestError) -> JSONObject {
+        let child = try r.string("child")
+        guard let m = members[child], !m.removed, m.role == .child, m.family == r.session.family else {
+            throw RequestError(.notFound, "no child \(child) in your family")
+        }
+        let handles = try r.handles("handles")
+        if add {
+            learn(handles, child: child, until: nil, actions: [], now: r.now)
+        } else {
+            var removed: [NormalizedHandle] = []
+            for h in handles {
+                guard let record = known[child]?.removeValue(forKey: h) else { continue }
+                store.deleteKnownHandle(child: child, handle: h)
+                if record.isKnown(at: r.now) { removed.append(h) }
+            }
+            announceKnown(child: child, added: [], removed: removed, now: r.now)
+        }
+        let count = known[child]?.values.filter { $0.isKnown(at: r.now) }.count ?? 0
+        return ["child": .string(child), "known": .int(Int64(count))]
+    }
+
+    /// The children a guardian request covers: the one named in `child`, or all of the family.
+    private func childrenInScope(_ r: Request, includeRemoved: Bool = false) throws(RequestError) -> [String] {
+        guard let family = r.session.family else { return [] }
+        if let child = try r.optionalString("child") {
+            guard let m = members[child], m.role == .child, m.family == family, includeRemoved || !m.removed else {
+                throw RequestError(.notFound, "no child \(child) in your family")
+            }
+            return [child]
+        }
+        if includeRemoved {
+            return members.values.filter { $0.family == family && $0.role == .child }.map(\.id).sorted()
+        }
+        return families[family]?.children ?? []
+    }
+
+    /// Makes handles known for a child, permanently (`until` nil) or until an instant.
+    func learn(_ handles: [NormalizedHandle], child: String, until: Timestamp?, actions: [String], now: Timestamp) {
+        var added: [NormalizedHandle] = []
+        for h in handles {
+            let before = known[child]?[h]
+            var record = before ?? KnownHandleRecord(child: child, handle: h, permanent: false, until: nil, actions: [])
+            if let until {
+                record.until = max(record.until ?? until, until)
+                knownDeadlines.push((until, child, h))
+            } else {
+                record.permanent = true
+            }
+            for a in actions where !record.actions.contains(a) { record.actions.append(a) }
+            guard record != before else { continue }
+            known[child, default: [:]][h] = record
+            store.saveKnownHandle(record)
+            if !(before?.isKnown(at: now) ?? false) { added.append(h) }
+        }
+        announceKnown(child: child, added: added, removed: [], now: now)
+    }
+
+    func announceKnown(child: String, added: [NormalizedHandle], removed: [NormalizedHandle], now: Timestamp) {
+        guard !added.isEmpty || !removed.isEmpty else { return }
+        appendEvent(
+            to: child, topic: nil,
+            ["type": "knownHandlesChanged", "added": .array(added.map(\.json)), "removed": .array(removed.map(\.json))],
+            now: now)
+    }
+}

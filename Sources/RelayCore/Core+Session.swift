@@ -1,0 +1,162 @@
+// Session start (§4), acks and cursors, and delivery of stream events (§6): live to
+// every session of the member that passes its subscriptions, or replayed from the
+// store after a cursor, in bounded steps so a long replay cannot flood a socket.
+
+import RelayProtocol
+import RelayStore
+
+extension RelayCore {
+    func hello(_ conn: ConnectionID, _ f: JSONObject, id: String?, now: Timestamp) {
+        func refuse(_ code: ErrorCode, _ message: String) {
+            send(conn, RequestError(code, message).frame(re: id))
+            close(conn, .handshakeFailed, notify: false)
+        }
+        guard let proto = f["protocol"] else { return refuse(.unauthorized, "hello needs \"protocol\": 1") }
+        guard proto.int == 1 else { return refuse(.unsupportedProtocol, "this relay speaks protocol 1, not \(proto.text)") }
+
+        if f["admin"]?.bool == true {
+            let uid = connections[conn]?.peerUID
+            guard let uid, uid == 0 || uid == config.relayUID else {
+                return refuse(.unauthorized, "admin sessions are only for the relay's own user and root")
+            }
+            connections[conn]?.session = Session(role: .admin)
+            send(conn, [
+                "type": "welcome", "re": id.map(JSON.string) ?? .null, "role": "admin",
+                "heartbeatSeconds": .int(Int64(config.heartbeatSeconds)), "maxFrameBytes": .int(Int64(config.maxFrameBytes)),
+            ])
+            return
+        }
+
+        let denied = "unknown member or wrong token"
+        guard let memberID = f["member"]?.string, let token = f["token"]?.string,
+            let m = members[memberID], !m.removed, Token.matches(token, m.tokenHash)
+        else { return refuse(.unauthorized, denied) }
+
+        var sessionName: String?
+        switch f["session"] {
+        case nil, .null?: break
+        case .string(let s)? where Identifier.isValid(s): sessionName = s
+        default: return refuse(.unauthorized, "session must match [A-Za-z0-9._-]{1,64}")
+        }
+        var resume: Int64?
+        switch f["resume"] {
+        case nil, .null?: break
+        case let v? where (v.int ?? -1) >= 0: resume = v.int
+        default: return refuse(.unauthorized, "resume must be a non-negative integer seq")
+        }
+
+        let head = heads[memberID] ?? 0
+        var session = Session(role: m.role, member: memberID, family: m.family)
+        var welcome: JSONObject = [
+            "type": "welcome", "re": id.map(JSON.string) ?? .null, "member": .string(memberID),
+            "role": .string(m.role.rawValue), "family": .string(m.family), "session": .null, "head": .int(head),
+            "heartbeatSeconds": .int(Int64(config.heartbeatSeconds)), "maxFrameBytes": .int(Int64(config.maxFrameBytes)),
+        ]
+        if let name = sessionName {
+            // A second connection of the same durable session replaces the first.
+            for other in live[memberID] ?? [] where connections[other]?.session?.name == name {
+                close(other, .sessionReplaced)
+            }
+            var record = durable[memberID]?[name] ?? SessionRecord(member: memberID, name: name, cursor: head, topics: [])
+            let isNew = durable[memberID]?[name] == nil
+            var start = record.cursor
+            if let resume {
+                start = min(resume, head)
+                if start > record.cursor || isNew { record.cursor = start }
+            }
+            if isNew || record.cursor != durable[memberID]?[name]?.cursor {
+                durable[memberID, default: [:]][name] = record
+                store.saveSession(record)
+            }
+            var gap = false
+            if start < head {
+                let oldest = (try? store.oldestEventSeq(member: memberID)) ?? nil
+                let firstKept = oldest ?? (head + 1)
+                if firstKept > start + 1 {
+                    gap = true
+                    start = firstKept - 1
+                }
+            }
+            session.name = name
+            session.topics = record.topics
+            session.replayAfter = start < head ? start : nil
+            welcome["session"] = .string(name)
+            welcome["cursor"] = .int(start)
+            if gap { welcome["gap"] = true }
+        } else {
+            welcome["session"] = nil
+        }
+        connections[conn]?.session = session
+        live[memberID, default: []].append(conn)
+        send(conn, welcome)
+        continueReplay(conn)
+    }
+
+    func ack(_ conn: ConnectionID, _ session: Session, _ f: JSONObject, id: String?) {
+        guard let seq = f["seq"]?.int, seq >= 0 else {
+            send(conn, RequestError(.badRequest, "ack needs a non-negative integer \"seq\"").frame(re: id))
+            return
+        }
+        guard let member = session.member, let name = session.name, var record = durable[member]?[name] else { return }
+        let target = min(seq, heads[member] ?? 0)
+        guard target > record.cursor else { return }
+        record.cursor = target
+        durable[member]?[name] = record
+        dirtySessions.insert(SessionKey(member: member, name: name))
+    }
+
+    /// Writes the cursors moved by acks since the last call; acks are stored lazily, once a turn.
+    public func flushCursors() {
+        for key in dirtySessions {
+            if let record = durable[key.member]?[key.name] { store.saveSession(record) }
+        }
+        dirtySessions.removeAll(keepingCapacity: true)
+    }
+
+    /// Appends an event to `member`'s stream; it is delivered after the current reply.
+    func appendEvent(to member: String, topic: TopicKind?, _ fields: JSONObject, now: Timestamp) {
+        let seq = (heads[member] ?? 0) + 1
+        heads[member] = seq
+        var o: JSONObject = ["type": fields["type"] ?? .null, "seq": .int(seq)]
+        for f in fields.fields where f.key != "type" { o[f.key] = f.value }
+        let event = EventRecord(member: member, seq: seq, at: now, topic: topic, frame: o.frame)
+        store.appendEvent(event)
+        deferred.append(event)
+    }
+
+    /// Sends the events recorded so far to the live sessions that should get them.
+    func flushDeferred() {
+        guard !deferred.isEmpty else { return }
+        let events = deferred
+        deferred.removeAll(keepingCapacity: true)
+        for e in events {
+            for conn in live[e.member] ?? [] {
+                guard let s = connections[conn]?.session, s.replayAfter == nil else { continue }
+                if let t = e.topic, !s.topics.contains(t) { continue }
+                send(conn, e.frame)
+            }
+        }
+    }
+
+    /// Sends the next batch of a replaying session's events; it goes live once caught up.
+    public func continueReplay(_ conn: ConnectionID) {
+        guard var s = connections[conn]?.session, let after = s.replayAfter, let member = s.member else { return }
+        let head = heads[member] ?? 0
+        let batch = (try? store.events(member: member, after: after, limit: config.replayBatch)) ?? []
+        for e in batch where e.topic.map(s.topics.contains) ?? true {
+            send(conn, e.frame)
+        }
+        let last = batch.last?.seq ?? head
+        s.replayAfter = (batch.count < config.replayBatch || last >= head) ? nil : last
+        connections[conn]?.session = s
+    }
+
+    /// Events that a durable session of every member has acknowledged: prunable early (§6).
+    public func acknowledgedByAllSessions() -> [String: Int64] {
+        var out: [String: Int64] = [:]
+        for (member, sessions) in durable where !sessions.isEmpty {
+            out[member] = sessions.values.map(\.cursor).min()
+        }
+        return out
+    }
+}

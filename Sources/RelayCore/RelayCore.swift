@@ -1,0 +1,380 @@
+// The relay's rules as a deterministic state machine (wire contract v1). No sockets,
+// no clock reads: the reactor feeds frame bodies and the time in, and takes frames
+// to send and connections to close out (`takeOutputs`). Every change is recorded in
+// the store as it is made; the reactor commits the store before it sends anything.
+//
+// Layout: this file holds the state and the dispatch of a frame; Core+Session.swift
+// the handshake, acks, delivery and replay; Core+Child.swift, Core+Guardian.swift and
+// Core+Admin.swift one handler per request type; Core+Expiry.swift the timers.
+
+import RelayProtocol
+import RelayStore
+
+/// Identifies one connection for the core; chosen by the reactor.
+public typealias ConnectionID = Int
+
+/// Why the relay closes a connection. Sent as `closing.reason` where a client can act on it.
+public enum CloseReason: String, Sendable {
+    case handshakeFailed, framingViolation, sessionReplaced, shutdown, slowConsumer
+    case heartbeatTimeout, handshakeTimeout, tokenRotated, memberRemoved, busy, peerClosed, storeFailed
+}
+
+/// What the core asks the reactor to do.
+public enum CoreOutput: Equatable {
+    /// Write this complete frame to the connection.
+    case send(ConnectionID, [UInt8])
+    /// Close the connection once what was queued before has been written.
+    case close(ConnectionID, CloseReason)
+}
+
+/// The tunable limits of the relay's rules.
+public struct CoreConfig: Sendable {
+    public var heartbeatSeconds = 15
+    public var maxFrameBytes = defaultMaxFrameBytes
+    /// 0: no limit.
+    public var maxPendingPerChild = 256
+    /// Sustained asks per second per child; 0 turns rate limiting off.
+    public var askRateLimit = 20.0
+    public var retentionSeconds: Int64 = 7 * 86400
+    /// The relay's own uid: peers with it (or root) may open admin sessions.
+    public var relayUID: UInt32 = 0
+    /// Events replayed per step before the reactor lets the socket drain.
+    public var replayBatch = 512
+
+    public init() {}
+}
+
+public final class RelayCore {
+    let config: CoreConfig
+    let store: RelayStore
+    let startedAt: Timestamp
+
+    // Identity.
+    var families: [String: Family] = [:]
+    var members: [String: MemberRecord] = [:]
+    // Questions, all of them, and per child in order of first ask.
+    var questions: [String: QuestionRecord] = [:]
+    var questionsByChild: [String: [String]] = [:]
+    var pendingByChild: [String: Int] = [:]
+    var known: [String: [NormalizedHandle: KnownHandleRecord]] = [:]
+    // Streams and sessions.
+    var heads: [String: Int64] = [:]
+    var durable: [String: [String: SessionRecord]] = [:]
+    var dirtySessions: Set<SessionKey> = []
+    var connections: [ConnectionID: Connection] = [:]
+    var live: [String: [ConnectionID]] = [:]
+    // Timers.
+    var questionDeadlines = Heap<(at: Timestamp, id: String)>(by: { $0.at < $1.at })
+    var knownDeadlines = Heap<(at: Timestamp, child: String, handle: NormalizedHandle)>(by: { $0.at < $1.at })
+    var askBuckets: [String: TokenBucket] = [:]
+    // Statistics for `status`.
+    var framesIn = 0
+    var framesOut = 0
+
+    private var outputs: [CoreOutput] = []
+    /// Events recorded while a request is handled, delivered after its reply.
+    var deferred: [EventRecord] = []
+
+    struct Family {
+        var guardians: [String] = []
+        var children: [String] = []
+    }
+
+    struct SessionKey: Hashable {
+        var member: String
+        var name: String
+    }
+
+    /// Builds the core over `store`, loading its state.
+    public init(config: CoreConfig, store: RelayStore, now: Timestamp) throws {
+        self.config = config
+        self.store = store
+        self.startedAt = now
+        let s = try store.load()
+        for f in s.families { families[f] = Family() }
+        for m in s.members {
+            members[m.id] = m
+            guard !m.removed else { continue }
+            if m.role == .guardian {
+                families[m.family, default: Family()].guardians.append(m.id)
+            } else {
+                families[m.family, default: Family()].children.append(m.id)
+            }
+        }
+        for q in s.questions.sorted(by: { $0.createdAt < $1.createdAt }) {
+            questions[q.id] = q
+            questionsByChild[q.child, default: []].append(q.id)
+            if q.status == .pending {
+                pendingByChild[q.child, default: 0] += 1
+                if let e = q.content.expiration { questionDeadlines.push((e, q.id)) }
+            }
+        }
+        for k in s.knownHandles {
+            known[k.child, default: [:]][k.handle] = k
+            if let u = k.until { knownDeadlines.push((u, k.child, k.handle)) }
+        }
+        for sess in s.sessions { durable[sess.member, default: [:]][sess.name] = sess }
+        heads = s.heads
+    }
+
+    /// Frames to send and connections to close, in order, since the last call.
+    public func takeOutputs() -> [CoreOutput] {
+        defer { outputs.removeAll(keepingCapacity: true) }
+        return outputs
+    }
+
+    func send(_ conn: ConnectionID, _ frame: [UInt8]) {
+        framesOut += 1
+        outputs.append(.send(conn, frame))
+    }
+
+    func send(_ conn: ConnectionID, _ object: JSONObject) { send(conn, object.frame) }
+
+    /// Closes `conn` after what is queued for it, forgetting its session at once.
+    func close(_ conn: ConnectionID, _ reason: CloseReason, notify: Bool = true) {
+        guard connections[conn] != nil else { return }
+        if notify { send(conn, ["type": "closing", "reason": .string(reason.rawValue)]) }
+        forget(conn)
+        outputs.append(.close(conn, reason))
+    }
+
+    // MARK: - Connections
+
+    /// A new connection from a peer with `uid`.
+    public func connected(_ conn: ConnectionID, peerUID: UInt32?) {
+        connections[conn] = Connection(peerUID: peerUID)
+    }
+
+    /// The peer went away (or the reactor closed the connection).
+    public func disconnected(_ conn: ConnectionID) { forget(conn) }
+
+    private func forget(_ conn: ConnectionID) {
+        guard let c = connections.removeValue(forKey: conn) else { return }
+        if let s = c.session, let m = s.member {
+            live[m]?.removeAll { $0 == conn }
+            if live[m]?.isEmpty == true { live[m] = nil }
+        }
+    }
+
+    /// Whether the connection's session is still replaying; the reactor holds back its
+    /// further frames until `continueReplay` has caught it up.
+    public func isReplaying(_ conn: ConnectionID) -> Bool { connections[conn]?.session?.replayAfter != nil }
+
+    /// Whether `conn` has completed `hello`.
+    public func isEstablished(_ conn: ConnectionID) -> Bool { connections[conn]?.session != nil }
+
+    // MARK: - Frames
+
+    /// One frame body received on `conn`.
+    public func receive(_ conn: ConnectionID, body: [UInt8], now: Timestamp) {
+        guard let c = connections[conn] else { return }
+        framesIn += 1
+        expireDue(now: now)
+        let established = c.session != nil
+
+        let parsed: JSON
+        do {
+            parsed = try JSON.parse(body)
+        } catch {
+            reject(conn, re: nil, established, .badFrame, "the frame is not valid UTF-8 JSON: \(error)")
+            return
+        }
+        guard case .object(let frame) = parsed else {
+            reject(conn, re: nil, established, .badFrame, "the frame must be a JSON object")
+            return
+        }
+        let id = frame["id"]?.string
+        guard let type = frame["type"]?.string else {
+            reject(conn, re: id, established, .badFrame, "the frame has no string \"type\"")
+            return
+        }
+        guard let session = c.session else {
+            guard type == "hello" else {
+                reject(conn, re: id, false, .unauthorized, "the first frame must be hello")
+                return
+            }
+            hello(conn, frame, id: id, now: now)
+            return
+        }
+
+        switch type {
+        case "ping":
+            send(conn, ["type": "pong"])
+        case "pong":
+            break
+        case "ack":
+            ack(conn, session, frame, id: id)
+        case "hello":
+            reply(conn, id, .failure(RequestError(.badRequest, "this connection has already said hello")))
+        default:
+            guard let handler = Self.handlers[type] else {
+                reply(conn, id, .failure(RequestError(.unknownType, "unknown frame type \"\(type)\"")))
+                return
+            }
+            guard let id else {
+                reply(conn, nil, .failure(RequestError(.badRequest, "a \(type) request needs a string \"id\"")))
+                return
+            }
+            let result: Result<JSONObject, RequestError>
+            if !handler.roles.contains(session.role) {
+                result = .failure(RequestError(.forbidden, "a \(session.role.rawValue) session may not send \(type)"))
+            } else {
+                result = Result { () throws(RequestError) in
+                    try handler.run(self, Request(conn: conn, session: session, frame: frame, now: now))
+                }
+            }
+            reply(conn, id, result)
+        }
+    }
+
+    /// An error for a frame that could not be read; before hello it also ends the connection.
+    private func reject(_ conn: ConnectionID, re: String?, _ established: Bool, _ code: ErrorCode, _ message: String) {
+        if established {
+            send(conn, RequestError(code, message).frame(re: re))
+        } else {
+            send(conn, RequestError(.unauthorized, "hello required first: \(message)").frame(re: re))
+            close(conn, .handshakeFailed, notify: false)
+        }
+    }
+
+    /// Sends the reply to a request, then the events the request caused.
+    func reply(_ conn: ConnectionID, _ id: String?, _ result: Result<JSONObject, RequestError>) {
+        switch result {
+        case .success(let fields):
+            var o: JSONObject = ["type": "ok"]
+            if let id { o["re"] = .string(id) }
+            for f in fields.fields { o[f.key] = f.value }
+            send(conn, o)
+        case .failure(let e):
+            send(conn, e.frame(re: id))
+        }
+        flushDeferred()
+    }
+
+    // MARK: - Request table
+
+    struct Request {
+        let conn: ConnectionID
+        let session: Session
+        let frame: JSONObject
+        let now: Timestamp
+
+        var member: String { session.member ?? "" }
+
+        func string(_ key: String) throws(RequestError) -> String {
+            guard let s = frame[key]?.string else { throw RequestError(.badRequest, "\"\(key)\" must be a string") }
+            return s
+        }
+
+        func optionalString(_ key: String) throws(RequestError) -> String? {
+            switch frame[key] {
+            case nil, .null?: return nil
+            case .string(let s)?: return s
+            default: throw RequestError(.badRequest, "\"\(key)\" must be a string")
+            }
+        }
+
+        func bool(_ key: String) throws(RequestError) -> Bool {
+            guard let b = frame[key]?.bool else { throw RequestError(.badRequest, "\"\(key)\" must be true or false") }
+            return b
+        }
+
+        func handles(_ key: String) throws(RequestError) -> [NormalizedHandle] {
+            guard let list = frame[key]?.array else {
+                throw RequestError(.badRequest, "\"\(key)\" must be an array of handles")
+            }
+            var out: [NormalizedHandle] = []
+            for (i, h) in list.enumerated() {
+                guard let n = NormalizedHandle(json: h) else {
+                    throw RequestError(
+                        .badRequest,
+                        "\(key)[\(i)] is not a valid handle: it needs a non-empty value and a kind of phoneNumber, emailAddress or custom")
+                }
+                if !out.contains(n) { out.append(n) }
+            }
+            return out
+        }
+    }
+
+    struct Handler: Sendable {
+        let roles: Set<Role>
+        let run: @Sendable (RelayCore, Request) throws(RequestError) -> JSONObject
+    }
+
+    /// Which role may send what (§7).
+    static let handlers: [String: Handler] = [
+        "subscribe": Handler(roles: [.child]) { c, r throws(RequestError) in try c.subscribe(r) },
+        "ask": Handler(roles: [.child]) { c, r throws(RequestError) in try c.ask(r) },
+        "cancel": Handler(roles: [.child]) { c, r throws(RequestError) in try c.cancel(r) },
+        "questions": Handler(roles: [.child]) { c, r throws(RequestError) in try c.listQuestions(r) },
+        "limits": Handler(roles: [.child]) { c, r throws(RequestError) in try c.limits(r) },
+        "knownHandles": Handler(roles: [.child]) { c, r throws(RequestError) in try c.knownHandles(r) },
+        "answer": Handler(roles: [.guardian]) { c, r throws(RequestError) in try c.answer(r) },
+        "pending": Handler(roles: [.guardian]) { c, r throws(RequestError) in try c.pending(r) },
+        "setLimits": Handler(roles: [.guardian, .admin]) { c, r throws(RequestError) in try c.setLimits(r) },
+        "addKnownHandles": Handler(roles: [.guardian]) { c, r throws(RequestError) in try c.changeKnownHandles(r, add: true) },
+        "removeKnownHandles": Handler(roles: [.guardian]) { c, r throws(RequestError) in
+            try c.changeKnownHandles(r, add: false)
+        },
+        "history": Handler(roles: [.guardian]) { c, r throws(RequestError) in try c.history(r) },
+        "createFamily": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.createFamily(r) },
+        "addMember": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.addMember(r) },
+        "removeMember": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.removeMember(r) },
+        "rotateToken": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.rotateToken(r) },
+        "status": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.status(r) },
+    ]
+
+    /// Every request type the relay serves.
+    public static var requestTypes: [String] { handlers.keys.sorted() }
+}
+
+/// A connection as the core sees it.
+struct Connection {
+    var peerUID: UInt32?
+    var session: Session?
+}
+
+/// An established session: who it is and what it receives.
+struct Session {
+    var role: Role
+    /// nil for admin sessions.
+    var member: String?
+    var family: String?
+    /// The durable session name, or nil for an ephemeral session.
+    var name: String?
+    var topics: Set<TopicKind> = []
+    /// While replaying: the last seq considered; nil once live.
+    var replayAfter: Int64?
+}
+
+/// A token bucket: `rate` per second sustained, bursts up to `capacity`.
+struct TokenBucket {
+    var tokens: Double
+    var last: Timestamp
+
+    mutating func take(rate: Double, capacity: Double, now: Timestamp) -> Bool {
+        tokens = min(capacity, tokens + Double(max(0, now.milliseconds - last.milliseconds)) / 1000 * rate)
+        last = now
+        guard tokens >= 1 else { return false }
+        tokens -= 1
+        return true
+    }
+}
+
+extension RelayCore {
+    /// The stream broke a framing rule: answer with `code` and close (§1).
+    public func framingViolation(_ conn: ConnectionID, _ code: ErrorCode, _ message: String) {
+        guard connections[conn] != nil else { return }
+        send(conn, RequestError(code, message).frame(re: nil))
+        close(conn, .framingViolation, notify: false)
+    }
+
+    /// The reactor ends a connection for its own reason (timeouts, shutdown).
+    public func drop(_ conn: ConnectionID, _ reason: CloseReason) { close(conn, reason) }
+
+    /// Whether the core still considers `conn` open.
+    public func isOpen(_ conn: ConnectionID) -> Bool { connections[conn] != nil }
+
+    /// Open connections, for the reactor's bookkeeping.
+    public var openConnections: [ConnectionID] { Array(connections.keys) }
+}

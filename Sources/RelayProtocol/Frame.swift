@@ -1,0 +1,89 @@
+// Length-prefixed framing (wire contract §1): a 4-byte unsigned big-endian length N,
+// then N bytes of JSON. The decoder judges a length on the header alone, before any
+// of the body arrives, so an oversized frame is never buffered.
+
+/// The default and the contract's example maximum frame size: 1 MiB.
+public let defaultMaxFrameBytes = 1_048_576
+
+/// One step of frame decoding.
+public enum FrameEvent: Equatable, Sendable {
+    /// A complete frame body.
+    case frame([UInt8])
+    /// The stream broke a framing rule; the connection must be closed after the error.
+    case violation(ErrorCode, String)
+}
+
+/// Splits a byte stream into frame bodies.
+public struct FrameDecoder: Sendable {
+    public let maxFrameBytes: Int
+    private var buffer: [UInt8] = []
+    private var start = 0
+    private var broken = false
+
+    public init(maxFrameBytes: Int = defaultMaxFrameBytes) {
+        self.maxFrameBytes = maxFrameBytes
+    }
+
+    /// Bytes received but not yet returned as a frame.
+    public var bufferedCount: Int { buffer.count - start }
+
+    public mutating func append<C: Collection<UInt8>>(_ bytes: C) {
+        if start > 0 && start >= buffer.count / 2 {
+            buffer.removeFirst(start)
+            start = 0
+        }
+        buffer.append(contentsOf: bytes)
+    }
+
+    /// The next frame or violation, or nil when more bytes are needed.
+    public mutating func next() -> FrameEvent? {
+        guard !broken, buffer.count - start >= 4 else { return nil }
+        let n =
+            Int(buffer[start]) << 24 | Int(buffer[start + 1]) << 16 | Int(buffer[start + 2]) << 8
+            | Int(buffer[start + 3])
+        if n == 0 {
+            broken = true
+            return .violation(.badFrame, "a frame of length 0 is not allowed")
+        }
+        if n > maxFrameBytes {
+            broken = true
+            return .violation(.frameTooLarge, "frame of \(n) bytes exceeds the maximum of \(maxFrameBytes) bytes")
+        }
+        guard buffer.count - start >= 4 + n else { return nil }
+        let body = Array(buffer[(start + 4)..<(start + 4 + n)])
+        start += 4 + n
+        if start == buffer.count {
+            buffer.removeAll(keepingCapacity: buffer.capacity <= 65536)
+            start = 0
+        }
+        return .frame(body)
+    }
+}
+
+/// Prefixes a frame body with its 4-byte big-endian length.
+public func framed(_ body: [UInt8]) -> [UInt8] {
+    var out: [UInt8] = []
+    out.reserveCapacity(body.count + 4)
+    let n = UInt32(body.count)
+    out.append(UInt8(n >> 24))
+    out.append(UInt8(n >> 16 & 0xFF))
+    out.append(UInt8(n >> 8 & 0xFF))
+    out.append(UInt8(n & 0xFF))
+    out.append(contentsOf: body)
+    return out
+}
+
+extension JSONObject {
+    /// The complete frame (length header and body) of this object.
+    public var frame: [UInt8] {
+        var out: [UInt8] = [0, 0, 0, 0]
+        out.reserveCapacity(256)
+        encode(into: &out)
+        let n = UInt32(out.count - 4)
+        out[0] = UInt8(n >> 24)
+        out[1] = UInt8(n >> 16 & 0xFF)
+        out[2] = UInt8(n >> 8 & 0xFF)
+        out[3] = UInt8(n & 0xFF)
+        return out
+    }
+}

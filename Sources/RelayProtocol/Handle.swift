@@ -1,0 +1,63 @@
+// Communication handles and the contract's normalization (§5): phone numbers keep a
+// leading `+` and digits only (no country is guessed), e-mail addresses are trimmed
+// and lower-cased, custom values are compared exactly.
+
+/// The kind of a communication handle.
+public enum HandleKind: String, Sendable, CaseIterable, Hashable {
+    case phoneNumber, emailAddress, custom
+}
+
+/// A handle as compared by the relay: its kind and normalized value.
+public struct NormalizedHandle: Hashable, Sendable, Comparable {
+    public var kind: HandleKind
+    public var value: String
+
+    public init(kind: HandleKind, value: String) {
+        self.kind = kind
+        self.value = value
+    }
+
+    /// Normalizes `value` of `kind`; nil when the value is invalid for its kind.
+    public init?(kind: HandleKind, rawValue: String) {
+        self.kind = kind
+        switch kind {
+        case .phoneNumber:
+            let trimmed = rawValue.drop { $0.isWhitespace }
+            var out = trimmed.first == "+" ? "+" : ""
+            out += trimmed.unicodeScalars.filter { $0.value >= 48 && $0.value <= 57 }.map(String.init).joined()
+            guard out.contains(where: \.isNumber) else { return nil }
+            value = out
+        case .emailAddress:
+            let v = rawValue.trimmingWhitespace().lowercased()
+            guard !v.isEmpty, v.contains("@") else { return nil }
+            value = v
+        case .custom:
+            guard !rawValue.isEmpty else { return nil }
+            value = rawValue
+        }
+    }
+
+    /// Reads `{"value": …, "kind": …}`; nil when it is not a valid handle.
+    public init?(json: JSON) {
+        guard let value = json["value"]?.string, let kindName = json["kind"]?.string,
+            let kind = HandleKind(rawValue: kindName)
+        else { return nil }
+        self.init(kind: kind, rawValue: value)
+    }
+
+    public var json: JSON { .object(["value": .string(value), "kind": .string(kind.rawValue)]) }
+
+    /// One string that identifies the handle (kind and value).
+    public var key: String { kind.rawValue + ":" + value }
+
+    public static func < (a: NormalizedHandle, b: NormalizedHandle) -> Bool { a.key < b.key }
+}
+
+extension String {
+    func trimmingWhitespace() -> String {
+        let scalars = unicodeScalars
+        guard let first = scalars.firstIndex(where: { !$0.properties.isWhitespace }) else { return "" }
+        let last = scalars.lastIndex(where: { !$0.properties.isWhitespace })!
+        return String(scalars[first...last])
+    }
+}

@@ -1,0 +1,439 @@
+// A JSON value with ordered object fields, a strict parser and a compact encoder.
+// Purpose-built for the relay's frames: it distinguishes integers from doubles and
+// booleans (Foundation's JSONSerialization folds them into NSNumber), bounds nesting
+// depth so a hostile frame cannot exhaust the stack, and rejects invalid UTF-8.
+
+/// A JSON value. Objects keep their fields in order.
+public enum JSON: Sendable, Equatable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case array([JSON])
+    case object(JSONObject)
+}
+
+/// A JSON object: fields in insertion order; lookups take the last duplicate, as most parsers do.
+public struct JSONObject: Sendable, Equatable, ExpressibleByDictionaryLiteral {
+    public private(set) var fields: [(key: String, value: JSON)]
+
+    public init() { fields = [] }
+    public init(_ fields: [(key: String, value: JSON)]) { self.fields = fields }
+    public init(dictionaryLiteral elements: (String, JSON)...) {
+        fields = elements.map { (key: $0.0, value: $0.1) }
+    }
+
+    /// The value of `key`, or nil. Setting nil removes the field.
+    public subscript(key: String) -> JSON? {
+        get {
+            for i in fields.indices.reversed() where fields[i].key == key { return fields[i].value }
+            return nil
+        }
+        set {
+            if let newValue {
+                if let i = fields.lastIndex(where: { $0.key == key }) {
+                    fields[i].value = newValue
+                } else {
+                    fields.append((key, newValue))
+                }
+            } else {
+                fields.removeAll { $0.key == key }
+            }
+        }
+    }
+
+    public static func == (a: JSONObject, b: JSONObject) -> Bool {
+        a.fields.count == b.fields.count
+            && zip(a.fields, b.fields).allSatisfy { $0.key == $1.key && $0.value == $1.value }
+    }
+}
+
+extension JSON: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral,
+    ExpressibleByArrayLiteral, ExpressibleByNilLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(arrayLiteral elements: JSON...) { self = .array(elements) }
+    public init(nilLiteral: ()) { self = .null }
+}
+
+extension JSON {
+    public subscript(key: String) -> JSON? {
+        if case .object(let o) = self { return o[key] }
+        return nil
+    }
+    public var string: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+    public var bool: Bool? {
+        if case .bool(let b) = self { return b }
+        return nil
+    }
+    /// An integer, also from a double with no fractional part.
+    public var int: Int64? {
+        switch self {
+        case .int(let i): return i
+        case .double(let d) where d.rounded() == d && abs(d) < 9.0e18: return Int64(d)
+        default: return nil
+        }
+    }
+    public var number: Double? {
+        switch self {
+        case .int(let i): return Double(i)
+        case .double(let d): return d
+        default: return nil
+        }
+    }
+    public var object: JSONObject? {
+        if case .object(let o) = self { return o }
+        return nil
+    }
+    public var array: [JSON]? {
+        if case .array(let a) = self { return a }
+        return nil
+    }
+    public var isNull: Bool { self == .null }
+}
+
+// MARK: - Parsing
+
+/// Why bytes are not a JSON document.
+public struct JSONParseError: Error, Sendable, CustomStringConvertible {
+    public let reason: String
+    public let offset: Int
+    public var description: String { "\(reason) at byte \(offset)" }
+}
+
+extension JSON {
+    /// The deepest nesting of arrays and objects accepted.
+    public static let maxDepth = 64
+
+    /// Parses one JSON document; whitespace around it is allowed, anything else is an error.
+    public static func parse<C: Collection<UInt8>>(_ bytes: C) throws(JSONParseError) -> JSON {
+        let result: Result<JSON, JSONParseError>? = bytes.withContiguousStorageIfAvailable { buf in
+            var p = Parser(buf)
+            return Result { () throws(JSONParseError) in try p.document() }
+        }
+        if let result { return try result.get() }
+        let copy = Array(bytes)
+        return try copy.withUnsafeBufferPointer { buf throws(JSONParseError) in
+            var p = Parser(buf)
+            return try p.document()
+        }
+    }
+
+    /// Parses a Swift string as JSON.
+    public static func parse(_ text: String) throws(JSONParseError) -> JSON {
+        try parse(Array(text.utf8))
+    }
+}
+
+private struct Parser {
+    let buf: UnsafeBufferPointer<UInt8>
+    var i = 0
+    var depth = 0
+
+    init(_ buf: UnsafeBufferPointer<UInt8>) { self.buf = buf }
+
+    func fail(_ reason: String) -> JSONParseError { JSONParseError(reason: reason, offset: i) }
+
+    mutating func document() throws(JSONParseError) -> JSON {
+        skipSpace()
+        let v = try value()
+        skipSpace()
+        guard i == buf.count else { throw fail("unexpected data after the JSON value") }
+        return v
+    }
+
+    mutating func skipSpace() {
+        while i < buf.count {
+            switch buf[i] {
+            case 0x20, 0x09, 0x0A, 0x0D: i += 1
+            default: return
+            }
+        }
+    }
+
+    mutating func value() throws(JSONParseError) -> JSON {
+        guard i < buf.count else { throw fail("unexpected end of input") }
+        switch buf[i] {
+        case UInt8(ascii: "{"): return try object()
+        case UInt8(ascii: "["): return try array()
+        case UInt8(ascii: "\""): return .string(try string())
+        case UInt8(ascii: "t"): try literal("true"); return .bool(true)
+        case UInt8(ascii: "f"): try literal("false"); return .bool(false)
+        case UInt8(ascii: "n"): try literal("null"); return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try number()
+        default: throw fail("unexpected character")
+        }
+    }
+
+    mutating func literal(_ word: StaticString) throws(JSONParseError) {
+        let n = word.utf8CodeUnitCount
+        guard i + n <= buf.count else { throw fail("unexpected end of input") }
+        let w = word.utf8Start
+        for k in 0..<n where buf[i + k] != w[k] { throw fail("invalid literal") }
+        i += n
+    }
+
+    mutating func enter() throws(JSONParseError) {
+        depth += 1
+        if depth > JSON.maxDepth { throw fail("nesting deeper than \(JSON.maxDepth)") }
+    }
+
+    mutating func object() throws(JSONParseError) -> JSON {
+        try enter()
+        i += 1
+        var fields: [(key: String, value: JSON)] = []
+        skipSpace()
+        if i < buf.count, buf[i] == UInt8(ascii: "}") {
+            i += 1
+            depth -= 1
+            return .object(JSONObject(fields))
+        }
+        while true {
+            skipSpace()
+            guard i < buf.count, buf[i] == UInt8(ascii: "\"") else { throw fail("expected a field name") }
+            let key = try string()
+            skipSpace()
+            guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+            i += 1
+            skipSpace()
+            fields.append((key, try value()))
+            skipSpace()
+            guard i < buf.count else { throw fail("unexpected end of input") }
+            if buf[i] == UInt8(ascii: ",") {
+                i += 1
+                continue
+            }
+            guard buf[i] == UInt8(ascii: "}") else { throw fail("expected ',' or '}'") }
+            i += 1
+            depth -= 1
+            return .object(JSONObject(fields))
+        }
+    }
+
+    mutating func array() throws(JSONParseError) -> JSON {
+        try enter()
+        i += 1
+        var items: [JSON] = []
+        skipSpace()
+        if i < buf.count, buf[i] == UInt8(ascii: "]") {
+            i += 1
+            depth -= 1
+            return .array(items)
+        }
+        while true {
+            skipSpace()
+            items.append(try value())
+            skipSpace()
+            guard i < buf.count else { throw fail("unexpected end of input") }
+            if buf[i] == UInt8(ascii: ",") {
+                i += 1
+                continue
+            }
+            guard buf[i] == UInt8(ascii: "]") else { throw fail("expected ',' or ']'") }
+            i += 1
+            depth -= 1
+            return .array(items)
+        }
+    }
+
+    mutating func string() throws(JSONParseError) -> String {
+        i += 1
+        let start = i
+        // Fast path: no escapes.
+        while i < buf.count {
+            let c = buf[i]
+            if c == UInt8(ascii: "\"") {
+                let s = String(validating: UnsafeBufferPointer(rebasing: buf[start..<i]), as: UTF8.self)
+                guard let s else { throw JSONParseError(reason: "invalid UTF-8 in a string", offset: start) }
+                i += 1
+                return s
+            }
+            if c == UInt8(ascii: "\\") { break }
+            if c < 0x20 { throw fail("control character in a string") }
+            i += 1
+        }
+        var out = Array(buf[start..<i])
+        while i < buf.count {
+            let c = buf[i]
+            switch c {
+            case UInt8(ascii: "\""):
+                i += 1
+                guard let s = String(validating: out, as: UTF8.self) else {
+                    throw JSONParseError(reason: "invalid UTF-8 in a string", offset: start)
+                }
+                return s
+            case UInt8(ascii: "\\"):
+                i += 1
+                guard i < buf.count else { throw fail("unexpected end of input") }
+                let e = buf[i]
+                i += 1
+                switch e {
+                case UInt8(ascii: "\""): out.append(0x22)
+                case UInt8(ascii: "\\"): out.append(0x5C)
+                case UInt8(ascii: "/"): out.append(0x2F)
+                case UInt8(ascii: "b"): out.append(0x08)
+                case UInt8(ascii: "f"): out.append(0x0C)
+                case UInt8(ascii: "n"): out.append(0x0A)
+                case UInt8(ascii: "r"): out.append(0x0D)
+                case UInt8(ascii: "t"): out.append(0x09)
+                case UInt8(ascii: "u"):
+                    var scalar = try hex4()
+                    if (0xD800..<0xDC00).contains(scalar) {
+                        guard i + 1 < buf.count, buf[i] == UInt8(ascii: "\\"), buf[i + 1] == UInt8(ascii: "u")
+                        else { throw fail("unpaired surrogate") }
+                        i += 2
+                        let low = try hex4()
+                        guard (0xDC00..<0xE000).contains(low) else { throw fail("unpaired surrogate") }
+                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    } else if (0xDC00..<0xE000).contains(scalar) {
+                        throw fail("unpaired surrogate")
+                    }
+                    out.append(contentsOf: Unicode.UTF8.encode(Unicode.Scalar(scalar)!)!)
+                default: throw fail("invalid escape")
+                }
+            default:
+                if c < 0x20 { throw fail("control character in a string") }
+                out.append(c)
+                i += 1
+            }
+        }
+        throw fail("unterminated string")
+    }
+
+    mutating func hex4() throws(JSONParseError) -> UInt32 {
+        guard i + 4 <= buf.count else { throw fail("unexpected end of input") }
+        var v: UInt32 = 0
+        for _ in 0..<4 {
+            let c = buf[i]
+            let d: UInt32
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): d = UInt32(c - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): d = UInt32(c - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): d = UInt32(c - UInt8(ascii: "A") + 10)
+            default: throw fail("invalid \\u escape")
+            }
+            v = v << 4 | d
+            i += 1
+        }
+        return v
+    }
+
+    mutating func digits() -> Int {
+        let s = i
+        while i < buf.count, buf[i] >= UInt8(ascii: "0"), buf[i] <= UInt8(ascii: "9") { i += 1 }
+        return i - s
+    }
+
+    mutating func number() throws(JSONParseError) -> JSON {
+        let start = i
+        if buf[i] == UInt8(ascii: "-") { i += 1 }
+        guard i < buf.count else { throw fail("unexpected end of input") }
+        if buf[i] == UInt8(ascii: "0") {
+            i += 1
+        } else if digits() == 0 {
+            throw fail("invalid number")
+        }
+        var integral = true
+        if i < buf.count, buf[i] == UInt8(ascii: ".") {
+            i += 1
+            integral = false
+            guard digits() > 0 else { throw fail("invalid number") }
+        }
+        if i < buf.count, buf[i] == UInt8(ascii: "e") || buf[i] == UInt8(ascii: "E") {
+            i += 1
+            integral = false
+            if i < buf.count, buf[i] == UInt8(ascii: "+") || buf[i] == UInt8(ascii: "-") { i += 1 }
+            guard digits() > 0 else { throw fail("invalid number") }
+        }
+        let text = String(decoding: UnsafeBufferPointer(rebasing: buf[start..<i]), as: UTF8.self)
+        if integral, let v = Int64(text) { return .int(v) }
+        guard let d = Double(text), d.isFinite else { throw JSONParseError(reason: "number out of range", offset: start) }
+        return .double(d)
+    }
+}
+
+// MARK: - Encoding
+
+extension JSON {
+    /// Appends the compact encoding of this value to `out`.
+    public func encode(into out: inout [UInt8]) {
+        switch self {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
+        case .int(let v): out.append(contentsOf: String(v).utf8)
+        case .double(let d):
+            if d.rounded() == d && abs(d) < 1e15 {
+                out.append(contentsOf: String(Int64(d)).utf8)
+            } else {
+                out.append(contentsOf: "\(d)".utf8)
+            }
+        case .string(let s): JSON.encodeString(s, into: &out)
+        case .array(let items):
+            out.append(UInt8(ascii: "["))
+            for (k, item) in items.enumerated() {
+                if k > 0 { out.append(UInt8(ascii: ",")) }
+                item.encode(into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let o): o.encode(into: &out)
+        }
+    }
+
+    /// The compact encoding as bytes.
+    public var encoded: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(128)
+        encode(into: &out)
+        return out
+    }
+
+    /// The compact encoding as a string.
+    public var text: String { String(decoding: encoded, as: UTF8.self) }
+
+    static func encodeString(_ s: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for c in s.utf8 {
+            switch c {
+            case UInt8(ascii: "\""): out.append(0x5C); out.append(c)
+            case UInt8(ascii: "\\"): out.append(0x5C); out.append(c)
+            case 0x0A: out.append(0x5C); out.append(UInt8(ascii: "n"))
+            case 0x0D: out.append(0x5C); out.append(UInt8(ascii: "r"))
+            case 0x09: out.append(0x5C); out.append(UInt8(ascii: "t"))
+            case 0..<0x20:
+                let hex: [UInt8] = Array("0123456789abcdef".utf8)
+                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
+                out.append(hex[Int(c >> 4)])
+                out.append(hex[Int(c & 0xF)])
+            default: out.append(c)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+}
+
+extension JSONObject {
+    /// Appends the compact encoding of this object to `out`.
+    public func encode(into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        for (k, field) in fields.enumerated() {
+            if k > 0 { out.append(UInt8(ascii: ",")) }
+            JSON.encodeString(field.key, into: &out)
+            out.append(UInt8(ascii: ":"))
+            field.value.encode(into: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
+    public var encoded: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        encode(into: &out)
+        return out
+    }
+}

@@ -1,0 +1,267 @@
+// The question as the contract defines it (§5): validation of an asked question into
+// a canonical form, choices, and the JSON the relay sends on. Validation never
+// throws away a reason: every rejection says what was wrong.
+
+import Foundation
+
+/// The topic kinds a question can have; also the subscription names.
+public enum TopicKind: String, Sendable, CaseIterable, Hashable {
+    case communication, significantAppUpdate
+}
+
+/// The question states (§5): `pending → answered | cancelled | expired`, and back to
+/// `pending` from `cancelled` or `expired` by a re-ask.
+public enum QuestionStatus: String, Sendable, CaseIterable {
+    case pending, answered, cancelled, expired
+}
+
+/// What a choice means.
+public enum Answer: String, Sendable {
+    case approval, denial
+}
+
+/// One answer a guardian can give.
+public struct Choice: Sendable, Equatable {
+    public var id: String
+    public var title: String
+    public var answer: Answer
+    /// For an approval that lasts this many seconds.
+    public var durationSeconds: Int64?
+
+    public init(id: String, title: String, answer: Answer, durationSeconds: Int64? = nil) {
+        self.id = id
+        self.title = title
+        self.answer = answer
+        self.durationSeconds = durationSeconds
+    }
+
+    public static let approve = Choice(id: "approve", title: "Approve", answer: .approval)
+    public static let decline = Choice(id: "decline", title: "Decline", answer: .denial)
+
+    public var json: JSON {
+        var o: JSONObject = ["id": .string(id), "title": .string(title), "answer": .string(answer.rawValue)]
+        if let durationSeconds { o["durationSeconds"] = .int(durationSeconds) }
+        return .object(o)
+    }
+
+    public init?(json: JSON) {
+        guard let id = json["id"]?.string, let title = json["title"]?.string,
+            let a = json["answer"]?.string, let answer = Answer(rawValue: a)
+        else { return nil }
+        self.init(id: id, title: title, answer: answer, durationSeconds: json["durationSeconds"]?.int)
+    }
+}
+
+/// The communication actions of the contract; absent or empty means `communicate`.
+public let communicationActions: Set<String> = [
+    "message", "audioCall", "videoCall", "call", "chat", "follow", "beFollowed", "friend", "connect", "communicate",
+]
+
+/// Limits on a question's content.
+public enum QuestionLimits {
+    public static let maxPersons = 64
+    public static let maxChoices = 16
+    public static let maxAvatarBytes = 256 * 1024
+}
+
+/// A question that passed validation, in canonical form.
+public struct QuestionContent: Sendable, Equatable {
+    /// Upper-case canonical UUID.
+    public var id: String
+    public var kind: TopicKind
+    /// The topic as sent on: known fields only, handles as given.
+    public var topic: JSON
+    /// The normalized handles of a communication topic (empty otherwise).
+    public var handles: [NormalizedHandle]
+    public var choices: [Choice]
+    public var defaultChoice: String
+    public var expiration: Timestamp?
+
+    public func choice(_ id: String) -> Choice? { choices.first { $0.id == id } }
+
+    /// `{id, topic, choices, defaultChoice, expirationDate?}`.
+    public var json: JSONObject {
+        var o: JSONObject = [
+            "id": .string(id), "topic": topic, "choices": .array(choices.map(\.json)),
+            "defaultChoice": .string(defaultChoice),
+        ]
+        if let expiration { o["expirationDate"] = .string(expiration.rfc3339) }
+        return o
+    }
+
+    /// Reads back the canonical form written by `json` (no validation beyond shape).
+    public init?(stored: JSON) {
+        guard let id = stored["id"]?.string, let topic = stored["topic"],
+            let kind = topic["kind"]?.string.flatMap(TopicKind.init(rawValue:)),
+            let choices = stored["choices"]?.array?.compactMap(Choice.init(json:)),
+            let def = stored["defaultChoice"]?.string
+        else { return nil }
+        self.id = id
+        self.kind = kind
+        self.topic = topic
+        self.choices = choices
+        self.defaultChoice = def
+        self.expiration = stored["expirationDate"]?.string.flatMap(Timestamp.init(rfc3339:))
+        self.handles =
+            topic["personInformation"]?.array?.compactMap { $0["handle"].flatMap(NormalizedHandle.init(json:)) } ?? []
+    }
+
+    init(
+        id: String, kind: TopicKind, topic: JSON, handles: [NormalizedHandle], choices: [Choice],
+        defaultChoice: String, expiration: Timestamp?
+    ) {
+        self.id = id
+        self.kind = kind
+        self.topic = topic
+        self.handles = handles
+        self.choices = choices
+        self.defaultChoice = defaultChoice
+        self.expiration = expiration
+    }
+}
+
+extension QuestionContent {
+    /// Validates an asked question (§5, §12). Throws `invalidQuestion` with the reason.
+    public static func validate(_ q: JSONObject, now: Timestamp) throws(RequestError) -> QuestionContent {
+        func invalid(_ why: String) -> RequestError { RequestError(.invalidQuestion, why) }
+
+        guard let rawID = q["id"]?.string else { throw invalid("question.id must be a UUID string") }
+        guard let id = Identifier.canonicalUUID(rawID) else { throw invalid("question.id \"\(rawID)\" is not a UUID") }
+        guard let topicObj = q["topic"]?.object else { throw invalid("question.topic must be an object") }
+        guard let kindName = topicObj["kind"]?.string, let kind = TopicKind(rawValue: kindName) else {
+            throw invalid("question.topic.kind must be \"communication\" or \"significantAppUpdate\"")
+        }
+
+        var topic: JSONObject = ["kind": .string(kind.rawValue)]
+        var handles: [NormalizedHandle] = []
+        switch kind {
+        case .communication:
+            guard let persons = topicObj["personInformation"]?.array else {
+                throw invalid("topic.personInformation must be an array of people")
+            }
+            guard (1...QuestionLimits.maxPersons).contains(persons.count) else {
+                throw invalid("topic.personInformation must hold 1 to \(QuestionLimits.maxPersons) people, not \(persons.count)")
+            }
+            var people: [JSON] = []
+            for (n, p) in persons.enumerated() {
+                guard let person = p.object else { throw invalid("personInformation[\(n)] must be an object") }
+                guard let h = person["handle"]?.object, let value = h["value"]?.string,
+                    let kindName = h["kind"]?.string
+                else { throw invalid("personInformation[\(n)].handle must have a string value and kind") }
+                guard let hk = HandleKind(rawValue: kindName) else {
+                    throw invalid("personInformation[\(n)].handle.kind \"\(kindName)\" is not phoneNumber, emailAddress or custom")
+                }
+                guard let normalized = NormalizedHandle(kind: hk, rawValue: value) else {
+                    throw invalid("personInformation[\(n)].handle \"\(value)\" is not a valid \(kindName)")
+                }
+                handles.append(normalized)
+                var out: JSONObject = ["handle": .object(["value": .string(value), "kind": .string(kindName)])]
+                switch person["nameComponents"] {
+                case nil, .null?: break
+                case .object(let names)?: out["nameComponents"] = .object(names)
+                default: throw invalid("personInformation[\(n)].nameComponents must be an object or null")
+                }
+                switch person["avatarImage"] {
+                case nil, .null?: out["avatarImage"] = .null
+                case .string(let b64)?:
+                    guard let data = Data(base64Encoded: b64) else {
+                        throw invalid("personInformation[\(n)].avatarImage is not valid base64")
+                    }
+                    guard data.count <= QuestionLimits.maxAvatarBytes else {
+                        throw invalid("personInformation[\(n)].avatarImage is \(data.count) bytes; at most \(QuestionLimits.maxAvatarBytes) are allowed")
+                    }
+                    out["avatarImage"] = .string(b64)
+                default: throw invalid("personInformation[\(n)].avatarImage must be a base64 string or null")
+                }
+                people.append(.object(out))
+            }
+            topic["personInformation"] = .array(people)
+            var actions: [JSON] = []
+            switch topicObj["actions"] {
+            case nil, .null?: break
+            case .array(let list)?:
+                for a in list {
+                    guard let name = a.string, communicationActions.contains(name) else {
+                        throw invalid("topic.actions: \(a.text) is not one of \(communicationActions.sorted().joined(separator: ", "))")
+                    }
+                    if !actions.contains(a) { actions.append(a) }
+                }
+            default: throw invalid("topic.actions must be an array of action names")
+            }
+            topic["actions"] = .array(actions.isEmpty ? ["communicate"] : actions)
+        case .significantAppUpdate:
+            guard let d = topicObj["description"]?.string, !d.trimmingWhitespace().isEmpty else {
+                throw invalid("a significantAppUpdate topic needs a non-empty description")
+            }
+            topic["description"] = .string(d)
+        }
+
+        var choices: [Choice]
+        switch q["choices"] {
+        case nil, .null?:
+            choices = [.approve, .decline]
+        case .array(let list)?:
+            guard list.count <= QuestionLimits.maxChoices else {
+                throw invalid("at most \(QuestionLimits.maxChoices) choices are allowed, not \(list.count)")
+            }
+            choices = []
+            for (n, c) in list.enumerated() {
+                guard let o = c.object, let cid = o["id"]?.string, !cid.isEmpty, let title = o["title"]?.string,
+                    !title.isEmpty
+                else { throw invalid("choices[\(n)] needs a non-empty string id and title") }
+                guard let a = o["answer"]?.string, let answer = Answer(rawValue: a) else {
+                    throw invalid("choices[\(n)].answer must be \"approval\" or \"denial\"")
+                }
+                var duration: Int64?
+                switch o["durationSeconds"] {
+                case nil, .null?: break
+                case let v?:
+                    guard let d = v.int, d > 0, d <= 100 * 365 * 86400 else {
+                        throw invalid("choices[\(n)].durationSeconds must be a positive whole number of seconds")
+                    }
+                    guard answer == .approval else {
+                        throw invalid("choices[\(n)].durationSeconds is only meaningful on an approval")
+                    }
+                    duration = d
+                }
+                guard !choices.contains(where: { $0.id == cid }) else { throw invalid("choice id \"\(cid)\" is used twice") }
+                guard !choices.contains(where: { $0.title == title }) else {
+                    throw invalid("choice title \"\(title)\" is used twice")
+                }
+                choices.append(Choice(id: cid, title: title, answer: answer, durationSeconds: duration))
+            }
+            guard choices.contains(where: { $0.answer == .approval }), choices.contains(where: { $0.answer == .denial })
+            else { throw invalid("choices must hold at least one approval and one denial") }
+        default:
+            throw invalid("choices must be an array")
+        }
+
+        let defaultChoice: String
+        switch q["defaultChoice"] {
+        case nil, .null?:
+            defaultChoice = choices.first { $0.answer == .denial }!.id
+        case .string(let d)?:
+            guard choices.contains(where: { $0.id == d }) else {
+                throw invalid("defaultChoice \"\(d)\" is not one of the question's choice ids")
+            }
+            defaultChoice = d
+        default:
+            throw invalid("defaultChoice must be a choice id")
+        }
+
+        var expiration: Timestamp?
+        switch q["expirationDate"] {
+        case nil, .null?: break
+        case .string(let s)?:
+            guard let t = Timestamp(rfc3339: s) else { throw invalid("expirationDate \"\(s)\" is not an RFC 3339 timestamp") }
+            guard t > now else { throw invalid("expirationDate \(s) is not in the future") }
+            expiration = t
+        default:
+            throw invalid("expirationDate must be an RFC 3339 timestamp string")
+        }
+
+        return QuestionContent(
+            id: id, kind: kind, topic: .object(topic), handles: handles, choices: choices,
+            defaultChoice: defaultChoice, expiration: expiration)
+    }
+}

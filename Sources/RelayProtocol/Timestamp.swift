@@ -1,0 +1,118 @@
+// Instants as milliseconds since the Unix epoch, with RFC 3339 parsing (any UTC
+// offset, converted) and formatting (UTC, `Z`). Milliseconds keep arithmetic exact
+// and comparisons cheap; the contract allows fractional seconds on the wire.
+
+/// An instant, in milliseconds since 1970-01-01T00:00:00Z.
+public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public var milliseconds: Int64
+
+    public init(milliseconds: Int64) { self.milliseconds = milliseconds }
+
+    public static func < (a: Timestamp, b: Timestamp) -> Bool { a.milliseconds < b.milliseconds }
+
+    public func adding(seconds: Int64) -> Timestamp {
+        let (sum, overflow) = milliseconds.addingReportingOverflow(seconds.multipliedReportingOverflow(by: 1000).partialValue)
+        return Timestamp(milliseconds: overflow ? Int64.max : sum)
+    }
+
+    public var description: String { rfc3339 }
+
+    /// `2026-12-01T18:00:00Z`, with `.mmm` when the instant has milliseconds.
+    public var rfc3339: String {
+        let days = Int64((Double(milliseconds) / 86_400_000).rounded(.down))
+        let msOfDay = milliseconds - days * 86_400_000
+        let (y, m, d) = Timestamp.civil(fromDays: days)
+        let secs = msOfDay / 1000
+        let ms = msOfDay % 1000
+        func pad(_ v: Int64, _ w: Int) -> String {
+            let s = String(v)
+            return s.count >= w ? s : String(repeating: "0", count: w - s.count) + s
+        }
+        var out = "\(pad(y, 4))-\(pad(m, 2))-\(pad(d, 2))T\(pad(secs / 3600, 2)):\(pad(secs / 60 % 60, 2)):\(pad(secs % 60, 2))"
+        if ms != 0 { out += ".\(pad(ms, 3))" }
+        return out + "Z"
+    }
+
+    /// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`; nil when the text is not such a timestamp.
+    public init?(rfc3339 text: String) {
+        let b = Array(text.utf8)
+        var i = 0
+        func num(_ n: Int) -> Int64? {
+            guard i + n <= b.count else { return nil }
+            var v: Int64 = 0
+            for k in 0..<n {
+                let c = b[i + k]
+                guard c >= 48, c <= 57 else { return nil }
+                v = v * 10 + Int64(c - 48)
+            }
+            i += n
+            return v
+        }
+        func take(_ chars: String) -> Bool {
+            guard i < b.count, chars.utf8.contains(b[i]) else { return false }
+            i += 1
+            return true
+        }
+        guard let y = num(4), take("-"), let mo = num(2), take("-"), let d = num(2), take("Tt "),
+            let h = num(2), take(":"), let mi = num(2), take(":"), let s = num(2)
+        else { return nil }
+        guard (1...12).contains(mo), (1...Timestamp.daysIn(month: mo, year: y)).contains(d), h < 24, mi < 60, s < 61
+        else { return nil }
+        var ms: Int64 = 0
+        if take(".") {
+            var digits = 0
+            while i < b.count, b[i] >= 48, b[i] <= 57 {
+                if digits < 3 { ms = ms * 10 + Int64(b[i] - 48) }
+                digits += 1
+                i += 1
+            }
+            guard digits > 0 else { return nil }
+            for _ in digits..<max(digits, 3) { ms *= 10 }
+        }
+        var offsetMinutes: Int64 = 0
+        if take("Zz") {
+        } else if i < b.count, b[i] == UInt8(ascii: "+") || b[i] == UInt8(ascii: "-") {
+            let sign: Int64 = b[i] == UInt8(ascii: "-") ? -1 : 1
+            i += 1
+            guard let oh = num(2), take(":"), let om = num(2), oh < 24, om < 60 else { return nil }
+            offsetMinutes = sign * (oh * 60 + om)
+        } else {
+            return nil
+        }
+        guard i == b.count else { return nil }
+        let days = Timestamp.days(fromCivil: y, mo, d)
+        let seconds = days * 86400 + h * 3600 + mi * 60 + min(s, 59) - offsetMinutes * 60
+        self.milliseconds = seconds * 1000 + ms
+    }
+
+    static func daysIn(month: Int64, year: Int64) -> Int64 {
+        switch month {
+        case 2: return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
+    }
+
+    // Howard Hinnant's days_from_civil / civil_from_days.
+    static func days(fromCivil y0: Int64, _ m: Int64, _ d: Int64) -> Int64 {
+        let y = m <= 2 ? y0 - 1 : y0
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146097 + doe - 719468
+    }
+
+    static func civil(fromDays z0: Int64) -> (Int64, Int64, Int64) {
+        let z = z0 + 719468
+        let era = (z >= 0 ? z : z - 146096) / 146097
+        let doe = z - era * 146097
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365
+        let y = yoe + era * 400
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        return (m <= 2 ? y + 1 : y, m, d)
+    }
+}

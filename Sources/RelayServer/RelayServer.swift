@@ -1,0 +1,375 @@
+// The relay's event loop: one thread, one epoll set, every connection and the core.
+//
+// One turn, in order:
+//   1. wait for readiness or the next deadline;
+//   2. accept, read every ready socket, feed whole frames to the core (a replaying
+//      session's further frames wait until its replay has caught up);
+//   3. run the core's timers, the handshake and heartbeat checks, and replay steps;
+//   4. commit the store once (group commit) — nothing of this turn is sent before;
+//   5. queue the core's frames and write them (EPOLLOUT only for leftovers);
+//   6. close the connections marked for closing.
+
+import CSystem
+import Glibc
+import RelayCore
+import RelayProtocol
+import RelayStore
+
+/// Limits and timings of the reactor.
+public struct ServerConfig: Sendable {
+    public var socketPath: String
+    public var maxConnections = 4096
+    public var handshakeTimeoutSeconds = 5.0
+    /// Unsent bytes a connection may hold before it is dropped as a slow consumer.
+    public var maxOutputBytes = 16 << 20
+    /// How often retained events are pruned.
+    public var pruneIntervalSeconds = 60.0
+
+    public init(socketPath: String) { self.socketPath = socketPath }
+}
+
+/// Why the server could not start.
+public struct ServerError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ d: String) { description = d }
+}
+
+public final class RelayServer {
+    private let config: ServerConfig
+    private let core: () throws -> RelayCore
+    private let store: RelayStore
+    private let log: Log
+    private var relay: RelayCore
+    private let coreConfig: CoreConfig
+
+    private var epfd: Int32 = -1
+    private var listenFD: Int32 = -1
+    private var signalPipe: [Int32] = [-1, -1]
+    private var conns: [ConnectionID: Conn] = [:]
+    private var nextID: ConnectionID = 1
+    private var stopping = false
+    private var lastPrune = Timestamp(milliseconds: 0)
+    private var scratch = [UInt8](repeating: 0, count: 65536)
+
+    private static let listenToken: UInt64 = 0
+    private static let signalToken: UInt64 = UInt64.max
+
+    private struct Conn {
+        let fd: Int32
+        var decoder: FrameDecoder
+        var out: [UInt8] = []
+        var outStart = 0
+        var interest: UInt32 = 0
+        let openedAt: Timestamp
+        var lastHeard: Timestamp
+        var pinged = false
+        var closing: CloseReason?
+        var peerGone = false
+        var pendingBytes: Int { out.count - outStart }
+    }
+
+    /// A server over `store`; `makeCore` builds the core from the store (again after a failed commit).
+    public init(
+        config: ServerConfig, coreConfig: CoreConfig, store: RelayStore, log: Log,
+        makeCore: @escaping () throws -> RelayCore
+    ) throws {
+        self.config = config
+        self.coreConfig = coreConfig
+        self.store = store
+        self.log = log
+        self.core = makeCore
+        self.relay = try makeCore()
+    }
+
+    // MARK: - Start and stop
+
+    /// Binds the socket (removing a stale one, refusing a live one) and serves until SIGTERM or SIGINT.
+    public func run(onReady: () -> Void = {}) throws {
+        try bind()
+        defer { teardown() }
+        onReady()
+        while !stopping {
+            try turn()
+        }
+        shutdown()
+    }
+
+    private func bind() throws {
+        let path = config.socketPath
+        if access(path, F_OK) == 0 {
+            let probe = cs_connect_unix(path)
+            if probe >= 0 {
+                Glibc.close(probe)
+                throw ServerError("another relay is already serving \(path); stop it first or choose another --socket")
+            }
+            guard errno == ECONNREFUSED || errno == ENOTSOCK else {
+                throw ServerError("\(path) exists and cannot be checked: \(String(cString: strerror(errno)))")
+            }
+            log(.info, "removing stale socket \(path) left by a relay that did not stop cleanly")
+            unlink(path)
+        }
+        let oldMask = umask(0o077)
+        listenFD = cs_listen_unix(path, 1024)
+        umask(oldMask)
+        if listenFD == -2 { throw ServerError("socket path is too long (at most 107 bytes): \(path)") }
+        guard listenFD >= 0 else { throw ServerError("cannot listen on \(path): \(String(cString: strerror(errno)))") }
+        epfd = cs_epoll_create()
+        guard epfd >= 0, cs_pipe(&signalPipe) == 0 else { throw ServerError("cannot create the event loop") }
+        cs_route_signals(signalPipe[1])
+        cs_epoll_ctl(epfd, 0, listenFD, cs_epollin, Self.listenToken)
+        cs_epoll_ctl(epfd, 0, signalPipe[0], cs_epollin, Self.signalToken)
+    }
+
+    private func teardown() {
+        for id in Array(conns.keys) { closeNow(id) }
+        if listenFD >= 0 {
+            Glibc.close(listenFD)
+            unlink(config.socketPath)
+        }
+        for fd in signalPipe where fd >= 0 { Glibc.close(fd) }
+        if epfd >= 0 { Glibc.close(epfd) }
+        listenFD = -1
+        epfd = -1
+    }
+
+    /// Stop accepting, answer the frames in hand, commit, say goodbye, close (§9).
+    private func shutdown() {
+        log(.info, "shutting down")
+        Glibc.close(listenFD)
+        unlink(config.socketPath)
+        listenFD = -1
+        for id in Array(conns.keys) { relay.drop(id, .shutdown) }
+        if !commit() { return }
+        dispatchOutputs()
+        for id in Array(conns.keys) { closeNow(id) }
+    }
+
+    // MARK: - One turn
+
+    private func turn() throws {
+        let now = Timestamp.now()
+        var timeout = 1000
+        if let d = relay.nextDeadline { timeout = max(0, min(timeout, Int(d.milliseconds - now.milliseconds) + 1)) }
+        if conns.contains(where: { relay.isReplaying($0.key) && $0.value.pendingBytes < 65536 }) { timeout = 0 }
+
+        var ready = [cs_ready](repeating: cs_ready(), count: 256)
+        let n = cs_epoll_wait(epfd, &ready, 256, Int32(timeout))
+        guard n >= 0 else { throw ServerError("epoll_wait failed: \(String(cString: strerror(errno)))") }
+        let t = Timestamp.now()
+
+        for k in 0..<Int(n) {
+            let r = ready[k]
+            switch r.token {
+            case Self.listenToken: acceptAll(now: t)
+            case Self.signalToken: drainSignals()
+            default:
+                let id = ConnectionID(r.token)
+                if r.events & (cs_epollin | cs_epollhup | cs_epollerr | cs_epollrdhup) != 0 { read(id, now: t) }
+                if r.events & cs_epollout != 0 { flush(id) }
+            }
+        }
+
+        relay.tick(now: t)
+        checkTimers(now: t)
+        for id in conns.keys where relay.isReplaying(id) && conns[id]!.pendingBytes < 65536 {
+            relay.continueReplay(id)
+            process(id, now: t)
+        }
+        guard commit() else { return }
+        dispatchOutputs()
+        prune(now: t)
+    }
+
+    /// Commits the turn's changes. On failure nothing of the turn is sent: every
+    /// connection is closed (clients resend what was not acknowledged) and the core
+    /// is rebuilt from what the store holds.
+    private func commit() -> Bool {
+        relay.flushCursors()
+        guard store.hasChanges else { return true }
+        do {
+            try store.commit()
+            return true
+        } catch {
+            log(.error, "could not commit to the store: \(error); no reply of this turn was sent, closing every connection so clients resend")
+            store.discardChanges()
+            _ = relay.takeOutputs()
+            for id in Array(conns.keys) { closeNow(id) }
+            do {
+                relay = try core()
+            } catch {
+                log(.error, "could not reload the store: \(error); stopping")
+                stopping = true
+            }
+            return false
+        }
+    }
+
+    private func acceptAll(now: Timestamp) {
+        while true {
+            let fd = cs_accept(listenFD)
+            guard fd >= 0 else {
+                if errno == EMFILE || errno == ENFILE { log(.warning, "out of file descriptors; refusing connections") }
+                return
+            }
+            if conns.count >= config.maxConnections {
+                let busy = RequestError(.busy, "the relay is at its connection limit (\(config.maxConnections)); try again later")
+                let frame = busy.frame(re: nil).frame
+                _ = frame.withUnsafeBytes { cs_send(fd, $0.baseAddress, $0.count) }
+                Glibc.close(fd)
+                log(.warning, "refused a connection: at the limit of \(config.maxConnections)")
+                continue
+            }
+            let id = nextID
+            nextID += 1
+            let uid = cs_peer_uid(fd)
+            conns[id] = Conn(fd: fd, decoder: FrameDecoder(maxFrameBytes: coreConfig.maxFrameBytes), openedAt: now, lastHeard: now)
+            relay.connected(id, peerUID: uid >= 0 ? UInt32(uid) : nil)
+            setInterest(id)
+        }
+    }
+
+    private func drainSignals() {
+        var b = [UInt8](repeating: 0, count: 16)
+        while Glibc.read(signalPipe[0], &b, 16) > 0 {}
+        stopping = true
+    }
+
+    private func read(_ id: ConnectionID, now: Timestamp) {
+        guard var c = conns[id], c.closing == nil else { return }
+        var budget = 1 << 20
+        while budget > 0 {
+            let n = scratch.withUnsafeMutableBytes { Glibc.read(c.fd, $0.baseAddress, $0.count) }
+            if n > 0 {
+                c.decoder.append(scratch[0..<n])
+                c.lastHeard = now
+                c.pinged = false
+                budget -= n
+                if relay.isReplaying(id) && c.decoder.bufferedCount > coreConfig.maxFrameBytes { break }
+                continue
+            }
+            if n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { c.peerGone = true }
+            break
+        }
+        conns[id] = c
+        process(id, now: now)
+        if conns[id]?.peerGone == true {
+            relay.disconnected(id)
+            closeNow(id)
+        } else {
+            setInterest(id)
+        }
+    }
+
+    /// Feeds whole frames to the core, stopping while the session replays.
+    private func process(_ id: ConnectionID, now: Timestamp) {
+        while var c = conns[id], relay.isOpen(id), !relay.isReplaying(id) {
+            guard let event = c.decoder.next() else { break }
+            conns[id] = c
+            switch event {
+            case .frame(let body): relay.receive(id, body: body, now: now)
+            case .violation(let code, let message): relay.framingViolation(id, code, message)
+            }
+            c = conns[id]!
+        }
+    }
+
+    private func checkTimers(now: Timestamp) {
+        let hb = Int64(coreConfig.heartbeatSeconds) * 1000
+        let handshake = Int64(config.handshakeTimeoutSeconds * 1000)
+        for (id, c) in conns where c.closing == nil {
+            let silent = now.milliseconds - c.lastHeard.milliseconds
+            if !relay.isEstablished(id) {
+                if now.milliseconds - c.openedAt.milliseconds >= handshake { relay.drop(id, .handshakeTimeout) }
+            } else if silent >= 3 * hb {
+                relay.drop(id, .heartbeatTimeout)
+            } else if silent >= hb && !c.pinged {
+                conns[id]?.pinged = true
+                queue(id, (["type": "ping"] as JSONObject).frame)
+            }
+        }
+    }
+
+    // MARK: - Output
+
+    private func dispatchOutputs() {
+        var touched: Set<ConnectionID> = []
+        for o in relay.takeOutputs() {
+            switch o {
+            case .send(let id, let frame):
+                queue(id, frame)
+                touched.insert(id)
+            case .close(let id, let reason):
+                conns[id]?.closing = reason
+                touched.insert(id)
+            }
+        }
+        for id in touched { flush(id) }
+    }
+
+    private func queue(_ id: ConnectionID, _ frame: [UInt8]) {
+        guard conns[id] != nil else { return }
+        conns[id]!.out.append(contentsOf: frame)
+    }
+
+    private func flush(_ id: ConnectionID) {
+        guard var c = conns[id] else { return }
+        while c.pendingBytes > 0 {
+            let n = c.out.withUnsafeBytes { cs_send(c.fd, $0.baseAddress! + c.outStart, c.pendingBytes) }
+            if n > 0 {
+                c.outStart += n
+                continue
+            }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
+            c.peerGone = true
+            break
+        }
+        if c.outStart == c.out.count {
+            c.out.removeAll(keepingCapacity: c.out.capacity <= 65536)
+            c.outStart = 0
+        } else if c.outStart > 65536 && c.outStart > c.out.count / 2 {
+            c.out.removeFirst(c.outStart)
+            c.outStart = 0
+        }
+        conns[id] = c
+        if c.peerGone || (c.closing != nil && c.pendingBytes == 0) {
+            relay.disconnected(id)
+            closeNow(id)
+        } else if c.pendingBytes > config.maxOutputBytes {
+            log(.warning, "connection \(id) holds \(c.pendingBytes) unsent bytes; dropping it as a slow consumer")
+            relay.disconnected(id)
+            closeNow(id)
+        } else {
+            setInterest(id)
+        }
+    }
+
+    private func setInterest(_ id: ConnectionID) {
+        guard let c = conns[id] else { return }
+        var want = cs_epollrdhup
+        let holdReads = relay.isReplaying(id) && c.decoder.bufferedCount > coreConfig.maxFrameBytes
+        if c.closing == nil && !holdReads { want |= cs_epollin }
+        if c.pendingBytes > 0 { want |= cs_epollout }
+        guard want != c.interest else { return }
+        cs_epoll_ctl(epfd, c.interest == 0 ? 0 : 1, c.fd, want, UInt64(id))
+        conns[id]!.interest = want
+    }
+
+    private func closeNow(_ id: ConnectionID) {
+        guard let c = conns.removeValue(forKey: id) else { return }
+        cs_epoll_ctl(epfd, 2, c.fd, 0, 0)
+        Glibc.close(c.fd)
+    }
+
+    private func prune(now: Timestamp) {
+        guard Double(now.milliseconds - lastPrune.milliseconds) >= config.pruneIntervalSeconds * 1000 else { return }
+        lastPrune = now
+        do {
+            let n = try store.pruneEvents(
+                olderThan: Timestamp(milliseconds: now.milliseconds - coreConfig.retentionSeconds * 1000),
+                acknowledged: relay.acknowledgedByAllSessions())
+            if n > 0 { log(.debug, "pruned \(n) events") }
+        } catch {
+            log(.warning, "could not prune old events: \(error)")
+        }
+    }
+}

@@ -1,0 +1,130 @@
+// What the relay remembers, as plain values. The core keeps these in memory and hands
+// every change to the store; the store only persists and reads back.
+
+import RelayProtocol
+
+public struct MemberRecord: Sendable, Equatable {
+    public var id: String
+    public var family: String
+    public var role: Role
+    /// SHA-256 of the member's token; the token itself is never stored.
+    public var tokenHash: [UInt8]
+    /// A removed member's id stays reserved.
+    public var removed: Bool
+    /// Communication limits (children only).
+    public var limitsEnabled: Bool
+
+    public init(id: String, family: String, role: Role, tokenHash: [UInt8], removed: Bool = false, limitsEnabled: Bool = true) {
+        self.id = id
+        self.family = family
+        self.role = role
+        self.tokenHash = tokenHash
+        self.removed = removed
+        self.limitsEnabled = limitsEnabled
+    }
+}
+
+/// How an answered question was answered.
+public struct Outcome: Sendable, Equatable {
+    public var choice: Choice
+    public var guardian: String
+    public var answeredAt: Timestamp
+
+    public init(choice: Choice, guardian: String, answeredAt: Timestamp) {
+        self.choice = choice
+        self.guardian = guardian
+        self.answeredAt = answeredAt
+    }
+}
+
+public struct QuestionRecord: Sendable, Equatable {
+    public var content: QuestionContent
+    public var child: String
+    public var family: String
+    public var status: QuestionStatus
+    public var attempt: Int64
+    /// When the question was first asked.
+    public var createdAt: Timestamp
+    public var outcome: Outcome?
+
+    public var id: String { content.id }
+
+    public init(
+        content: QuestionContent, child: String, family: String, status: QuestionStatus, attempt: Int64,
+        createdAt: Timestamp, outcome: Outcome? = nil
+    ) {
+        self.content = content
+        self.child = child
+        self.family = family
+        self.status = status
+        self.attempt = attempt
+        self.createdAt = createdAt
+        self.outcome = outcome
+    }
+}
+
+/// A handle known for a child: permanently, until an instant, or both.
+public struct KnownHandleRecord: Sendable, Equatable {
+    public var child: String
+    public var handle: NormalizedHandle
+    public var permanent: Bool
+    public var until: Timestamp?
+    /// Actions approved with it, kept for history.
+    public var actions: [String]
+
+    public init(child: String, handle: NormalizedHandle, permanent: Bool, until: Timestamp?, actions: [String]) {
+        self.child = child
+        self.handle = handle
+        self.permanent = permanent
+        self.until = until
+        self.actions = actions
+    }
+
+    public func isKnown(at now: Timestamp) -> Bool { permanent || (until.map { $0 > now } ?? false) }
+}
+
+/// A durable session: its cursor and topic subscriptions.
+public struct SessionRecord: Sendable, Equatable {
+    public var member: String
+    public var name: String
+    public var cursor: Int64
+    public var topics: Set<TopicKind>
+
+    public init(member: String, name: String, cursor: Int64, topics: Set<TopicKind>) {
+        self.member = member
+        self.name = name
+        self.cursor = cursor
+        self.topics = topics
+    }
+}
+
+/// One event of a member's stream, as the complete frame sent on the wire.
+public struct EventRecord: Sendable, Equatable {
+    public var member: String
+    public var seq: Int64
+    public var at: Timestamp
+    /// Child events filtered by subscription carry their topic kind; others nil.
+    public var topic: TopicKind?
+    public var frame: [UInt8]
+
+    public init(member: String, seq: Int64, at: Timestamp, topic: TopicKind?, frame: [UInt8]) {
+        self.member = member
+        self.seq = seq
+        self.at = at
+        self.topic = topic
+        self.frame = frame
+    }
+}
+
+/// Everything the core keeps in memory, as loaded at start.
+public struct StoreSnapshot: Sendable {
+    public var families: [String] = []
+    public var members: [MemberRecord] = []
+    public var questions: [QuestionRecord] = []
+    public var knownHandles: [KnownHandleRecord] = []
+    public var sessions: [SessionRecord] = []
+    /// The highest seq ever appended, per member.
+    public var heads: [String: Int64] = [:]
+
+    public init() {}
+}

@@ -1,0 +1,36 @@
+// The store protocol: the core records changes as they happen (no I/O, no errors),
+// and the reactor commits them once per loop turn (group commit), before any reply
+// or event of that turn is written to a socket. Reads see uncommitted changes.
+
+import RelayProtocol
+
+/// Persistence for the relay's state and event streams.
+public protocol RelayStore: AnyObject {
+    /// Reads everything the core keeps in memory.
+    func load() throws -> StoreSnapshot
+
+    func saveFamily(_ id: String)
+    func saveMember(_ member: MemberRecord)
+    func saveQuestion(_ question: QuestionRecord)
+    func saveKnownHandle(_ known: KnownHandleRecord)
+    func deleteKnownHandle(child: String, handle: NormalizedHandle)
+    func saveSession(_ session: SessionRecord)
+    func deleteSessions(member: String)
+    func appendEvent(_ event: EventRecord)
+
+    /// Up to `limit` events of `member` with a seq above `seq`, in order.
+    func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord]
+    /// The lowest retained seq of `member`, or nil when none is retained.
+    func oldestEventSeq(member: String) throws -> Int64?
+
+    /// Whether changes are waiting for `commit`.
+    var hasChanges: Bool { get }
+    /// Makes every recorded change durable in one transaction.
+    func commit() throws
+    /// Forgets the changes recorded since the last commit.
+    func discardChanges()
+    /// Drops events older than `cutoff` (retention), and events up to `upTo[member]`
+    /// that every durable session of that member acknowledged. Returns how many.
+    @discardableResult
+    func pruneEvents(olderThan cutoff: Timestamp, acknowledged upTo: [String: Int64]) throws -> Int
+}

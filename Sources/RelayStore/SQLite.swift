@@ -1,0 +1,129 @@
+// A thin SQLite connection: statements prepared once and cached by their SQL text,
+// errors carrying SQLite's own message, and transactions that roll back on throw.
+
+import CSQLite
+
+/// An error from SQLite, with its result code and message.
+public struct SQLiteError: Error, CustomStringConvertible, Sendable {
+    public let code: Int32
+    public let message: String
+    public var description: String { "SQLite error \(code): \(message)" }
+    /// The disk or the database is full.
+    public var isFull: Bool { code & 0xFF == SQLITE_FULL }
+}
+
+let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+final class SQLiteDatabase {
+    private var db: OpaquePointer?
+    private var cache: [String: OpaquePointer] = [:]
+
+    init(path: String) throws {
+        let rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
+        guard rc == SQLITE_OK else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close(db)
+            db = nil
+            throw SQLiteError(code: rc, message: "\(message) (\(path))")
+        }
+        sqlite3_extended_result_codes(db, 1)
+    }
+
+    deinit {
+        for stmt in cache.values { sqlite3_finalize(stmt) }
+        sqlite3_close(db)
+    }
+
+    func error(_ rc: Int32) -> SQLiteError {
+        SQLiteError(code: rc, message: String(cString: sqlite3_errmsg(db)))
+    }
+
+    func exec(_ sql: String) throws {
+        let rc = sqlite3_exec(db, sql, nil, nil, nil)
+        guard rc == SQLITE_OK else { throw error(rc) }
+    }
+
+    /// Runs `sql` with `args`, calling `row` for every result row.
+    func run(_ sql: String, _ args: [SQLValue] = [], row: ((Row) throws -> Void)? = nil) throws {
+        let stmt = try prepared(sql)
+        defer {
+            sqlite3_reset(stmt)
+            sqlite3_clear_bindings(stmt)
+        }
+        for (i, a) in args.enumerated() {
+            let idx = Int32(i + 1)
+            let rc: Int32
+            switch a {
+            case .null: rc = sqlite3_bind_null(stmt, idx)
+            case .int(let v): rc = sqlite3_bind_int64(stmt, idx, v)
+            case .text(let s): rc = sqlite3_bind_text(stmt, idx, s, -1, sqliteTransient)
+            case .blob(let b):
+                rc = b.withUnsafeBytes { sqlite3_bind_blob(stmt, idx, $0.baseAddress, Int32($0.count), sqliteTransient) }
+            }
+            guard rc == SQLITE_OK else { throw error(rc) }
+        }
+        while true {
+            let rc = sqlite3_step(stmt)
+            if rc == SQLITE_DONE { return }
+            guard rc == SQLITE_ROW else { throw error(rc) }
+            try row?(Row(stmt: stmt))
+        }
+    }
+
+    func scalar(_ sql: String, _ args: [SQLValue] = []) throws -> Int64? {
+        var result: Int64?
+        try run(sql, args) { r in result = r.isNull(0) ? nil : r.int(0) }
+        return result
+    }
+
+    func text(_ sql: String) throws -> String? {
+        var result: String?
+        try run(sql) { r in result = r.text(0) }
+        return result
+    }
+
+    var changes: Int { Int(sqlite3_changes(db)) }
+
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    func transaction(_ body: () throws -> Void) throws {
+        try exec("BEGIN IMMEDIATE")
+        do {
+            try body()
+            try exec("COMMIT")
+        } catch {
+            try? exec("ROLLBACK")
+            throw error
+        }
+    }
+
+    private func prepared(_ sql: String) throws -> OpaquePointer {
+        if let s = cache[sql] { return s }
+        var stmt: OpaquePointer?
+        let rc = sqlite3_prepare_v3(db, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil)
+        guard rc == SQLITE_OK, let stmt else { throw error(rc) }
+        cache[sql] = stmt
+        return stmt
+    }
+}
+
+enum SQLValue {
+    case null
+    case int(Int64)
+    case text(String)
+    case blob([UInt8])
+}
+
+struct Row {
+    let stmt: OpaquePointer
+    func isNull(_ i: Int32) -> Bool { sqlite3_column_type(stmt, i) == SQLITE_NULL }
+    func int(_ i: Int32) -> Int64 { sqlite3_column_int64(stmt, i) }
+    func text(_ i: Int32) -> String {
+        guard let p = sqlite3_column_text(stmt, i) else { return "" }
+        return String(cString: p)
+    }
+    func blob(_ i: Int32) -> [UInt8] {
+        let n = Int(sqlite3_column_bytes(stmt, i))
+        guard n > 0, let p = sqlite3_column_blob(stmt, i) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: p, count: n))
+    }
+}

@@ -1,0 +1,249 @@
+// The durable store: one SQLite database in WAL mode. Changes are buffered as the
+// core makes them and written in one transaction per loop turn (group commit).
+// Schema changes are numbered migrations recorded in the database itself.
+
+import RelayProtocol
+
+/// How hard a commit insists on the disk.
+public enum SyncMode: String, Sendable, CaseIterable {
+    /// WAL with synchronous=NORMAL: survives a killed process.
+    case normal
+    /// WAL with synchronous=FULL: also survives power loss.
+    case full
+}
+
+public final class SQLiteStore: RelayStore {
+    private let db: SQLiteDatabase
+    private var changes: [Change] = []
+    private var pendingEvents: [String: [EventRecord]] = [:]
+
+    private enum Change {
+        case family(String)
+        case member(MemberRecord)
+        case question(QuestionRecord)
+        case known(KnownHandleRecord)
+        case unknown(String, NormalizedHandle)
+        case session(SessionRecord)
+        case dropSessions(String)
+        case event(EventRecord)
+    }
+
+    /// The schema, one step per version. Never edit a step that has shipped; add one.
+    static let migrations: [(name: String, sql: String)] = [
+        (
+            "initial schema",
+            """
+            CREATE TABLE families(id TEXT PRIMARY KEY) WITHOUT ROWID;
+            CREATE TABLE members(id TEXT PRIMARY KEY, family TEXT NOT NULL, role TEXT NOT NULL,
+                tokenHash BLOB NOT NULL, removed INTEGER NOT NULL, limitsEnabled INTEGER NOT NULL) WITHOUT ROWID;
+            CREATE TABLE questions(id TEXT PRIMARY KEY, child TEXT NOT NULL, family TEXT NOT NULL,
+                status TEXT NOT NULL, attempt INTEGER NOT NULL, createdAt INTEGER NOT NULL,
+                content TEXT NOT NULL, outcome TEXT) WITHOUT ROWID;
+            CREATE TABLE knownHandles(child TEXT NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL,
+                permanent INTEGER NOT NULL, until INTEGER, actions TEXT NOT NULL,
+                PRIMARY KEY(child, kind, value)) WITHOUT ROWID;
+            CREATE TABLE sessions(member TEXT NOT NULL, name TEXT NOT NULL, cursor INTEGER NOT NULL,
+                topics TEXT NOT NULL, PRIMARY KEY(member, name)) WITHOUT ROWID;
+            CREATE TABLE events(member TEXT NOT NULL, seq INTEGER NOT NULL, at INTEGER NOT NULL, topic TEXT,
+                frame BLOB NOT NULL, PRIMARY KEY(member, seq)) WITHOUT ROWID;
+            CREATE INDEX eventsByTime ON events(at);
+            CREATE TABLE heads(member TEXT PRIMARY KEY, head INTEGER NOT NULL) WITHOUT ROWID;
+            """
+        )
+    ]
+
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    public init(path: String, sync: SyncMode = .normal) throws {
+        db = try SQLiteDatabase(path: path)
+        try db.exec("PRAGMA busy_timeout = 2000")
+        let mode = try db.text("PRAGMA journal_mode = WAL")
+        guard mode?.lowercased() == "wal" else {
+            throw SQLiteError(code: 1, message: "could not switch \(path) to WAL mode (got \(mode ?? "nothing"))")
+        }
+        try db.exec("PRAGMA synchronous = \(sync == .full ? "FULL" : "NORMAL")")
+        try migrate()
+    }
+
+    /// The schema version this database is at.
+    public func schemaVersion() throws -> Int {
+        Int(try db.scalar("SELECT max(version) FROM migrations") ?? 0)
+    }
+
+    private func migrate() throws {
+        try db.exec(
+            "CREATE TABLE IF NOT EXISTS migrations(version INTEGER PRIMARY KEY, name TEXT NOT NULL, appliedAt INTEGER NOT NULL)"
+        )
+        let current = Int(try db.scalar("SELECT max(version) FROM migrations") ?? 0)
+        guard current <= Self.migrations.count else {
+            throw SQLiteError(
+                code: 1,
+                message: "the database has schema version \(current), newer than this relay knows (\(Self.migrations.count)); use a newer relay")
+        }
+        for version in (current + 1)..<(Self.migrations.count + 1) {
+            let step = Self.migrations[version - 1]
+            try db.transaction {
+                try db.exec(step.sql)
+                try db.run(
+                    "INSERT INTO migrations(version, name, appliedAt) VALUES(?, ?, strftime('%s','now'))",
+                    [.int(Int64(version)), .text(step.name)])
+            }
+        }
+    }
+
+    public func load() throws -> StoreSnapshot {
+        var s = StoreSnapshot()
+        try db.run("SELECT id FROM families ORDER BY id") { r in s.families.append(r.text(0)) }
+        try db.run("SELECT id, family, role, tokenHash, removed, limitsEnabled FROM members") { r in
+            s.members.append(
+                MemberRecord(
+                    id: r.text(0), family: r.text(1), role: Role(rawValue: r.text(2)) ?? .child, tokenHash: r.blob(3),
+                    removed: r.int(4) != 0, limitsEnabled: r.int(5) != 0))
+        }
+        try db.run("SELECT child, family, status, attempt, createdAt, content, outcome FROM questions") { r in
+            guard let content = try? JSON.parse(r.text(5)), let c = QuestionContent(stored: content),
+                let status = QuestionStatus(rawValue: r.text(2))
+            else { throw SQLiteError(code: 11, message: "a stored question cannot be read: \(r.text(5).prefix(80))") }
+            var outcome: Outcome?
+            if !r.isNull(6), let o = try? JSON.parse(r.text(6)), let choice = o["choice"].flatMap(Choice.init(json:)),
+                let g = o["guardian"]?.string, let at = o["answeredAt"]?.int
+            {
+                outcome = Outcome(choice: choice, guardian: g, answeredAt: Timestamp(milliseconds: at))
+            }
+            s.questions.append(
+                QuestionRecord(
+                    content: c, child: r.text(0), family: r.text(1), status: status, attempt: r.int(3),
+                    createdAt: Timestamp(milliseconds: r.int(4)), outcome: outcome))
+        }
+        try db.run("SELECT child, kind, value, permanent, until, actions FROM knownHandles") { r in
+            guard let kind = HandleKind(rawValue: r.text(1)) else { return }
+            let actions = (try? JSON.parse(r.text(5)))?.array?.compactMap(\.string) ?? []
+            s.knownHandles.append(
+                KnownHandleRecord(
+                    child: r.text(0), handle: NormalizedHandle(kind: kind, value: r.text(2)), permanent: r.int(3) != 0,
+                    until: r.isNull(4) ? nil : Timestamp(milliseconds: r.int(4)), actions: actions))
+        }
+        try db.run("SELECT member, name, cursor, topics FROM sessions") { r in
+            let topics = Set(r.text(3).split(separator: ",").compactMap { TopicKind(rawValue: String($0)) })
+            s.sessions.append(SessionRecord(member: r.text(0), name: r.text(1), cursor: r.int(2), topics: topics))
+        }
+        try db.run("SELECT member, head FROM heads") { r in s.heads[r.text(0)] = r.int(1) }
+        try db.run("SELECT member, max(seq) FROM events GROUP BY member") { r in
+            s.heads[r.text(0)] = max(s.heads[r.text(0)] ?? 0, r.int(1))
+        }
+        return s
+    }
+
+    public func saveFamily(_ id: String) { changes.append(.family(id)) }
+    public func saveMember(_ member: MemberRecord) { changes.append(.member(member)) }
+    public func saveQuestion(_ question: QuestionRecord) { changes.append(.question(question)) }
+    public func saveKnownHandle(_ known: KnownHandleRecord) { changes.append(.known(known)) }
+    public func deleteKnownHandle(child: String, handle: NormalizedHandle) { changes.append(.unknown(child, handle)) }
+    public func saveSession(_ session: SessionRecord) { changes.append(.session(session)) }
+    public func deleteSessions(member: String) { changes.append(.dropSessions(member)) }
+    public func appendEvent(_ event: EventRecord) {
+        changes.append(.event(event))
+        pendingEvents[event.member, default: []].append(event)
+    }
+
+    public var hasChanges: Bool { !changes.isEmpty }
+
+    public func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
+        var out: [EventRecord] = []
+        try db.run(
+            "SELECT seq, at, topic, frame FROM events WHERE member = ? AND seq > ? ORDER BY seq LIMIT ?",
+            [.text(member), .int(seq), .int(Int64(limit))]
+        ) { r in
+            out.append(
+                EventRecord(
+                    member: member, seq: r.int(0), at: Timestamp(milliseconds: r.int(1)),
+                    topic: r.isNull(2) ? nil : TopicKind(rawValue: r.text(2)), frame: r.blob(3)))
+        }
+        if out.count < limit, let pending = pendingEvents[member] {
+            let last = out.last?.seq ?? seq
+            out.append(contentsOf: pending.lazy.filter { $0.seq > last }.prefix(limit - out.count))
+        }
+        return out
+    }
+
+    public func oldestEventSeq(member: String) throws -> Int64? {
+        let stored = try db.scalar("SELECT min(seq) FROM events WHERE member = ?", [.text(member)])
+        return stored ?? pendingEvents[member]?.first?.seq
+    }
+
+    public func commit() throws {
+        guard !changes.isEmpty else { return }
+        defer { discardChanges() }
+        try db.transaction {
+            for change in changes { try write(change) }
+        }
+    }
+
+    public func discardChanges() {
+        changes.removeAll(keepingCapacity: true)
+        pendingEvents.removeAll(keepingCapacity: true)
+    }
+
+    private func write(_ change: Change) throws {
+        switch change {
+        case .family(let id):
+            try db.run("INSERT OR IGNORE INTO families(id) VALUES(?)", [.text(id)])
+        case .member(let m):
+            try db.run(
+                "INSERT OR REPLACE INTO members(id, family, role, tokenHash, removed, limitsEnabled) VALUES(?,?,?,?,?,?)",
+                [
+                    .text(m.id), .text(m.family), .text(m.role.rawValue), .blob(m.tokenHash), .int(m.removed ? 1 : 0),
+                    .int(m.limitsEnabled ? 1 : 0),
+                ])
+        case .question(let q):
+            var outcome = SQLValue.null
+            if let o = q.outcome {
+                let j: JSON = .object([
+                    "choice": o.choice.json, "guardian": .string(o.guardian), "answeredAt": .int(o.answeredAt.milliseconds),
+                ])
+                outcome = .text(j.text)
+            }
+            try db.run(
+                "INSERT OR REPLACE INTO questions(id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?)",
+                [
+                    .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
+                    .int(q.createdAt.milliseconds), .text(JSON.object(q.content.json).text), outcome,
+                ])
+        case .known(let k):
+            try db.run(
+                "INSERT OR REPLACE INTO knownHandles(child, kind, value, permanent, until, actions) VALUES(?,?,?,?,?,?)",
+                [
+                    .text(k.child), .text(k.handle.kind.rawValue), .text(k.handle.value), .int(k.permanent ? 1 : 0),
+                    k.until.map { .int($0.milliseconds) } ?? .null, .text(JSON.array(k.actions.map { .string($0) }).text),
+                ])
+        case .unknown(let child, let h):
+            try db.run(
+                "DELETE FROM knownHandles WHERE child = ? AND kind = ? AND value = ?",
+                [.text(child), .text(h.kind.rawValue), .text(h.value)])
+        case .session(let s):
+            try db.run(
+                "INSERT OR REPLACE INTO sessions(member, name, cursor, topics) VALUES(?,?,?,?)",
+                [.text(s.member), .text(s.name), .int(s.cursor), .text(s.topics.map(\.rawValue).sorted().joined(separator: ","))])
+        case .dropSessions(let member):
+            try db.run("DELETE FROM sessions WHERE member = ?", [.text(member)])
+        case .event(let e):
+            try db.run(
+                "INSERT INTO events(member, seq, at, topic, frame) VALUES(?,?,?,?,?)",
+                [.text(e.member), .int(e.seq), .int(e.at.milliseconds), e.topic.map { .text($0.rawValue) } ?? .null, .blob(e.frame)])
+        }
+    }
+
+    public func pruneEvents(olderThan cutoff: Timestamp, acknowledged upTo: [String: Int64]) throws -> Int {
+        var dropped = 0
+        try db.transaction {
+            // Heads are kept apart from the events so a stream's seq never repeats once its events are gone.
+            try db.run("INSERT OR REPLACE INTO heads(member, head) SELECT member, max(seq) FROM events GROUP BY member")
+            try db.run("DELETE FROM events WHERE at < ?", [.int(cutoff.milliseconds)])
+            dropped += db.changes
+            for (member, seq) in upTo where seq > 0 {
+                try db.run("DELETE FROM events WHERE member = ? AND seq <= ?", [.text(member), .int(seq)])
+                dropped += db.changes
+            }
+        }
+        return dropped
+    }
+}

@@ -1,0 +1,76 @@
+// Command-line parsing shared by the subcommands: flags with values, positional
+// arguments, usage errors (exit 64) and failures (exit 1).
+
+import Foundation
+
+enum CLIError: Error {
+    /// Wrong arguments: print the message and the command's usage, exit 64.
+    case usage(String)
+    /// The command could not do its work: exit 1.
+    case failure(String)
+}
+
+/// Arguments after the subcommand words: `--flag value`, `--switch`, and positionals.
+struct Arguments {
+    private(set) var positionals: [String] = []
+    private var values: [String: String] = [:]
+    private var switches: Set<String> = []
+
+    init(_ args: [String], valueFlags: Set<String>, switchFlags: Set<String>) throws {
+        var i = 0
+        while i < args.count {
+            let a = args[i]
+            if a.hasPrefix("--") {
+                let parts = a.split(separator: "=", maxSplits: 1).map(String.init)
+                let name = parts[0]
+                if switchFlags.contains(name) {
+                    switches.insert(name)
+                } else if valueFlags.contains(name) {
+                    if parts.count == 2 {
+                        values[name] = parts[1]
+                    } else {
+                        guard i + 1 < args.count else { throw CLIError.usage("\(name) needs a value") }
+                        i += 1
+                        values[name] = args[i]
+                    }
+                } else {
+                    throw CLIError.usage("unknown option \(name)")
+                }
+            } else {
+                positionals.append(a)
+            }
+            i += 1
+        }
+    }
+
+    func has(_ flag: String) -> Bool { switches.contains(flag) }
+    func value(_ flag: String) -> String? { values[flag] }
+
+    func int(_ flag: String, default d: Int, min lo: Int = 0) throws -> Int {
+        guard let v = values[flag] else { return d }
+        guard let n = Int(v), n >= lo else { throw CLIError.usage("\(flag) must be a whole number of at least \(lo), not \"\(v)\"") }
+        return n
+    }
+
+    func double(_ flag: String, default d: Double, min lo: Double = 0) throws -> Double {
+        guard let v = values[flag] else { return d }
+        guard let n = Double(v), n >= lo, n.isFinite else { throw CLIError.usage("\(flag) must be a number of at least \(lo), not \"\(v)\"") }
+        return n
+    }
+
+    func expectPositionals(_ names: [String]) throws -> [String] {
+        guard positionals.count == names.count else {
+            let what = names.isEmpty ? "no arguments" : names.joined(separator: " ")
+            throw CLIError.usage("expected \(what), got \(positionals.isEmpty ? "nothing" : positionals.joined(separator: " "))")
+        }
+        return positionals
+    }
+}
+
+func printOut(_ s: String) {
+    FileHandle.standardOutput.write(Data((s + "\n").utf8))
+}
+
+func printErr(_ s: String) {
+    FileHandle.standardError.write(Data((s + "\n").utf8))
+}

@@ -1,0 +1,123 @@
+// `permission-relay serve`: opens the store, takes the data directory's lock, binds
+// the socket and runs the event loop until SIGTERM or SIGINT.
+
+import Foundation
+import Glibc
+import RelayCore
+import RelayProtocol
+import RelayServer
+import RelayStore
+
+enum Serve {
+    static let usage = """
+        OVERVIEW: Run the permission relay daemon.
+
+        USAGE: permission-relay serve [options]
+
+        OPTIONS:
+          --socket PATH                    Unix socket to listen on
+                                           (default: $XDG_RUNTIME_DIR/permission-relay/relay.sock,
+                                           else /tmp/permission-relay-UID/relay.sock)
+          --data DIR                       Data directory holding relay.db
+                                           (default: $XDG_STATE_HOME/permission-relay,
+                                           else ~/.local/state/permission-relay)
+          --sync normal|full               normal survives a killed process; full also survives
+                                           power loss (default: normal)
+          --max-frame-bytes N              Largest frame accepted (default: 1048576)
+          --heartbeat-seconds N            Ping silent connections after N seconds, close them
+                                           after 3N (default: 15)
+          --handshake-timeout-seconds N    Close connections without hello after N seconds (default: 5)
+          --max-pending-per-child N        Pending questions per child, 0 = no limit (default: 256)
+          --ask-rate-limit N               Sustained asks per second per child, 0 = off (default: 20)
+          --max-connections N              Open connections at most (default: 4096)
+          --max-output-bytes N             Unsent bytes per connection before it is dropped as a
+                                           slow consumer (default: 16777216)
+          --retention-seconds N            Keep events this long (default: 604800, 7 days)
+          --log-level LEVEL                debug, info, warning or error (default: info)
+          -h, --help                       Show this help.
+
+        EXAMPLES:
+          permission-relay serve
+          permission-relay serve --socket /tmp/relay.sock --data /tmp/relay-data --sync full
+        """
+
+    static let valueFlags: Set<String> = [
+        "--socket", "--data", "--sync", "--max-frame-bytes", "--heartbeat-seconds", "--handshake-timeout-seconds",
+        "--max-pending-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
+        "--retention-seconds", "--log-level",
+    ]
+
+    static func run(_ args: [String]) throws {
+        let a = try Arguments(args, valueFlags: valueFlags, switchFlags: [])
+        _ = try a.expectPositionals([])
+        let socket = a.value("--socket") ?? Paths.defaultSocket
+        let data = a.value("--data") ?? Paths.defaultData
+        guard let sync = SyncMode(rawValue: a.value("--sync") ?? "normal") else {
+            throw CLIError.usage("--sync must be normal or full")
+        }
+        let levelName = a.value("--log-level") ?? "info"
+        guard let level = LogLevel.allCases.first(where: { $0.name == levelName }) else {
+            throw CLIError.usage("--log-level must be debug, info, warning or error")
+        }
+        var core = CoreConfig()
+        core.maxFrameBytes = try a.int("--max-frame-bytes", default: core.maxFrameBytes, min: 64)
+        core.heartbeatSeconds = try a.int("--heartbeat-seconds", default: core.heartbeatSeconds, min: 1)
+        core.maxPendingPerChild = try a.int("--max-pending-per-child", default: core.maxPendingPerChild)
+        core.askRateLimit = try a.double("--ask-rate-limit", default: core.askRateLimit)
+        core.retentionSeconds = Int64(try a.int("--retention-seconds", default: Int(core.retentionSeconds), min: 1))
+        core.relayUID = getuid()
+        var server = ServerConfig(socketPath: socket)
+        server.handshakeTimeoutSeconds = try a.double("--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds)
+        server.maxConnections = try a.int("--max-connections", default: server.maxConnections, min: 1)
+        server.maxOutputBytes = try a.int("--max-output-bytes", default: server.maxOutputBytes, min: 65536)
+
+        let log = Log.stderr(level: level)
+        try Paths.makePrivateDirectory(data)
+        try Paths.makePrivateDirectory((socket as NSString).deletingLastPathComponent)
+        let lock = try lockDataDirectory(data)
+        defer { Glibc.close(lock) }
+
+        let limit = cs_raise_fd_limit_safe()
+        if server.maxConnections + 64 > limit {
+            log(.warning, "the open-file limit is \(limit); --max-connections \(server.maxConnections) may not be reachable")
+        }
+
+        let store: SQLiteStore
+        do {
+            store = try SQLiteStore(path: data + "/relay.db", sync: sync)
+        } catch {
+            throw CLIError.failure("cannot open the store in \(data): \(error)")
+        }
+        let relay: RelayServer
+        do {
+            relay = try RelayServer(config: server, coreConfig: core, store: store, log: log) {
+                try RelayCore(config: core, store: store, now: .now())
+            }
+        } catch {
+            throw CLIError.failure("cannot load the store in \(data): \(error)")
+        }
+        do {
+            try relay.run {
+                printOut("permission-relay: listening on \(socket) (data \(data), sync \(sync.rawValue))")
+            }
+        } catch {
+            throw CLIError.failure("\(error)")
+        }
+    }
+
+    /// Takes an exclusive lock on DATA/relay.lock so two relays never share a store.
+    static func lockDataDirectory(_ dir: String) throws -> Int32 {
+        let path = dir + "/relay.lock"
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw CLIError.failure("cannot open \(path): \(String(cString: strerror(errno)))") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            Glibc.close(fd)
+            throw CLIError.failure("another relay is already using the data directory \(dir); stop it first")
+        }
+        return fd
+    }
+}
+
+import CSystem
+
+func cs_raise_fd_limit_safe() -> Int { Int(cs_raise_fd_limit()) }
