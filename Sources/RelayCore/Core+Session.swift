@@ -20,10 +20,12 @@ extension RelayCore {
                 return refuse(.unauthorized, "admin sessions are only for the relay's own user and root")
             }
             connections[conn]?.session = Session(role: .admin)
-            send(conn, [
-                "type": "welcome", "re": id.map(JSON.string) ?? .null, "role": "admin",
-                "heartbeatSeconds": .int(Int64(config.heartbeatSeconds)), "maxFrameBytes": .int(Int64(config.maxFrameBytes)),
-            ])
+            var welcome: JSONObject = ["type": "welcome"]
+            welcome["re"] = id.map(JSON.string)
+            welcome["role"] = "admin"
+            welcome["heartbeatSeconds"] = .int(Int64(config.heartbeatSeconds))
+            welcome["maxFrameBytes"] = .int(Int64(config.maxFrameBytes))
+            send(conn, welcome)
             return
         }
 
@@ -47,11 +49,14 @@ extension RelayCore {
 
         let head = heads[memberID] ?? 0
         var session = Session(role: m.role, member: memberID, family: m.family)
-        var welcome: JSONObject = [
-            "type": "welcome", "re": id.map(JSON.string) ?? .null, "member": .string(memberID),
-            "role": .string(m.role.rawValue), "family": .string(m.family), "session": .null, "head": .int(head),
-            "heartbeatSeconds": .int(Int64(config.heartbeatSeconds)), "maxFrameBytes": .int(Int64(config.maxFrameBytes)),
-        ]
+        var welcome: JSONObject = ["type": "welcome"]
+        welcome["re"] = id.map(JSON.string)
+        welcome["member"] = .string(memberID)
+        welcome["role"] = .string(m.role.rawValue)
+        welcome["family"] = .string(m.family)
+        welcome["head"] = .int(head)
+        welcome["heartbeatSeconds"] = .int(Int64(config.heartbeatSeconds))
+        welcome["maxFrameBytes"] = .int(Int64(config.maxFrameBytes))
         if let name = sessionName {
             // A second connection of the same durable session replaces the first.
             for other in live[memberID] ?? [] where connections[other]?.session?.name == name {
@@ -83,10 +88,9 @@ extension RelayCore {
             welcome["session"] = .string(name)
             welcome["cursor"] = .int(start)
             if gap { welcome["gap"] = true }
-        } else {
-            welcome["session"] = nil
         }
         connections[conn]?.session = session
+        if session.replayAfter != nil { replaying.insert(conn) }
         live[memberID, default: []].append(conn)
         send(conn, welcome)
         continueReplay(conn)
@@ -148,6 +152,7 @@ extension RelayCore {
         }
         let last = batch.last?.seq ?? head
         s.replayAfter = (batch.count < config.replayBatch || last >= head) ? nil : last
+        if s.replayAfter == nil { replaying.remove(conn) }
         connections[conn]?.session = s
     }
 

@@ -63,6 +63,8 @@ public final class RelayCore {
     var dirtySessions: Set<SessionKey> = []
     var connections: [ConnectionID: Connection] = [:]
     var live: [String: [ConnectionID]] = [:]
+    /// Connections whose session is replaying stored events.
+    public internal(set) var replaying: Set<ConnectionID> = []
     // Timers.
     var questionDeadlines = Heap<(at: Timestamp, id: String)>(by: { $0.at < $1.at })
     var knownDeadlines = Heap<(at: Timestamp, child: String, handle: NormalizedHandle)>(by: { $0.at < $1.at })
@@ -150,6 +152,7 @@ public final class RelayCore {
 
     private func forget(_ conn: ConnectionID) {
         guard let c = connections.removeValue(forKey: conn) else { return }
+        replaying.remove(conn)
         if let s = c.session, let m = s.member {
             live[m]?.removeAll { $0 == conn }
             if live[m]?.isEmpty == true { live[m] = nil }
@@ -158,7 +161,7 @@ public final class RelayCore {
 
     /// Whether the connection's session is still replaying; the reactor holds back its
     /// further frames until `continueReplay` has caught it up.
-    public func isReplaying(_ conn: ConnectionID) -> Bool { connections[conn]?.session?.replayAfter != nil }
+    public func isReplaying(_ conn: ConnectionID) -> Bool { replaying.contains(conn) }
 
     /// Whether `conn` has completed `hello`.
     public func isEstablished(_ conn: ConnectionID) -> Bool { connections[conn]?.session != nil }

@@ -24,8 +24,19 @@ public struct ServerConfig: Sendable {
     public var maxOutputBytes = 16 << 20
     /// How often retained events are pruned.
     public var pruneIntervalSeconds = 60.0
+    /// Stop on SIGTERM, SIGINT and SIGHUP (the daemon); tests stop through `stopHandle`.
+    public var handleSignals = true
 
     public init(socketPath: String) { self.socketPath = socketPath }
+}
+
+/// Stops a running server from another thread.
+public struct StopHandle: Sendable {
+    let fd: Int32
+    public func stop() {
+        var b: UInt8 = 15
+        _ = Glibc.write(fd, &b, 1)
+    }
 }
 
 /// Why the server could not start.
@@ -44,11 +55,12 @@ public final class RelayServer {
 
     private var epfd: Int32 = -1
     private var listenFD: Int32 = -1
-    private var signalPipe: [Int32] = [-1, -1]
+    private let signalPipe: [Int32]
     private var conns: [ConnectionID: Conn] = [:]
     private var nextID: ConnectionID = 1
     private var stopping = false
     private var lastPrune = Timestamp(milliseconds: 0)
+    private var lastTimerScan = Timestamp(milliseconds: 0)
     private var scratch = [UInt8](repeating: 0, count: 65536)
 
     private static let listenToken: UInt64 = 0
@@ -79,7 +91,17 @@ public final class RelayServer {
         self.log = log
         self.core = makeCore
         self.relay = try makeCore()
+        var fds: [Int32] = [-1, -1]
+        guard cs_pipe(&fds) == 0 else { throw ServerError("cannot create a pipe: \(String(cString: strerror(errno)))") }
+        signalPipe = fds
     }
+
+    deinit {
+        for fd in signalPipe where fd >= 0 { Glibc.close(fd) }
+    }
+
+    /// Ends `run` from any thread, like SIGTERM.
+    public var stopHandle: StopHandle { StopHandle(fd: signalPipe[1]) }
 
     // MARK: - Start and stop
 
@@ -114,8 +136,8 @@ public final class RelayServer {
         if listenFD == -2 { throw ServerError("socket path is too long (at most 107 bytes): \(path)") }
         guard listenFD >= 0 else { throw ServerError("cannot listen on \(path): \(String(cString: strerror(errno)))") }
         epfd = cs_epoll_create()
-        guard epfd >= 0, cs_pipe(&signalPipe) == 0 else { throw ServerError("cannot create the event loop") }
-        cs_route_signals(signalPipe[1])
+        guard epfd >= 0 else { throw ServerError("cannot create the event loop") }
+        if config.handleSignals { cs_route_signals(signalPipe[1]) }
         cs_epoll_ctl(epfd, 0, listenFD, cs_epollin, Self.listenToken)
         cs_epoll_ctl(epfd, 0, signalPipe[0], cs_epollin, Self.signalToken)
     }
@@ -126,7 +148,6 @@ public final class RelayServer {
             Glibc.close(listenFD)
             unlink(config.socketPath)
         }
-        for fd in signalPipe where fd >= 0 { Glibc.close(fd) }
         if epfd >= 0 { Glibc.close(epfd) }
         listenFD = -1
         epfd = -1
@@ -150,7 +171,7 @@ public final class RelayServer {
         let now = Timestamp.now()
         var timeout = 1000
         if let d = relay.nextDeadline { timeout = max(0, min(timeout, Int(d.milliseconds - now.milliseconds) + 1)) }
-        if conns.contains(where: { relay.isReplaying($0.key) && $0.value.pendingBytes < 65536 }) { timeout = 0 }
+        if relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < 65536 }) { timeout = 0 }
 
         var ready = [cs_ready](repeating: cs_ready(), count: 256)
         let n = cs_epoll_wait(epfd, &ready, 256, Int32(timeout))
@@ -171,7 +192,7 @@ public final class RelayServer {
 
         relay.tick(now: t)
         checkTimers(now: t)
-        for id in conns.keys where relay.isReplaying(id) && conns[id]!.pendingBytes < 65536 {
+        for id in relay.replaying where (conns[id]?.pendingBytes ?? 0) < 65536 {
             relay.continueReplay(id)
             process(id, now: t)
         }
@@ -274,6 +295,9 @@ public final class RelayServer {
     }
 
     private func checkTimers(now: Timestamp) {
+        // Connection timers need no finer grain than a quarter second; skip the scan in between.
+        guard now.milliseconds - lastTimerScan.milliseconds >= 250 else { return }
+        lastTimerScan = now
         let hb = Int64(coreConfig.heartbeatSeconds) * 1000
         let handshake = Int64(config.handshakeTimeoutSeconds * 1000)
         for (id, c) in conns where c.closing == nil {

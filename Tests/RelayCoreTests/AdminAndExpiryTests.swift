@@ -1,0 +1,94 @@
+import RelayCore
+import RelayProtocol
+import XCTest
+
+final class AdminAndExpiryTests: XCTestCase {
+    func testAdminConflictsAndNotFound() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let a = h.admin()
+        _ = h.error(a, ["type": "createFamily", "family": "fam"], .conflict)
+        _ = h.error(a, ["type": "createFamily", "family": "bad id!"], .badRequest)
+        _ = h.error(a, ["type": "addMember", "family": "fam", "member": "c1", "role": "child"], .conflict)
+        _ = h.error(a, ["type": "addMember", "family": "nope", "member": "x", "role": "child"], .notFound)
+        _ = h.error(a, ["type": "addMember", "family": "fam", "member": "x", "role": "admin"], .badRequest)
+        _ = h.error(a, ["type": "removeMember", "member": "ghost"], .notFound)
+        _ = h.error(a, ["type": "rotateToken", "member": "ghost"], .notFound)
+        _ = h.error(a, ["type": "setLimits", "child": "g1", "enabled": true], .notFound)
+        let st = h.ok(a, ["type": "status"])
+        XCTAssertEqual(st["families"]?.int, 2)
+        XCTAssertEqual(st["members"]?.int, 6)
+        for key in ["connections", "sessions", "pendingQuestions", "framesIn", "framesOut", "uptimeSeconds"] {
+            XCTAssertNotNil(st[key]?.int, key)
+        }
+    }
+
+    func testRotateTokenClosesConnectionsAndKeepsSessions() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1", session: "app")
+        let a = h.admin()
+        let old = h.tokens["c1"]!
+        let r = h.ok(a, ["type": "rotateToken", "member": "c1"])
+        XCTAssertEqual(h.closed[c], .tokenRotated)
+        let probe = h.connect()
+        h.send(probe, ["type": "hello", "id": "h", "protocol": 1, "member": "c1", "token": .string(old)])
+        XCTAssertEqual(h.drain(probe).first?["code"]?.string, "unauthorized")
+        h.tokens["c1"] = r["token"]?.string
+        let (_, w) = h.login("c1", session: "app")
+        XCTAssertEqual(w["session"]?.string, "app")
+    }
+
+    func testRemoveChildCancelsItsQuestions() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        _ = h.drain(g)
+        let a = h.admin()
+        h.ok(a, ["type": "removeMember", "member": "c1"])
+        XCTAssertEqual(h.closed[c], .memberRemoved)
+        XCTAssertEqual(h.events(g, "questionClosed").first?["reason"]?.string, "cancelled")
+        _ = h.error(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"], .cancelled)
+        XCTAssertEqual(h.ok(g, ["type": "history"])["questions"]?.array?.first?["status"]?.string, "cancelled")
+        _ = h.error(a, ["type": "addMember", "family": "fam", "member": "c1", "role": "child"], .conflict)
+        XCTAssertEqual(h.ok(a, ["type": "status"])["members"]?.int, 5)
+    }
+
+    func testExpiryClosesTheQuestionWithinASecond() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let (g, _) = h.login("g1")
+        let q = h.question(expiresIn: 30)
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        _ = h.drain(g)
+        XCTAssertEqual(h.core.nextDeadline, Timestamp(rfc3339: q["expirationDate"]!.string!))
+        h.advance(seconds: 29)
+        XCTAssertTrue(h.events(c, "questionClosed").isEmpty)
+        h.advance(seconds: 1)
+        let closed = h.events(c, "questionClosed")
+        XCTAssertEqual(closed.first?["reason"]?.string, "expired")
+        XCTAssertEqual(closed.first?["defaultChoice"]?["id"]?.string, "decline")
+        XCTAssertEqual(h.events(g, "questionClosed").first?["reason"]?.string, "expired")
+        _ = h.error(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"], .expired)
+        _ = h.error(c, ["type": "cancel", "questionId": q["id"]!], .expired)
+        // Retry after expiry re-opens the question.
+        let retry = h.question(id: q["id"]!.string!, expiresIn: 60)
+        XCTAssertEqual(h.ok(c, ["type": "ask", "question": .object(retry)])["attempt"]?.int, 2)
+        XCTAssertEqual(h.events(g, "question").first?["question"]?["status"]?.string, "pending")
+    }
+
+    func testAnswerRacingExpiryGetsExpired() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        let q = h.question(expiresIn: 5)
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        h.now = Timestamp(milliseconds: h.now.milliseconds + 5000)  // no tick has run yet
+        _ = h.error(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"], .expired)
+    }
+}

@@ -1,0 +1,150 @@
+import RelayCore
+import RelayProtocol
+import XCTest
+
+final class AnswerTests: XCTestCase {
+    func testApproveDeliversResponseAndClosesForEveryGuardian() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let (g1, _) = h.login("g1")
+        let (g2, _) = h.login("g2")
+        let q = h.question(handles: ["+1 (555) 0100", "+1 555 0101"])
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        _ = h.drain(g1)
+        _ = h.drain(g2)
+        XCTAssertEqual(h.ok(g1, ["type": "answer", "questionId": q["id"]!, "choice": "approve"])["status"]?.string, "answered")
+        let toChild = h.drain(c)
+        XCTAssertEqual(toChild.map { $0["type"]?.string }, ["response", "knownHandlesChanged"])
+        let resp = toChild.filter { $0["type"]?.string == "response" }
+        XCTAssertEqual(resp.count, 1)
+        XCTAssertEqual(resp[0]["choice"], .object(["id": "approve", "title": "Approve", "answer": "approval"]))
+        XCTAssertEqual(resp[0]["guardian"]?.string, "g1")
+        XCTAssertEqual(resp[0]["answeredAt"]?.string, h.now.rfc3339)
+        XCTAssertEqual(resp[0]["question"]?["status"]?.string, "answered")
+        for g in [g1, g2] {
+            let closed = h.drain(g)
+            XCTAssertEqual(closed.count, 1)
+            XCTAssertEqual(closed[0]["reason"]?.string, "answered")
+            XCTAssertEqual(closed[0]["by"]?.string, "g1")
+        }
+        XCTAssertEqual(toChild[1]["added"]?.array?.count, 2, "an approval makes every handle known")
+        let known = h.ok(c, ["type": "knownHandles", "handles": [.object(["value": "+15550100", "kind": "phoneNumber"])]])
+        XCTAssertEqual(known["known"], [.object(["value": "+15550100", "kind": "phoneNumber"])])
+    }
+
+    func testFirstAnswerWins() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g1, _) = h.login("g1")
+        let (g2, _) = h.login("g2")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        h.ok(g2, ["type": "answer", "questionId": q["id"]!, "choice": "decline"])
+        let lost = h.error(g1, ["type": "answer", "questionId": q["id"]!, "choice": "approve"], .alreadyAnswered)
+        XCTAssertEqual(lost["answeredBy"]?.string, "g2")
+        XCTAssertEqual(lost["choice"]?["id"]?.string, "decline")
+        h.ok(g2, ["type": "answer", "questionId": q["id"]!, "choice": "decline"])  // idempotent for the winner
+        _ = h.error(g2, ["type": "answer", "questionId": q["id"]!, "choice": "approve"], .alreadyAnswered)
+        XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty, "a denial changes no known handle")
+    }
+
+    func testAnswerErrorsInContractOrder() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        let (og, _) = h.login("og1")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        _ = h.error(g, ["type": "answer", "questionId": .string(UUID().uuidString), "choice": "approve"], .notFound)
+        _ = h.error(og, ["type": "answer", "questionId": q["id"]!, "choice": "approve"], .notFound)
+        _ = h.error(g, ["type": "answer", "questionId": q["id"]!, "choice": "maybe"], .invalidChoice)
+        _ = h.error(g, ["type": "answer", "questionId": q["id"]!], .badRequest)
+        _ = h.error(og, ["type": "pending", "child": "c1"], .notFound)
+        _ = h.error(og, ["type": "setLimits", "child": "c1", "enabled": false], .notFound)
+        _ = h.error(og, ["type": "history", "child": "c1"], .notFound)
+    }
+
+    func testCustomChoicesAndTimedApproval() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let (g, _) = h.login("g1")
+        let choices: JSON = [
+            .object(["id": "hour", "title": "For an hour", "answer": "approval", "durationSeconds": 3600]),
+            .object(["id": "no", "title": "No", "answer": "denial"]),
+        ]
+        let q = h.question(handles: ["kim@example.org"].map { $0 }, choices: choices)
+        var emailQ = q
+        emailQ["topic"] = .object(["kind": "communication", "personInformation": [CoreHarness.person(" Kim@Example.org ", kind: "emailAddress")]])
+        h.ok(c, ["type": "ask", "question": .object(emailQ)])
+        XCTAssertEqual(h.events(g, "question").first?["question"]?["defaultChoice"]?.string, "no")
+        h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "hour"])
+        XCTAssertEqual(h.events(c, "response").first?["choice"]?["durationSeconds"]?.int, 3600)
+        let handle: JSON = .object(["value": "kim@example.org", "kind": "emailAddress"])
+        XCTAssertEqual(h.ok(c, ["type": "knownHandles", "handles": [handle]])["known"]?.array?.count, 1)
+        h.advance(seconds: 3601)
+        XCTAssertEqual(h.events(c, "knownHandlesChanged").first?["removed"], [handle])
+        XCTAssertEqual(h.ok(c, ["type": "knownHandles", "handles": [handle]])["known"]?.array?.count, 0)
+    }
+
+    func testTimedApprovalOfAPermanentlyKnownHandleChangesNothing() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": [.object(["value": "+1 555 0100", "kind": "phoneNumber"])]])
+        _ = h.drain(c)
+        let q = h.question(choices: [
+            .object(["id": "min", "title": "A minute", "answer": "approval", "durationSeconds": 60]),
+            .object(["id": "no", "title": "No", "answer": "denial"]),
+        ])
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "min"])
+        h.advance(seconds: 120)
+        XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty)
+    }
+
+    func testPendingAndHistory() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c1, _) = h.login("c1")
+        let (c2, _) = h.login("c2")
+        let (g, _) = h.login("g1")
+        let a = h.question(), b = h.question()
+        h.ok(c1, ["type": "ask", "question": .object(a)])
+        h.advance(seconds: 1)
+        h.ok(c2, ["type": "ask", "question": .object(b)])
+        XCTAssertEqual(h.ok(g, ["type": "pending"])["questions"]?.array?.count, 2)
+        XCTAssertEqual(h.ok(g, ["type": "pending", "child": "c2"])["questions"]?.array?.first?["id"], b["id"])
+        h.ok(g, ["type": "answer", "questionId": a["id"]!, "choice": "approve"])
+        let history = h.ok(g, ["type": "history"])["questions"]!.array!
+        XCTAssertEqual(history.map { $0["id"] }, [b["id"], a["id"]], "newest first")
+        XCTAssertEqual(history[1]["outcome"]?["guardian"]?.string, "g1")
+        XCTAssertEqual(history[1]["outcome"]?["choice"]?["title"]?.string, "Approve")
+        XCTAssertEqual(h.ok(g, ["type": "history", "limit": 1])["questions"]?.array?.count, 1)
+        _ = h.error(g, ["type": "history", "limit": 0], .badRequest)
+    }
+
+    func testKnownHandleChangesByGuardians() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        let phone: JSON = .object(["value": "+1 555 0100", "kind": "phoneNumber"])
+        XCTAssertEqual(h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": [phone]])["known"]?.int, 1)
+        XCTAssertEqual(h.events(c, "knownHandlesChanged").count, 1)
+        h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": [phone]])
+        XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty, "only when the set really changes")
+        let other: JSON = .object(["value": "x", "kind": "custom"])
+        XCTAssertEqual(h.ok(g, ["type": "removeKnownHandles", "child": "c1", "handles": [other]])["known"]?.int, 1)
+        XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty)
+        XCTAssertEqual(h.ok(g, ["type": "removeKnownHandles", "child": "c1", "handles": [phone]])["known"]?.int, 0)
+        XCTAssertEqual(h.events(c, "knownHandlesChanged").first?["removed"]?.array?.count, 1)
+        _ = h.error(g, ["type": "addKnownHandles", "child": "c1", "handles": [.object(["value": "", "kind": "custom"])]], .badRequest)
+        _ = h.error(g, ["type": "addKnownHandles", "child": "oc1", "handles": [phone]], .notFound)
+        _ = h.error(c, ["type": "knownHandles", "handles": "x"], .badRequest)
+    }
+}

@@ -1,0 +1,191 @@
+import RelayCore
+import RelayProtocol
+import XCTest
+
+final class AskTests: XCTestCase {
+    func testAskForwardsToEveryGuardianOfTheFamilyOnly() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g1, _) = h.login("g1")
+        let (g2, _) = h.login("g2")
+        let (og, _) = h.login("og1")
+        let q = h.question(id: UUID().uuidString.lowercased())
+        let r = h.ok(c, ["type": "ask", "question": .object(q)])
+        XCTAssertEqual(r["questionId"]?.string, q["id"]!.string!.uppercased())
+        XCTAssertEqual(r["status"]?.string, "pending")
+        XCTAssertEqual(r["attempt"]?.int, 1)
+        for g in [g1, g2] {
+            let ev = h.events(g, "question")
+            XCTAssertEqual(ev.count, 1)
+            XCTAssertEqual(ev[0]["seq"]?.int, 1)
+            XCTAssertEqual(ev[0]["question"]?["child"]?.string, "c1")
+            XCTAssertEqual(ev[0]["question"]?["createdAt"]?.string, h.now.rfc3339)
+            XCTAssertEqual(ev[0]["question"]?["defaultChoice"]?.string, "decline", "the most restrictive by default")
+        }
+        XCTAssertTrue(h.drain(og).isEmpty, "nothing reaches another family")
+    }
+
+    func testAskIsIdempotentByID() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        var changed = q
+        changed["topic"] = .object(["kind": "significantAppUpdate", "description": "other"])
+        let again = h.ok(c, ["type": "ask", "question": .object(changed)])
+        XCTAssertEqual(again["attempt"]?.int, 1)
+        XCTAssertEqual(h.events(g, "question").count, 1, "a resend forwards nothing new")
+        h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"])
+        h.advance(seconds: 7200)  // past the expirationDate: a resend still never fails
+        let answered = h.ok(c, ["type": "ask", "question": .object(q)])
+        XCTAssertEqual(answered["status"]?.string, "answered")
+        XCTAssertEqual(answered["response"]?["guardian"]?.string, "g1")
+        XCTAssertEqual(answered["response"]?["choice"]?["id"]?.string, "approve")
+    }
+
+    func testValidation() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        _ = h.error(c, ["type": "ask"], .badRequest)
+        _ = h.error(c, ["type": "ask", "question": "x"], .badRequest)
+        var invalid: [JSONObject] = []
+        var q = h.question(); q["id"] = "not-a-uuid"; invalid.append(q)
+        q = h.question(handles: []); invalid.append(q)
+        q = h.question(handles: (0..<65).map { "+1 555 \($0)" }); invalid.append(q)
+        q = h.question(handles: ["()"]); invalid.append(q)
+        q = h.question(); q["topic"] = .object(["kind": "communication", "personInformation": [CoreHarness.person("kim", kind: "emailAddress")]]); invalid.append(q)
+        q = h.question(); q["topic"] = .object(["kind": "communication", "personInformation": [CoreHarness.person("", kind: "custom")]]); invalid.append(q)
+        q = h.question(); q["topic"] = .object(["kind": "communication", "personInformation": [CoreHarness.person("+1 2")], "actions": ["dance"]]); invalid.append(q)
+        q = h.question(); q["topic"] = .object(["kind": "significantAppUpdate", "description": ""]); invalid.append(q)
+        q = h.question(); q["topic"] = .object(["kind": "weather"]); invalid.append(q)
+        q = h.question(choices: []); invalid.append(q)
+        q = h.question(choices: [.object(["id": "yes", "title": "Yes", "answer": "approval"])]); invalid.append(q)
+        q = h.question(choices: [
+            .object(["id": "a", "title": "A", "answer": "approval"]), .object(["id": "a", "title": "B", "answer": "denial"]),
+        ]); invalid.append(q)
+        q = h.question(defaultChoice: "maybe"); invalid.append(q)
+        q = h.question(expiresIn: -1); invalid.append(q)
+        q = h.question(); q["expirationDate"] = "tomorrow"; invalid.append(q)
+        q = h.question()
+        q["topic"] = .object(["kind": "communication", "personInformation": [.object(["handle": .object(["value": "+1 2", "kind": "phoneNumber"]), "avatarImage": "%%%"])]])
+        invalid.append(q)
+        for bad in invalid {
+            let r = h.error(c, ["type": "ask", "question": .object(bad)], .invalidQuestion)
+            XCTAssertNotNil(r["message"])
+        }
+        XCTAssertTrue(h.events(g, "question").isEmpty, "rejected questions leave nothing behind")
+        XCTAssertEqual(h.ok(g, ["type": "pending"])["questions"]?.array?.count, 0)
+        // Boundaries that are accepted.
+        h.ok(c, ["type": "ask", "question": .object(h.question(handles: (0..<64).map { "+1 555 \($0)" }))])
+        var offset = h.question()
+        offset["expirationDate"] = "2026-12-01T12:00:00+01:00"
+        h.ok(c, ["type": "ask", "question": .object(offset)])
+        XCTAssertEqual(h.events(g, "question").last?["question"]?["expirationDate"]?.string, "2026-12-01T11:00:00Z")
+    }
+
+    func testQuestionIDOfAnotherChildIsInvalid() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c1, _) = h.login("c1")
+        let (c2, _) = h.login("c2")
+        let q = h.question()
+        h.ok(c1, ["type": "ask", "question": .object(q)])
+        _ = h.error(c2, ["type": "ask", "question": .object(q)], .invalidQuestion)
+    }
+
+    func testLimitsOffAndNoGuardian() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let a = h.admin()
+        h.ok(a, ["type": "createFamily", "family": "lonely"])
+        let r = h.ok(a, ["type": "addMember", "family": "lonely", "member": "solo", "role": "child"])
+        h.tokens["solo"] = r["token"]?.string
+        let (solo, _) = h.login("solo")
+        _ = h.error(solo, ["type": "ask", "question": .object(h.question())], .contactSyncNotSetup)
+        _ = h.error(solo, ["type": "ask", "question": .object(h.updateQuestion())], .contactSyncNotSetup)
+
+        let (c, _) = h.login("c1")
+        h.ok(a, ["type": "setLimits", "child": "c1", "enabled": false])
+        XCTAssertEqual(h.events(c, "limitsChanged").first?["enabled"]?.bool, false)
+        _ = h.error(c, ["type": "ask", "question": .object(h.question())], .communicationLimitsNotEnabled)
+        h.ok(c, ["type": "ask", "question": .object(h.updateQuestion())])
+        XCTAssertEqual(h.ok(c, ["type": "limits"])["enabled"]?.bool, false)
+    }
+
+    func testTooManyPendingAndRateLimit() throws {
+        let h = try CoreHarness { $0.maxPendingPerChild = 2; $0.askRateLimit = 1 }
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        h.ok(c, ["type": "ask", "question": .object(h.question())])
+        h.ok(c, ["type": "ask", "question": .object(h.question())])
+        _ = h.error(c, ["type": "ask", "question": .object(h.question())], .tooManyPending)
+        let (c2, _) = h.login("c2")
+        h.ok(c2, ["type": "ask", "question": .object(h.question())])
+        h.ok(c2, ["type": "ask", "question": .object(h.question())])
+        let (g, _) = h.login("g1")
+        for q in h.ok(g, ["type": "pending", "child": "c2"])["questions"]!.array! {
+            h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "decline"])
+        }
+        _ = h.error(c2, ["type": "ask", "question": .object(h.question())], .rateLimited)
+        h.advance(seconds: 1)
+        h.ok(c2, ["type": "ask", "question": .object(h.question())])
+    }
+
+    func testAllKnown() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": [.object(["value": "+1 (555) 0100", "kind": "phoneNumber"])]])
+        XCTAssertEqual(h.ok(c, ["type": "ask", "question": .object(h.question(handles: ["+15550100"]))])["allKnown"]?.bool, true)
+        XCTAssertNil(h.ok(c, ["type": "ask", "question": .object(h.question(handles: ["+15550100", "+1 555 0199"]))])["allKnown"])
+    }
+
+    func testCancelAndReask() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let (other, _) = h.login("c1", session: "tablet", subscribe: ["communication"])
+        let (g, _) = h.login("g1")
+        let q = h.question()
+        let id = q["id"]!
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        XCTAssertEqual(h.ok(c, ["type": "cancel", "questionId": id])["status"]?.string, "cancelled")
+        XCTAssertEqual(h.events(other, "questionClosed").first?["reason"]?.string, "cancelled")
+        XCTAssertEqual(h.events(c, "questionClosed").count, 1, "the asking session hears of it too")
+        let closed = h.events(g, "questionClosed")
+        XCTAssertEqual(closed.first?["child"]?.string, "c1")
+        h.ok(c, ["type": "cancel", "questionId": id])
+        XCTAssertTrue(h.events(g, "questionClosed").isEmpty, "a repeated cancel appends nothing")
+        _ = h.error(g, ["type": "answer", "questionId": id, "choice": "approve"], .cancelled)
+
+        let again = h.ok(c, ["type": "ask", "question": .object(q)])
+        XCTAssertEqual(again["attempt"]?.int, 2)
+        XCTAssertEqual(h.events(g, "question").first?["question"]?["attempt"]?.int, 2)
+        h.ok(g, ["type": "answer", "questionId": id, "choice": "approve"])
+        _ = h.error(c, ["type": "cancel", "questionId": id], .alreadyAnswered)
+        let (c2, _) = h.login("c2")
+        _ = h.error(c2, ["type": "cancel", "questionId": id], .notFound)
+    }
+
+    func testQuestionsListAndFilter() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let a = h.question(), b = h.question()
+        h.ok(c, ["type": "ask", "question": .object(a)])
+        h.advance(seconds: 1)
+        h.ok(c, ["type": "ask", "question": .object(b)])
+        h.ok(c, ["type": "cancel", "questionId": a["id"]!])
+        let all = h.ok(c, ["type": "questions"])["questions"]!.array!
+        XCTAssertEqual(all.compactMap { $0["id"]?.string }, [b["id"]!.string!, a["id"]!.string!])
+        let pending = h.ok(c, ["type": "questions", "status": "pending"])["questions"]!.array!
+        XCTAssertEqual(pending.compactMap { $0["id"]?.string }, [b["id"]!.string!])
+        _ = h.error(c, ["type": "questions", "status": "weird"], .badRequest)
+    }
+}

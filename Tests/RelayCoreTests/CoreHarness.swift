@@ -1,0 +1,177 @@
+// Drives a RelayCore with plain values and a manual clock: connections are numbers,
+// frames are JSON objects, and the outputs are sorted into an inbox per connection.
+
+import RelayCore
+import RelayProtocol
+import RelayStore
+import XCTest
+
+final class CoreHarness {
+    var now = Timestamp(rfc3339: "2026-12-01T10:00:00Z")!
+    let store: RelayStore
+    let config: CoreConfig
+    var core: RelayCore
+    private var nextConn = 1
+    private var nextRequest = 1
+    var inbox: [ConnectionID: [JSONObject]] = [:]
+    var closed: [ConnectionID: CloseReason] = [:]
+    var tokens: [String: String] = [:]
+
+    static let uid: UInt32 = 1000
+
+    init(store: RelayStore = MemoryStore(), configure: (inout CoreConfig) -> Void = { _ in }) throws {
+        var c = CoreConfig()
+        c.relayUID = Self.uid
+        c.askRateLimit = 0
+        configure(&c)
+        self.config = c
+        self.store = store
+        self.core = try RelayCore(config: c, store: store, now: now)
+    }
+
+    /// A relay restart over the same store.
+    func restart() throws {
+        try store.commit()
+        core = try RelayCore(config: config, store: store, now: now)
+        inbox = [:]
+    }
+
+    func connect(uid: UInt32? = CoreHarness.uid) -> ConnectionID {
+        let id = nextConn
+        nextConn += 1
+        core.connected(id, peerUID: uid)
+        inbox[id] = []
+        return id
+    }
+
+    func sendRaw(_ conn: ConnectionID, _ body: [UInt8]) {
+        core.receive(conn, body: body, now: now)
+        pump()
+    }
+
+    func send(_ conn: ConnectionID, _ o: JSONObject) { sendRaw(conn, o.encoded) }
+
+    func pump() {
+        for o in core.takeOutputs() {
+            switch o {
+            case .send(let c, let frame):
+                let o = try! JSON.parse(frame.dropFirst(4)).object!
+                inbox[c, default: []].append(o)
+            case .close(let c, let reason):
+                closed[c] = reason
+            }
+        }
+    }
+
+    /// Sends a request with a fresh id; returns its reply and leaves other frames in the inbox.
+    @discardableResult
+    func request(_ conn: ConnectionID, _ o: JSONObject, file: StaticString = #filePath, line: UInt = #line) -> JSONObject {
+        var o = o
+        let id = "r\(nextRequest)"
+        nextRequest += 1
+        o["id"] = .string(id)
+        send(conn, o)
+        guard let i = inbox[conn]?.firstIndex(where: { $0["re"]?.string == id }) else {
+            XCTFail("no reply to \(o.encoded.count)-byte \(o["type"]?.string ?? "?")", file: file, line: line)
+            return [:]
+        }
+        return inbox[conn]!.remove(at: i)
+    }
+
+    @discardableResult
+    func ok(_ conn: ConnectionID, _ o: JSONObject, file: StaticString = #filePath, line: UInt = #line) -> JSONObject {
+        let r = request(conn, o, file: file, line: line)
+        XCTAssertEqual(r["type"]?.string, "ok", "\(o["type"]?.string ?? ""): \(JSON.object(r).text)", file: file, line: line)
+        return r
+    }
+
+    func error(
+        _ conn: ConnectionID, _ o: JSONObject, _ code: ErrorCode, file: StaticString = #filePath, line: UInt = #line
+    ) -> JSONObject {
+        let r = request(conn, o, file: file, line: line)
+        XCTAssertEqual(r["type"]?.string, "error", JSON.object(r).text, file: file, line: line)
+        XCTAssertEqual(r["code"]?.string, code.rawValue, JSON.object(r).text, file: file, line: line)
+        XCTAssertFalse(r["message"]?.string?.isEmpty ?? true, "an error says what was wrong", file: file, line: line)
+        return r
+    }
+
+    /// Frames received on `conn` since the last call (events, pongs), oldest first.
+    func drain(_ conn: ConnectionID) -> [JSONObject] {
+        defer { inbox[conn] = [] }
+        return inbox[conn] ?? []
+    }
+
+    func events(_ conn: ConnectionID, _ type: String) -> [JSONObject] {
+        drain(conn).filter { $0["type"]?.string == type }
+    }
+
+    func admin() -> ConnectionID {
+        let c = connect()
+        send(c, ["type": "hello", "id": "h", "protocol": 1, "admin": true])
+        XCTAssertEqual(drain(c).first?["type"]?.string, "welcome")
+        return c
+    }
+
+    /// Families `fam` (guardians g1, g2; children c1, c2) and `other` (og1, oc1).
+    func standardFamilies() {
+        let a = admin()
+        for (family, members) in [("fam", [("g1", "guardian"), ("g2", "guardian"), ("c1", "child"), ("c2", "child")]),
+                                  ("other", [("og1", "guardian"), ("oc1", "child")])] {
+            ok(a, ["type": "createFamily", "family": .string(family)])
+            for (m, role) in members {
+                let r = ok(a, ["type": "addMember", "family": .string(family), "member": .string(m), "role": .string(role)])
+                tokens[m] = r["token"]?.string
+            }
+        }
+    }
+
+    func login(
+        _ member: String, session: String? = nil, resume: Int64? = nil, subscribe: [String]? = nil,
+        file: StaticString = #filePath, line: UInt = #line
+    ) -> (ConnectionID, JSONObject) {
+        let c = connect(uid: 5000)
+        var hello: JSONObject = ["type": "hello", "id": "h", "protocol": 1, "member": .string(member), "token": .string(tokens[member] ?? "")]
+        if let session { hello["session"] = .string(session) }
+        if let resume { hello["resume"] = .int(resume) }
+        send(c, hello)
+        let welcome = inbox[c]!.removeFirst()
+        XCTAssertEqual(welcome["type"]?.string, "welcome", JSON.object(welcome).text, file: file, line: line)
+        if let subscribe {
+            ok(c, ["type": "subscribe", "topics": .array(subscribe.map { .string($0) })], file: file, line: line)
+        }
+        return (c, welcome)
+    }
+
+    func advance(seconds: Double) {
+        now = Timestamp(milliseconds: now.milliseconds + Int64(seconds * 1000))
+        core.tick(now: now)
+        pump()
+    }
+
+    // MARK: - Questions
+
+    static func person(_ value: String, kind: String = "phoneNumber") -> JSON {
+        .object(["handle": .object(["value": .string(value), "kind": .string(kind)]),
+                 "nameComponents": .object(["givenName": "Kim"]), "avatarImage": .null])
+    }
+
+    func question(
+        id: String = UUID().uuidString, handles: [String] = ["+1 555 0100"], expiresIn: Double? = 3600,
+        choices: JSON? = nil, defaultChoice: String? = nil
+    ) -> JSONObject {
+        var q: JSONObject = [
+            "id": .string(id),
+            "topic": .object(["kind": "communication", "personInformation": .array(handles.map { Self.person($0) }), "actions": ["message"]]),
+        ]
+        if let expiresIn { q["expirationDate"] = .string(Timestamp(milliseconds: now.milliseconds + Int64(expiresIn * 1000)).rfc3339) }
+        if let choices { q["choices"] = choices }
+        if let defaultChoice { q["defaultChoice"] = .string(defaultChoice) }
+        return q
+    }
+
+    func updateQuestion(id: String = UUID().uuidString) -> JSONObject {
+        ["id": .string(id), "topic": .object(["kind": "significantAppUpdate", "description": "Version 2 adds chat"])]
+    }
+}
+
+import Foundation

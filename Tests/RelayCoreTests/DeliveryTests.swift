@@ -1,0 +1,161 @@
+import RelayCore
+import RelayProtocol
+import RelayStore
+import XCTest
+
+final class DeliveryTests: XCTestCase {
+    func testSubscriptionsFilterChildEvents() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (none, _) = h.login("c1")
+        let (comm, _) = h.login("c1", subscribe: ["communication"])
+        let (updates, _) = h.login("c1", subscribe: ["significantAppUpdate"])
+        let (g, _) = h.login("g1")
+        let q = h.question()
+        let u = h.updateQuestion()
+        h.ok(comm, ["type": "ask", "question": .object(q)])
+        h.ok(comm, ["type": "ask", "question": .object(u)])
+        h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "decline"])
+        h.ok(g, ["type": "answer", "questionId": u["id"]!, "choice": "approve"])
+        XCTAssertTrue(h.events(none, "response").isEmpty)
+        XCTAssertEqual(h.events(comm, "response").map { $0["question"]?["id"] }, [q["id"]])
+        XCTAssertEqual(h.events(updates, "response").map { $0["question"]?["id"] }, [u["id"]])
+        h.ok(g, ["type": "setLimits", "child": "c1", "enabled": false])
+        for c in [none, comm, updates] { XCTAssertEqual(h.events(c, "limitsChanged").count, 1, "limitsChanged reaches every session") }
+        let r = h.ok(comm, ["type": "subscribe", "topics": ["significantAppUpdate", "communication"]])
+        XCTAssertEqual(r["topics"], ["communication", "significantAppUpdate"])
+        _ = h.error(comm, ["type": "subscribe", "topics": ["news"]], .badRequest)
+    }
+
+    func testReplyComesBeforeTheEventsItCauses() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        h.send(c, ["type": "cancel", "id": "x", "questionId": q["id"]!])
+        let frames = h.drain(c)
+        XCTAssertEqual(frames.map { $0["type"]?.string }, ["ok", "questionClosed"])
+    }
+
+    func testDurableSessionReplaysUnacknowledgedEventsWithTheSameSeq() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (g, w) = h.login("g1", session: "tab")
+        XCTAssertEqual(w["cursor"]?.int, 0)
+        let (c, _) = h.login("c1")
+        let q1 = h.question(), q2 = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q1)])
+        h.ok(c, ["type": "ask", "question": .object(q2)])
+        let live = h.events(g, "question")
+        XCTAssertEqual(live.map { $0["seq"]?.int }, [1, 2])
+        h.send(g, ["type": "ack", "seq": 1])
+        h.core.disconnected(g)
+        h.core.flushCursors()
+
+        let (g2, w2) = h.login("g1", session: "tab")
+        XCTAssertEqual(w2["cursor"]?.int, 1)
+        XCTAssertEqual(w2["head"]?.int, 2)
+        let replay = h.events(g2, "question")
+        XCTAssertEqual(replay.map { $0["seq"]?.int }, [2])
+        XCTAssertEqual(replay.first?["question"]?["id"], q2["id"])
+
+        // resume overrides the stored cursor for the replay, never moves it back.
+        let (g3, w3) = h.login("g1", session: "tab", resume: 0)
+        XCTAssertEqual(w3["cursor"]?.int, 0)
+        XCTAssertEqual(h.events(g3, "question").count, 2)
+        let (_, w4) = h.login("g1", session: "tab")
+        XCTAssertEqual(w4["cursor"]?.int, 1)
+        // resume above the head is taken as the head, and counts as an ack.
+        let (_, w5) = h.login("g1", session: "tab", resume: 99)
+        XCTAssertEqual(w5["cursor"]?.int, 2)
+        let (_, w6) = h.login("g1", session: "tab")
+        XCTAssertEqual(w6["cursor"]?.int, 2)
+    }
+
+    func testNewDurableSessionStartsAtHeadAndEphemeralGetsNoReplay() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        h.ok(c, ["type": "ask", "question": .object(h.question())])
+        let (g, w) = h.login("g1", session: "fresh")
+        XCTAssertEqual(w["cursor"]?.int, 1)
+        XCTAssertTrue(h.drain(g).isEmpty)
+        let (e, we) = h.login("g1", resume: 0)
+        XCTAssertNil(we["cursor"])
+        XCTAssertTrue(h.drain(e).isEmpty, "ephemeral sessions ignore resume")
+        let (r, wr) = h.login("g1", session: "from-zero", resume: 0)
+        XCTAssertEqual(wr["cursor"]?.int, 0)
+        XCTAssertEqual(h.events(r, "question").count, 1, "a member who never acked can resume from 0")
+    }
+
+    func testLongReplayIsStepwiseAndHoldsLaterRequests() throws {
+        let h = try CoreHarness { $0.replayBatch = 4 }
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        for _ in 0..<10 { h.ok(c, ["type": "ask", "question": .object(h.question())]) }
+        let g = h.connect(uid: 1)
+        h.send(g, ["type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s", "resume": 0])
+        XCTAssertTrue(h.core.isReplaying(g))
+        var seqs = h.drain(g).compactMap { $0["seq"]?.int }
+        while h.core.isReplaying(g) {
+            h.core.continueReplay(g)
+            h.pump()
+            seqs += h.drain(g).compactMap { $0["seq"]?.int }
+        }
+        XCTAssertEqual(seqs, Array(1...10))
+    }
+
+    func testGapWhenEventsWereDropped() throws {
+        let store = MemoryStore()
+        let h = try CoreHarness(store: store)
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        for _ in 0..<3 { h.ok(c, ["type": "ask", "question": .object(h.question())]) }
+        h.advance(seconds: 10)
+        h.ok(c, ["type": "ask", "question": .object(h.question())])
+        _ = try store.pruneEvents(olderThan: Timestamp(milliseconds: h.now.milliseconds - 5000), acknowledged: [:])
+        let (g, w) = h.login("g1", session: "late", resume: 0)
+        XCTAssertEqual(w["gap"]?.bool, true)
+        XCTAssertEqual(w["cursor"]?.int, 3)
+        XCTAssertEqual(h.events(g, "question").map { $0["seq"]?.int }, [4])
+    }
+
+    func testNewGuardianGetsPendingQuestions() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        let answered = h.question()
+        h.ok(c, ["type": "ask", "question": .object(answered)])
+        let (g, _) = h.login("g1")
+        h.ok(g, ["type": "answer", "questionId": answered["id"]!, "choice": "approve"])
+        let a = h.admin()
+        let r = h.ok(a, ["type": "addMember", "family": "fam", "member": "g3", "role": "guardian"])
+        h.tokens["g3"] = r["token"]?.string
+        let (g3, _) = h.login("g3", session: "s", resume: 0)
+        XCTAssertEqual(h.events(g3, "question").map { $0["question"]?["id"] }, [q["id"]])
+    }
+
+    func testStateSurvivesARestart() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1", session: "app", subscribe: ["communication"])
+        let (g, _) = h.login("g1")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"])
+        let pending = h.question()
+        h.ok(c, ["type": "ask", "question": .object(pending)])
+        let seqBefore = h.events(c, "response").first?["seq"]?.int
+        try h.restart()
+        let (c2, w) = h.login("c1", session: "app")
+        XCTAssertEqual(h.events(c2, "response").first?["seq"]?.int, seqBefore, "same seq after a restart")
+        XCTAssertEqual(w["head"]?.int, seqBefore! + 1)
+        let (g2, _) = h.login("g1")
+        XCTAssertEqual(h.ok(g2, ["type": "pending"])["questions"]?.array?.map { $0["id"] }, [pending["id"]])
+        let (c3, _) = h.login("c1")
+        XCTAssertEqual(h.ok(c3, ["type": "knownHandles", "handles": [.object(["value": "+15550100", "kind": "phoneNumber"])]])["known"]?.array?.count, 1)
+    }
+}

@@ -1,0 +1,110 @@
+import RelayCore
+import RelayProtocol
+import XCTest
+
+final class HandshakeTests: XCTestCase {
+    func testFirstFrameMustBeHello() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        for body in [#"{"type":"ping"}"#, #"{"type":"limits","id":"x"}"#, "not json", "[1]", #"{"id":"n"}"#] {
+            let c = h.connect()
+            h.sendRaw(c, Array(body.utf8))
+            let frames = h.drain(c)
+            XCTAssertEqual(frames.first?["code"]?.string, "unauthorized", body)
+            XCTAssertEqual(h.closed[c], .handshakeFailed, body)
+            if body.contains("\"id\"") { XCTAssertNotNil(frames.first?["re"], body) }
+        }
+    }
+
+    func testWrongTokenIsUnauthorizedWithoutRevealingTheMember() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        var messages: Set<String> = []
+        for (member, token) in [("c1", "nope"), ("nobody", "nope"), ("c1", h.tokens["g1"]!)] {
+            let c = h.connect()
+            h.send(c, ["type": "hello", "id": "h1", "protocol": 1, "member": .string(member), "token": .string(token)])
+            let r = h.drain(c).first!
+            XCTAssertEqual(r["code"]?.string, "unauthorized")
+            XCTAssertEqual(r["re"]?.string, "h1")
+            messages.insert(r["message"]!.string!)
+            XCTAssertNotNil(h.closed[c])
+        }
+        XCTAssertEqual(messages.count, 1, "the same message whether or not the member exists")
+    }
+
+    func testUnsupportedProtocolAndAdminOnlyForOwnUID() throws {
+        let h = try CoreHarness()
+        let c = h.connect()
+        h.send(c, ["type": "hello", "id": "h", "protocol": 2, "admin": true])
+        XCTAssertEqual(h.drain(c).first?["code"]?.string, "unsupportedProtocol")
+        let stranger = h.connect(uid: 4242)
+        h.send(stranger, ["type": "hello", "id": "h", "protocol": 1, "admin": true])
+        XCTAssertEqual(h.drain(stranger).first?["code"]?.string, "unauthorized")
+        let root = h.connect(uid: 0)
+        h.send(root, ["type": "hello", "id": "h", "protocol": 1, "admin": true])
+        XCTAssertEqual(h.drain(root).first?["role"]?.string, "admin")
+    }
+
+    func testWelcomeFieldsAndSecondHello() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, w) = h.login("c1", session: "tab")
+        XCTAssertEqual(w["role"]?.string, "child")
+        XCTAssertEqual(w["family"]?.string, "fam")
+        XCTAssertEqual(w["session"]?.string, "tab")
+        XCTAssertEqual(w["head"]?.int, 0)
+        XCTAssertEqual(w["cursor"]?.int, 0)
+        XCTAssertEqual(w["maxFrameBytes"]?.int, 1_048_576)
+        XCTAssertEqual(w["heartbeatSeconds"]?.int, 15)
+        _ = h.error(c, ["type": "hello", "protocol": 1, "member": "c1", "token": .string(h.tokens["c1"]!)], .badRequest)
+        XCTAssertNil(h.closed[c], "a second hello keeps the connection")
+    }
+
+    func testBadFramesAfterHelloKeepTheConnection() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        h.sendRaw(c, Array("{".utf8))
+        XCTAssertEqual(h.drain(c).first?["code"]?.string, "badFrame")
+        h.sendRaw(c, Array(#"{"id":"q","type":3}"#.utf8))
+        let r = h.drain(c).first!
+        XCTAssertEqual(r["code"]?.string, "badFrame")
+        XCTAssertEqual(r["re"]?.string, "q")
+        _ = h.error(c, ["type": "frobnicate"], .unknownType)
+        h.send(c, ["type": "limits"])
+        XCTAssertEqual(h.drain(c).first?["code"]?.string, "badRequest", "a request without id")
+        h.send(c, ["type": "ack", "seq": "x"])
+        XCTAssertEqual(h.drain(c).first?["code"]?.string, "badRequest", "a malformed ack")
+        h.send(c, ["type": "ping"])
+        XCTAssertEqual(h.drain(c).first?["type"]?.string, "pong")
+        XCTAssertNil(h.closed[c])
+        h.core.framingViolation(c, .frameTooLarge, "too big")
+        h.pump()
+        XCTAssertEqual(h.drain(c).first?["code"]?.string, "frameTooLarge")
+        XCTAssertEqual(h.closed[c], .framingViolation)
+    }
+
+    func testRolesAreEnforced() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        let a = h.admin()
+        _ = h.error(c, ["type": "pending"], .forbidden)
+        _ = h.error(c, ["type": "status"], .forbidden)
+        _ = h.error(g, ["type": "ask", "question": .object(h.question())], .forbidden)
+        _ = h.error(g, ["type": "subscribe", "topics": []], .forbidden)
+        _ = h.error(a, ["type": "limits"], .forbidden)
+        _ = h.error(a, ["type": "answer", "questionId": "x", "choice": "approve"], .forbidden)
+    }
+
+    func testSessionReplacedClosesTheOlderConnection() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (first, _) = h.login("g1", session: "phone")
+        let (second, _) = h.login("g1", session: "phone")
+        XCTAssertEqual(h.closed[first], .sessionReplaced)
+        XCTAssertNil(h.closed[second])
+        XCTAssertEqual(h.drain(first).last?["reason"]?.string, "sessionReplaced")
+    }
+}
