@@ -25,7 +25,7 @@ let package = Package(
             name: "permission-relay", dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem"]),
 
         .testTarget(name: "RelayProtocolTests", dependencies: ["RelayProtocol"]),
-        .testTarget(name: "RelayStoreTests", dependencies: ["RelayStore", "RelayProtocol"]),
+        .testTarget(name: "RelayStoreTests", dependencies: ["RelayStore", "RelayProtocol", "CSQLite"]),
         .testTarget(name: "RelayCoreTests", dependencies: ["RelayCore", "RelayStore", "RelayProtocol"]),
         .testTarget(name: "RelayServerTests", dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem"]),
         .testTarget(name: "EndToEndTests", dependencies: ["RelayProtocol", "CSystem"]),

@@ -142,17 +142,25 @@ extension RelayCore {
         }
     }
 
-    /// Sends the next batch of a replaying session's events; it goes live once caught up.
+    /// Sends the next step of a replaying session's events (at most `replayBatch` events
+    /// or about `replayBudgetBytes`); the session goes live once it has caught up.
     public func continueReplay(_ conn: ConnectionID) {
         guard var s = connections[conn]?.session, let after = s.replayAfter, let member = s.member else { return }
         let head = heads[member] ?? 0
         let batch = (try? store.events(member: member, after: after, limit: config.replayBatch)) ?? []
-        for e in batch where e.topic.map(s.topics.contains) ?? true {
-            send(conn, e.frame)
+        var last = after
+        var bytes = 0
+        for e in batch {
+            if e.topic.map(s.topics.contains) ?? true {
+                send(conn, e.frame)
+                bytes += e.frame.count
+            }
+            last = e.seq
+            if bytes >= config.replayBudgetBytes { break }
         }
-        let last = batch.last?.seq ?? head
-        s.replayAfter = (batch.count < config.replayBatch || last >= head) ? nil : last
-        if s.replayAfter == nil { replaying.remove(conn) }
+        let caughtUp = last >= head || (last == batch.last?.seq && batch.count < config.replayBatch) || batch.isEmpty
+        s.replayAfter = caughtUp ? nil : last
+        if caughtUp { replaying.remove(conn) }
         connections[conn]?.session = s
     }
 

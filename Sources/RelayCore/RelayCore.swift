@@ -40,6 +40,8 @@ public struct CoreConfig: Sendable {
     public var relayUID: UInt32 = 0
     /// Events replayed per step before the reactor lets the socket drain.
     public var replayBatch = 512
+    /// Bytes replayed per step, about; keep it well under the reactor's output limit.
+    public var replayBudgetBytes = 256 * 1024
 
     public init() {}
 }

@@ -171,7 +171,7 @@ public final class RelayServer {
         let now = Timestamp.now()
         var timeout = 1000
         if let d = relay.nextDeadline { timeout = max(0, min(timeout, Int(d.milliseconds - now.milliseconds) + 1)) }
-        if relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < 65536 }) { timeout = 0 }
+        if relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) { timeout = 0 }
 
         var ready = [cs_ready](repeating: cs_ready(), count: 256)
         let n = cs_epoll_wait(epfd, &ready, 256, Int32(timeout))
@@ -192,7 +192,7 @@ public final class RelayServer {
 
         relay.tick(now: t)
         checkTimers(now: t)
-        for id in relay.replaying where (conns[id]?.pendingBytes ?? 0) < 65536 {
+        for id in relay.replaying where (conns[id]?.pendingBytes ?? 0) < replayLowWater {
             relay.continueReplay(id)
             process(id, now: t)
         }
@@ -204,6 +204,9 @@ public final class RelayServer {
     /// Commits the turn's changes. On failure nothing of the turn is sent: every
     /// connection is closed (clients resend what was not acknowledged) and the core
     /// is rebuilt from what the store holds.
+    /// A replaying connection gets its next step once its unsent bytes fall below this.
+    private var replayLowWater: Int { min(65536, config.maxOutputBytes / 4) }
+
     private func commit() -> Bool {
         relay.flushCursors()
         guard store.hasChanges else { return true }

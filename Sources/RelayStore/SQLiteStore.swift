@@ -53,9 +53,11 @@ public final class SQLiteStore: RelayStore {
     ]
 
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
-    public init(path: String, sync: SyncMode = .normal) throws {
+    /// `maxPageCount` caps the database's size (tests use it to fill the "disk").
+    public init(path: String, sync: SyncMode = .normal, maxPageCount: Int? = nil) throws {
         db = try SQLiteDatabase(path: path)
         try db.exec("PRAGMA busy_timeout = 2000")
+        if let maxPageCount { _ = try db.text("PRAGMA max_page_count = \(maxPageCount)") }
         let mode = try db.text("PRAGMA journal_mode = WAL")
         guard mode?.lowercased() == "wal" else {
             throw SQLiteError(code: 1, message: "could not switch \(path) to WAL mode (got \(mode ?? "nothing"))")

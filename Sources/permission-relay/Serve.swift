@@ -70,6 +70,10 @@ enum Serve {
         server.handshakeTimeoutSeconds = try a.double("--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds)
         server.maxConnections = try a.int("--max-connections", default: server.maxConnections, min: 1)
         server.maxOutputBytes = try a.int("--max-output-bytes", default: server.maxOutputBytes, min: 65536)
+        guard server.maxOutputBytes >= 2 * core.maxFrameBytes else {
+            throw CLIError.usage("--max-output-bytes must be at least twice --max-frame-bytes (\(2 * core.maxFrameBytes))")
+        }
+        core.replayBudgetBytes = min(core.replayBudgetBytes, server.maxOutputBytes / 4)
 
         let log = Log.stderr(level: level)
         try Paths.makePrivateDirectory(data)

@@ -1,0 +1,43 @@
+import RelayProtocol
+import XCTest
+
+final class FrameTests: XCTestCase {
+    private func decodeAll(_ bytes: [UInt8], chunk: Int, max: Int = 1024) -> [FrameEvent] {
+        var d = FrameDecoder(maxFrameBytes: max)
+        var out: [FrameEvent] = []
+        var i = 0
+        while i < bytes.count {
+            d.append(bytes[i..<min(i + chunk, bytes.count)])
+            i += chunk
+            while let e = d.next() { out.append(e) }
+        }
+        return out
+    }
+
+    func testSameFramesWhateverTheChunking() {
+        let bodies: [[UInt8]] = [Array(#"{"type":"ping"}"#.utf8), Array(repeating: 0x20, count: 300), [0x7B, 0x7D]]
+        let stream = bodies.flatMap(framed)
+        for chunk in [1, 2, 3, 5, 7, 64, stream.count] {
+            XCTAssertEqual(decodeAll(stream, chunk: chunk), bodies.map { .frame($0) }, "chunk \(chunk)")
+        }
+    }
+
+    func testLengthViolationsAreDecidedOnTheHeaderAlone() {
+        XCTAssertEqual(decodeAll([0, 0, 0, 0], chunk: 1), [.violation(.badFrame, "a frame of length 0 is not allowed")])
+        let over = decodeAll([0, 0, 4, 1], chunk: 4)
+        guard case .violation(.frameTooLarge, _)? = over.first else { return XCTFail("expected frameTooLarge, got \(over)") }
+        let atMax = framed(Array(repeating: 0x20, count: 1024))
+        XCTAssertEqual(decodeAll(atMax, chunk: 100).count, 1)
+        var d = FrameDecoder(maxFrameBytes: 10)
+        d.append([0, 0, 0, 0] + framed([1]))
+        XCTAssertNotNil(d.next())
+        XCTAssertNil(d.next(), "nothing is read after a violation")
+    }
+
+    func testFrameOfAnObject() throws {
+        let o: JSONObject = ["type": "ok", "re": "1"]
+        let f = o.frame
+        XCTAssertEqual(Array(f.prefix(4)), [0, 0, 0, UInt8(f.count - 4)])
+        XCTAssertEqual(try JSON.parse(f.dropFirst(4)), .object(o))
+    }
+}

@@ -1,0 +1,124 @@
+import Foundation
+import RelayProtocol
+import XCTest
+
+final class JSONTests: XCTestCase {
+    func testRoundTripsAndTypes() throws {
+        let text = #"{"a":1,"b":-2.5,"c":true,"d":null,"e":"x\"\\\n\u00e9\ud83d\ude00","f":[1,[2,{}]],"g":{"h":false}}"#
+        let v = try JSON.parse(text)
+        XCTAssertEqual(v["a"], .int(1))
+        XCTAssertEqual(v["b"], .double(-2.5))
+        XCTAssertEqual(v["c"], .bool(true))
+        XCTAssertEqual(v["d"], .null)
+        XCTAssertEqual(v["e"]?.string, "x\"\\\né😀")
+        XCTAssertEqual(try JSON.parse(v.encoded), v)
+        XCTAssertEqual(try JSON.parse("1e3"), .double(1000))
+        XCTAssertEqual(try JSON.parse(" 0 "), .int(0))
+    }
+
+    func testRejectsMalformedInput() {
+        let bad = [
+            "", "{", "[1,]", "{\"a\":}", "01", "1.", "-", "tru", "\"\u{01}\"", "\"\\x\"", "{\"a\" 1}", "[1] 2",
+            "\"\\ud800\"", "\"\\udc00x\"", "NaN", "1e999", "{'a':1}",
+        ]
+        for s in bad {
+            XCTAssertThrowsError(try JSON.parse(s), s)
+        }
+        XCTAssertThrowsError(try JSON.parse([0x22, 0xFF, 0xFE, 0x22]), "invalid UTF-8")
+        XCTAssertThrowsError(try JSON.parse([0x22, 0xC3, 0x22]), "truncated UTF-8")
+    }
+
+    func testNestingIsBounded() {
+        let deep = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
+        XCTAssertThrowsError(try JSON.parse(deep))
+        let ok = String(repeating: "[", count: 60) + String(repeating: "]", count: 60)
+        XCTAssertNoThrow(try JSON.parse(ok))
+    }
+
+    /// Foundation's JSONSerialization is the reference: on generated and mutated documents
+    /// both must agree on whether the text is JSON and, if it is, on the value.
+    func testAgreesWithFoundationOnGeneratedAndMutatedInputs() throws {
+        var rng = SplitMix(seed: 42)
+        var accepted = 0
+        for round in 0..<3000 {
+            var bytes = Array(random(depth: 0, &rng).encoded)
+            if round % 2 == 1 { mutate(&bytes, &rng) }
+            let ours = try? JSON.parse(bytes)
+            let theirs = try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed])
+            let text = String(decoding: bytes, as: UTF8.self)
+            if let ours, let theirs {
+                accepted += 1
+                XCTAssertTrue(same(ours, theirs), "values differ for \(text)")
+            } else if (ours == nil) != (theirs == nil), !foundationLeniency(bytes) {
+                XCTFail("acceptance differs (ours \(ours != nil), Foundation \(theirs != nil)) for \(text)")
+            }
+        }
+        XCTAssertGreaterThan(accepted, 1500)
+    }
+
+    /// Documents Foundation accepts although RFC 8259 does not (or the reverse): lone
+    /// surrogate escapes and numbers Foundation reads with a different range.
+    private func foundationLeniency(_ bytes: [UInt8]) -> Bool {
+        let s = String(decoding: bytes, as: UTF8.self)
+        return s.contains("\\u") || s.range(of: "[0-9.][eE]", options: .regularExpression) != nil
+    }
+
+    private func same(_ a: JSON, _ b: Any) -> Bool {
+        switch a {
+        case .null: return b is NSNull
+        case .bool(let x): return (b as? Bool) == x
+        case .int(let x): return (b as? NSNumber)?.int64Value == x || (b as? Int).map { Int64($0) == x } == true
+        case .double(let x): return (b as? NSNumber).map { abs($0.doubleValue - x) <= abs(x) * 1e-12 } ?? false
+        case .string(let x): return b as? String == x
+        case .array(let xs):
+            guard let ys = b as? [Any], xs.count == ys.count else { return false }
+            return zip(xs, ys).allSatisfy { same($0, $1) }
+        case .object(let o):
+            guard let d = b as? [String: Any] else { return false }
+            var last: [String: JSON] = [:]
+            for f in o.fields { last[f.key] = f.value }
+            return last.count == d.count && last.allSatisfy { k, v in d[k].map { same(v, $0) } ?? false }
+        }
+    }
+
+    private func random(depth: Int, _ rng: inout SplitMix) -> JSON {
+        switch rng.next() % (depth > 3 ? 5 : 7) {
+        case 0: return .null
+        case 1: return .bool(rng.next() % 2 == 0)
+        case 2: return .int(Int64(bitPattern: rng.next()) >> Int64(rng.next() % 64))
+        case 3: return .double(Double(Int64(bitPattern: rng.next() >> 20)) / 1024)
+        case 4:
+            let alphabet = Array("ab\"\\/\n\té😀 {}[]:,\u{7}")
+            return .string(String((0..<Int(rng.next() % 8)).map { _ in alphabet[Int(rng.next() % UInt64(alphabet.count))] }))
+        case 5: return .array((0..<Int(rng.next() % 4)).map { _ in random(depth: depth + 1, &rng) })
+        default:
+            return .object(JSONObject((0..<Int(rng.next() % 4)).map { i in (key: "k\(i)", value: random(depth: depth + 1, &rng)) }))
+        }
+    }
+
+    private func mutate(_ bytes: inout [UInt8], _ rng: inout SplitMix) {
+        let specials = Array("{}[]\",:\\0-.eE tfn".utf8) + [0xFF, 0x00, 0xC3]
+        for _ in 0..<(1 + Int(rng.next() % 3)) {
+            guard !bytes.isEmpty else { return }
+            let i = Int(rng.next() % UInt64(bytes.count))
+            switch rng.next() % 3 {
+            case 0: bytes.remove(at: i)
+            case 1: bytes.insert(specials[Int(rng.next() % UInt64(specials.count))], at: i)
+            default: bytes[i] = specials[Int(rng.next() % UInt64(specials.count))]
+            }
+        }
+    }
+}
+
+/// A small deterministic generator so failures reproduce.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

@@ -1,0 +1,57 @@
+import RelayProtocol
+import XCTest
+
+final class ValuesTests: XCTestCase {
+    func testTimestamps() {
+        let t = Timestamp(rfc3339: "2026-12-01T18:00:00Z")!
+        XCTAssertEqual(t.rfc3339, "2026-12-01T18:00:00Z")
+        XCTAssertEqual(Timestamp(rfc3339: "2026-12-01T19:30:00+01:30"), t)
+        XCTAssertEqual(Timestamp(rfc3339: "2026-12-01T18:00:00.25Z")?.rfc3339, "2026-12-01T18:00:00.250Z")
+        XCTAssertEqual(Timestamp(rfc3339: "1970-01-01T00:00:00Z")?.milliseconds, 0)
+        XCTAssertEqual(Timestamp(rfc3339: "2024-02-29T00:00:00Z")?.rfc3339, "2024-02-29T00:00:00Z")
+        for bad in ["2026-02-30T00:00:00Z", "2026-12-01 18:00", "2026-12-01T18:00:00", "2026-13-01T00:00:00Z", "x", "2026-12-01T18:00:00.Z"] {
+            XCTAssertNil(Timestamp(rfc3339: bad), bad)
+        }
+        var rng = SplitMix(seed: 7)
+        for _ in 0..<1000 {
+            let ms = Int64(rng.next() % 4_000_000_000_000)
+            let s = Timestamp(milliseconds: ms).rfc3339
+            XCTAssertEqual(Timestamp(rfc3339: s)?.milliseconds, ms, s)
+        }
+    }
+
+    func testHandleNormalization() {
+        XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: " +1 (234) 567-890")?.value, "+1234567890")
+        XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: "1234567890")?.value, "1234567890")
+        XCTAssertNil(NormalizedHandle(kind: .phoneNumber, rawValue: "+()-"))
+        XCTAssertEqual(NormalizedHandle(kind: .emailAddress, rawValue: "  Kim@Example.ORG ")?.value, "kim@example.org")
+        XCTAssertNil(NormalizedHandle(kind: .emailAddress, rawValue: "kim"))
+        XCTAssertEqual(NormalizedHandle(kind: .custom, rawValue: " Kim ")?.value, " Kim ")
+        XCTAssertNil(NormalizedHandle(kind: .custom, rawValue: ""))
+    }
+
+    func testIdentifiers() {
+        XCTAssertEqual(Identifier.canonicalUUID("6f9619ff-8b86-d011-b42d-00cf4fc964ff"), "6F9619FF-8B86-D011-B42D-00CF4FC964FF")
+        XCTAssertNil(Identifier.canonicalUUID("6f9619ff8b86d011b42d00cf4fc964ff"))
+        XCTAssertNil(Identifier.canonicalUUID("6f9619ff-8b86-d011-b42d-00cf4fc964fg"))
+        XCTAssertTrue(Identifier.isValid("alex-tablet_2.0"))
+        XCTAssertFalse(Identifier.isValid(""))
+        XCTAssertFalse(Identifier.isValid("a b"))
+        XCTAssertFalse(Identifier.isValid(String(repeating: "a", count: 65)))
+    }
+
+    /// protocol.md's error-code table and the ErrorCode catalogue list the same codes.
+    func testProtocolDocumentListsEveryErrorCode() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let doc = try String(contentsOf: root.appendingPathComponent("protocol.md"), encoding: .utf8)
+        guard let start = doc.range(of: "## Error codes") else { return XCTFail("protocol.md has no '## Error codes' section") }
+        let section = doc[start.upperBound...].prefix { _ in true }.components(separatedBy: "\n## ").first ?? ""
+        let documented = Set(section.split(separator: "\n").compactMap { line -> String? in
+            guard line.hasPrefix("| `") else { return nil }
+            return line.dropFirst(3).split(separator: "`").first.map(String.init)
+        })
+        XCTAssertEqual(documented, Set(ErrorCode.allCases.map(\.rawValue)))
+    }
+}
+
+import Foundation

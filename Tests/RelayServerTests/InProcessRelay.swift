@@ -1,0 +1,133 @@
+// A relay running in this test process on a temporary socket, and a transcript-style
+// client over it: `send` frames, `expect` what comes back.
+
+import Foundation
+import RelayCore
+import RelayProtocol
+import RelayServer
+import RelayStore
+import XCTest
+
+final class InProcessRelay: @unchecked Sendable {
+    let dir: URL
+    let socket: String
+    private let server: RelayServer
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(
+        store: RelayStore? = nil, configure: (inout ServerConfig, inout CoreConfig) -> Void = { _, _ in }
+    ) throws {
+        dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("prt-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        socket = dir.appendingPathComponent("s").path
+        var sc = ServerConfig(socketPath: socket)
+        sc.handleSignals = false
+        var cc = CoreConfig()
+        cc.relayUID = getuid()
+        cc.askRateLimit = 0
+        configure(&sc, &cc)
+        cc.replayBudgetBytes = min(cc.replayBudgetBytes, sc.maxOutputBytes / 4)
+        let store = try store ?? SQLiteStore(path: dir.appendingPathComponent("relay.db").path)
+        let coreConfig = cc
+        server = try RelayServer(config: sc, coreConfig: cc, store: store, log: Log(level: .error) { _ in }) {
+            try RelayCore(config: coreConfig, store: store, now: .now())
+        }
+        let ready = DispatchSemaphore(value: 0)
+        let thread = Thread { [self] in
+            do {
+                try server.run { ready.signal() }
+            } catch {
+                XCTFail("relay stopped: \(error)")
+                ready.signal()
+            }
+            finished.signal()
+        }
+        thread.start()
+        ready.wait()
+    }
+
+    func stop() {
+        server.stopHandle.stop()
+        finished.wait()
+        try? FileManager.default.removeItem(at: dir)
+    }
+
+    func connect() throws -> Wire {
+        let c = try BlockingConnection(path: socket)
+        c.setTimeout(seconds: 5)
+        return Wire(c)
+    }
+
+    /// Families `fam` (g1, c1) and `other` (og1, oc1); returns the tokens.
+    func provision() throws -> [String: String] {
+        let a = try connect()
+        try a.send(["type": "hello", "id": "h", "protocol": 1, "admin": true])
+        try a.expect(type: "welcome")
+        var tokens: [String: String] = [:]
+        var n = 0
+        for (family, members) in [("fam", [("g1", "guardian"), ("c1", "child")]), ("other", [("og1", "guardian"), ("oc1", "child")])] {
+            n += 1
+            try a.send(["type": "createFamily", "id": .string("f\(n)"), "family": .string(family)])
+            try a.expect(type: "ok")
+            for (m, role) in members {
+                try a.send(["type": "addMember", "id": .string(m), "family": .string(family), "member": .string(m), "role": .string(role)])
+                tokens[m] = try a.expect(type: "ok")["token"]?.string
+            }
+        }
+        return tokens
+    }
+}
+
+/// One client connection, read as a transcript.
+final class Wire {
+    let c: BlockingConnection
+    init(_ c: BlockingConnection) { self.c = c }
+
+    func send(_ o: JSONObject) throws { try c.send(o) }
+    func sendRaw(_ b: [UInt8]) throws { try c.sendRaw(b) }
+
+    /// The next frame, skipping the relay's pings (answered); fails on close.
+    @discardableResult
+    func next(file: StaticString = #filePath, line: UInt = #line) throws -> JSONObject {
+        while true {
+            guard let f = try c.receive() else {
+                XCTFail("the relay closed the connection", file: file, line: line)
+                throw ServerError("closed")
+            }
+            if f["type"]?.string == "ping" {
+                try c.send(["type": "pong"])
+                continue
+            }
+            return f
+        }
+    }
+
+    @discardableResult
+    func expect(type: String, code: String? = nil, file: StaticString = #filePath, line: UInt = #line) throws -> JSONObject {
+        let f = try next(file: file, line: line)
+        XCTAssertEqual(f["type"]?.string, type, JSON.object(f).text, file: file, line: line)
+        if let code { XCTAssertEqual(f["code"]?.string, code, JSON.object(f).text, file: file, line: line) }
+        return f
+    }
+
+    /// Frames until the relay closes the connection.
+    func untilClosed() throws -> [JSONObject] {
+        var out: [JSONObject] = []
+        while let f = try c.receive() { out.append(f) }
+        return out
+    }
+
+    func hello(_ member: String, _ token: String, session: String? = nil, resume: Int64? = nil) throws -> JSONObject {
+        var h: JSONObject = ["type": "hello", "id": "h", "protocol": 1, "member": .string(member), "token": .string(token)]
+        if let session { h["session"] = .string(session) }
+        if let resume { h["resume"] = .int(resume) }
+        try send(h)
+        return try expect(type: "welcome")
+    }
+}
+
+func sampleQuestion(id: String = UUID().uuidString, avatarBytes: Int = 0) -> JSONObject {
+    var person: JSONObject = ["handle": .object(["value": "+1 555 0100", "kind": "phoneNumber"]), "nameComponents": .object(["givenName": "Kim"])]
+    if avatarBytes > 0 { person["avatarImage"] = .string(Data(repeating: 0x42, count: avatarBytes).base64EncodedString()) }
+    return ["id": .string(id), "topic": .object(["kind": "communication", "personInformation": [.object(person)], "actions": ["message"]])]
+}

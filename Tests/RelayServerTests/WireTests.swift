@@ -1,0 +1,157 @@
+// Raw-wire transcripts against an in-process relay on a temporary socket.
+
+import Foundation
+import RelayProtocol
+import RelayServer
+import RelayStore
+import XCTest
+
+final class WireTests: XCTestCase {
+    func testOneFullCycle() throws {
+        let relay = try InProcessRelay()
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let child = try relay.connect()
+        try child.hello("c1", tokens["c1"]!, session: "app")
+        try child.send(["type": "subscribe", "id": "s", "topics": ["communication"]])
+        try child.expect(type: "ok")
+        let guardian = try relay.connect()
+        try guardian.hello("g1", tokens["g1"]!)
+        let q = sampleQuestion()
+        try child.send(["type": "ask", "id": "a", "question": .object(q)])
+        XCTAssertEqual(try child.expect(type: "ok")["status"]?.string, "pending")
+        let question = try guardian.expect(type: "question")
+        XCTAssertEqual(question["question"]?["id"], q["id"])
+        try guardian.send(["type": "answer", "id": "x", "questionId": q["id"]!, "choice": "approve"])
+        XCTAssertEqual(try guardian.expect(type: "ok")["status"]?.string, "answered")
+        XCTAssertEqual(try guardian.expect(type: "questionClosed")["by"]?.string, "g1")
+        let response = try child.expect(type: "response")
+        XCTAssertEqual(response["choice"]?["id"]?.string, "approve")
+        try child.expect(type: "knownHandlesChanged")
+        try child.send(["type": "ack", "seq": response["seq"]!])
+        try child.send(["type": "ping"])
+        try child.expect(type: "pong")
+    }
+
+    func testFramingAbuse() throws {
+        let relay = try InProcessRelay { _, core in core.maxFrameBytes = 4096 }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        for (body, code) in [("nope", "badFrame"), ("[]", "badFrame"), (#"{"id":"1"}"#, "badFrame"), (#"{"type":"zap","id":"z"}"#, "unknownType")] {
+            try c.sendRaw(framed(Array(body.utf8)))
+            try c.expect(type: "error", code: code)
+        }
+        // A request split across writes inside its header and body.
+        let f = (["type": "limits", "id": "split"] as JSONObject).frame
+        try c.sendRaw(Array(f[0..<2]))
+        try c.sendRaw(Array(f[2..<9]))
+        try c.sendRaw(Array(f[9...]))
+        XCTAssertEqual(try c.expect(type: "ok")["re"]?.string, "split")
+        // A header announcing too much: error, then close, without the body.
+        try c.sendRaw([0, 0, 0x10, 0x01])
+        let last = try c.untilClosed()
+        XCTAssertEqual(last.first?["code"]?.string, "frameTooLarge")
+
+        let z = try relay.connect()
+        try z.hello("c1", tokens["c1"]!)
+        try z.sendRaw([0, 0, 0, 0])
+        XCTAssertEqual(try z.untilClosed().first?["code"]?.string, "badFrame")
+    }
+
+    func testHandshakeTimeoutClosesASilentConnection() throws {
+        let relay = try InProcessRelay { server, _ in server.handshakeTimeoutSeconds = 0.3 }
+        defer { relay.stop() }
+        let c = try relay.connect()
+        try c.sendRaw([0, 0, 0, 40, UInt8(ascii: "{")])  // part of a hello, never finished
+        let frames = try c.untilClosed()
+        XCTAssertEqual(frames.last?["reason"]?.string, "handshakeTimeout")
+    }
+
+    func testHeartbeatPingsThenClosesASilentSession() throws {
+        let relay = try InProcessRelay { _, core in core.heartbeatSeconds = 1 }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("g1", tokens["g1"]!)
+        let frames = try c.untilClosed()  // never answers: pinged, then closed
+        XCTAssertEqual(frames.first?["type"]?.string, "ping")
+        XCTAssertEqual(frames.last?["reason"]?.string, "heartbeatTimeout")
+    }
+
+    func testConnectionLimitAnswersBusy() throws {
+        let relay = try InProcessRelay { server, _ in server.maxConnections = 2 }
+        defer { relay.stop() }
+        let a = try relay.connect()
+        let b = try relay.connect()
+        let c = try relay.connect()
+        XCTAssertEqual(try c.untilClosed().first?["code"]?.string, "busy")
+        _ = (a, b)
+    }
+
+    func testSlowConsumerIsDroppedAndResumesLater() throws {
+        let relay = try InProcessRelay { server, _ in server.maxOutputBytes = 65536 }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let g = try BlockingConnection(path: relay.socket)
+        var small: Int32 = 4096
+        setsockopt(g.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        let gw = Wire(g)
+        try gw.send(["type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(tokens["g1"]!), "session": "phone"])
+        try gw.expect(type: "welcome")
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        var ids: [String] = []
+        for i in 0..<60 {
+            let q = sampleQuestion(avatarBytes: 20_000)
+            ids.append(q["id"]!.string!)
+            try c.send(["type": "ask", "id": .string("a\(i)"), "question": .object(q)])
+            try c.expect(type: "ok")
+        }
+        // The guardian never read: its connection was dropped. Its durable session still has everything.
+        let g2 = try relay.connect()
+        let w = try g2.hello("g1", tokens["g1"]!, session: "phone")
+        XCTAssertEqual(w["cursor"]?.int, 0)
+        var seen: [String] = []
+        while seen.count < ids.count { seen.append(try g2.expect(type: "question")["question"]!["id"]!.string!) }
+        XCTAssertEqual(seen, ids)
+        let stale = try g.receiveAll()
+        XCTAssertLessThan(stale, 60 * 20_000, "the slow connection was cut before receiving everything")
+    }
+
+    func testFullDiskLosesNothingAcknowledged() throws {
+        let dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("prt-full-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let path = dir.appendingPathComponent("relay.db").path
+        _ = try SQLiteStore(path: path)
+        let relay = try InProcessRelay(store: try SQLiteStore(path: path, maxPageCount: 40))
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        let kept = sampleQuestion()
+        try c.send(["type": "ask", "id": "ok", "question": .object(kept)])
+        try c.expect(type: "ok")
+        // A question too large for the capped database: no reply, the connection closes.
+        try c.send(["type": "ask", "id": "big", "question": .object(sampleQuestion(avatarBytes: 200_000))])
+        let frames = try c.untilClosed()
+        XCTAssertFalse(frames.contains { $0["re"]?.string == "big" }, "nothing unstored is acknowledged: \(frames)")
+        // The relay still serves, and what was acknowledged is there.
+        let g = try relay.connect()
+        try g.hello("g1", tokens["g1"]!)
+        try g.send(["type": "pending", "id": "p"])
+        let pending = try g.expect(type: "ok")["questions"]!.array!
+        XCTAssertEqual(pending.map { $0["id"] }, [kept["id"]])
+    }
+}
+
+extension BlockingConnection {
+    /// Reads until the relay closes the connection; returns the number of bytes of frames read.
+    func receiveAll() throws -> Int {
+        var total = 0
+        while let f = try receive() { total += f.encoded.count }
+        return total
+    }
+}
