@@ -28,7 +28,7 @@ let package = Package(
         .testTarget(name: "RelayStoreTests", dependencies: ["RelayStore", "RelayProtocol", "CSQLite"]),
         .testTarget(name: "RelayCoreTests", dependencies: ["RelayCore", "RelayStore", "RelayProtocol"]),
         .testTarget(name: "RelayServerTests", dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["RelayProtocol", "CSystem"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["RelayProtocol", "RelayServer", "CSystem"]),
     ],
     swiftLanguageModes: [.v6]
 )

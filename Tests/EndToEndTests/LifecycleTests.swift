@@ -1,0 +1,90 @@
+// Start, stop, restart and refusal of the real binary; the command line.
+
+import Foundation
+import RelayProtocol
+import XCTest
+
+final class LifecycleTests: XCTestCase {
+    func testSigtermExitsZeroAndRemovesTheSocket() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        XCTAssertTrue(relay.output.contains(relay.socket), "it prints where it listens")
+        let tokens = try relay.provision(families: 1)
+        let c = try relay.connect()
+        _ = try c.hello("c0", tokens["c0"]!)
+        XCTAssertEqual(relay.terminate(), 0)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: relay.socket))
+        var rest: [JSONObject] = []
+        while let f = try c.c.receive() { rest.append(f) }
+        XCTAssertEqual(rest.last?["reason"]?.string, "shutdown")
+    }
+
+    func testStaleSocketDoesNotBlockARestartAndALiveOneRefusesASecondRelay() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        _ = try relay.provision(families: 1)
+        relay.crash()
+        XCTAssertTrue(FileManager.default.fileExists(atPath: relay.socket), "SIGKILL leaves the socket file")
+        try relay.start()
+        let st = try relay.admin().request(["type": "status"])
+        XCTAssertEqual(st["families"]?.int, 1)
+
+        let second = run(["serve", "--socket", relay.socket, "--data", relay.dir.appendingPathComponent("other").path])
+        XCTAssertEqual(second.status, 1)
+        XCTAssertTrue(second.stderr.contains("already serving"), second.stderr)
+        let sameData = run(["serve", "--socket", relay.dir.appendingPathComponent("s2").path, "--data", relay.data])
+        XCTAssertEqual(sameData.status, 1)
+        XCTAssertTrue(sameData.stderr.contains("data directory"), sameData.stderr)
+    }
+
+    func testHelpUsageErrorsAndAdminCommands() throws {
+        for words in [["--help"], ["serve", "--help"], ["family", "create", "--help"], ["member", "add", "--help"],
+                      ["member", "remove", "--help"], ["token", "rotate", "--help"], ["limits", "set", "--help"], ["status", "--help"]] {
+            let r = run(words)
+            XCTAssertEqual(r.status, 0, words.joined(separator: " "))
+            XCTAssertTrue(r.stdout.contains("USAGE:") && r.stdout.contains("EXAMPLES:"), words.joined(separator: " "))
+        }
+        XCTAssertEqual(run([]).status, 64)
+        XCTAssertEqual(run(["frobnicate"]).status, 64)
+        XCTAssertEqual(run(["serve", "--sync", "sometimes"]).status, 64)
+        XCTAssertEqual(run(["member", "add", "fam"]).status, 64)
+        let down = run(["status", "--socket", "/tmp/no-such-relay.sock"])
+        XCTAssertEqual(down.status, 1)
+        XCTAssertTrue(down.stderr.contains("cannot connect"), down.stderr)
+
+        let relay = try RelayProcess()
+        try relay.start()
+        let s = ["--socket", relay.socket]
+        XCTAssertEqual(run(["family", "create", "smiths"] + s).status, 0)
+        let added = run(["member", "add", "smiths", "alex", "--role", "child", "--json"] + s)
+        XCTAssertEqual(added.status, 0)
+        let token = try JSON.parse(added.stdout.trimmingCharacters(in: .whitespacesAndNewlines))["token"]?.string
+        XCTAssertEqual(token?.count, 43)
+        XCTAssertEqual(run(["member", "add", "smiths", "sam", "--role", "guardian"] + s).status, 0)
+        let dup = run(["family", "create", "smiths"] + s)
+        XCTAssertEqual(dup.status, 1)
+        XCTAssertTrue(dup.stderr.contains("conflict"), dup.stderr)
+        XCTAssertEqual(run(["limits", "set", "alex", "off"] + s).status, 0)
+        XCTAssertEqual(run(["limits", "set", "alex", "maybe"] + s).status, 64)
+        let rotated = run(["token", "rotate", "alex", "--json"] + s)
+        XCTAssertNotEqual(try JSON.parse(rotated.stdout.trimmingCharacters(in: .whitespacesAndNewlines))["token"]?.string, token)
+        let status = run(["status", "--json"] + s)
+        XCTAssertEqual(try JSON.parse(status.stdout.trimmingCharacters(in: .whitespacesAndNewlines))["members"]?.int, 2)
+        XCTAssertEqual(run(["member", "remove", "alex"] + s).status, 0)
+        XCTAssertEqual(run(["member", "remove", "alex"] + s).status, 1)
+    }
+
+    private func run(_ args: [String]) -> (status: Int32, stdout: String, stderr: String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: relayBinary)
+        p.arguments = args
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        try! p.run()
+        let o = out.fileHandleForReading.readDataToEndOfFile()
+        let e = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+    }
+}

@@ -1,0 +1,174 @@
+// Starts the built permission-relay binary on a temporary socket and data directory,
+// waits for its "listening" line (never a fixed sleep), and stops or kills it.
+
+import CSystem
+import Foundation
+import RelayProtocol
+import RelayServer
+import XCTest
+
+/// The directory holding the built products (beside the test bundle).
+let productsDirectory: URL = {
+    var url = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
+    while url.pathComponents.count > 1 && !FileManager.default.fileExists(atPath: url.appendingPathComponent("permission-relay").path) {
+        url.deleteLastPathComponent()
+    }
+    return url
+}()
+
+let relayBinary = productsDirectory.appendingPathComponent("permission-relay").path
+
+final class RelayProcess {
+    let dir: URL
+    let socket: String
+    let data: String
+    let flags: [String]
+    private(set) var process: Process?
+    private(set) var output = ""
+
+    init(flags: [String] = ["--ask-rate-limit", "0"]) throws {
+        dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("pre-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        socket = dir.appendingPathComponent("s").path
+        data = dir.appendingPathComponent("data").path
+        self.flags = flags
+    }
+
+    deinit {
+        if let p = process, p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
+        try? FileManager.default.removeItem(at: dir)
+    }
+
+    var pid: Int32 { process?.processIdentifier ?? -1 }
+
+    /// Starts the relay and returns once it says it is listening.
+    func start(file: StaticString = #filePath, line: UInt = #line) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: relayBinary)
+        p.arguments = ["serve", "--socket", socket, "--data", data] + flags
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try p.run()
+        process = p
+        var seen = Data()
+        while true {
+            let chunk = out.fileHandleForReading.availableData  // blocks until output or EOF
+            if chunk.isEmpty {
+                XCTFail("the relay exited before listening (status \(p.terminationStatus))", file: file, line: line)
+                throw ServerError("relay did not start")
+            }
+            seen.append(chunk)
+            if String(decoding: seen, as: UTF8.self).contains("listening on") { break }
+        }
+        output = String(decoding: seen, as: UTF8.self)
+    }
+
+    /// SIGKILL: a crash.
+    func crash() {
+        guard let p = process else { return }
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        process = nil
+    }
+
+    /// SIGTERM; returns the exit status.
+    func terminate() -> Int32 {
+        guard let p = process else { return -1 }
+        kill(p.processIdentifier, SIGTERM)
+        p.waitUntilExit()
+        process = nil
+        return p.terminationStatus
+    }
+
+    func connect() throws -> Client {
+        let c = try BlockingConnection(path: socket)
+        c.setTimeout(seconds: 10)
+        return Client(c)
+    }
+
+    func admin() throws -> Client {
+        let a = try connect()
+        let w = try a.request(["type": "hello", "protocol": 1, "admin": true])
+        XCTAssertEqual(w["type"]?.string, "welcome")
+        return a
+    }
+
+    /// Creates `families` families named f0…, each with child cN and guardian gN; returns the tokens.
+    func provision(families: Int) throws -> [String: String] {
+        let a = try admin()
+        var tokens: [String: String] = [:]
+        for i in 0..<families {
+            XCTAssertEqual(try a.request(["type": "createFamily", "family": .string("f\(i)")])["type"]?.string, "ok")
+            for (m, role) in [("c\(i)", "child"), ("g\(i)", "guardian")] {
+                tokens[m] = try a.request(["type": "addMember", "family": .string("f\(i)"), "member": .string(m), "role": .string(role)])["token"]?.string
+            }
+        }
+        return tokens
+    }
+
+    /// Open descriptors of the relay process.
+    func openDescriptors() -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
+    }
+}
+
+/// A blocking client that also keeps the events it sees while waiting for replies.
+final class Client {
+    let c: BlockingConnection
+    private var next = 1
+    var events: [JSONObject] = []
+
+    init(_ c: BlockingConnection) { self.c = c }
+
+    func request(_ o: JSONObject) throws -> JSONObject {
+        var o = o
+        let id = "q\(next)"
+        next += 1
+        o["id"] = .string(id)
+        try c.send(o)
+        return try reply(id)
+    }
+
+    func send(_ o: JSONObject) throws { try c.send(o) }
+
+    func reply(_ id: String) throws -> JSONObject {
+        while let f = try c.receive() {
+            if f["re"]?.string == id { return f }
+            if f["type"]?.string == "ping" { try c.send(["type": "pong"]); continue }
+            if f["seq"] != nil { events.append(f) }
+        }
+        throw ServerError("closed before the reply to \(id)")
+    }
+
+    /// The next event of `type`, from those already seen or the wire.
+    func event(_ type: String) throws -> JSONObject {
+        if let i = events.firstIndex(where: { $0["type"]?.string == type }) { return events.remove(at: i) }
+        while let f = try c.receive() {
+            if f["type"]?.string == "ping" { try c.send(["type": "pong"]); continue }
+            if f["type"]?.string == type { return f }
+            if f["seq"] != nil { events.append(f) }
+        }
+        throw ServerError("closed before a \(type) event")
+    }
+
+    func hello(_ member: String, _ token: String, session: String? = nil, resume: Int64? = nil) throws -> JSONObject {
+        var h: JSONObject = ["type": "hello", "protocol": 1, "member": .string(member), "token": .string(token)]
+        if let session { h["session"] = .string(session) }
+        if let resume { h["resume"] = .int(resume) }
+        let w = try request(h)
+        guard w["type"]?.string == "welcome" else { throw ServerError("hello refused: \(JSON.object(w).text)") }
+        return w
+    }
+}
+
+func question(_ id: String = UUID().uuidString) -> JSON {
+    .object([
+        "id": .string(id),
+        "topic": .object([
+            "kind": "communication",
+            "personInformation": [.object(["handle": .object(["value": "+1 (555) 010-0199", "kind": "phoneNumber"]), "nameComponents": .object(["givenName": "Kim", "familyName": "Lee"])])],
+            "actions": ["message", "audioCall"],
+        ]),
+    ])
+}
