@@ -3,4 +3,4 @@
 # end-to-end tests start the built permission-relay binary on temporary sockets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec swift test "$@"
+exec swift test --disable-swift-testing "$@"
