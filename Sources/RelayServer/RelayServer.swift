@@ -76,6 +76,7 @@ public final class RelayServer {
         var lastHeard: Timestamp
         var pinged = false
         var closing: CloseReason?
+        var closingSince: Timestamp?
         var peerGone = false
         var pendingBytes: Int { out.count - outStart }
     }
@@ -91,6 +92,7 @@ public final class RelayServer {
         self.log = log
         self.core = makeCore
         self.relay = try makeCore()
+        self.lastPrune = .now()
         var fds: [Int32] = [-1, -1]
         guard cs_pipe(&fds) == 0 else { throw ServerError("cannot create a pipe: \(String(cString: strerror(errno)))") }
         signalPipe = fds
@@ -303,7 +305,15 @@ public final class RelayServer {
         lastTimerScan = now
         let hb = Int64(coreConfig.heartbeatSeconds) * 1000
         let handshake = Int64(config.handshakeTimeoutSeconds * 1000)
-        for (id, c) in conns where c.closing == nil {
+        for (id, c) in conns {
+            if let since = c.closingSince {
+                // A peer that does not read its last frames is not waited for long.
+                if now.milliseconds - since.milliseconds >= 2000 {
+                    relay.disconnected(id)
+                    closeNow(id)
+                }
+                continue
+            }
             let silent = now.milliseconds - c.lastHeard.milliseconds
             if !relay.isEstablished(id) {
                 if now.milliseconds - c.openedAt.milliseconds >= handshake { relay.drop(id, .handshakeTimeout) }
@@ -327,6 +337,7 @@ public final class RelayServer {
                 touched.insert(id)
             case .close(let id, let reason):
                 conns[id]?.closing = reason
+                conns[id]?.closingSince = Timestamp.now()
                 touched.insert(id)
             }
         }

@@ -238,7 +238,17 @@ public final class SQLiteStore: RelayStore {
         var dropped = 0
         try db.transaction {
             // Heads are kept apart from the events so a stream's seq never repeats once its events are gone.
-            try db.run("INSERT OR REPLACE INTO heads(member, head) SELECT member, max(seq) FROM events GROUP BY member")
+            try db.run(
+                """
+                INSERT OR REPLACE INTO heads(member, head)
+                SELECT member, max(seq) FROM events
+                WHERE member IN (SELECT DISTINCT member FROM events WHERE at < ?) GROUP BY member
+                """, [.int(cutoff.milliseconds)])
+            for member in upTo.keys {
+                try db.run(
+                    "INSERT OR REPLACE INTO heads(member, head) SELECT member, max(seq) FROM events WHERE member = ? GROUP BY member",
+                    [.text(member)])
+            }
             try db.run("DELETE FROM events WHERE at < ?", [.int(cutoff.milliseconds)])
             dropped += db.changes
             for (member, seq) in upTo where seq > 0 {

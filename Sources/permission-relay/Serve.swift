@@ -74,8 +74,11 @@ enum Serve {
             throw CLIError.usage("--max-output-bytes must be at least twice --max-frame-bytes (\(2 * core.maxFrameBytes))")
         }
         core.replayBudgetBytes = min(core.replayBudgetBytes, server.maxOutputBytes / 4)
+        // Prune often enough that no event outlives the retention window by much.
+        server.pruneIntervalSeconds = min(60, max(0.25, Double(core.retentionSeconds) / 4))
 
         let log = Log.stderr(level: level)
+        umask(0o077)  // the socket, the database and its journal are private to this user
         try Paths.makePrivateDirectory(data)
         try Paths.makePrivateDirectory((socket as NSString).deletingLastPathComponent)
         let lock = try lockDataDirectory(data)

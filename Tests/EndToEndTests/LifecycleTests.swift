@@ -2,6 +2,7 @@
 
 import Foundation
 import RelayProtocol
+import RelayServer
 import XCTest
 
 final class LifecycleTests: XCTestCase {
@@ -86,5 +87,74 @@ final class LifecycleTests: XCTestCase {
         let e = err.fileHandleForReading.readDataToEndOfFile()
         p.waitUntilExit()
         return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+    }
+}
+
+final class LimitFlagTests: XCTestCase {
+    /// Each bound of the command line reaches the running relay.
+    func testLimitFlags() throws {
+        let relay = try RelayProcess(flags: [
+            "--max-pending-per-child", "1", "--ask-rate-limit", "0", "--max-frame-bytes", "4096",
+            "--max-connections", "4", "--handshake-timeout-seconds", "1", "--heartbeat-seconds", "7",
+        ])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let c = try relay.connect()
+        let w = try c.hello("c0", tokens["c0"]!)
+        XCTAssertEqual(w["maxFrameBytes"]?.int, 4096)
+        XCTAssertEqual(w["heartbeatSeconds"]?.int, 7)
+        XCTAssertEqual(try c.request(["type": "ask", "question": question()])["type"]?.string, "ok")
+        XCTAssertEqual(try c.request(["type": "ask", "question": question()])["code"]?.string, "tooManyPending")
+        try c.c.sendRaw([0, 0, 0x10, 0x01])
+        var last: JSONObject?
+        while let f = try c.c.receive() { last = f }
+        XCTAssertEqual(last?["code"]?.string, "frameTooLarge")
+
+        let silent = try relay.connect()  // says nothing: closed after the handshake timeout
+        XCTAssertNil(try silent.c.receiveSkippingClosing())
+        let held = try (0..<4).map { _ in try relay.connect() }
+        var refused: JSONObject?
+        let extra = try relay.connect()
+        while let f = try extra.c.receive() { refused = f }
+        XCTAssertEqual(refused?["code"]?.string, "busy")
+        _ = held
+    }
+
+    func testRateLimitFlag() throws {
+        let relay = try RelayProcess(flags: ["--ask-rate-limit", "1"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let c = try relay.connect()
+        _ = try c.hello("c0", tokens["c0"]!)
+        var codes: [String] = []
+        for _ in 0..<4 { codes.append(try c.request(["type": "ask", "question": question()])["code"]?.string ?? "ok") }
+        XCTAssertEqual(codes, ["ok", "ok", "rateLimited", "rateLimited"], "a burst of 2 at 1 per second")
+    }
+
+    func testUnwritableDataDirectoryIsAClearError() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("not-a-dir-\(UUID().uuidString)")
+        FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8))
+        defer { try? FileManager.default.removeItem(at: file) }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: relayBinary)
+        p.arguments = ["serve", "--socket", "/tmp/unused-\(UUID().uuidString.prefix(6)).sock", "--data", file.path + "/data"]
+        let err = Pipe()
+        p.standardError = err
+        p.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        try p.run()
+        let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 1)
+        XCTAssertTrue(text.contains(file.path), text)
+    }
+}
+
+extension BlockingConnection {
+    /// The next frame other than `closing`, or nil once the relay closed the connection.
+    func receiveSkippingClosing() throws -> JSONObject? {
+        while let f = try receive() {
+            if f["type"]?.string != "closing" { return f }
+        }
+        return nil
     }
 }
