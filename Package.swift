@@ -5,6 +5,7 @@ let package = Package(
     name: "PermissionRelay",
     products: [
         .executable(name: "permission-relay", targets: ["permission-relay"]),
+        .library(name: "PermissionKit", targets: ["PermissionKit"]),
         .library(name: "RelayProtocol", targets: ["RelayProtocol"]),
     ],
     targets: [
@@ -21,6 +22,8 @@ let package = Package(
         .target(name: "RelayCore", dependencies: ["RelayProtocol", "RelayStore", "CCrypto"]),
         // the epoll reactor that moves bytes between sockets and the core.
         .target(name: "RelayServer", dependencies: ["RelayProtocol", "RelayStore", "RelayCore", "CSystem"]),
+        // the client library with Apple's PermissionKit names.
+        .target(name: "PermissionKit", dependencies: ["RelayProtocol", "CSystem"]),
         .executableTarget(
             name: "permission-relay", dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem"]),
 
@@ -28,7 +31,8 @@ let package = Package(
         .testTarget(name: "RelayStoreTests", dependencies: ["RelayStore", "RelayProtocol", "CSQLite"]),
         .testTarget(name: "RelayCoreTests", dependencies: ["RelayCore", "RelayStore", "RelayProtocol"]),
         .testTarget(name: "RelayServerTests", dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["RelayProtocol", "RelayServer", "CSystem"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["RelayProtocol", "RelayServer", "CSystem", "PermissionKit"]),
+        .testTarget(name: "PermissionKitTests", dependencies: ["PermissionKit", "RelayProtocol"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,352 @@
+// The child's side: ask, cancel, and the stream of responses, as in Apple's AskCenter,
+// plus what Apple leaves silent: outcomes (expired, cancelled), the list of this
+// child's questions, and the state of each handle.
+
+import Foundation
+import RelayProtocol
+import Synchronization
+
+/// The relay refused a request: its error code and message (beyond Apple's API).
+public struct RelayError: Error, Sendable, CustomStringConvertible {
+    public let code: String
+    public let message: String
+    /// Extra fields of the error frame (e.g. `answeredBy` with `alreadyAnswered`).
+    public let details: [String: String]
+    public var description: String { "\(code): \(message)" }
+    /// The same failure as Apple's error type.
+    public var askError: AskError { AskError(code: code, message: message) }
+}
+
+/// What `submit` tells about an accepted question.
+public struct AskReceipt: Sendable, Equatable {
+    public let questionID: UUID
+    /// `pending`, or `answered` for a resend of an answered question.
+    public let status: String
+    public let attempt: Int
+    /// Every handle of the question is already known.
+    public let allKnown: Bool
+}
+
+/// How a question ended without a response (Apple's API stays silent on these).
+public struct QuestionOutcome: Sendable, Equatable {
+    public enum Reason: String, Sendable {
+        case cancelled, expired
+    }
+    public let questionID: UUID
+    public let reason: Reason
+    /// For an expired question: the choice to assume.
+    public let defaultChoice: PermissionChoice?
+}
+
+/// One of this child's questions as the relay holds it.
+public struct QuestionSummary: Sendable {
+    public let id: UUID
+    public let topicKind: String
+    public let status: String
+    public let attempt: Int
+    public let createdAt: Date
+    public let expirationDate: Date?
+    public let handles: [CommunicationHandle]
+    /// When answered: the choice, who chose it and when.
+    public let choice: PermissionChoice?
+    public let guardian: String?
+    public let answeredAt: Date?
+}
+
+/// Where a handle stands for this child.
+public enum HandleState: Sendable, Equatable {
+    case notDetermined
+    case pending
+    /// Approved; `until` is set for a time-limited approval.
+    case approved(until: Date?)
+    case denied
+    case expired
+}
+
+/// Asks guardians for permission and delivers their responses.
+public final class AskCenter: Sendable {
+    /// The center configured from the environment (see `RelayConfiguration.fromEnvironment`).
+    public static let shared = AskCenter(environment: ProcessInfo.processInfo.environment)
+
+    let connection: RelayConnection?
+    private let progress: EventProgress
+    private let hub = Mutex(Hub())
+
+    private struct Hub {
+        var responseConsumers: [String: [UUID: @Sendable (JSONObject) -> Void]] = [:]
+        var outcomeConsumers: [UUID: @Sendable (QuestionOutcome) -> Void] = [:]
+        /// Responses waiting for a consumer of their topic; not yet processed.
+        var held: [Int64: JSONObject] = [:]
+        /// Recent responses, replayed to consumers that join later in this process.
+        var history: [JSONObject] = []
+        var limitsEnabled: Bool?
+    }
+
+    /// A center for an explicit identity.
+    public convenience init(configuration: RelayConfiguration) {
+        self.init(optional: configuration)
+    }
+
+    private convenience init(environment: [String: String]) {
+        self.init(optional: try? RelayConfiguration.fromEnvironment(environment))
+    }
+
+    /// Without a configuration every operation fails with `notAvailable`.
+    private init(optional configuration: RelayConfiguration?) {
+        let progress = EventProgress(path: configuration?.stateFile)
+        self.progress = progress
+        guard let configuration else {
+            connection = nil
+            return
+        }
+        let box = WeakBox<AskCenter>()
+        connection = RelayConnection(
+            config: configuration, resumePoint: { progress.mark },
+            onWelcome: { w in if let c = w["cursor"]?.int { progress.start(at: c) } },
+            setup: { box.value.map { [$0.subscribeFrame] } ?? [] },
+            onEvent: { e in box.value?.handle(e) })
+        box.value = self
+    }
+
+    deinit { connection?.close() }
+
+    /// Disconnects for good; returns once everything received has been recorded as processed.
+    public func close() async {
+        await connection?.closeAndWait()
+    }
+
+    // MARK: - Asking
+
+    /// Sends the question to the child's guardians; returns once the relay has stored it.
+    /// A resend of the same question (same id) is safe and asks nobody twice.
+    public func ask<Topic: QuestionTopic>(_ question: PermissionQuestion<Topic>) async throws {
+        do {
+            _ = try await submit(question)
+        } catch let e as RelayError {
+            throw e.askError
+        }
+    }
+
+    /// `ask`, with the relay's receipt and its error codes and messages (beyond Apple's API).
+    @discardableResult
+    public func submit<Topic: QuestionTopic>(_ question: PermissionQuestion<Topic>) async throws -> AskReceipt {
+        guard let wire = question.wire else { throw AskError.invalidQuestion }
+        let r = try await call(["type": "ask", "question": wire])
+        return AskReceipt(
+            questionID: r["questionId"]?.string.flatMap(UUID.init(uuidString:)) ?? question.id,
+            status: r["status"]?.string ?? "pending", attempt: Int(r["attempt"]?.int ?? 1),
+            allKnown: r["allKnown"]?.bool ?? false)
+    }
+
+    /// Withdraws a pending question; the guardians are told it is closed.
+    public func cancel<Topic: QuestionTopic>(_ question: PermissionQuestion<Topic>) async throws {
+        try await cancel(questionID: question.id)
+    }
+
+    public func cancel(questionID: UUID) async throws {
+        _ = try await call(["type": "cancel", "questionId": .string(questionID.uuidString)])
+    }
+
+    // MARK: - Streams
+
+    /// Every response to questions of this topic, from now on (and those already received
+    /// in this process). Each call returns its own complete sequence.
+    public func responses<Topic: QuestionTopic>(for topicType: Topic.Type) -> AsyncStream<PermissionResponse<Topic>> {
+        let (stream, continuation) = AsyncStream<PermissionResponse<Topic>>.makeStream()
+        let key = UUID()
+        let deliver: @Sendable (JSONObject) -> Void = { e in
+            if let r = PermissionResponse<Topic>(event: e) { continuation.yield(r) }
+        }
+        let (earlier, held) = hub.withLock { h -> ([JSONObject], [(Int64, JSONObject)]) in
+            h.responseConsumers[Topic.id, default: [:]][key] = deliver
+            let mine = h.held.filter { Self.topicKind(of: $0.value) == Topic.id }.sorted { $0.key < $1.key }
+            for (seq, e) in mine {
+                h.held[seq] = nil
+                h.history.append(e)
+            }
+            return (h.history.filter { Self.topicKind(of: $0) == Topic.id }, mine)
+        }
+        for e in earlier { deliver(e) }
+        for (seq, _) in held { if let m = progress.markDone(seq) { connection?.ack(m) } }
+        continuation.onTermination = { [weak self] _ in
+            self?.hub.withLock { _ = $0.responseConsumers[Topic.id]?.removeValue(forKey: key) }
+        }
+        connection?.sendLater(subscribeFrame)
+        return stream
+    }
+
+    /// Questions that closed without a response: cancelled (here or on another device) or expired.
+    public func outcomes() -> AsyncStream<QuestionOutcome> {
+        let (stream, continuation) = AsyncStream<QuestionOutcome>.makeStream()
+        let key = UUID()
+        hub.withLock { $0.outcomeConsumers[key] = { continuation.yield($0) } }
+        continuation.onTermination = { [weak self] _ in self?.hub.withLock { _ = $0.outcomeConsumers.removeValue(forKey: key) } }
+        connection?.sendLater(subscribeFrame)
+        return stream
+    }
+
+    /// Whether the relay can be reached now.
+    public var connectionState: ConnectionState { connection?.state ?? .unavailable }
+
+    /// The connection state now and on every change.
+    public func connectionStates() -> AsyncStream<ConnectionState> {
+        connection?.states() ?? AsyncStream { $0.yield(.unavailable); $0.finish() }
+    }
+
+    // MARK: - Bookkeeping the relay does for the app
+
+    /// This child's questions, newest first, optionally only those with `status`.
+    public func questions(status: String? = nil) async throws -> [QuestionSummary] {
+        var req: JSONObject = ["type": "questions"]
+        if let status { req["status"] = .string(status) }
+        let r = try await call(req)
+        return (r["questions"]?.array ?? []).compactMap(QuestionSummary.init(wire:))
+    }
+
+    /// Where `handle` stands: known, waiting for an answer, denied, expired, or never asked.
+    public func state(for handle: CommunicationHandle) async throws -> HandleState {
+        guard let key = handle.normalized else { return .notDetermined }
+        let known = try await call(["type": "knownHandles", "handles": [handle.wire]])["known"]?.array ?? []
+        let latest = try await questions().first { q in q.handles.contains { $0.normalized == key } }
+        if !known.isEmpty {
+            if let q = latest, q.status == "answered", q.choice?.answer == .approval, let s = q.choice?.durationSeconds,
+                let at = q.answeredAt
+            {
+                return .approved(until: at.addingTimeInterval(Double(s)))
+            }
+            return .approved(until: nil)
+        }
+        switch (latest?.status, latest?.choice?.answer) {
+        case ("pending"?, _): return .pending
+        case ("answered"?, .denial?): return .denied
+        case ("answered"?, .approval?): return .expired  // a time-limited approval that ran out
+        case ("expired"?, _): return .expired
+        default: return .notDetermined
+        }
+    }
+
+    /// Whether this child's communication limits are on.
+    public func limitsEnabled() async throws -> Bool {
+        try await call(["type": "limits"])["enabled"]?.bool ?? true
+    }
+
+    /// The subset of `handles` the relay knows for this child.
+    public func knownHandles(in handles: Set<CommunicationHandle>) async throws -> Set<CommunicationHandle> {
+        let list = Array(handles)
+        let r = try await call(["type": "knownHandles", "handles": .array(list.map(\.wire))])
+        let known = Set((r["known"]?.array ?? []).compactMap(CommunicationHandle.init(wire:)))
+        return Set(list.filter { h in h.normalized.map(known.contains) ?? false })
+    }
+
+    // MARK: - Internals
+
+    /// Sends a request; relay errors become `RelayError`, an unreachable relay `AskError.notAvailable`.
+    func call(_ req: JSONObject) async throws -> JSONObject {
+        guard let connection else { throw AskError.notAvailable }
+        let r: JSONObject
+        do {
+            r = try await connection.request(req)
+        } catch let e as ClientError {
+            if case .unauthorized = e { throw AskError.systemError(underlyingError: e) }
+            throw AskError.notAvailable
+        }
+        guard r["type"]?.string == "ok" else { throw RelayError(reply: r) }
+        return r
+    }
+
+    var subscribeFrame: JSONObject {
+        let topics = hub.withLock { h -> [String] in
+            if !h.outcomeConsumers.isEmpty { return [CommunicationTopic.id, SignificantAppUpdateTopic.id] }
+            return h.responseConsumers.filter { !$0.value.isEmpty }.keys.sorted()
+        }
+        return ["type": "subscribe", "id": "subscribe", "topics": .array(topics.map(JSON.string))]
+    }
+
+    static func topicKind(of event: JSONObject) -> String? { event["question"]?["topic"]?["kind"]?.string }
+
+    /// One event of the child's stream, on the connection's thread, in order.
+    private func handle(_ e: JSONObject) {
+        guard let seq = e["seq"]?.int else { return }
+        if progress.isDone(seq) { return }
+        switch e["type"]?.string {
+        case "response":
+            let consumers = hub.withLock { h -> [@Sendable (JSONObject) -> Void] in
+                let list = Array(h.responseConsumers[Self.topicKind(of: e) ?? ""]?.values ?? [:].values)
+                if list.isEmpty {
+                    h.held[seq] = e
+                } else {
+                    h.history.append(e)
+                    if h.history.count > 256 { h.history.removeFirst() }
+                }
+                return list
+            }
+            guard !consumers.isEmpty else { return }
+            for c in consumers { c(e) }
+        case "questionClosed":
+            if let o = QuestionOutcome(event: e) {
+                for c in hub.withLock({ Array($0.outcomeConsumers.values) }) { c(o) }
+            }
+        case "limitsChanged":
+            hub.withLock { $0.limitsEnabled = e["enabled"]?.bool }
+        default:
+            break
+        }
+        if let m = progress.markDone(seq) { connection?.ack(m) }
+    }
+}
+
+/// A weak reference that can be filled in after the closures capturing it exist.
+final class WeakBox<T: AnyObject>: @unchecked Sendable {
+    private let lock = Mutex(())
+    private weak var _value: T?
+    var value: T? {
+        get { lock.withLock { _ in _value } }
+        set { lock.withLock { _ in _value = newValue } }
+    }
+}
+
+extension RelayError {
+    init(reply r: JSONObject) {
+        var details: [String: String] = [:]
+        for f in r.fields where !["type", "re", "code", "message"].contains(f.key) {
+            details[f.key] = f.value.string ?? f.value.text
+        }
+        self.init(code: r["code"]?.string ?? "unknown", message: r["message"]?.string ?? "", details: details)
+    }
+}
+
+extension PermissionResponse {
+    init?(event e: JSONObject) {
+        guard let q = e["question"].flatMap(PermissionQuestion<Topic>.init(wire:)),
+            let choice = e["choice"].flatMap(PermissionChoice.init(wire:))
+        else { return nil }
+        self.init(
+            choice: choice, question: q, guardian: e["guardian"]?.string ?? "",
+            answeredAt: e["answeredAt"]?.string.flatMap(Date.init(rfc3339:)) ?? Date())
+    }
+}
+
+extension QuestionOutcome {
+    init?(event e: JSONObject) {
+        guard let id = e["questionId"]?.string.flatMap(UUID.init(uuidString:)),
+            let reason = e["reason"]?.string.flatMap(Reason.init(rawValue:))
+        else { return nil }
+        self.init(questionID: id, reason: reason, defaultChoice: e["defaultChoice"].flatMap(PermissionChoice.init(wire:)))
+    }
+}
+
+extension QuestionSummary {
+    init?(wire q: JSON) {
+        guard let id = q["id"]?.string.flatMap(UUID.init(uuidString:)) else { return nil }
+        self.id = id
+        topicKind = q["topic"]?["kind"]?.string ?? ""
+        status = q["status"]?.string ?? ""
+        attempt = Int(q["attempt"]?.int ?? 1)
+        createdAt = q["createdAt"]?.string.flatMap(Date.init(rfc3339:)) ?? Date(timeIntervalSince1970: 0)
+        expirationDate = q["expirationDate"]?.string.flatMap(Date.init(rfc3339:))
+        handles = (q["topic"]?["personInformation"]?.array ?? []).compactMap { $0["handle"].flatMap(CommunicationHandle.init(wire:)) }
+        choice = q["outcome"]?["choice"].flatMap(PermissionChoice.init(wire:))
+        guardian = q["outcome"]?["guardian"]?.string
+        answeredAt = q["outcome"]?["answeredAt"]?.string.flatMap(Date.init(rfc3339:))
+    }
+}

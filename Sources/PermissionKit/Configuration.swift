@@ -1,0 +1,113 @@
+// Where a client finds the relay and who it is: explicit values, or the environment
+// (PERMISSION_RELAY_SOCKET, PERMISSION_MEMBER, PERMISSION_TOKEN or
+// PERMISSION_CREDENTIALS, PERMISSION_SESSION, PERMISSION_STATE_DIR).
+
+import Foundation
+import RelayProtocol
+
+/// How a client connects to the relay and keeps its place in the member's event stream.
+public struct RelayConfiguration: Sendable {
+    /// The relay's Unix socket.
+    public var socketPath: String
+    /// The member id this client acts as.
+    public var member: String
+    /// The member's token.
+    public var token: String
+    /// The durable session name (per app or device).
+    public var session: String
+    /// Where the last processed `seq` is kept between runs; nil keeps it in memory only.
+    public var stateFile: String?
+    /// How long a request waits for the relay (including reconnects) before it fails.
+    public var requestTimeout: Duration = .seconds(10)
+    /// Reconnect backoff: first delay and cap; each wait gets ±25% jitter.
+    public var reconnectDelay: Duration = .milliseconds(100)
+    public var maxReconnectDelay: Duration = .seconds(5)
+
+    public init(socketPath: String, member: String, token: String, session: String, stateFile: String? = nil) {
+        self.socketPath = socketPath
+        self.member = member
+        self.token = token
+        self.session = session
+        self.stateFile = stateFile
+    }
+
+    /// The relay's default socket for this user, as `permission-relay serve` chooses it.
+    public static var defaultSocketPath: String {
+        let env = ProcessInfo.processInfo.environment
+        if let s = env["PERMISSION_RELAY_SOCKET"], !s.isEmpty { return s }
+        if let run = env["XDG_RUNTIME_DIR"], !run.isEmpty { return run + "/permission-relay/relay.sock" }
+        return "/tmp/permission-relay-\(getuid())/relay.sock"
+    }
+
+    /// Reads the configuration from the environment.
+    ///
+    /// `PERMISSION_MEMBER` and `PERMISSION_TOKEN` name the member, or `PERMISSION_CREDENTIALS`
+    /// names a JSON file `{"member": …, "token": …}` (what `permission-relay member add --json`
+    /// prints). `PERMISSION_SESSION` defaults to `<member>-<hostname>`; `PERMISSION_STATE_DIR`
+    /// to `$XDG_STATE_HOME/permission-kit` or `~/.local/state/permission-kit`.
+    public static func fromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) throws(AskError)
+        -> RelayConfiguration
+    {
+        var member = env["PERMISSION_MEMBER"] ?? ""
+        var token = env["PERMISSION_TOKEN"] ?? ""
+        if let file = env["PERMISSION_CREDENTIALS"], !file.isEmpty {
+            let creds = try readCredentials(file)
+            member = member.isEmpty ? creds.member : member
+            token = token.isEmpty ? creds.token : token
+        }
+        guard !member.isEmpty, !token.isEmpty else {
+            throw AskError.notAvailable
+        }
+        let session = env["PERMISSION_SESSION"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultSession(member: member)
+        let stateDir = env["PERMISSION_STATE_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultStateDirectory(env)
+        return RelayConfiguration(
+            socketPath: env["PERMISSION_RELAY_SOCKET"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultSocketPath,
+            member: member, token: token, session: session,
+            stateFile: stateDir + "/\(member).\(session).state")
+    }
+
+    /// Reads `{"member": …, "token": …}` from a file.
+    public static func readCredentials(_ path: String) throws(AskError) -> (member: String, token: String) {
+        guard let data = FileManager.default.contents(atPath: path), let json = try? JSON.parse(Array(data)),
+            let member = json["member"]?.string, let token = json["token"]?.string
+        else { throw AskError.systemError(underlyingError: ClientError.credentials(path)) }
+        return (member, token)
+    }
+
+    static func defaultSession(member: String) -> String {
+        var name = [CChar](repeating: 0, count: 256)
+        gethostname(&name, 255)
+        let host = String(cString: name).filter { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." }
+        let s = "\(member)-\(host.isEmpty ? "app" : host)"
+        return String(s.prefix(64))
+    }
+
+    static func defaultStateDirectory(_ env: [String: String]) -> String {
+        if let s = env["XDG_STATE_HOME"], !s.isEmpty { return s + "/permission-kit" }
+        return (env["HOME"] ?? NSHomeDirectory()) + "/.local/state/permission-kit"
+    }
+}
+
+/// Failures of the connection underneath the API types.
+public enum ClientError: Error, Sendable, CustomStringConvertible {
+    /// The relay could not be reached before the request's deadline.
+    case unavailable(String)
+    /// The relay refused the member or token.
+    case unauthorized(String)
+    /// The relay answered with an error.
+    case relay(code: String, message: String)
+    /// The credentials file is missing or not `{"member":…,"token":…}`.
+    case credentials(String)
+    /// The client was closed.
+    case closed
+
+    public var description: String {
+        switch self {
+        case .unavailable(let why): return "the relay is not available: \(why)"
+        case .unauthorized(let why): return "the relay refused the credentials: \(why)"
+        case .relay(let code, let message): return "\(code): \(message)"
+        case .credentials(let path): return "cannot read credentials from \(path): expected {\"member\": …, \"token\": …}"
+        case .closed: return "the client was closed"
+        }
+    }
+}

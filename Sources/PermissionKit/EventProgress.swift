@@ -1,0 +1,62 @@
+// Which events of the member's stream this app has processed, kept in a small state
+// file (written atomically: temp file, then rename) so that a restarted app neither
+// loses nor repeats an event. Processing may skip ahead of an event that waits for a
+// consumer; the file keeps the contiguous mark and the seqs done above it.
+
+import Foundation
+import RelayProtocol
+import Synchronization
+
+final class EventProgress: Sendable {
+    private let path: String?
+    private let state: Mutex<(mark: Int64?, above: Set<Int64>)>
+
+    init(path: String?) {
+        self.path = path
+        var mark: Int64?
+        var above: Set<Int64> = []
+        if let path, let data = FileManager.default.contents(atPath: path), let j = try? JSON.parse(Array(data)) {
+            mark = j["seq"]?.int
+            above = Set((j["above"]?.array ?? []).compactMap(\.int))
+        }
+        state = Mutex((mark, above))
+    }
+
+    /// The highest seq up to which everything is processed (for `resume` and `ack`).
+    var mark: Int64? { state.withLock { $0.mark } }
+
+    /// A welcome says where the stream resumes; a client without a mark starts there.
+    func start(at cursor: Int64) {
+        state.withLock { s in if s.mark == nil { s.mark = cursor } }
+    }
+
+    func isDone(_ seq: Int64) -> Bool {
+        state.withLock { s in (s.mark.map { seq <= $0 } ?? false) || s.above.contains(seq) }
+    }
+
+    /// Records `seq` as processed; returns the mark when it moved (to ack it).
+    @discardableResult
+    func markDone(_ seq: Int64) -> Int64? {
+        let (moved, snapshot) = state.withLock { s -> (Int64?, (Int64?, Set<Int64>)) in
+            var mark = s.mark ?? (seq - 1)
+            guard seq > mark else { return (nil, (s.mark, s.above)) }
+            s.above.insert(seq)
+            let before = mark
+            while s.above.remove(mark + 1) != nil { mark += 1 }
+            s.mark = mark
+            return (mark > before ? mark : nil, (s.mark, s.above))
+        }
+        save(snapshot)
+        return moved
+    }
+
+    private func save(_ s: (Int64?, Set<Int64>)) {
+        guard let path, let mark = s.0 else { return }
+        let j: JSON = .object(["seq": .int(mark), "above": .array(s.1.sorted().map { .int($0) })])
+        let dir = (path as NSString).deletingLastPathComponent
+        try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let tmp = path + ".tmp"
+        guard FileManager.default.createFile(atPath: tmp, contents: Data(j.encoded), attributes: [.posixPermissions: 0o600]) else { return }
+        _ = rename(tmp, path)
+    }
+}

@@ -1,0 +1,204 @@
+// The guardian's side, which Apple keeps inside Messages: incoming questions of every
+// child of the family, answers, limits and known handles, and the questions that
+// closed elsewhere (answered by another guardian, cancelled, expired).
+
+import Foundation
+import RelayProtocol
+import Synchronization
+
+/// A question as a guardian sees it.
+public struct GuardianQuestion: Sendable, Identifiable {
+    /// What the child asks about.
+    public enum Topic: Sendable {
+        case communication(CommunicationTopic)
+        case significantAppUpdate(SignificantAppUpdateTopic)
+    }
+
+    public let id: UUID
+    public let child: String
+    public let topic: Topic
+    public let choices: [PermissionChoice]
+    public let defaultChoice: PermissionChoice
+    public let expirationDate: Date?
+    public let createdAt: Date
+    public let attempt: Int
+    /// `pending`, `answered`, `cancelled` or `expired`.
+    public let status: String
+    /// For answered questions (in history): the choice, who made it and when.
+    public let answer: (choice: PermissionChoice, guardian: String, answeredAt: Date)?
+
+    init?(wire q: JSON) {
+        guard let id = q["id"]?.string.flatMap(UUID.init(uuidString:)), let child = q["child"]?.string else { return nil }
+        if let c = PermissionQuestion<CommunicationTopic>(wire: q) {
+            topic = .communication(c.topic)
+            choices = c.choices
+            defaultChoice = c.defaultChoice
+        } else if let u = PermissionQuestion<SignificantAppUpdateTopic>(wire: q) {
+            topic = .significantAppUpdate(u.topic)
+            choices = u.choices
+            defaultChoice = u.defaultChoice
+        } else {
+            return nil
+        }
+        self.id = id
+        self.child = child
+        expirationDate = q["expirationDate"]?.string.flatMap(Date.init(rfc3339:))
+        createdAt = q["createdAt"]?.string.flatMap(Date.init(rfc3339:)) ?? Date()
+        attempt = Int(q["attempt"]?.int ?? 1)
+        status = q["status"]?.string ?? "pending"
+        if let o = q["outcome"], let choice = o["choice"].flatMap(PermissionChoice.init(wire:)) {
+            answer = (choice, o["guardian"]?.string ?? "", o["answeredAt"]?.string.flatMap(Date.init(rfc3339:)) ?? Date())
+        } else {
+            answer = nil
+        }
+    }
+}
+
+/// A question that closed, whoever closed it.
+public struct ClosedQuestion: Sendable, Equatable {
+    public let questionID: UUID
+    public let child: String
+    /// `answered`, `cancelled` or `expired`.
+    public let reason: String
+    /// The guardian who answered.
+    public let by: String?
+}
+
+/// Receives a family's questions and answers them.
+public final class GuardianCenter: Sendable {
+    /// The center configured from the environment (see `RelayConfiguration.fromEnvironment`).
+    public static let shared = GuardianCenter(configuration: try? RelayConfiguration.fromEnvironment())
+
+    private let connection: RelayConnection?
+    private let progress: EventProgress
+    private let hub = Mutex(Hub())
+
+    private struct Hub {
+        var questionConsumers: [UUID: @Sendable (GuardianQuestion) -> Void] = [:]
+        var closedConsumers: [UUID: @Sendable (ClosedQuestion) -> Void] = [:]
+    }
+
+    /// A center for an explicit identity; without one every operation fails with `notAvailable`.
+    public init(configuration: RelayConfiguration?) {
+        let progress = EventProgress(path: configuration?.stateFile)
+        self.progress = progress
+        guard let configuration else {
+            connection = nil
+            return
+        }
+        let box = WeakBox<GuardianCenter>()
+        connection = RelayConnection(
+            config: configuration, resumePoint: { progress.mark },
+            onWelcome: { w in if let c = w["cursor"]?.int { progress.start(at: c) } },
+            setup: { [] }, onEvent: { e in box.value?.handle(e) })
+        box.value = self
+    }
+
+    deinit { connection?.close() }
+
+    /// Disconnects for good; returns once everything received has been recorded as processed.
+    public func close() async {
+        await connection?.closeAndWait()
+    }
+
+    /// Incoming questions: first those pending now, then each new one (also re-asks).
+    public func questions() -> AsyncStream<GuardianQuestion> {
+        let (stream, continuation) = AsyncStream<GuardianQuestion>.makeStream()
+        let key = UUID()
+        let seen = Mutex(Set<String>())
+        let deliver: @Sendable (GuardianQuestion) -> Void = { q in
+            if seen.withLock({ $0.insert("\(q.id)#\(q.attempt)").inserted }) { continuation.yield(q) }
+        }
+        hub.withLock { $0.questionConsumers[key] = deliver }
+        continuation.onTermination = { [weak self] _ in self?.hub.withLock { _ = $0.questionConsumers.removeValue(forKey: key) } }
+        let task = Task { [weak self] in
+            for q in (try? await self?.pending()) ?? [] { deliver(q) }
+        }
+        _ = task
+        return stream
+    }
+
+    /// Questions closed anywhere: answered (by whom), cancelled by the child, or expired.
+    public func closedQuestions() -> AsyncStream<ClosedQuestion> {
+        let (stream, continuation) = AsyncStream<ClosedQuestion>.makeStream()
+        let key = UUID()
+        hub.withLock { $0.closedConsumers[key] = { continuation.yield($0) } }
+        continuation.onTermination = { [weak self] _ in self?.hub.withLock { _ = $0.closedConsumers.removeValue(forKey: key) } }
+        return stream
+    }
+
+    /// Answers with one of the question's choices. The first answer wins; a later one throws
+    /// `RelayError` with code `alreadyAnswered` (and `answeredBy`).
+    public func answer(_ questionID: UUID, with choiceID: String) async throws {
+        _ = try await call(["type": "answer", "questionId": .string(questionID.uuidString), "choice": .string(choiceID)])
+    }
+
+    public func answer(_ question: GuardianQuestion, with choice: PermissionChoice) async throws {
+        try await answer(question.id, with: choice.id)
+    }
+
+    /// The family's pending questions (of one child, if given), oldest first.
+    public func pending(child: String? = nil) async throws -> [GuardianQuestion] {
+        var req: JSONObject = ["type": "pending"]
+        if let child { req["child"] = .string(child) }
+        return (try await call(req)["questions"]?.array ?? []).compactMap(GuardianQuestion.init(wire:))
+    }
+
+    /// Questions newest first, with their status and answer.
+    public func history(child: String? = nil, limit: Int = 100) async throws -> [GuardianQuestion] {
+        var req: JSONObject = ["type": "history", "limit": .int(Int64(limit))]
+        if let child { req["child"] = .string(child) }
+        return (try await call(req)["questions"]?.array ?? []).compactMap(GuardianQuestion.init(wire:))
+    }
+
+    public func setCommunicationLimits(for child: String, enabled: Bool) async throws {
+        _ = try await call(["type": "setLimits", "child": .string(child), "enabled": .bool(enabled)])
+    }
+
+    /// Makes handles known for a child; returns how many the child has now.
+    @discardableResult
+    public func addKnownHandles(_ handles: [CommunicationHandle], for child: String) async throws -> Int {
+        Int(try await call(["type": "addKnownHandles", "child": .string(child), "handles": .array(handles.map(\.wire))])["known"]?.int ?? 0)
+    }
+
+    @discardableResult
+    public func removeKnownHandles(_ handles: [CommunicationHandle], for child: String) async throws -> Int {
+        Int(try await call(["type": "removeKnownHandles", "child": .string(child), "handles": .array(handles.map(\.wire))])["known"]?.int ?? 0)
+    }
+
+    public var connectionState: ConnectionState { connection?.state ?? .unavailable }
+
+    public func connectionStates() -> AsyncStream<ConnectionState> {
+        connection?.states() ?? AsyncStream { $0.yield(.unavailable); $0.finish() }
+    }
+
+    func call(_ req: JSONObject) async throws -> JSONObject {
+        guard let connection else { throw AskError.notAvailable }
+        let r: JSONObject
+        do {
+            r = try await connection.request(req)
+        } catch let e as ClientError {
+            if case .unauthorized = e { throw AskError.systemError(underlyingError: e) }
+            throw AskError.notAvailable
+        }
+        guard r["type"]?.string == "ok" else { throw RelayError(reply: r) }
+        return r
+    }
+
+    private func handle(_ e: JSONObject) {
+        guard let seq = e["seq"]?.int, !progress.isDone(seq) else { return }
+        switch e["type"]?.string {
+        case "question":
+            if let q = e["question"].flatMap(GuardianQuestion.init(wire:)) {
+                for c in hub.withLock({ Array($0.questionConsumers.values) }) { c(q) }
+            }
+        case "questionClosed":
+            if let id = e["questionId"]?.string.flatMap(UUID.init(uuidString:)) {
+                let closed = ClosedQuestion(questionID: id, child: e["child"]?.string ?? "", reason: e["reason"]?.string ?? "", by: e["by"]?.string)
+                for c in hub.withLock({ Array($0.closedConsumers.values) }) { c(closed) }
+            }
+        default: break
+        }
+        if let m = progress.markDone(seq) { connection?.ack(m) }
+    }
+}

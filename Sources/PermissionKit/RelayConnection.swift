@@ -1,0 +1,394 @@
+// The connection under AskCenter and GuardianCenter: one I/O thread per connection
+// that connects, says hello with the durable session and the last processed seq,
+// resends every request whose reply never came (the relay is idempotent), acks what
+// the owner processed, pings, and reconnects with capped exponential backoff and
+// jitter. Callers only enqueue and await; the thread owns the socket.
+
+import CSystem
+import Foundation
+import Glibc
+import RelayProtocol
+import Synchronization
+
+/// Whether the client can reach the relay now.
+public enum ConnectionState: String, Sendable, Equatable {
+    /// Connecting (or reconnecting) and saying hello.
+    case connecting
+    /// Connected; requests go out at once.
+    case ready
+    /// The last attempt failed; the client keeps retrying in the background.
+    case unavailable
+}
+
+final class RelayConnection: Sendable {
+    let config: RelayConfiguration
+    private let shared: Mutex<Shared>
+    private let wakeFDs: (read: Int32, write: Int32)
+    /// Called on the I/O thread for each event, in stream order.
+    private let onEvent: @Sendable (JSONObject) -> Void
+    /// Requests (without ids) sent after every welcome, replies ignored (e.g. subscribe).
+    private let setup: @Sendable () -> [JSONObject]
+    /// The highest seq already processed, for `resume`.
+    private let resumePoint: @Sendable () -> Int64?
+    /// Called with every welcome (its `cursor` tells where the stream resumes).
+    private let onWelcome: @Sendable (JSONObject) -> Void
+
+    private struct Pending {
+        let id: String
+        let frame: JSONObject
+        let deadline: ContinuousClock.Instant
+        let continuation: CheckedContinuation<JSONObject, any Error>
+        var sent = false
+    }
+
+    private struct Shared {
+        var state = ConnectionState.connecting
+        var pending: [Pending] = []
+        var ackToSend: Int64?
+        var extraFrames: [JSONObject] = []
+        var watchers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
+        var closed = false
+        /// The I/O thread has ended.
+        var finished = false
+        var nextID = 1
+        var lastError: ClientError?
+    }
+
+    init(
+        config: RelayConfiguration, resumePoint: @escaping @Sendable () -> Int64?,
+        onWelcome: @escaping @Sendable (JSONObject) -> Void = { _ in },
+        setup: @escaping @Sendable () -> [JSONObject], onEvent: @escaping @Sendable (JSONObject) -> Void
+    ) {
+        self.config = config
+        self.resumePoint = resumePoint
+        self.onWelcome = onWelcome
+        self.setup = setup
+        self.onEvent = onEvent
+        self.shared = Mutex(Shared())
+        var fds: [Int32] = [-1, -1]
+        _ = cs_pipe(&fds)
+        wakeFDs = (fds[0], fds[1])
+        let thread = Thread { [self] in run() }
+        thread.name = "permission-kit-io"
+        thread.start()
+    }
+
+    /// The reason of the last failed connection attempt, if any.
+    var lastError: ClientError? { shared.withLock { $0.lastError } }
+
+    /// Stops the I/O thread; pending requests fail with `ClientError.closed`.
+    func close() {
+        shared.withLock { $0.closed = true }
+        wake()
+    }
+
+    /// Stops the I/O thread and waits until it has ended (every processed event recorded).
+    func closeAndWait() async {
+        let states = states()
+        close()
+        for await _ in states {}
+    }
+
+    var state: ConnectionState { shared.withLock { $0.state } }
+
+    /// The connection state now and on every change.
+    func states() -> AsyncStream<ConnectionState> {
+        let (stream, continuation) = AsyncStream<ConnectionState>.makeStream(bufferingPolicy: .bufferingNewest(8))
+        let key = UUID()
+        let (now, finished) = shared.withLock { s -> (ConnectionState, Bool) in
+            if !s.finished { s.watchers[key] = continuation }
+            return (s.state, s.finished)
+        }
+        continuation.yield(now)
+        if finished { continuation.finish() }
+        continuation.onTermination = { [weak self] _ in self?.shared.withLock { _ = $0.watchers.removeValue(forKey: key) } }
+        return stream
+    }
+
+    /// Sends a request and returns the relay's reply (`ok` or `error`); waits through
+    /// reconnects until the configured timeout, then throws `ClientError.unavailable`.
+    func request(_ body: JSONObject, timeout: Duration? = nil) async throws -> JSONObject {
+        let deadline = ContinuousClock.now + (timeout ?? config.requestTimeout)
+        let id = shared.withLock { s -> String in
+            defer { s.nextID += 1 }
+            return "k\(s.nextID)"
+        }
+        var frame = body
+        frame["id"] = .string(id)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<JSONObject, any Error>) in
+                let refused = shared.withLock { s -> (any Error)? in
+                    if s.closed { return ClientError.closed }
+                    s.pending.append(Pending(id: id, frame: frame, deadline: deadline, continuation: c))
+                    return nil
+                }
+                if let refused { c.resume(throwing: refused) } else { wake() }
+            }
+        } onCancel: {
+            let p = shared.withLock { s -> Pending? in
+                guard let i = s.pending.firstIndex(where: { $0.id == id }) else { return nil }
+                return s.pending.remove(at: i)
+            }
+            p?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Acknowledges every event up to `seq` (sent on the next occasion).
+    func ack(_ seq: Int64) {
+        shared.withLock { $0.ackToSend = max($0.ackToSend ?? 0, seq) }
+        wake()
+    }
+
+    /// Sends a frame without a reply (e.g. a fresh subscribe) if connected.
+    func sendLater(_ frame: JSONObject) {
+        shared.withLock { $0.extraFrames.append(frame) }
+        wake()
+    }
+
+    private func wake() {
+        var b: UInt8 = 1
+        _ = Glibc.write(wakeFDs.write, &b, 1)
+    }
+
+    private func drainWake() {
+        var buf = [UInt8](repeating: 0, count: 64)
+        while Glibc.read(wakeFDs.read, &buf, 64) > 0 {}
+    }
+
+    private func setState(_ new: ConnectionState, error: ClientError? = nil) {
+        let watchers = shared.withLock { s -> [AsyncStream<ConnectionState>.Continuation] in
+            if let error { s.lastError = error }
+            guard s.state != new else { return [] }
+            s.state = new
+            return Array(s.watchers.values)
+        }
+        for w in watchers { w.yield(new) }
+    }
+
+    // MARK: - The I/O thread
+
+    private func run() {
+        var delay = config.reconnectDelay
+        while !shared.withLock({ $0.closed }) {
+            if let greeted = connectAndGreet() {
+                delay = config.reconnectDelay
+                serve(greeted)
+                Glibc.close(greeted.fd)
+                if !shared.withLock({ $0.closed }) { setState(.connecting) }
+                continue
+            }
+            failExpired()
+            let jitter = Double.random(in: 0.75...1.25)
+            waitForWake(max: delay * jitter)
+            delay = min(delay * 2, config.maxReconnectDelay)
+        }
+        let (pending, watchers) = shared.withLock { s in
+            defer {
+                s.pending.removeAll()
+                s.watchers.removeAll()
+                s.finished = true
+            }
+            return (s.pending, Array(s.watchers.values))
+        }
+        for p in pending { p.continuation.resume(throwing: ClientError.closed) }
+        for w in watchers { w.finish() }
+        Glibc.close(wakeFDs.read)
+        Glibc.close(wakeFDs.write)
+    }
+
+    /// A connection past its welcome: the socket, the decoder's leftovers, and frames
+    /// that came in the same read as the welcome.
+    private struct Greeted {
+        let fd: Int32
+        var decoder: FrameDecoder
+        let early: [JSONObject]
+    }
+
+    /// Connects and completes hello; nil (state unavailable) when either fails.
+    private func connectAndGreet() -> Greeted? {
+        let fd = cs_connect_unix(config.socketPath)
+        guard fd >= 0 else {
+            let why = String(cString: strerror(errno))
+            setState(.unavailable, error: .unavailable("cannot connect to \(config.socketPath): \(why)"))
+            return nil
+        }
+        var tv = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var hello: JSONObject = [
+            "type": "hello", "id": "hello", "protocol": 1, "member": .string(config.member), "token": .string(config.token),
+            "session": .string(config.session),
+        ]
+        if let resume = resumePoint() { hello["resume"] = .int(resume) }
+        var decoder = FrameDecoder(maxFrameBytes: 64 << 20)
+        guard write(fd, hello) else {
+            Glibc.close(fd)
+            setState(.unavailable, error: .unavailable("the relay closed the connection during hello"))
+            return nil
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            guard readable(fd, until: deadline), let frames = read(fd, &decoder) else { break }
+            for f in frames {
+                if f["type"]?.string == "welcome" {
+                    onWelcome(f)
+                    setState(.ready)
+                    let early = Array(frames.drop { $0["type"]?.string != "welcome" }.dropFirst())
+                    return Greeted(fd: fd, decoder: decoder, early: early)
+                }
+                if f["type"]?.string == "error" {
+                    let code = f["code"]?.string ?? "error"
+                    let message = f["message"]?.string ?? ""
+                    let error: ClientError =
+                        code == "unauthorized" ? .unauthorized(message) : .relay(code: code, message: message)
+                    setState(.unavailable, error: error)
+                    if code == "unauthorized" { failAll(error) }
+                    Glibc.close(fd)
+                    return nil
+                }
+            }
+        }
+        Glibc.close(fd)
+        setState(.unavailable, error: .unavailable("no welcome from the relay"))
+        return nil
+    }
+
+    private func serve(_ greeted: Greeted) {
+        let fd = greeted.fd
+        var decoder = greeted.decoder
+        for f in setup() { _ = write(fd, withID(f, "setup")) }
+        shared.withLock { s in for i in s.pending.indices { s.pending[i].sent = false } }
+        var lastHeard = ContinuousClock.now
+        var lastSent = ContinuousClock.now
+        let heartbeat = Duration.seconds(15)
+        handle(greeted.early, fd)
+        while true {
+            // Send what is waiting: new or unanswered requests, acks, extra frames.
+            let (toSend, closed) = shared.withLock { s -> ([JSONObject], Bool) in
+                var out: [JSONObject] = s.extraFrames
+                s.extraFrames.removeAll()
+                for i in s.pending.indices where !s.pending[i].sent {
+                    s.pending[i].sent = true
+                    out.append(s.pending[i].frame)
+                }
+                if let a = s.ackToSend {
+                    out.append(["type": "ack", "seq": .int(a)])
+                    s.ackToSend = nil
+                }
+                return (out, s.closed)
+            }
+            if closed { return }
+            for f in toSend {
+                guard write(fd, f) else { return }
+                lastSent = .now
+            }
+            failExpired()
+            let now = ContinuousClock.now
+            if now - lastHeard > heartbeat * 3 { return }
+            if now - lastSent > heartbeat {
+                guard write(fd, ["type": "ping"]) else { return }
+                lastSent = now
+            }
+            let nextDeadline = shared.withLock { $0.pending.map(\.deadline).min() }
+            var wait = min(heartbeat, max(.zero, (lastSent + heartbeat) - now))
+            if let d = nextDeadline { wait = min(wait, max(.zero, d - now)) }
+            var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0)]
+            let ms = Int32(min(Double(Int32.max), (wait / .milliseconds(1)).rounded(.up)))
+            let n = poll(&fds, 2, ms)
+            if n < 0 && errno != EINTR { return }
+            if fds[1].revents != 0 { drainWake() }
+            if fds[0].revents != 0 {
+                guard let frames = read(fd, &decoder) else { return }
+                lastHeard = .now
+                handle(frames, fd)
+            }
+        }
+    }
+
+    private func handle(_ frames: [JSONObject], _ fd: Int32) {
+        for f in frames {
+            if let re = f["re"]?.string {
+                let p = shared.withLock { s -> Pending? in
+                    guard let i = s.pending.firstIndex(where: { $0.id == re }) else { return nil }
+                    return s.pending.remove(at: i)
+                }
+                p?.continuation.resume(returning: f)
+                continue
+            }
+            switch f["type"]?.string {
+            case "ping": _ = write(fd, ["type": "pong"])
+            case "pong", "closing": break
+            default:
+                if f["seq"] != nil { onEvent(f) }
+            }
+        }
+    }
+
+    private func failExpired() {
+        let now = ContinuousClock.now
+        let (expired, why) = shared.withLock { s -> ([Pending], ClientError) in
+            let gone = s.pending.filter { $0.deadline <= now }
+            s.pending.removeAll { $0.deadline <= now }
+            return (gone, s.lastError ?? .unavailable("no reply from the relay in time"))
+        }
+        for p in expired {
+            if case .unauthorized = why {
+                p.continuation.resume(throwing: why)
+            } else {
+                p.continuation.resume(throwing: ClientError.unavailable("\(why)"))
+            }
+        }
+    }
+
+    private func failAll(_ error: ClientError) {
+        let all = shared.withLock { s -> [Pending] in
+            defer { s.pending.removeAll() }
+            return s.pending
+        }
+        for p in all { p.continuation.resume(throwing: error) }
+    }
+
+    private func waitForWake(max: Duration) {
+        var fds = [pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0)]
+        let ms = Int32((max / .milliseconds(1)).rounded(.up))
+        if poll(&fds, 1, ms) > 0 { drainWake() }
+    }
+
+    private func withID(_ f: JSONObject, _ id: String) -> JSONObject {
+        var f = f
+        f["id"] = .string(id)
+        return f
+    }
+
+    private func write(_ fd: Int32, _ f: JSONObject) -> Bool {
+        let bytes = f.frame
+        var off = 0
+        while off < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + off, bytes.count - off, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return false }
+            off += n
+        }
+        return true
+    }
+
+    private func readable(_ fd: Int32, until deadline: ContinuousClock.Instant) -> Bool {
+        var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
+        let ms = Int32(max(0, ((deadline - .now) / .milliseconds(1)).rounded(.up)))
+        return poll(&fds, 1, ms) > 0
+    }
+
+    /// Reads what is available; nil when the connection ended.
+    private func read(_ fd: Int32, _ decoder: inout FrameDecoder) -> [JSONObject]? {
+        var buf = [UInt8](repeating: 0, count: 65536)
+        let n = buf.withUnsafeMutableBytes { Glibc.recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+        if n == 0 { return nil }
+        if n < 0 { return errno == EAGAIN || errno == EINTR ? [] : nil }
+        decoder.append(buf[0..<n])
+        var out: [JSONObject] = []
+        while let e = decoder.next() {
+            guard case .frame(let body) = e, let o = try? JSON.parse(body).object else { return nil }
+            out.append(o)
+        }
+        return out
+    }
+}

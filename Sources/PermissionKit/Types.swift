@@ -1,0 +1,207 @@
+// The PermissionKit value types, with Apple's names and shapes. Where Apple uses a
+// type Linux lacks (CGImage) a plain stand-in takes its place (PNG `Data`).
+
+import Foundation
+import RelayProtocol
+
+/// A piece of identifying information that can be used to communicate with someone.
+public struct CommunicationHandle: Codable, Hashable, Sendable {
+    /// The kind of a handle.
+    public enum Kind: String, Codable, Hashable, Sendable, CaseIterable {
+        case phoneNumber, emailAddress, custom
+    }
+
+    /// The value of the communication handle.
+    public var value: String
+    public var kind: Kind
+
+    public init(value: String, kind: Kind) {
+        self.value = value
+        self.kind = kind
+    }
+
+    /// The handle as the relay compares it (phone digits, lower-cased e-mail), or nil when invalid.
+    public var normalized: CommunicationHandle? {
+        NormalizedHandle(kind: HandleKind(rawValue: kind.rawValue)!, rawValue: value).map {
+            CommunicationHandle(value: $0.value, kind: kind)
+        }
+    }
+}
+
+/// A topic a question can be about.
+public protocol QuestionTopic: Codable, Sendable {
+    /// The unique identifier for the topic (also its subscription name on the wire).
+    static var id: String { get }
+}
+
+/// A request to communicate with one or more people.
+public struct CommunicationTopic: QuestionTopic, Hashable {
+    public static let id = "communication"
+
+    /// A communication action you can request permission for.
+    public enum Action: String, Codable, Hashable, Sendable, CaseIterable {
+        case message, audioCall, videoCall, call, chat, follow, beFollowed, friend, connect, communicate
+    }
+
+    /// Who the child wants to communicate with.
+    public struct PersonInformation: Codable, Hashable, Sendable {
+        public var handle: CommunicationHandle
+        public var nameComponents: PersonNameComponents?
+        /// PNG bytes (Apple's CGImage has no Linux counterpart).
+        public var avatarImage: Data?
+
+        public init(handle: CommunicationHandle, nameComponents: PersonNameComponents? = nil, avatarImage: Data? = nil) {
+            self.handle = handle
+            self.nameComponents = nameComponents
+            self.avatarImage = avatarImage
+        }
+    }
+
+    public var personInformation: [PersonInformation]
+    public var actions: Set<Action>
+
+    public init(personInformation: [PersonInformation], actions: Set<Action> = []) {
+        self.personInformation = personInformation
+        self.actions = actions
+    }
+}
+
+/// A request to keep using an app after a significant update.
+public struct SignificantAppUpdateTopic: QuestionTopic, Hashable {
+    public static let id = "significantAppUpdate"
+    public let description: String
+    public init(description: String) { self.description = description }
+}
+
+/// One answer a guardian can give.
+public struct PermissionChoice: Codable, Hashable, Sendable, Identifiable {
+    /// What a choice means.
+    public enum Answer: String, Codable, Hashable, Sendable {
+        case approval, denial
+    }
+
+    public var id: String
+    public var title: String
+    public var answer: Answer
+    /// An approval that lasts this long (beyond Apple's API: time-limited approvals).
+    public var durationSeconds: Int?
+
+    public init(id: String, title: String, answer: Answer, durationSeconds: Int? = nil) {
+        self.id = id
+        self.title = title
+        self.answer = answer
+        self.durationSeconds = durationSeconds
+    }
+
+    /// The system-preferred choice to approve a permission request.
+    public static let approve = PermissionChoice(id: "approve", title: "Approve", answer: .approval)
+    /// The system-preferred choice to decline a permission request.
+    public static let decline = PermissionChoice(id: "decline", title: "Decline", answer: .denial)
+}
+
+/// A question for a guardian.
+public struct PermissionQuestion<Topic: QuestionTopic>: Codable, Sendable, Identifiable {
+    public let id: UUID
+    public let topic: Topic
+    /// The possible answers; approve and decline unless given.
+    public private(set) var choices: [PermissionChoice]
+    /// The answer assumed when nobody answers; the most restrictive choice unless given.
+    public private(set) var defaultChoice: PermissionChoice
+    /// After this date a guardian can no longer answer.
+    public var expirationDate: Date?
+
+    /// A question with custom choices (beyond Apple's API, which fixes approve/decline).
+    public init(
+        id: UUID = UUID(), topic: Topic, choices: [PermissionChoice] = [.approve, .decline],
+        defaultChoice: PermissionChoice? = nil, expirationDate: Date? = nil
+    ) {
+        self.id = id
+        self.topic = topic
+        self.choices = choices
+        self.defaultChoice = defaultChoice ?? choices.first { $0.answer == .denial } ?? .decline
+        self.expirationDate = expirationDate
+    }
+}
+
+extension PermissionQuestion where Topic == CommunicationTopic {
+    /// Asks for permission to communicate with the person behind `handle`.
+    public init(handle: CommunicationHandle) {
+        self.init(handles: [handle])
+    }
+
+    /// Asks for permission to communicate with several people.
+    public init(handles: [CommunicationHandle]) {
+        self.init(communicationTopic: CommunicationTopic(personInformation: handles.map { .init(handle: $0) }))
+    }
+
+    public init(communicationTopic: Topic) {
+        self.init(topic: communicationTopic)
+    }
+}
+
+extension PermissionQuestion where Topic == SignificantAppUpdateTopic {
+    public init(significantAppUpdateTopic: Topic) {
+        self.init(topic: significantAppUpdateTopic)
+    }
+}
+
+/// A guardian's answer to a question.
+public struct PermissionResponse<Topic: QuestionTopic>: Sendable {
+    /// The choice the guardian made.
+    public let choice: PermissionChoice
+    /// The original question.
+    public let question: PermissionQuestion<Topic>
+    /// Who answered, and when (beyond Apple's API).
+    public let guardian: String
+    public let answeredAt: Date
+}
+
+/// An error that can occur when asking a guardian.
+public enum AskError: Error, Sendable, LocalizedError, Equatable {
+    case unknown
+    /// Communication limits are off for this child: the app may allow the contact directly.
+    case communicationLimitsNotEnabled
+    /// The child's family has no guardian to ask.
+    case contactSyncNotSetup
+    /// The question breaks a rule (its message says which).
+    case invalidQuestion
+    case systemError(underlyingError: any Error)
+    /// The relay cannot be reached, or the child may not ask (bad credentials, too many questions).
+    case notAvailable
+
+    public var errorDescription: String? {
+        switch self {
+        case .unknown: return "An unknown error response."
+        case .communicationLimitsNotEnabled: return "Communication limits aren't enabled for this child."
+        case .contactSyncNotSetup: return "No guardian is set up to receive questions."
+        case .invalidQuestion: return "The permission question is invalid."
+        case .systemError(let e): return "A system error occurred: \(e)"
+        case .notAvailable: return "Asking for permission isn't available right now."
+        }
+    }
+
+    /// Compares by case only (`systemError`'s payload is any Error).
+    public static func == (a: AskError, b: AskError) -> Bool {
+        switch (a, b) {
+        case (.unknown, .unknown), (.communicationLimitsNotEnabled, .communicationLimitsNotEnabled),
+            (.contactSyncNotSetup, .contactSyncNotSetup), (.invalidQuestion, .invalidQuestion),
+            (.systemError, .systemError), (.notAvailable, .notAvailable):
+            return true
+        default: return false
+        }
+    }
+
+    /// Maps a relay error code (wire contract §10); a code this library does not know is `.unknown`.
+    public init(code: String, message: String) {
+        switch code {
+        case "communicationLimitsNotEnabled": self = .communicationLimitsNotEnabled
+        case "contactSyncNotSetup": self = .contactSyncNotSetup
+        case "invalidQuestion", "badRequest": self = .invalidQuestion
+        case "unauthorized", "forbidden", "tooManyPending", "rateLimited", "busy": self = .notAvailable
+        case "internal", "badFrame", "frameTooLarge", "unknownType", "unsupportedProtocol", "notFound", "conflict",
+            "alreadyAnswered", "expired", "cancelled", "invalidChoice":
+            self = .systemError(underlyingError: ClientError.relay(code: code, message: message))
+        default: self = .unknown
+        }
+    }
+}

@@ -1,0 +1,177 @@
+// The client library against the real relay: a full cycle, crashes on both sides,
+// a relay that is down, and an app restarted before its response was delivered.
+
+import Foundation
+import PermissionKit
+import XCTest
+
+final class PermissionKitTests: XCTestCase {
+    private func config(_ relay: RelayProcess, _ member: String, _ tokens: [String: String], session: String = "app",
+                        state: String? = nil, timeout: Duration = .seconds(10)) -> RelayConfiguration {
+        var c = RelayConfiguration(socketPath: relay.socket, member: member, token: tokens[member]!, session: session, stateFile: state)
+        c.requestTimeout = timeout
+        c.maxReconnectDelay = .milliseconds(200)
+        return c
+    }
+
+    private func contact() -> PermissionQuestion<CommunicationTopic> {
+        PermissionQuestion(handle: CommunicationHandle(value: "+1 555 \(Int.random(in: 1000...9999))", kind: .phoneNumber))
+    }
+
+    func testFullCycleThroughTheLibrary() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let child = AskCenter(configuration: config(relay, "c0", tokens))
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        var responses = child.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        var incoming = guardian.questions().makeAsyncIterator()
+        let question = contact()
+        let receipt = try await child.submit(question)
+        XCTAssertEqual(receipt.status, "pending")
+        let seen = try await next(&incoming)
+        XCTAssertEqual(seen.id, question.id)
+        XCTAssertEqual(seen.child, "c0")
+        try await guardian.answer(seen, with: .approve)
+        let response = try await next(&responses)
+        XCTAssertEqual(response.question.id, question.id)
+        XCTAssertEqual(response.choice, .approve)
+        XCTAssertEqual(response.guardian, "g0")
+        let handle = question.topic.personInformation[0].handle
+        let limits = CommunicationLimits(center: child)
+        let known = await limits.isKnownHandle(handle)
+        XCTAssertTrue(known)
+        let state = try await child.state(for: handle)
+        XCTAssertEqual(state, .approved(until: nil))
+        do {
+            try await guardian.answer(seen, with: .decline)
+            XCTFail("a second answer must fail")
+        } catch let e as RelayError {
+            XCTAssertEqual(e.code, "alreadyAnswered")
+        }
+    }
+
+    func testAskErrorsFromTheRelay() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let admin = try relay.admin()
+        _ = try admin.request(["type": "setLimits", "child": "c0", "enabled": false])
+        let child = AskCenter(configuration: config(relay, "c0", tokens))
+        do {
+            try await child.ask(contact())
+            XCTFail("limits are off")
+        } catch let e as AskError {
+            XCTAssertEqual(e, .communicationLimitsNotEnabled)
+        }
+        var past = PermissionQuestion(significantAppUpdateTopic: SignificantAppUpdateTopic(description: "v2"))
+        past.expirationDate = Date(timeIntervalSinceNow: -60)
+        do {
+            try await child.ask(past)
+            XCTFail("expired question")
+        } catch let e as AskError {
+            XCTAssertEqual(e, .invalidQuestion)
+        }
+        let wrong = AskCenter(configuration: RelayConfiguration(socketPath: relay.socket, member: "c0", token: "nope", session: "x"))
+        do {
+            try await wrong.ask(contact())
+            XCTFail("bad token")
+        } catch let e as AskError {
+            XCTAssertEqual(e, .systemError(underlyingError: ClientError.unauthorized("")))
+        }
+    }
+
+    func testAskWithTheRelayDownFailsAfterItsDeadline() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        relay.crash()
+        let child = AskCenter(configuration: config(relay, "c0", tokens, timeout: .milliseconds(600)))
+        let started = ContinuousClock.now
+        do {
+            try await child.ask(contact())
+            XCTFail("the relay is down")
+        } catch let e as AskError {
+            XCTAssertEqual(e, .notAvailable)
+        }
+        XCTAssertGreaterThanOrEqual(ContinuousClock.now - started, .milliseconds(500))
+        XCTAssertEqual(child.connectionState, .unavailable)
+    }
+
+    func testRelayKilledMidAskAndMidAnswerLosesAndRepeatsNothing() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let child = AskCenter(configuration: config(relay, "c0", tokens, timeout: .seconds(20)))
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens, timeout: .seconds(20)))
+        var responses = child.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        var states = child.connectionStates().makeAsyncIterator()
+        while await states.next() != .ready {}
+
+        relay.crash()
+        let question = contact()
+        async let asked: Void = child.ask(question)  // waits for the relay to come back
+        while await states.next() != .unavailable {}
+        try relay.start()
+        try await asked
+        var incoming = guardian.questions().makeAsyncIterator()
+        let q = try await next(&incoming)
+        XCTAssertEqual(q.id, question.id)
+        try await guardian.answer(q, with: .approve)
+        relay.crash()
+        try relay.start()
+        let response = try await next(&responses)
+        XCTAssertEqual(response.question.id, question.id)
+        let pending = try await guardian.pending()
+        XCTAssertTrue(pending.isEmpty)
+        let all = try await child.questions()
+        XCTAssertEqual(all.count, 1, "the resent ask made no duplicate")
+    }
+
+    func testAppRestartedBeforeDeliveryGetsTheResponseExactlyOnce() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let question = contact()
+        do {
+            let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+            _ = first.responses(for: CommunicationTopic.self)
+            try await first.ask(question)
+            await first.close()  // the app stops before the answer comes
+        }
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        try await guardian.answer(question.id, with: "decline")
+
+        let second = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        var responses = second.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        let r = try await next(&responses)
+        XCTAssertEqual(r.question.id, question.id)
+        XCTAssertEqual(r.choice, .decline)
+        // A marker question after it: the third run must see only the marker's response.
+        let marker = contact()
+        try await second.ask(marker)
+        try await guardian.answer(marker.id, with: "approve")
+        let m = try await next(&responses)
+        XCTAssertEqual(m.question.id, marker.id)
+        await second.close()
+
+        let third = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        var again = third.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        let late = contact()
+        try await third.ask(late)
+        try await guardian.answer(late.id, with: "approve")
+        let next = try await next(&again)
+        XCTAssertEqual(next.question.id, late.id, "nothing already processed comes again")
+    }
+}
+
+/// The next element of an async sequence that must not end.
+func next<I: AsyncIteratorProtocol>(_ it: inout I, file: StaticString = #filePath, line: UInt = #line) async throws -> I.Element
+where I.Failure == Never {
+    guard let v = try await it.next() else {
+        XCTFail("the sequence ended", file: file, line: line)
+        throw CancellationError()
+    }
+    return v
+}

@@ -1,0 +1,69 @@
+import Foundation
+import RelayProtocol
+import XCTest
+
+@testable import PermissionKit
+
+final class ValueTests: XCTestCase {
+    func testEveryRelayErrorCodeMapsToAnAskError() {
+        let expected: [String: AskError] = [
+            "communicationLimitsNotEnabled": .communicationLimitsNotEnabled, "contactSyncNotSetup": .contactSyncNotSetup,
+            "invalidQuestion": .invalidQuestion, "badRequest": .invalidQuestion, "unauthorized": .notAvailable,
+            "forbidden": .notAvailable, "tooManyPending": .notAvailable, "rateLimited": .notAvailable, "busy": .notAvailable,
+        ]
+        for code in ErrorCode.allCases.map(\.rawValue) {
+            let e = AskError(code: code, message: "m")
+            if let want = expected[code] {
+                XCTAssertEqual(e, want, code)
+            } else {
+                XCTAssertEqual(e, .systemError(underlyingError: ClientError.relay(code: code, message: "m")), code)
+            }
+        }
+        XCTAssertEqual(AskError(code: "somethingNew", message: ""), .unknown, "an unknown code never crashes")
+    }
+
+    func testQuestionDefaultsAndWireRoundTrip() throws {
+        var q = PermissionQuestion<CommunicationTopic>(
+            communicationTopic: CommunicationTopic(
+                personInformation: [
+                    .init(handle: .init(value: "+1 555 0100", kind: .phoneNumber),
+                          nameComponents: PersonNameComponents(givenName: "Kim", familyName: "Lee"), avatarImage: Data([1, 2, 3]))
+                ], actions: [.message, .videoCall]))
+        XCTAssertEqual(q.choices, [.approve, .decline])
+        XCTAssertEqual(q.defaultChoice, .decline, "the most restrictive choice by default")
+        q.expirationDate = Date(timeIntervalSince1970: 2_000_000_000)
+        let wire = try XCTUnwrap(q.wire)
+        let content = try QuestionContent.validate(wire.object!, now: Timestamp(milliseconds: 0))
+        XCTAssertEqual(content.id, q.id.uuidString)
+        let back = try XCTUnwrap(PermissionQuestion<CommunicationTopic>(wire: wire))
+        XCTAssertEqual(back.topic, q.topic)
+        XCTAssertEqual(back.expirationDate, q.expirationDate)
+        XCTAssertNil(PermissionQuestion<SignificantAppUpdateTopic>(wire: wire), "a question of another topic type")
+
+        let custom = PermissionQuestion(
+            topic: SignificantAppUpdateTopic(description: "v2"),
+            choices: [.init(id: "week", title: "For a week", answer: .approval, durationSeconds: 604800), .init(id: "no", title: "No", answer: .denial)])
+        XCTAssertEqual(custom.defaultChoice.id, "no")
+        XCTAssertNoThrow(try QuestionContent.validate(custom.wire!.object!, now: Timestamp(milliseconds: 0)))
+    }
+
+    func testEventProgressIsContiguousAndSurvivesARestart() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("progress-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let p = EventProgress(path: path)
+        p.start(at: 4)
+        XCTAssertEqual(p.markDone(5), 5)
+        XCTAssertNil(p.markDone(7), "7 is done but 6 is not: the mark stays")
+        XCTAssertTrue(p.isDone(7))
+        XCTAssertFalse(p.isDone(6))
+        let again = EventProgress(path: path)
+        XCTAssertEqual(again.mark, 5)
+        XCTAssertTrue(again.isDone(7))
+        XCTAssertEqual(again.markDone(6), 7)
+    }
+
+    func testHandleNormalization() {
+        XCTAssertEqual(CommunicationHandle(value: "+1 (555) 0100", kind: .phoneNumber).normalized?.value, "+15550100")
+        XCTAssertNil(CommunicationHandle(value: "nobody", kind: .emailAddress).normalized)
+    }
+}
