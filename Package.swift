@@ -5,6 +5,8 @@ let package = Package(
     name: "PermissionRelay",
     products: [
         .executable(name: "permission-relay", targets: ["permission-relay"]),
+        .executable(name: "permission-child", targets: ["permission-child"]),
+        .executable(name: "permission-guardian", targets: ["permission-guardian"]),
         .library(name: "PermissionKit", targets: ["PermissionKit"]),
         .library(name: "RelayProtocol", targets: ["RelayProtocol"]),
     ],
@@ -24,8 +26,15 @@ let package = Package(
         .target(name: "RelayServer", dependencies: ["RelayProtocol", "RelayStore", "RelayCore", "CSystem"]),
         // the client library with Apple's PermissionKit names.
         .target(name: "PermissionKit", dependencies: ["RelayProtocol", "CSystem"]),
+        // argument parsing and exit codes shared by the programs.
+        .target(name: "CLISupport"),
         .executableTarget(
-            name: "permission-relay", dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem"]),
+            name: "permission-relay",
+            dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem", "CLISupport"]),
+        .target(name: "ClientCommands", dependencies: ["PermissionKit", "CLISupport"]),
+        .executableTarget(name: "permission-child", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol"]),
+        .executableTarget(
+            name: "permission-guardian", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol", "CSystem"]),
 
         .testTarget(name: "RelayProtocolTests", dependencies: ["RelayProtocol"]),
         .testTarget(name: "RelayStoreTests", dependencies: ["RelayStore", "RelayProtocol", "CSQLite"]),

@@ -102,8 +102,8 @@ public final class AskCenter: Sendable {
         let box = WeakBox<AskCenter>()
         connection = RelayConnection(
             config: configuration, resumePoint: { progress.mark },
-            onWelcome: { w in if let c = w["cursor"]?.int { progress.start(at: c) } },
-            setup: { box.value.map { [$0.subscribeFrame] } ?? [] },
+            onWelcome: { w in progress.welcome(head: w["head"]?.int ?? 0, cursor: w["cursor"]?.int ?? 0) },
+            setup: { box.value?.subscribeFrame.map { [$0] } ?? [] },
             onEvent: { e in box.value?.handle(e) })
         box.value = self
     }
@@ -131,6 +131,7 @@ public final class AskCenter: Sendable {
     @discardableResult
     public func submit<Topic: QuestionTopic>(_ question: PermissionQuestion<Topic>) async throws -> AskReceipt {
         guard let wire = question.wire else { throw AskError.invalidQuestion }
+        register([Topic.id])  // the response must reach this session, in this run or a later one
         let r = try await call(["type": "ask", "question": wire])
         return AskReceipt(
             questionID: r["questionId"]?.string.flatMap(UUID.init(uuidString:)) ?? question.id,
@@ -171,7 +172,7 @@ public final class AskCenter: Sendable {
         continuation.onTermination = { [weak self] _ in
             self?.hub.withLock { _ = $0.responseConsumers[Topic.id]?.removeValue(forKey: key) }
         }
-        connection?.sendLater(subscribeFrame)
+        register([Topic.id])
         return stream
     }
 
@@ -181,7 +182,7 @@ public final class AskCenter: Sendable {
         let key = UUID()
         hub.withLock { $0.outcomeConsumers[key] = { continuation.yield($0) } }
         continuation.onTermination = { [weak self] _ in self?.hub.withLock { _ = $0.outcomeConsumers.removeValue(forKey: key) } }
-        connection?.sendLater(subscribeFrame)
+        register([CommunicationTopic.id, SignificantAppUpdateTopic.id])
         return stream
     }
 
@@ -254,12 +255,16 @@ public final class AskCenter: Sendable {
         return r
     }
 
-    var subscribeFrame: JSONObject {
-        let topics = hub.withLock { h -> [String] in
-            if !h.outcomeConsumers.isEmpty { return [CommunicationTopic.id, SignificantAppUpdateTopic.id] }
-            return h.responseConsumers.filter { !$0.value.isEmpty }.keys.sorted()
-        }
-        return ["type": "subscribe", "id": "subscribe", "topics": .array(topics.map(JSON.string))]
+    /// Subscribes this session to more topics; a subscription never shrinks (see EventProgress).
+    private func register(_ topics: Set<String>) {
+        if progress.register(topics), let frame = subscribeFrame { connection?.sendLater(frame) }
+    }
+
+    /// The session's subscription, sent after every hello; nil before anything was registered.
+    var subscribeFrame: JSONObject? {
+        let topics = progress.topics
+        guard !topics.isEmpty else { return nil }
+        return ["type": "subscribe", "id": "subscribe", "topics": .array(topics.sorted().map(JSON.string))]
     }
 
     static func topicKind(of event: JSONObject) -> String? { event["question"]?["topic"]?["kind"]?.string }

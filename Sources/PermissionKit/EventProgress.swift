@@ -1,7 +1,9 @@
 // Which events of the member's stream this app has processed, kept in a small state
 // file (written atomically: temp file, then rename) so that a restarted app neither
 // loses nor repeats an event. Processing may skip ahead of an event that waits for a
-// consumer; the file keeps the contiguous mark and the seqs done above it.
+// consumer; the file keeps the contiguous mark and the seqs done above it, and the
+// topics this app registered (its durable session's subscription only ever grows, so
+// a later run never filters out a response an earlier run asked for).
 
 import Foundation
 import RelayProtocol
@@ -9,25 +11,47 @@ import Synchronization
 
 final class EventProgress: Sendable {
     private let path: String?
-    private let state: Mutex<(mark: Int64?, above: Set<Int64>)>
+    private let state: Mutex<(mark: Int64?, above: Set<Int64>, topics: Set<String>)>
 
     init(path: String?) {
         self.path = path
         var mark: Int64?
         var above: Set<Int64> = []
+        var topics: Set<String> = []
         if let path, let data = FileManager.default.contents(atPath: path), let j = try? JSON.parse(Array(data)) {
             mark = j["seq"]?.int
             above = Set((j["above"]?.array ?? []).compactMap(\.int))
+            topics = Set((j["topics"]?.array ?? []).compactMap(\.string))
         }
-        state = Mutex((mark, above))
+        state = Mutex((mark, above, topics))
     }
 
     /// The highest seq up to which everything is processed (for `resume` and `ack`).
     var mark: Int64? { state.withLock { $0.mark } }
 
-    /// A welcome says where the stream resumes; a client without a mark starts there.
-    func start(at cursor: Int64) {
-        state.withLock { s in if s.mark == nil { s.mark = cursor } }
+    /// The topics registered so far (by asks and response consumers).
+    var topics: Set<String> { state.withLock { $0.topics } }
+
+    /// Adds topics; true when the set grew (the subscription must be sent again).
+    func register(_ new: Set<String>) -> Bool {
+        let (grew, snapshot) = state.withLock { s -> (Bool, (Int64?, Set<Int64>, Set<String>)) in
+            let before = s.topics.count
+            s.topics.formUnion(new)
+            return (s.topics.count > before, (s.mark, s.above, s.topics))
+        }
+        if grew { save(snapshot) }
+        return grew
+    }
+
+    /// A welcome says where the stream resumes: a client without a mark starts there, and
+    /// a mark beyond the relay's head (a relay whose data was reset) starts over too.
+    func welcome(head: Int64, cursor: Int64) {
+        state.withLock { s in
+            if s.mark == nil || s.mark! > head {
+                s.mark = cursor
+                s.above = []
+            }
+        }
     }
 
     func isDone(_ seq: Int64) -> Bool {
@@ -37,22 +61,24 @@ final class EventProgress: Sendable {
     /// Records `seq` as processed; returns the mark when it moved (to ack it).
     @discardableResult
     func markDone(_ seq: Int64) -> Int64? {
-        let (moved, snapshot) = state.withLock { s -> (Int64?, (Int64?, Set<Int64>)) in
+        let (moved, snapshot) = state.withLock { s -> (Int64?, (Int64?, Set<Int64>, Set<String>)) in
             var mark = s.mark ?? (seq - 1)
-            guard seq > mark else { return (nil, (s.mark, s.above)) }
+            guard seq > mark else { return (nil, (s.mark, s.above, s.topics)) }
             s.above.insert(seq)
             let before = mark
             while s.above.remove(mark + 1) != nil { mark += 1 }
             s.mark = mark
-            return (mark > before ? mark : nil, (s.mark, s.above))
+            return (mark > before ? mark : nil, (s.mark, s.above, s.topics))
         }
         save(snapshot)
         return moved
     }
 
-    private func save(_ s: (Int64?, Set<Int64>)) {
-        guard let path, let mark = s.0 else { return }
-        let j: JSON = .object(["seq": .int(mark), "above": .array(s.1.sorted().map { .int($0) })])
+    private func save(_ s: (Int64?, Set<Int64>, Set<String>)) {
+        guard let path else { return }
+        var o: JSONObject = ["above": .array(s.1.sorted().map { .int($0) }), "topics": .array(s.2.sorted().map { .string($0) })]
+        if let mark = s.0 { o["seq"] = .int(mark) }
+        let j: JSON = .object(o)
         let dir = (path as NSString).deletingLastPathComponent
         try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let tmp = path + ".tmp"

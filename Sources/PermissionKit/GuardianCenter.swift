@@ -76,6 +76,9 @@ public final class GuardianCenter: Sendable {
     private struct Hub {
         var questionConsumers: [UUID: @Sendable (GuardianQuestion) -> Void] = [:]
         var closedConsumers: [UUID: @Sendable (ClosedQuestion) -> Void] = [:]
+        /// Events up to here were already in the stream when the connection opened: their
+        /// questions are stale or come with `pending()`, so the streams skip them.
+        var replayedUpTo: Int64 = 0
     }
 
     /// A center for an explicit identity; without one every operation fails with `notAvailable`.
@@ -89,7 +92,10 @@ public final class GuardianCenter: Sendable {
         let box = WeakBox<GuardianCenter>()
         connection = RelayConnection(
             config: configuration, resumePoint: { progress.mark },
-            onWelcome: { w in if let c = w["cursor"]?.int { progress.start(at: c) } },
+            onWelcome: { w in
+                progress.welcome(head: w["head"]?.int ?? 0, cursor: w["cursor"]?.int ?? 0)
+                box.value?.hub.withLock { $0.replayedUpTo = w["head"]?.int ?? 0 }
+            },
             setup: { [] }, onEvent: { e in box.value?.handle(e) })
         box.value = self
     }
@@ -102,6 +108,7 @@ public final class GuardianCenter: Sendable {
     }
 
     /// Incoming questions: first those pending now, then each new one (also re-asks).
+    /// Like `closedQuestions`, it carries what happens from now on; `history` tells the past.
     public func questions() -> AsyncStream<GuardianQuestion> {
         let (stream, continuation) = AsyncStream<GuardianQuestion>.makeStream()
         let key = UUID()
@@ -187,7 +194,8 @@ public final class GuardianCenter: Sendable {
 
     private func handle(_ e: JSONObject) {
         guard let seq = e["seq"]?.int, !progress.isDone(seq) else { return }
-        switch e["type"]?.string {
+        let replayed = hub.withLock { seq <= $0.replayedUpTo }
+        switch replayed ? nil : e["type"]?.string {
         case "question":
             if let q = e["question"].flatMap(GuardianQuestion.init(wire:)) {
                 for c in hub.withLock({ Array($0.questionConsumers.values) }) { c(q) }

@@ -2,6 +2,7 @@
 // for the relay's own user and root, checked with SO_PEERCRED), sends one request
 // and prints the result, as text or as one JSON object with --json.
 
+import CLISupport
 import RelayProtocol
 import RelayServer
 

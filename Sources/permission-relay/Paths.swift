@@ -1,5 +1,6 @@
 // Per-user default locations, created with private permissions.
 
+import CLISupport
 import Foundation
 import Glibc
 

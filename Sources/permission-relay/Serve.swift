@@ -1,6 +1,7 @@
 // `permission-relay serve`: opens the store, takes the data directory's lock, binds
 // the socket and runs the event loop until SIGTERM or SIGINT.
 
+import CLISupport
 import Foundation
 import Glibc
 import RelayCore

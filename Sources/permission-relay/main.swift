@@ -1,5 +1,6 @@
 // permission-relay: the daemon (`serve`) and the admin commands that talk to it.
 
+import CLISupport
 import Foundation
 
 let overview = """

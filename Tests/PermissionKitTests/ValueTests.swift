@@ -51,7 +51,7 @@ final class ValueTests: XCTestCase {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("progress-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: path) }
         let p = EventProgress(path: path)
-        p.start(at: 4)
+        p.welcome(head: 9, cursor: 4)
         XCTAssertEqual(p.markDone(5), 5)
         XCTAssertNil(p.markDone(7), "7 is done but 6 is not: the mark stays")
         XCTAssertTrue(p.isDone(7))
@@ -60,6 +60,9 @@ final class ValueTests: XCTestCase {
         XCTAssertEqual(again.mark, 5)
         XCTAssertTrue(again.isDone(7))
         XCTAssertEqual(again.markDone(6), 7)
+        again.welcome(head: 3, cursor: 1)  // a relay that lost its data: start over at its cursor
+        XCTAssertEqual(again.mark, 1)
+        XCTAssertFalse(again.isDone(2))
     }
 
     func testHandleNormalization() {

@@ -1,9 +1,10 @@
-// Command-line parsing shared by the subcommands: flags with values, positional
+// Command-line plumbing shared by the programs: flags with values, positional
 // arguments, usage errors (exit 64) and failures (exit 1).
 
 import Foundation
 
-enum CLIError: Error {
+/// Why a command stopped.
+public enum CLIError: Error {
     /// Wrong arguments: print the message and the command's usage, exit 64.
     case usage(String)
     /// The command could not do its work: exit 1.
@@ -11,12 +12,13 @@ enum CLIError: Error {
 }
 
 /// Arguments after the subcommand words: `--flag value`, `--switch`, and positionals.
-struct Arguments {
-    private(set) var positionals: [String] = []
-    private var values: [String: String] = [:]
+/// A flag may repeat; `value` gives the last, `values` all of them.
+public struct Arguments {
+    public private(set) var positionals: [String] = []
+    private var all: [String: [String]] = [:]
     private var switches: Set<String> = []
 
-    init(_ args: [String], valueFlags: Set<String>, switchFlags: Set<String>) throws {
+    public init(_ args: [String], valueFlags: Set<String>, switchFlags: Set<String>) throws {
         var i = 0
         while i < args.count {
             let a = args[i]
@@ -27,11 +29,11 @@ struct Arguments {
                     switches.insert(name)
                 } else if valueFlags.contains(name) {
                     if parts.count == 2 {
-                        values[name] = parts[1]
+                        all[name, default: []].append(parts[1])
                     } else {
                         guard i + 1 < args.count else { throw CLIError.usage("\(name) needs a value") }
                         i += 1
-                        values[name] = args[i]
+                        all[name, default: []].append(args[i])
                     }
                 } else {
                     throw CLIError.usage("unknown option \(name)")
@@ -43,22 +45,23 @@ struct Arguments {
         }
     }
 
-    func has(_ flag: String) -> Bool { switches.contains(flag) }
-    func value(_ flag: String) -> String? { values[flag] }
+    public func has(_ flag: String) -> Bool { switches.contains(flag) }
+    public func value(_ flag: String) -> String? { all[flag]?.last }
+    public func values(_ flag: String) -> [String] { all[flag] ?? [] }
 
-    func int(_ flag: String, default d: Int, min lo: Int = 0) throws -> Int {
-        guard let v = values[flag] else { return d }
+    public func int(_ flag: String, default d: Int, min lo: Int = 0) throws -> Int {
+        guard let v = value(flag) else { return d }
         guard let n = Int(v), n >= lo else { throw CLIError.usage("\(flag) must be a whole number of at least \(lo), not \"\(v)\"") }
         return n
     }
 
-    func double(_ flag: String, default d: Double, min lo: Double = 0) throws -> Double {
-        guard let v = values[flag] else { return d }
+    public func double(_ flag: String, default d: Double, min lo: Double = 0) throws -> Double {
+        guard let v = value(flag) else { return d }
         guard let n = Double(v), n >= lo, n.isFinite else { throw CLIError.usage("\(flag) must be a number of at least \(lo), not \"\(v)\"") }
         return n
     }
 
-    func expectPositionals(_ names: [String]) throws -> [String] {
+    public func expectPositionals(_ names: [String]) throws -> [String] {
         guard positionals.count == names.count else {
             let what = names.isEmpty ? "no arguments" : names.joined(separator: " ")
             throw CLIError.usage("expected \(what), got \(positionals.isEmpty ? "nothing" : positionals.joined(separator: " "))")
@@ -67,10 +70,27 @@ struct Arguments {
     }
 }
 
-func printOut(_ s: String) {
+public func printOut(_ s: String) {
     FileHandle.standardOutput.write(Data((s + "\n").utf8))
 }
 
-func printErr(_ s: String) {
+public func printErr(_ s: String) {
     FileHandle.standardError.write(Data((s + "\n").utf8))
+}
+
+/// Runs a program's `main`: usage errors print the usage and exit 64, failures one
+/// line on stderr and exit 1.
+public func runMain(program: String, usage: @escaping () -> String, _ body: () async throws -> Int32) async -> Int32 {
+    do {
+        return try await body()
+    } catch CLIError.usage(let message) {
+        printErr("\(program): \(message)\n\n\(usage())")
+        return 64
+    } catch CLIError.failure(let message) {
+        printErr("\(program): \(message)")
+        return 1
+    } catch {
+        printErr("\(program): \(error)")
+        return 1
+    }
 }

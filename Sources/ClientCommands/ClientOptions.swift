@@ -1,0 +1,118 @@
+// What permission-child and permission-guardian share: the identity options, the
+// environment they fall back to, and how results are printed.
+
+import CLISupport
+import Foundation
+import PermissionKit
+
+/// `--socket`, `--member`, `--token`, `--credentials`, `--session`, `--state-dir`.
+public enum ClientOptions {
+    public static let valueFlags: Set<String> = ["--socket", "--member", "--token", "--credentials", "--session", "--state-dir"]
+
+    public static let help = """
+          --socket PATH        The relay's socket (env PERMISSION_RELAY_SOCKET; default: \(RelayConfiguration.defaultSocketPath))
+          --member ID          Who this client is (env PERMISSION_MEMBER)
+          --token TOKEN        The member's token (env PERMISSION_TOKEN)
+          --credentials FILE   A file {"member": …, "token": …}, as `permission-relay member add --json` prints it
+                               (env PERMISSION_CREDENTIALS)
+          --session NAME       Durable session name (env PERMISSION_SESSION; default: MEMBER-HOSTNAME)
+          --state-dir DIR      Where the last processed event is kept (env PERMISSION_STATE_DIR)
+          -h, --help           Show this help.
+        """
+
+    /// The configuration from the options, falling back to the environment.
+    public static func configuration(_ a: Arguments, session: String? = nil) throws -> RelayConfiguration {
+        var env = ProcessInfo.processInfo.environment
+        if let v = a.value("--socket") { env["PERMISSION_RELAY_SOCKET"] = v }
+        if let v = a.value("--member") { env["PERMISSION_MEMBER"] = v }
+        if let v = a.value("--token") { env["PERMISSION_TOKEN"] = v }
+        if let v = a.value("--credentials") {
+            env["PERMISSION_CREDENTIALS"] = v
+            if a.value("--member") == nil { env["PERMISSION_MEMBER"] = nil }
+            if a.value("--token") == nil { env["PERMISSION_TOKEN"] = nil }
+        }
+        if let v = a.value("--session") ?? session { env["PERMISSION_SESSION"] = v }
+        if let v = a.value("--state-dir") { env["PERMISSION_STATE_DIR"] = v }
+        do {
+            var config = try RelayConfiguration.fromEnvironment(env)
+            config.requestTimeout = .seconds(3)  // a person at a terminal wants a quick answer when the relay is down
+            return config
+        } catch AskError.systemError(let e) {
+            throw CLIError.failure("\(e)")
+        } catch {
+            throw CLIError.usage("say who you are: --member and --token, or --credentials FILE")
+        }
+    }
+
+    /// One clear line for an error of the library or the relay.
+    public static func describe(_ error: any Error) -> String {
+        switch error {
+        case let e as RelayError: return e.description
+        case AskError.notAvailable: return "the relay is not available (is `permission-relay serve` running, and is --socket right?)"
+        case AskError.systemError(let underlying): return "\(underlying)"
+        case let e as AskError: return e.errorDescription ?? "\(e)"
+        default: return "\(error)"
+        }
+    }
+}
+
+/// Parses `phone:+1 555 0100`, `email:kim@example.org`, `custom:kim42`, or a bare value
+/// (with `@`: e-mail; digits and + ( ) - . space only: phone; else custom).
+public func parseHandle(_ text: String) -> CommunicationHandle {
+    let prefixes: [(String, CommunicationHandle.Kind)] = [("phone:", .phoneNumber), ("email:", .emailAddress), ("custom:", .custom)]
+    for (p, kind) in prefixes where text.hasPrefix(p) {
+        return CommunicationHandle(value: String(text.dropFirst(p.count)), kind: kind)
+    }
+    if text.contains("@") { return CommunicationHandle(value: text, kind: .emailAddress) }
+    if !text.isEmpty && text.allSatisfy({ $0.isNumber || "+()-. ".contains($0) }) {
+        return CommunicationHandle(value: text, kind: .phoneNumber)
+    }
+    return CommunicationHandle(value: text, kind: .custom)
+}
+
+/// `Kim Lee (+1 555 0100), kim@example.org`.
+public func describePeople(_ topic: CommunicationTopic) -> String {
+    topic.personInformation.map { p in
+        let name = [p.nameComponents?.givenName, p.nameComponents?.familyName].compactMap { $0 }.joined(separator: " ")
+        return name.isEmpty ? p.handle.value : "\(name) (\(p.handle.value))"
+    }.joined(separator: ", ")
+}
+
+/// `12m 05s`, `3h 02m`, or `expired`.
+public func timeLeft(until date: Date?, now: Date = Date()) -> String {
+    guard let date else { return "no expiry" }
+    let s = Int(date.timeIntervalSince(now).rounded(.down))
+    if s <= 0 { return "expired" }
+    if s >= 3600 { return String(format: "%dh %02dm", s / 3600, s % 3600 / 60) }
+    return String(format: "%dm %02ds", s / 60, s % 60)
+}
+
+/// Reads `30s`, `10m`, `2h`, `1d` or an RFC 3339 instant.
+public func parseExpiry(_ text: String, now: Date = Date()) -> Date? {
+    let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
+    if let u = text.last, let f = units[u], let n = Double(text.dropLast()), n > 0 {
+        return now.addingTimeInterval(n * f)
+    }
+    let iso = ISO8601DateFormatter()
+    iso.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    if let d = iso.date(from: text) { return d }
+    iso.formatOptions = [.withInternetDateTime]
+    return iso.date(from: text)
+}
+
+/// Runs `cleanup` and exits 0 on SIGTERM or SIGINT, so a long-running command (watch,
+/// auto) records what it processed before it goes. Keep the returned sources alive.
+public func stopOnSignals(_ cleanup: @escaping @Sendable () async -> Void) -> [any DispatchSourceSignal] {
+    [SIGTERM, SIGINT].map { sig in
+        signal(sig, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+        source.setEventHandler {
+            Task {
+                await cleanup()
+                exit(0)
+            }
+        }
+        source.resume()
+        return source
+    }
+}

@@ -1,0 +1,141 @@
+// The interactive terminal view: pending questions of every child of the family,
+// live as they arrive and close, answered with single keys. One task owns the view
+// state; keys, questions, closures and clock ticks reach it through one stream.
+
+import ClientCommands
+import Foundation
+import Glibc
+import PermissionKit
+
+struct InteractiveView {
+    let center: GuardianCenter
+
+    private enum Input: Sendable {
+        case key([UInt8])
+        case question(GuardianQuestion)
+        case closed(ClosedQuestion)
+        case answered(String)
+        case tick
+        case connection(ConnectionState)
+    }
+
+    func run() async throws {
+        let terminal = RawTerminal()
+        defer { terminal.restore() }
+        let (inputs, feed) = AsyncStream<Input>.makeStream()
+        let keys = Thread {
+            var buf = [UInt8](repeating: 0, count: 16)
+            while true {
+                let n = Glibc.read(0, &buf, 16)
+                if n <= 0 { break }
+                feed.yield(.key(Array(buf[0..<n])))
+            }
+            feed.yield(.key([UInt8(ascii: "q")]))
+        }
+        keys.start()
+        let tasks = [
+            Task { for await q in center.questions() { feed.yield(.question(q)) } },
+            Task { for await c in center.closedQuestions() { feed.yield(.closed(c)) } },
+            Task { for await s in center.connectionStates() { feed.yield(.connection(s)) } },
+            Task {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(1))
+                    feed.yield(.tick)
+                }
+            },
+        ]
+        defer { for t in tasks { t.cancel() } }
+
+        var pending: [GuardianQuestion] = []
+        var selected = 0
+        var message = "loading…"
+        var connection = ConnectionState.connecting
+        var loaded = false
+        draw(pending, selected, message, connection)
+        for await input in inputs {
+            switch input {
+            case .key(let bytes):
+                switch bytes {
+                case [UInt8(ascii: "q")], [3], [4]: return
+                case [UInt8(ascii: "j")], [27, 91, 66]: selected = min(selected + 1, max(pending.count - 1, 0))
+                case [UInt8(ascii: "k")], [27, 91, 65]: selected = max(selected - 1, 0)
+                default:
+                    guard selected < pending.count, let key = bytes.first else { break }
+                    let q = pending[selected]
+                    var choice: PermissionChoice?
+                    switch key {
+                    case UInt8(ascii: "a"): choice = q.choices.first { $0.answer == .approval }
+                    case UInt8(ascii: "d"): choice = q.choices.first { $0.answer == .denial }
+                    case UInt8(ascii: "1")...UInt8(ascii: "9"):
+                        let i = Int(key - UInt8(ascii: "1"))
+                        choice = i < q.choices.count ? q.choices[i] : nil
+                    default: break
+                    }
+                    guard let choice else { break }
+                    message = "answering \(q.child)'s question with \(choice.title)…"
+                    Task {
+                        do {
+                            try await center.answer(q, with: choice)
+                            feed.yield(.answered("answered: \(choice.title) for \(q.child)"))
+                        } catch {
+                            feed.yield(.answered("could not answer: \(ClientOptions.describe(error))"))
+                        }
+                    }
+                }
+            case .question(let q):
+                pending.removeAll { $0.id == q.id }
+                pending.append(q)
+                pending.sort { $0.createdAt < $1.createdAt }
+                if loaded { notify(q) }
+                message = "new question from \(q.child)"
+            case .closed(let c):
+                pending.removeAll { $0.id == c.questionID }
+                if !message.hasPrefix("answered") { message = "a question of \(c.child) closed: \(c.reason)\(c.by.map { " by \($0)" } ?? "")" }
+            case .answered(let text):
+                message = text
+            case .tick:
+                loaded = true
+            case .connection(let s):
+                connection = s
+            }
+            selected = min(selected, max(pending.count - 1, 0))
+            draw(pending, selected, message, connection)
+        }
+    }
+
+    private func draw(_ pending: [GuardianQuestion], _ selected: Int, _ message: String, _ state: ConnectionState) {
+        var out = "\u{1B}[H\u{1B}[2J"
+        out += "Permission requests — \(pending.count) pending   [relay: \(state.rawValue)]\r\n\r\n"
+        if pending.isEmpty { out += "  Nothing to answer right now.\r\n" }
+        for (i, q) in pending.enumerated() {
+            let marker = i == selected ? "›" : " "
+            out += "\(marker) \(summary(q))\r\n"
+            out += "    \(q.expirationDate == nil ? "no expiry" : timeLeft(until: q.expirationDate) + " left") · choices: "
+            out += q.choices.enumerated().map { "\($0.offset + 1) \($0.element.title)" }.joined(separator: ", ") + "\r\n"
+        }
+        out += "\r\n\(message)\r\n"
+        out += "↑/↓ select · a approve · d decline · 1-9 choice · q quit\r\n"
+        FileHandle.standardOutput.write(Data(out.utf8))
+    }
+}
+
+/// The terminal in raw mode (no echo, no line buffering) until `restore`.
+final class RawTerminal {
+    private var saved = termios()
+    private let active: Bool
+
+    init() {
+        active = tcgetattr(0, &saved) == 0
+        guard active else { return }
+        var raw = saved
+        raw.c_lflag &= ~tcflag_t(ICANON | ECHO | ISIG)
+        tcsetattr(0, TCSANOW, &raw)
+        FileHandle.standardOutput.write(Data("\u{1B}[?25l".utf8))
+    }
+
+    func restore() {
+        guard active else { return }
+        tcsetattr(0, TCSANOW, &saved)
+        FileHandle.standardOutput.write(Data("\u{1B}[?25h\r\n".utf8))
+    }
+}

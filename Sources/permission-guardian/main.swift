@@ -1,0 +1,186 @@
+// permission-guardian: the guardian's side — an interactive view of the family's
+// pending questions on a terminal, and scriptable subcommands everywhere else.
+
+import CLISupport
+import ClientCommands
+import Foundation
+import PermissionKit
+import RelayProtocol
+
+let usage = """
+    OVERVIEW: Answer children's permission questions, as a guardian's app does.
+
+    USAGE: permission-guardian [<command>] [options]
+
+    Without a command on a terminal: an interactive view of the family's pending questions,
+    updating live (keys: ↑/↓ or j/k select, a approve, d decline, 1-9 pick a choice, q quit).
+
+    COMMANDS:
+      pending [--child C] [--json]      List pending questions, oldest first
+      answer ID CHOICE                  Answer a question with a choice id (approve, decline, or a custom one)
+      watch [--json]                    Print questions and closures as they come
+      auto --approve|--decline [--choice ID] [--count N]
+                                        A bot that answers every question (N: stop after N answers)
+      limits CHILD on|off               Turn a child's communication limits on or off
+      known add|remove CHILD HANDLE...  Make handles known, or unknown, for a child
+      history [--child C] [--limit N] [--json]   Questions, newest first, with their answers
+
+    OPTIONS:
+    \(ClientOptions.help)
+          --json                 Machine-readable output (one JSON object per line)
+
+    EXIT STATUS:
+      0 success, 1 error (one line on stderr says what), 64 usage error
+
+    EXAMPLES:
+      export PERMISSION_CREDENTIALS=~/sam.json       # from `permission-relay member add … --json`
+      permission-guardian
+      permission-guardian pending
+      permission-guardian answer 6F9619FF-8B86-D011-B42D-00CF4FC964FF approve
+      permission-guardian auto --approve
+      permission-guardian known add alex +15550100
+    """
+
+let flags: Set<String> = ClientOptions.valueFlags.union(["--child", "--choice", "--count", "--limit"])
+
+func line(_ o: JSONObject) -> String { JSON.object(o).text }
+
+func summary(_ q: GuardianQuestion) -> String {
+    switch q.topic {
+    case .communication(let t):
+        let actions = t.actions.isEmpty ? "communicate" : t.actions.map(\.rawValue).sorted().joined(separator: "/")
+        return "\(q.child) asks to \(actions) with \(describePeople(t))"
+    case .significantAppUpdate(let u):
+        return "\(q.child) asks to keep using the app after an update: \(u.description)"
+    }
+}
+
+func questionLine(_ q: GuardianQuestion) -> JSONObject {
+    var o: JSONObject = [
+        "type": "question", "questionId": .string(q.id.uuidString), "child": .string(q.child), "status": .string(q.status),
+        "summary": .string(summary(q)), "choices": .array(q.choices.map { .string($0.id) }), "attempt": .int(Int64(q.attempt)),
+    ]
+    if let e = q.expirationDate { o["expires"] = .string(ISO8601DateFormatter().string(from: e)) }
+    if let a = q.answer { o["answer"] = .object(["choice": .string(a.choice.id), "guardian": .string(a.guardian)]) }
+    return o
+}
+
+/// A desktop notification where the desktop offers one; silence elsewhere.
+func notify(_ q: GuardianQuestion) {
+    let env = ProcessInfo.processInfo.environment
+    guard env["DISPLAY"] != nil || env["WAYLAND_DISPLAY"] != nil || env["DBUS_SESSION_BUS_ADDRESS"] != nil else { return }
+    let paths = (env["PATH"] ?? "").split(separator: ":").map { "\($0)/notify-send" }
+    guard let tool = paths.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else { return }
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: tool)
+    p.arguments = ["--app-name=permission-guardian", "Permission request", summary(q)]
+    try? p.run()
+}
+
+func run() async throws -> Int32 {
+    let args = Array(CommandLine.arguments.dropFirst())
+    if args.contains("--help") || args.contains("-h") || args.first == "help" {
+        printOut(usage)
+        return 0
+    }
+    let command = args.first.flatMap { $0.hasPrefix("-") ? nil : $0 }
+    let a = try Arguments(Array(args.dropFirst(command == nil ? 0 : 1)), valueFlags: flags, switchFlags: ["--json", "--approve", "--decline"])
+    let commands = ["pending", "answer", "watch", "auto", "limits", "known", "history", "view"]
+    if let command, !commands.contains(command) { throw CLIError.usage("unknown command \"\(command)\"") }
+    if command == nil && (isatty(0) == 0 || isatty(1) == 0) {
+        throw CLIError.usage("no command given (the interactive view needs a terminal)")
+    }
+    let center = GuardianCenter(configuration: try ClientOptions.configuration(a))
+    let signals = command == nil ? [] : stopOnSignals { await center.close() }
+    defer { _ = signals }
+    let status: Int32
+    do {
+        status = try await perform(command ?? "view", a, center)
+    } catch let e as CLIError {
+        throw e
+    } catch {
+        throw CLIError.failure(ClientOptions.describe(error))
+    }
+    await center.close()
+    return status
+}
+
+func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async throws -> Int32 {
+    let json = a.has("--json")
+    switch command {
+    case "pending":
+        let list = try await center.pending(child: a.value("--child"))
+        for q in list {
+            printOut(json ? line(questionLine(q)) : "\(q.id)  \(timeLeft(until: q.expirationDate))  \(summary(q))  [\(q.choices.map(\.id).joined(separator: "|"))]")
+        }
+        if list.isEmpty && !json { printOut("no pending questions") }
+    case "answer":
+        let p = try a.expectPositionals(["ID", "CHOICE"])
+        guard let id = UUID(uuidString: p[0]) else { throw CLIError.usage("ID must be a question id (a UUID)") }
+        try await center.answer(id, with: p[1])
+        printOut(json ? line(["questionId": .string(id.uuidString), "choice": .string(p[1]), "status": "answered"]) : "answered \(id) with \(p[1])")
+    case "watch":
+        if !json { printErr("watching the family's questions (Ctrl-C to stop)") }
+        let questions = center.questions()
+        let closed = center.closedQuestions()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await q in questions {
+                    notify(q)
+                    printOut(json ? line(questionLine(q)) : "question \(q.id): \(summary(q)) [\(q.choices.map(\.id).joined(separator: "|"))], \(timeLeft(until: q.expirationDate))")
+                }
+            }
+            group.addTask {
+                for await c in closed {
+                    var o: JSONObject = ["type": "questionClosed", "questionId": .string(c.questionID.uuidString), "child": .string(c.child), "reason": .string(c.reason)]
+                    if let by = c.by { o["by"] = .string(by) }
+                    printOut(json ? line(o) : "closed \(c.questionID): \(c.reason)\(c.by.map { " by \($0)" } ?? "")")
+                }
+            }
+        }
+    case "auto":
+        guard a.has("--approve") != a.has("--decline") else { throw CLIError.usage("auto needs --approve or --decline") }
+        let approve = a.has("--approve")
+        let limit = try a.int("--count", default: 0)
+        var answered = 0
+        if !json { printErr("answering every question with \(a.value("--choice") ?? (approve ? "an approval" : "a denial")) (Ctrl-C to stop)") }
+        for await q in center.questions() {
+            let choice = a.value("--choice").flatMap { id in q.choices.first { $0.id == id } }
+                ?? q.choices.first { $0.answer == (approve ? .approval : .denial) }!
+            do {
+                try await center.answer(q, with: choice)
+                printOut(json ? line(["questionId": .string(q.id.uuidString), "choice": .string(choice.id)]) : "\(choice.id): \(summary(q))")
+            } catch let e as RelayError where ["alreadyAnswered", "expired", "cancelled"].contains(e.code) {
+                printErr("skipped \(q.id): \(e.code)")
+            }
+            answered += 1
+            if limit > 0 && answered >= limit { break }
+        }
+    case "limits":
+        let p = try a.expectPositionals(["CHILD", "on|off"])
+        guard p[1] == "on" || p[1] == "off" else { throw CLIError.usage("the last argument must be on or off") }
+        try await center.setCommunicationLimits(for: p[0], enabled: p[1] == "on")
+        printOut(json ? line(["child": .string(p[0]), "enabled": .bool(p[1] == "on")]) : "communication limits of \(p[0]): \(p[1])")
+    case "known":
+        guard a.positionals.count >= 3, ["add", "remove"].contains(a.positionals[0]) else {
+            throw CLIError.usage("use: known add|remove CHILD HANDLE...")
+        }
+        let child = a.positionals[1]
+        let handles = a.positionals.dropFirst(2).map(parseHandle)
+        let count = a.positionals[0] == "add"
+            ? try await center.addKnownHandles(Array(handles), for: child) : try await center.removeKnownHandles(Array(handles), for: child)
+        printOut(json ? line(["child": .string(child), "known": .int(Int64(count))]) : "\(child) now has \(count) known handle\(count == 1 ? "" : "s")")
+    case "history":
+        let list = try await center.history(child: a.value("--child"), limit: try a.int("--limit", default: 100, min: 1))
+        for q in list {
+            let answer = q.answer.map { " → \($0.choice.title) by \($0.guardian)" } ?? ""
+            printOut(json ? line(questionLine(q)) : "\(q.id)  \(q.status.padding(toLength: 9, withPad: " ", startingAt: 0))  \(summary(q))\(answer)")
+        }
+        if list.isEmpty && !json { printOut("no questions yet") }
+    default:
+        try await InteractiveView(center: center).run()
+    }
+    return 0
+}
+
+exit(await runMain(program: "permission-guardian", usage: { usage }, run))

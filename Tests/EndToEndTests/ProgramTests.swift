@@ -1,0 +1,246 @@
+// permission-child and permission-guardian as a user runs them, against the real relay.
+
+import Foundation
+import RelayProtocol
+import XCTest
+
+/// A running client program whose stdout is read line by line as it comes.
+final class ProgramRun {
+    let process = Process()
+    private let out = Pipe()
+    private var buffer = ""
+    private(set) var lines: [String] = []
+
+    init(_ name: String, _ args: [String], env: [String: String]) throws {
+        process.executableURL = productsDirectory.appendingPathComponent(name)
+        process.arguments = args
+        process.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
+        process.standardOutput = out
+        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try process.run()
+    }
+
+    /// The next line of output (blocking until it comes); nil at EOF.
+    func nextLine() -> String? {
+        while true {
+            if let nl = buffer.firstIndex(of: "\n") {
+                let l = String(buffer[..<nl])
+                buffer.removeSubrange(...nl)
+                lines.append(l)
+                return l
+            }
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { return nil }
+            buffer += String(decoding: chunk, as: UTF8.self)
+        }
+    }
+
+    func finish() -> Int32 {
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    func stop() {
+        if process.isRunning { kill(process.processIdentifier, SIGTERM) }
+        process.waitUntilExit()
+    }
+}
+
+final class ProgramTests: XCTestCase {
+    private var relay: RelayProcess!
+    private var env: [String: String] = [:]
+
+    override func setUpWithError() throws {
+        relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        for (m, file) in [("c0", "child.json"), ("g0", "guardian.json")] {
+            let path = relay.dir.appendingPathComponent(file).path
+            try JSON.object(["member": .string(m), "token": .string(tokens[m]!)]).text.write(toFile: path, atomically: true, encoding: .utf8)
+        }
+        env = ["PERMISSION_RELAY_SOCKET": relay.socket, "PERMISSION_STATE_DIR": relay.dir.appendingPathComponent("state").path]
+    }
+
+    override func tearDown() {
+        relay.crash()
+        relay = nil
+    }
+
+    private func child(_ args: [String], session: String = "cli") throws -> ProgramRun {
+        try ProgramRun("permission-child", args + ["--credentials", relay.dir.appendingPathComponent("child.json").path, "--session", session], env: env)
+    }
+
+    private func guardian(_ args: [String]) throws -> ProgramRun {
+        try ProgramRun("permission-guardian", args + ["--credentials", relay.dir.appendingPathComponent("guardian.json").path], env: env)
+    }
+
+    func testAskWaitExitCodesTellTheOutcome() throws {
+        let approved = try child(["ask", "phone:+15550100", "--name", "Kim Lee", "--action", "message", "--wait"])
+        let bot = try guardian(["auto", "--approve", "--count", "1"])
+        XCTAssertEqual(bot.finish(), 0)
+        XCTAssertEqual(approved.finish(), 0)
+        XCTAssertEqual(approved.nextLine(), "approved: Approve (by g0)")
+
+        let denied = try child(["ask", "kim@example.org", "--wait", "--json"])
+        XCTAssertEqual(try guardian(["auto", "--decline", "--count", "1"]).finish(), 0)
+        XCTAssertEqual(denied.finish(), 2)
+        XCTAssertEqual(try JSON.parse(denied.nextLine() ?? "")["outcome"]?.string, "denied")
+
+        let expired = try child(["ask", "custom:kim42", "--expires", "1s", "--wait"])
+        XCTAssertEqual(expired.finish(), 3)
+        XCTAssertEqual(expired.nextLine(), "expired; default choice: Decline")
+
+        let id = UUID().uuidString
+        let cancelled = try child(["ask-update", "--description", "v2 adds chat", "--id", id, "--wait", "--json"])
+        var incoming = try guardian(["watch", "--json"])
+        XCTAssertEqual(try JSON.parse(incoming.nextLine() ?? "")["questionId"]?.string, id)
+        incoming.stop()
+        XCTAssertEqual(try child(["cancel", id], session: "other").finish(), 0)
+        XCTAssertEqual(cancelled.finish(), 3)
+        XCTAssertEqual(try JSON.parse(cancelled.nextLine() ?? "")["outcome"]?.string, "cancelled")
+
+        let custom = try child(["ask", "+15550101", "--choice", "hour:For an hour:approval:3600", "--choice", "no:No:denial", "--wait"])
+        incoming = try guardian(["watch", "--json"])
+        let q = try JSON.parse(incoming.nextLine() ?? "")
+        XCTAssertEqual(q["choices"], ["hour", "no"])
+        incoming.stop()
+        XCTAssertEqual(try guardian(["answer", q["questionId"]!.string!, "hour"]).finish(), 0)
+        XCTAssertEqual(custom.finish(), 0)
+        XCTAssertEqual(custom.nextLine(), "approved: For an hour (by g0)")
+        let known = try child(["known", "+1 555 0101", "+15550199"])
+        XCTAssertEqual(known.finish(), 0)
+        XCTAssertEqual([known.nextLine(), known.nextLine()], ["+1 555 0101: known", "+15550199: not known"])
+    }
+
+    func testResponsesFanOutToTwoChildProcesses() throws {
+        let tablet = try child(["watch", "--json"], session: "tablet")
+        let phone = try child(["watch", "--json"], session: "phone")
+        let ask = try child(["ask", "+15550123", "--json"], session: "asker")
+        XCTAssertEqual(ask.finish(), 0)
+        let id = try JSON.parse(ask.nextLine() ?? "")["questionId"]?.string
+        XCTAssertEqual(try guardian(["answer", id ?? "", "approve"]).finish(), 0)
+        for p in [tablet, phone] {
+            let r = try JSON.parse(p.nextLine() ?? "")
+            XCTAssertEqual(r["questionId"]?.string, id)
+            XCTAssertEqual(r["answer"]?.string, "approval")
+            p.stop()
+        }
+    }
+
+    func testChildRestartedBeforeDeliveryGetsTheResponseExactlyOnce() throws {
+        let ask = try child(["ask", "+15550124", "--json"], session: "app")
+        XCTAssertEqual(ask.finish(), 0)
+        let id = try JSON.parse(ask.nextLine() ?? "")["questionId"]?.string ?? ""
+        XCTAssertEqual(try guardian(["answer", id, "decline"]).finish(), 0)
+
+        let first = try child(["watch", "--json"], session: "app")
+        XCTAssertEqual(try JSON.parse(first.nextLine() ?? "")["questionId"]?.string, id)
+        first.stop()
+
+        let second = try child(["watch", "--json"], session: "app")
+        let marker = try child(["ask", "+15550125", "--json"], session: "asker")
+        XCTAssertEqual(marker.finish(), 0)
+        let markerID = try JSON.parse(marker.nextLine() ?? "")["questionId"]?.string ?? ""
+        XCTAssertEqual(try guardian(["answer", markerID, "approve"]).finish(), 0)
+        XCTAssertEqual(try JSON.parse(second.nextLine() ?? "")["questionId"]?.string, markerID, "the first response is not repeated")
+        second.stop()
+    }
+
+    func testHelpUsageAndErrors() throws {
+        for (program, args) in [("permission-child", ["--help"]), ("permission-guardian", ["--help"]), ("permission-child", ["ask", "--help"])] {
+            let p = try ProgramRun(program, args, env: [:])
+            XCTAssertEqual(p.finish(), 0)
+            var text = ""
+            while let l = p.nextLine() { text += l + "\n" }
+            XCTAssertTrue(text.contains("EXAMPLES:") && text.contains("EXIT STATUS:"), program)
+        }
+        XCTAssertEqual(try ProgramRun("permission-child", ["fly"], env: [:]).finish(), 64)
+        XCTAssertEqual(try ProgramRun("permission-guardian", ["pending"], env: ["PERMISSION_MEMBER": "", "PERMISSION_TOKEN": "", "PERMISSION_CREDENTIALS": ""]).finish(), 64)
+        XCTAssertEqual(try child(["ask", "+1555", "--choice", "broken"]).finish(), 64)
+        let wrong = try ProgramRun("permission-guardian", ["pending", "--member", "g0", "--token", "nope"], env: env)
+        XCTAssertEqual(wrong.finish(), 1)
+        relay.crash()
+        var down = env
+        down["PERMISSION_RELAY_SOCKET"] = relay.socket
+        let p = try ProgramRun("permission-child", ["limits", "--credentials", relay.dir.appendingPathComponent("child.json").path], env: down)
+        XCTAssertEqual(p.finish(), 1)
+    }
+
+    func testGuardianTerminalViewShowsAQuestionAndApprovesIt() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
+            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
+        }
+        let ask = try child(["ask", "phone:+15550126", "--name", "Kim Lee", "--action", "videoCall", "--expires", "10m", "--wait"])
+        let session = "pg\(getpid())"
+        let command = "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --credentials \(relay.dir.appendingPathComponent("guardian.json").path)"
+        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "120", "-y", "30", command]), 0)
+        defer { _ = tmux(["kill-session", "-t", session]) }
+        XCTAssertTrue(waitForScreen(session) { $0.contains("c0 asks to videoCall with Kim Lee (+15550126)") && $0.contains("1 Approve") })
+        _ = tmux(["send-keys", "-t", session, "a"])
+        XCTAssertEqual(ask.finish(), 0)
+        XCTAssertEqual(ask.nextLine(), "approved: Approve (by g0)")
+        XCTAssertTrue(waitForScreen(session) { $0.contains("0 pending") })
+    }
+
+    @discardableResult
+    private func tmux(_ args: [String]) -> Int32 { spawn("/usr/bin/tmux", args, capture: false).status }
+
+    /// Reads the tmux screen until `ok` holds (a terminal offers no event to wait on), for at most 10 s.
+    private func waitForScreen(_ session: String, _ ok: (String) -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(10)
+        var last = ""
+        while Date() < deadline {
+            last = spawn("/usr/bin/tmux", ["capture-pane", "-p", "-t", session]).output
+            if ok(last) { return true }
+            usleep(50_000)
+        }
+        XCTFail("screen never matched; last screen:\n\(last)")
+        return false
+    }
+}
+
+/// Runs a short command and returns its status and (with `capture`) its standard output.
+/// Without `capture` its output goes to /dev/null: a command that leaves a daemon behind
+/// (`tmux new-session`) would otherwise hold the pipe open forever.
+func spawn(_ path: String, _ args: [String], capture: Bool = true) -> (status: Int32, output: String) {
+    var fds: [Int32] = [0, 0]
+    pipe(&fds)
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    if capture {
+        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
+    } else {
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    }
+    posix_spawn_file_actions_addclose(&actions, fds[0])
+    posix_spawn_file_actions_addclose(&actions, fds[1])
+    // A clean signal state: the test process may block or ignore signals the child needs.
+    var attr = posix_spawnattr_t()
+    posix_spawnattr_init(&attr)
+    var empty = sigset_t()
+    sigemptyset(&empty)
+    var all = sigset_t()
+    sigfillset(&all)
+    posix_spawnattr_setsigmask(&attr, &empty)
+    posix_spawnattr_setsigdefault(&attr, &all)
+    posix_spawnattr_setflags(&attr, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    let argv = ([path] + args).map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var pid: pid_t = 0
+    let rc = posix_spawn(&pid, path, &actions, &attr, argv, environ)
+    posix_spawn_file_actions_destroy(&actions)
+    posix_spawnattr_destroy(&attr)
+    close(fds[1])
+    var output = [UInt8]()
+    var buf = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = read(fds[0], &buf, buf.count)
+        if n <= 0 { break }
+        output += buf[0..<n]
+    }
+    close(fds[0])
+    guard rc == 0 else { return (-1, "") }
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    return ((status >> 8) & 0xFF, String(decoding: output, as: UTF8.self))
+}
