@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A three-process demo on a private temporary relay: the relay, a guardian that
+# approves every question, and a child that asks and waits for the answer.
+#   scripts/demo.sh            # the guardian is a bot (permission-guardian auto --approve)
+#   scripts/demo.sh --manual   # you are the guardian: answer in the interactive view (needs tmux)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+swift build --product permission-relay >/dev/null
+swift build --product permission-child >/dev/null
+swift build --product permission-guardian >/dev/null
+bin=$(swift build --show-bin-path)
+
+dir=$(mktemp -d /tmp/permission-demo.XXXXXX)
+cleanup() {
+    kill "$relay_pid" ${guardian_pid:-} 2>/dev/null || true
+    wait 2>/dev/null || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+"$bin/permission-relay" serve --socket "$dir/relay.sock" --data "$dir/data" > "$dir/relay.log" 2>&1 &
+relay_pid=$!
+until [ -S "$dir/relay.sock" ]; do sleep 0.05; done
+echo "1. relay listening on $dir/relay.sock"
+
+export PERMISSION_RELAY_SOCKET="$dir/relay.sock" PERMISSION_STATE_DIR="$dir/state"
+"$bin/permission-relay" family create smiths > /dev/null
+"$bin/permission-relay" member add smiths alex --role child --json > "$dir/alex.json"
+"$bin/permission-relay" member add smiths sam --role guardian --json > "$dir/sam.json"
+echo "2. family smiths: child alex, guardian sam (credentials in $dir)"
+
+if [ "${1:-}" = "--manual" ]; then
+    echo "3. alex asks; answer in the guardian view (press a to approve, q to quit)"
+    "$bin/permission-child" ask phone:+15550100 --name "Kim Lee" --action message --expires 10m \
+        --credentials "$dir/alex.json" --wait > "$dir/child.out" 2>&1 &
+    child_pid=$!
+    "$bin/permission-guardian" --credentials "$dir/sam.json"
+    wait "$child_pid" || true
+    cat "$dir/child.out"
+    exit 0
+fi
+
+"$bin/permission-guardian" auto --approve --credentials "$dir/sam.json" 2>/dev/null | sed -u 's/^/   guardian: /' &
+guardian_pid=$!
+echo "3. guardian sam is a bot that approves every question"
+echo "4. alex asks to message Kim Lee and waits:"
+"$bin/permission-child" ask phone:+15550100 --name "Kim Lee" --action message --credentials "$dir/alex.json" --wait 2>/dev/null |
+    sed 's/^/   child: /'
+"$bin/permission-child" known +15550100 --credentials "$dir/alex.json" | sed 's/^/   child: /'
+
