@@ -68,8 +68,8 @@ public final class AskCenter: Sendable {
     /// The center configured from the environment (see `RelayConfiguration.fromEnvironment`).
     public static let shared = AskCenter(environment: ProcessInfo.processInfo.environment)
 
-    let connection: RelayConnection?
-    private let progress: EventProgress
+    private let session: MemberSession
+    private var progress: EventProgress { session.progress }
     private let hub = Mutex(Hub())
 
     private struct Hub {
@@ -93,26 +93,16 @@ public final class AskCenter: Sendable {
 
     /// Without a configuration every operation fails with `notAvailable`.
     private init(optional configuration: RelayConfiguration?) {
-        let progress = EventProgress(path: configuration?.stateFile)
-        self.progress = progress
-        guard let configuration else {
-            connection = nil
-            return
-        }
         let box = WeakBox<AskCenter>()
-        connection = RelayConnection(
-            config: configuration, resumePoint: { progress.mark },
-            onWelcome: { w in progress.welcome(head: w["head"]?.int ?? 0, cursor: w["cursor"]?.int ?? 0) },
-            setup: { box.value?.subscribeFrame.map { [$0] } ?? [] },
+        session = MemberSession(
+            configuration: configuration, setup: { box.value?.subscribeFrame.map { [$0] } ?? [] },
             onEvent: { e in box.value?.handle(e) })
         box.value = self
     }
 
-    deinit { connection?.close() }
-
     /// Disconnects for good; returns once everything received has been recorded as processed.
     public func close() async {
-        await connection?.closeAndWait()
+        await session.close()
     }
 
     // MARK: - Asking
@@ -168,7 +158,7 @@ public final class AskCenter: Sendable {
             return (h.history.filter { Self.topicKind(of: $0) == Topic.id }, mine)
         }
         for e in earlier { deliver(e) }
-        for (seq, _) in held { if let m = progress.markDone(seq) { connection?.ack(m) } }
+        for (seq, _) in held { session.done(seq) }
         continuation.onTermination = { [weak self] _ in
             self?.hub.withLock { _ = $0.responseConsumers[Topic.id]?.removeValue(forKey: key) }
         }
@@ -187,12 +177,10 @@ public final class AskCenter: Sendable {
     }
 
     /// Whether the relay can be reached now.
-    public var connectionState: ConnectionState { connection?.state ?? .unavailable }
+    public var connectionState: ConnectionState { session.state }
 
     /// The connection state now and on every change.
-    public func connectionStates() -> AsyncStream<ConnectionState> {
-        connection?.states() ?? AsyncStream { $0.yield(.unavailable); $0.finish() }
-    }
+    public func connectionStates() -> AsyncStream<ConnectionState> { session.states() }
 
     // MARK: - Bookkeeping the relay does for the app
 
@@ -241,23 +229,11 @@ public final class AskCenter: Sendable {
 
     // MARK: - Internals
 
-    /// Sends a request; relay errors become `RelayError`, an unreachable relay `AskError.notAvailable`.
-    func call(_ req: JSONObject) async throws -> JSONObject {
-        guard let connection else { throw AskError.notAvailable }
-        let r: JSONObject
-        do {
-            r = try await connection.request(req)
-        } catch let e as ClientError {
-            if case .unauthorized = e { throw AskError.systemError(underlyingError: e) }
-            throw AskError.notAvailable
-        }
-        guard r["type"]?.string == "ok" else { throw RelayError(reply: r) }
-        return r
-    }
+    func call(_ req: JSONObject) async throws -> JSONObject { try await session.call(req) }
 
     /// Subscribes this session to more topics; a subscription never shrinks (see EventProgress).
     private func register(_ topics: Set<String>) {
-        if progress.register(topics), let frame = subscribeFrame { connection?.sendLater(frame) }
+        if progress.register(topics), let frame = subscribeFrame { session.sendLater(frame) }
     }
 
     /// The session's subscription, sent after every hello; nil before anything was registered.
@@ -296,7 +272,7 @@ public final class AskCenter: Sendable {
         default:
             break
         }
-        if let m = progress.markDone(seq) { connection?.ack(m) }
+        session.done(seq)
     }
 }
 

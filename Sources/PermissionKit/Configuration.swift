@@ -32,12 +32,7 @@ public struct RelayConfiguration: Sendable {
     }
 
     /// The relay's default socket for this user, as `permission-relay serve` chooses it.
-    public static var defaultSocketPath: String {
-        let env = ProcessInfo.processInfo.environment
-        if let s = env["PERMISSION_RELAY_SOCKET"], !s.isEmpty { return s }
-        if let run = env["XDG_RUNTIME_DIR"], !run.isEmpty { return run + "/permission-relay/relay.sock" }
-        return "/tmp/permission-relay-\(getuid())/relay.sock"
-    }
+    public static var defaultSocketPath: String { RelayDefaults.socketPath() }
 
     /// Reads the configuration from the environment.
     ///
@@ -61,7 +56,7 @@ public struct RelayConfiguration: Sendable {
         let session = env["PERMISSION_SESSION"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultSession(member: member)
         let stateDir = env["PERMISSION_STATE_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultStateDirectory(env)
         return RelayConfiguration(
-            socketPath: env["PERMISSION_RELAY_SOCKET"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultSocketPath,
+            socketPath: RelayDefaults.socketPath(environment: env),
             member: member, token: token, session: session,
             stateFile: stateDir + "/\(member).\(session).state")
     }

@@ -69,8 +69,7 @@ public final class GuardianCenter: Sendable {
     /// The center configured from the environment (see `RelayConfiguration.fromEnvironment`).
     public static let shared = GuardianCenter(configuration: try? RelayConfiguration.fromEnvironment())
 
-    private let connection: RelayConnection?
-    private let progress: EventProgress
+    private let session: MemberSession
     private let hub = Mutex(Hub())
 
     private struct Hub {
@@ -83,28 +82,17 @@ public final class GuardianCenter: Sendable {
 
     /// A center for an explicit identity; without one every operation fails with `notAvailable`.
     public init(configuration: RelayConfiguration?) {
-        let progress = EventProgress(path: configuration?.stateFile)
-        self.progress = progress
-        guard let configuration else {
-            connection = nil
-            return
-        }
         let box = WeakBox<GuardianCenter>()
-        connection = RelayConnection(
-            config: configuration, resumePoint: { progress.mark },
-            onWelcome: { w in
-                progress.welcome(head: w["head"]?.int ?? 0, cursor: w["cursor"]?.int ?? 0)
-                box.value?.hub.withLock { $0.replayedUpTo = w["head"]?.int ?? 0 }
-            },
-            setup: { [] }, onEvent: { e in box.value?.handle(e) })
+        session = MemberSession(
+            configuration: configuration,
+            onWelcome: { w in box.value?.hub.withLock { $0.replayedUpTo = w["head"]?.int ?? 0 } },
+            onEvent: { e in box.value?.handle(e) })
         box.value = self
     }
 
-    deinit { connection?.close() }
-
     /// Disconnects for good; returns once everything received has been recorded as processed.
     public func close() async {
-        await connection?.closeAndWait()
+        await session.close()
     }
 
     /// Incoming questions: first those pending now, then each new one (also re-asks).
@@ -173,27 +161,14 @@ public final class GuardianCenter: Sendable {
         Int(try await call(["type": "removeKnownHandles", "child": .string(child), "handles": .array(handles.map(\.wire))])["known"]?.int ?? 0)
     }
 
-    public var connectionState: ConnectionState { connection?.state ?? .unavailable }
+    public var connectionState: ConnectionState { session.state }
 
-    public func connectionStates() -> AsyncStream<ConnectionState> {
-        connection?.states() ?? AsyncStream { $0.yield(.unavailable); $0.finish() }
-    }
+    public func connectionStates() -> AsyncStream<ConnectionState> { session.states() }
 
-    func call(_ req: JSONObject) async throws -> JSONObject {
-        guard let connection else { throw AskError.notAvailable }
-        let r: JSONObject
-        do {
-            r = try await connection.request(req)
-        } catch let e as ClientError {
-            if case .unauthorized = e { throw AskError.systemError(underlyingError: e) }
-            throw AskError.notAvailable
-        }
-        guard r["type"]?.string == "ok" else { throw RelayError(reply: r) }
-        return r
-    }
+    func call(_ req: JSONObject) async throws -> JSONObject { try await session.call(req) }
 
     private func handle(_ e: JSONObject) {
-        guard let seq = e["seq"]?.int, !progress.isDone(seq) else { return }
+        guard let seq = e["seq"]?.int, !session.progress.isDone(seq) else { return }
         let replayed = hub.withLock { seq <= $0.replayedUpTo }
         switch replayed ? nil : e["type"]?.string {
         case "question":
@@ -207,6 +182,6 @@ public final class GuardianCenter: Sendable {
             }
         default: break
         }
-        if let m = progress.markDone(seq) { connection?.ack(m) }
+        session.done(seq)
     }
 }

@@ -18,7 +18,7 @@ struct AdminCommand: Sendable {
     let describe: @Sendable (JSONObject) -> String
 
     var usage: String {
-        let flags = extraFlags.sorted().map { " \($0) VALUE" }.joined()
+        let flags = extraFlags.sorted().map { $0 == "--role" ? " --role child|guardian" : " \($0) VALUE" }.joined()
         return """
             OVERVIEW: \(summary)
 

@@ -3,15 +3,10 @@
 import CLISupport
 import Foundation
 import Glibc
+import RelayProtocol
 
 enum Paths {
-    /// `$XDG_RUNTIME_DIR/permission-relay/relay.sock`, else `/tmp/permission-relay-UID/relay.sock`.
-    static var defaultSocket: String {
-        let env = ProcessInfo.processInfo.environment
-        if let s = env["PERMISSION_RELAY_SOCKET"], !s.isEmpty { return s }
-        if let run = env["XDG_RUNTIME_DIR"], !run.isEmpty { return run + "/permission-relay/relay.sock" }
-        return "/tmp/permission-relay-\(getuid())/relay.sock"
-    }
+    static var defaultSocket: String { RelayDefaults.socketPath() }
 
     /// `$XDG_STATE_HOME/permission-relay`, else `~/.local/state/permission-relay`.
     static var defaultData: String {

@@ -25,47 +25,24 @@ let overview = """
       permission-relay member add smiths alex --role child
     """
 
-func main() -> Int32 {
-    let args = Array(CommandLine.arguments.dropFirst())
-    guard let first = args.first else {
-        printErr(overview)
-        return 64
-    }
-    if first == "-h" || first == "--help" || first == "help" {
-        printOut(overview)
-        return 0
-    }
-    var usage = overview
-    do {
-        if first == "serve" {
-            usage = Serve.usage
-            if args.contains("-h") || args.contains("--help") {
-                printOut(usage)
-                return 0
-            }
-            try Serve.run(Array(args.dropFirst()))
-            return 0
-        }
-        guard let cmd = AdminCommand.all.first(where: { Array(args.prefix($0.words.count)) == $0.words }) else {
-            throw CLIError.usage("unknown command \"\(args.prefix(2).joined(separator: " "))\"")
-        }
-        usage = cmd.usage
-        if args.contains("-h") || args.contains("--help") {
+let args = Array(CommandLine.arguments.dropFirst())
+let admin = AdminCommand.all.first { Array(args.prefix($0.words.count)) == $0.words }
+/// The usage of the command being run (shown with --help and after a usage error).
+let usage = args.first == "serve" ? Serve.usage : admin?.usage ?? overview
+
+exit(
+    await runMain(program: "permission-relay", usage: { usage }) {
+        guard let first = args.first else { throw CLIError.usage("no command given") }
+        if args.contains("-h") || args.contains("--help") || first == "help" {
             printOut(usage)
             return 0
         }
-        try cmd.run(Array(args.dropFirst(cmd.words.count)))
+        if first == "serve" {
+            try Serve.run(Array(args.dropFirst()))
+        } else if let admin {
+            try admin.run(Array(args.dropFirst(admin.words.count)))
+        } else {
+            throw CLIError.usage("unknown command \"\(args.prefix(2).joined(separator: " "))\"")
+        }
         return 0
-    } catch CLIError.usage(let message) {
-        printErr("permission-relay: \(message)\n\n\(usage)")
-        return 64
-    } catch CLIError.failure(let message) {
-        printErr("permission-relay: \(message)")
-        return 1
-    } catch {
-        printErr("permission-relay: \(error)")
-        return 1
-    }
-}
-
-exit(main())
+    })

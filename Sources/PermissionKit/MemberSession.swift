@@ -1,0 +1,61 @@
+// What AskCenter and GuardianCenter both stand on: the connection (absent without a
+// configuration), the record of processed events, and the request plumbing that turns
+// relay errors into `RelayError` and an unreachable relay into `AskError.notAvailable`.
+
+import RelayProtocol
+
+final class MemberSession: Sendable {
+    private let connection: RelayConnection?
+    let progress: EventProgress
+
+    /// `setup` gives the frames to send after every hello; `onWelcome` and `onEvent` run on
+    /// the connection's thread, the latter for every event in stream order.
+    init(
+        configuration: RelayConfiguration?, setup: @escaping @Sendable () -> [JSONObject] = { [] },
+        onWelcome: @escaping @Sendable (JSONObject) -> Void = { _ in }, onEvent: @escaping @Sendable (JSONObject) -> Void
+    ) {
+        let progress = EventProgress(path: configuration?.stateFile)
+        self.progress = progress
+        connection = configuration.map {
+            RelayConnection(
+                config: $0, resumePoint: { progress.mark },
+                onWelcome: { w in
+                    progress.welcome(head: w["head"]?.int ?? 0, cursor: w["cursor"]?.int ?? 0)
+                    onWelcome(w)
+                },
+                setup: setup, onEvent: onEvent)
+        }
+    }
+
+    deinit { connection?.close() }
+
+    /// Sends a request and returns its `ok` reply.
+    func call(_ req: JSONObject) async throws -> JSONObject {
+        guard let connection else { throw AskError.notAvailable }
+        let r: JSONObject
+        do {
+            r = try await connection.request(req)
+        } catch let e as ClientError {
+            if case .unauthorized = e { throw AskError.systemError(underlyingError: e) }
+            throw AskError.notAvailable
+        }
+        guard r["type"]?.string == "ok" else { throw RelayError(reply: r) }
+        return r
+    }
+
+    /// Sends a frame without waiting for its reply (e.g. a grown subscription).
+    func sendLater(_ frame: JSONObject) { connection?.sendLater(frame) }
+
+    /// Records `seq` as processed and acknowledges what that completes.
+    func done(_ seq: Int64) {
+        if let mark = progress.markDone(seq) { connection?.ack(mark) }
+    }
+
+    var state: ConnectionState { connection?.state ?? .unavailable }
+
+    func states() -> AsyncStream<ConnectionState> {
+        connection?.states() ?? AsyncStream { $0.yield(.unavailable); $0.finish() }
+    }
+
+    func close() async { await connection?.closeAndWait() }
+}
