@@ -18,10 +18,13 @@ extension CommunicationHandle {
     }
 }
 
-private nonisolated(unsafe) let nameFields: [(String, WritableKeyPath<PersonNameComponents, String?>)] = [
-    ("givenName", \.givenName), ("familyName", \.familyName), ("middleName", \.middleName),
-    ("namePrefix", \.namePrefix), ("nameSuffix", \.nameSuffix), ("nickname", \.nickname),
-]
+/// The name parts carried on the wire, by their wire names.
+private var nameFields: [(String, WritableKeyPath<PersonNameComponents, String?>)] {
+    [
+        ("givenName", \.givenName), ("familyName", \.familyName), ("middleName", \.middleName),
+        ("namePrefix", \.namePrefix), ("nameSuffix", \.nameSuffix), ("nickname", \.nickname),
+    ]
+}
 
 extension CommunicationTopic: WireTopic {
     var wire: JSON {

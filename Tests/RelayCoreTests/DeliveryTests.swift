@@ -159,3 +159,38 @@ final class DeliveryTests: XCTestCase {
         XCTAssertEqual(h.ok(c3, ["type": "knownHandles", "handles": [.object(["value": "+15550100", "kind": "phoneNumber"])]])["known"]?.array?.count, 1)
     }
 }
+
+final class AckTests: XCTestCase {
+    func testAckAboveHeadCountsAsHeadAndNeverMovesBack() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (g, _) = h.login("g1", session: "tab")
+        let (c, _) = h.login("c1")
+        h.ok(c, ["type": "ask", "question": .object(h.question())])
+        h.ok(c, ["type": "ask", "question": .object(h.question())])
+        h.send(g, ["type": "ack", "seq": 99])
+        h.send(g, ["type": "ack", "seq": 1])
+        h.core.flushCursors()
+        h.core.disconnected(g)
+        let (_, w) = h.login("g1", session: "tab")
+        XCTAssertEqual(w["cursor"]?.int, 2, "an ack above the head is the head; a lower one changes nothing")
+        let (e, _) = h.login("g1")
+        h.send(e, ["type": "ack", "seq": 1])
+        XCTAssertTrue(h.drain(e).isEmpty, "an ack on an ephemeral session is ignored")
+    }
+
+    func testCursorsAreStoredOncePerTurn() throws {
+        let store = MemoryStore()
+        let h = try CoreHarness(store: store)
+        h.standardFamilies()
+        let (g, _) = h.login("g1", session: "tab")
+        let (c, _) = h.login("c1")
+        h.ok(c, ["type": "ask", "question": .object(h.question())])
+        try store.commit()
+        h.send(g, ["type": "ack", "seq": 1])
+        XCTAssertFalse(store.hasChanges, "an ack alone writes nothing until the turn ends")
+        h.core.flushCursors()
+        XCTAssertTrue(store.hasChanges)
+        XCTAssertEqual(try store.load().sessions.first { $0.name == "tab" }?.cursor, 1)
+    }
+}
