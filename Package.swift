@@ -7,6 +7,7 @@ let package = Package(
         .executable(name: "permission-relay", targets: ["permission-relay"]),
         .executable(name: "permission-child", targets: ["permission-child"]),
         .executable(name: "permission-guardian", targets: ["permission-guardian"]),
+        .executable(name: "permission-bench", targets: ["permission-bench"]),
         .library(name: "PermissionKit", targets: ["PermissionKit"]),
         .library(name: "RelayProtocol", targets: ["RelayProtocol"]),
     ],
@@ -33,6 +34,7 @@ let package = Package(
             dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem", "CLISupport"]),
         .target(name: "ClientCommands", dependencies: ["PermissionKit", "CLISupport"]),
         .executableTarget(name: "permission-child", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol"]),
+        .executableTarget(name: "permission-bench", dependencies: ["RelayProtocol", "RelayServer", "CSystem", "CLISupport"]),
         .executableTarget(
             name: "permission-guardian", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol", "CSystem"]),
 

@@ -1,0 +1,229 @@
+// The load: F families (a child and a guardian each), every child keeping W questions
+// in flight; a cycle is ask → question at the guardian → answer → response at the
+// child, with acks as a real client sends them (once per read batch). One epoll loop
+// drives every connection; frames are classified by byte search, not parsed, so the
+// generator stays cheap.
+
+import CSystem
+import Foundation
+import Glibc
+import RelayProtocol
+import RelayServer
+
+struct LoadResult {
+    var cycles = 0
+    var seconds = 0.0
+    var latenciesMicros: [Double] = []
+    var errors = 0
+    /// Questions that never got their response.
+    var lost = 0
+    var generatorCPUSeconds = 0.0
+}
+
+final class LoadGenerator {
+    let socket: String
+    let families: Int
+    let window: Int
+    let avatarBytes: Int
+    let baseline: Bool
+
+    private let loop = EventLoop()
+    private var childOf: [Int32: Int] = [:]
+    private var guardianFD: [Int32] = []
+    private var childFD: [Int32] = []
+    private var sentAt: [String: UInt64] = [:]
+    private var counter = 0
+    private var askPrefix: [UInt8] = []
+    private var askMiddle: [UInt8] = []
+    private var askSuffix: [UInt8] = []
+
+    init(socket: String, families: Int, window: Int, avatarBytes: Int, baseline: Bool) {
+        self.socket = socket
+        self.families = families
+        self.window = window
+        self.avatarBytes = avatarBytes
+        self.baseline = baseline
+        // {"type":"ask","id":"<ID>","question":{"id":"<ID>",…}} split around the two ids.
+        var person: JSONObject = [
+            "handle": .object(["value": "+1 (555) 010-0199", "kind": "phoneNumber"]),
+            "nameComponents": .object(["givenName": "Kim", "familyName": "Lee"]),
+        ]
+        if avatarBytes > 0 { person["avatarImage"] = .string(Data(repeating: 7, count: avatarBytes).base64EncodedString()) }
+        let placeholder = "@@@@@@@@-@@@@-@@@@-@@@@-@@@@@@@@@@@@"
+        let ask: JSONObject = [
+            "type": "ask", "id": .string(placeholder),
+            "question": .object([
+                "id": .string(placeholder),
+                "topic": .object(["kind": "communication", "personInformation": [.object(person)], "actions": ["message", "audioCall"]]),
+            ]),
+        ]
+        let bytes = ask.encoded
+        let p = Array(placeholder.utf8)
+        let first = find(p, in: bytes)!
+        let second = find(p, in: bytes, from: first + 36)!
+        askPrefix = Array(bytes[..<first])
+        askMiddle = Array(bytes[(first + 36)..<second])
+        askSuffix = Array(bytes[(second + 36)...])
+    }
+
+    /// Connects and says hello for every family (provisioning them on a relay).
+    func connect() throws {
+        var tokens: [String: String] = [:]
+        if !baseline {
+            let admin = try BlockingConnection(path: socket)
+            _ = try admin.request(["type": "hello", "protocol": 1, "admin": true])
+            for f in 0..<families {
+                _ = try admin.request(["type": "createFamily", "family": .string("b\(f)")])
+                for (m, role) in [("c\(f)", "child"), ("g\(f)", "guardian")] {
+                    tokens[m] = try admin.request(["type": "addMember", "family": .string("b\(f)"), "member": .string(m), "role": .string(role)])["token"]?.string
+                }
+            }
+        }
+        for f in 0..<families {
+            for member in ["c\(f)", "g\(f)"] {
+                let fd = cs_connect_unix(socket)
+                guard fd >= 0 else { throw ServerError("cannot connect to \(socket)") }
+                var hello: JSONObject = ["type": "hello", "id": "h", "protocol": 1, "member": .string(member), "session": "bench"]
+                hello["token"] = tokens[member].map(JSON.string)
+                loop.add(fd)
+                loop.queue(fd, hello.frame)
+                if member.hasPrefix("c") {
+                    if !baseline { loop.queue(fd, (["type": "subscribe", "id": "s", "topics": ["communication"]] as JSONObject).frame) }
+                    childOf[fd] = f
+                    childFD.append(fd)
+                } else {
+                    guardianFD.append(fd)
+                }
+                loop.flush(fd)
+            }
+        }
+        // Wait for every welcome (and the subscribe replies).
+        var pending = families * (baseline ? 2 : 3)
+        while pending > 0 {
+            guard loop.poll(timeoutMs: 10_000, onFrame: { _, body in
+                if find(Array(#""type":"welcome""#.utf8), in: body) != nil || find(Array(#""re":"s""#.utf8), in: body) != nil { pending -= 1 }
+            }) else { throw ServerError("a connection failed during hello") }
+        }
+    }
+
+    private func nextID(_ family: Int) -> String {
+        counter += 1
+        return String(format: "%08X-0000-4000-8000-%012X", family, counter)
+    }
+
+    private func ask(_ fd: Int32) {
+        let id = nextID(childOf[fd]!)
+        let idBytes = Array(id.utf8)
+        loop.queue(fd, framed(askPrefix + idBytes + askMiddle + idBytes + askSuffix))
+        sentAt[id] = now()
+    }
+
+    /// Runs for `warmup` + `duration` seconds and measures the latter.
+    func run(duration: Double, warmup: Double, onMeasureStart: () -> Void = {}) -> LoadResult {
+        var result = LoadResult()
+        for fd in childFD {
+            for _ in 0..<window { ask(fd) }
+            loop.flush(fd)
+        }
+        let measureFrom = now() + UInt64(warmup * 1e9)
+        let end = measureFrom + UInt64(duration * 1e9)
+        var cpuAtStart = 0.0
+        var measuring = false
+        while true {
+            let t = now()
+            if !measuring && t >= measureFrom {
+                measuring = true
+                cpuAtStart = processCPUSeconds()
+                onMeasureStart()
+            }
+            if t >= end { break }
+            let ok = step(reask: true, errors: &result.errors) { latency in
+                guard measuring else { return }
+                result.cycles += 1
+                result.latenciesMicros.append(Double(latency) / 1000)
+            }
+            if !ok { result.errors += 1 }
+        }
+        result.seconds = duration
+        result.generatorCPUSeconds = processCPUSeconds() - cpuAtStart
+        return result
+    }
+
+    /// Lets the questions in flight finish without asking more; returns how many never did.
+    func drain(timeout: Double) -> Int {
+        let deadline = now() + UInt64(timeout * 1e9)
+        var errors = 0
+        while !sentAt.isEmpty && now() < deadline {
+            _ = step(reask: false, errors: &errors) { _ in }
+        }
+        return sentAt.count
+    }
+
+    private static let typeResponse = Array(#""type":"response""#.utf8), typeAnswer = Array(#""type":"answer""#.utf8)
+    private static let typeQuestion = Array(#""type":"question""#.utf8), typeAsk = Array(#""type":"ask""#.utf8)
+    private static let typeError = Array(#""type":"error""#.utf8)
+    private static let questionID = Array(#""question":{"id":""#.utf8), questionIdField = Array(#""questionId":""#.utf8)
+    private static let seqField = Array(#""seq":"#.utf8)
+
+    /// One loop turn: guardians answer questions, children take responses (and ask again
+    /// when `reask`), every connection acks the highest seq it read.
+    private func step(reask: Bool, errors: inout Int, completed: (UInt64) -> Void) -> Bool {
+        var touched = Set<Int32>()
+        var acks: [Int32: Int] = [:]
+        var failed = 0
+        let ok = loop.poll(timeoutMs: 100) { fd, body in
+            let head = Array(body.prefix(24))
+            if let seqAt = find(Self.seqField, in: head) {
+                var v = 0
+                var i = seqAt + Self.seqField.count
+                while i < body.count, body[i] >= 48, body[i] <= 57 {
+                    v = v * 10 + Int(body[i] - 48)
+                    i += 1
+                }
+                acks[fd] = max(acks[fd] ?? 0, v)
+            }
+            let isChild = childOf[fd] != nil
+            let wanted = isChild ? [Self.typeResponse, Self.typeAnswer] : [Self.typeQuestion, Self.typeAsk]
+            guard wanted.contains(where: { find($0, in: head) != nil }) else {
+                if find(Self.typeError, in: head) != nil { failed += 1 }
+                return
+            }
+            let at = find(Self.questionID, in: body).map { $0 + Self.questionID.count }
+                ?? find(Self.questionIdField, in: body).map { $0 + Self.questionIdField.count }
+            guard let at, at + 36 <= body.count else {
+                failed += 1
+                return
+            }
+            let id = body[at..<(at + 36)]
+            if isChild {
+                guard let sent = sentAt.removeValue(forKey: String(decoding: id, as: UTF8.self)) else { return }
+                completed(now() - sent)
+                if reask { ask(fd) }
+            } else {
+                loop.queue(fd, framed(Array(#"{"type":"answer","id":""#.utf8) + id + Array(#"","questionId":""#.utf8) + id + Array(#"","choice":"approve"}"#.utf8)))
+            }
+            touched.insert(fd)
+        }
+        errors += failed
+        if !baseline {
+            for (fd, seq) in acks {
+                loop.queue(fd, (["type": "ack", "seq": .int(Int64(seq))] as JSONObject).frame)
+                touched.insert(fd)
+            }
+        }
+        for fd in touched { loop.flush(fd) }
+        return ok
+    }
+}
+
+func now() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+func processCPUSeconds() -> Double {
+    var u = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &u)
+    return Double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + Double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6
+}

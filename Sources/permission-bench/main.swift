@@ -1,0 +1,201 @@
+// permission-bench: the relay against a baseline forwarder on the same machinery, in
+// the same run, over a grid of (families, questions in flight). The ratio is what to
+// track: absolute figures move by more than half from run to run on small machines.
+
+import CLISupport
+import Foundation
+import Glibc
+import RelayProtocol
+
+let usage = """
+    OVERVIEW: Measure the relay's cycles per second and latency against a baseline forwarder.
+
+    USAGE: permission-bench [options]
+
+    A cycle is ask → question at the guardian → answer → response at the child. Each grid
+    point runs the relay (a fresh data directory) and then the baseline — a forwarder that
+    moves the same frames along the same four hops without parsing or storing them — and
+    prints both, and their ratio.
+
+    OPTIONS:
+      --grid standard|quick      standard: (F,W) = (1,1) (100,1) (100,8) (1000,1); quick: (1,1) (10,2)
+      --families F --window W    One point instead of a grid
+      --duration SECONDS         Measured time per run (default 5)
+      --warmup SECONDS           Unmeasured time before it (default 1)
+      --avatar-bytes N           Avatar image size in each question (default 0)
+      --sync normal|full         The relay's durability mode (default normal)
+      --socket PATH              Measure a running relay instead of starting one (no baseline)
+      --json                     One JSON object per grid point
+      -h, --help                 Show this help.
+
+    EXAMPLES:
+      permission-bench
+      permission-bench --families 100 --window 8 --duration 10
+      permission-bench --grid quick --json
+    """
+
+struct Point {
+    let families: Int
+    let window: Int
+}
+
+struct Figures {
+    var result: LoadResult
+    var serverCPUSeconds: Double
+    var serverRSSBytes: Int
+    var cyclesPerSecond: Double { Double(result.cycles) / result.seconds }
+    var sorted: [Double] { result.latenciesMicros.sorted() }
+    func percentile(_ p: Double) -> Double {
+        let s = sorted
+        guard !s.isEmpty else { return .nan }
+        return s[min(s.count - 1, Int((Double(s.count) * p).rounded(.down)))]
+    }
+    var cpuPerCycleMicros: Double { result.cycles == 0 ? .nan : serverCPUSeconds / Double(result.cycles) * 1e6 }
+    var generatorPerCycleMicros: Double { result.cycles == 0 ? .nan : result.generatorCPUSeconds / Double(result.cycles) * 1e6 }
+}
+
+let bin = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+
+/// Starts a server process and waits for the line that says it listens.
+func startServer(_ executable: String, _ args: [String], readyWord: String) throws -> Process {
+    let p = Process()
+    p.executableURL = bin.appendingPathComponent(executable)
+    p.arguments = args
+    let out = Pipe()
+    p.standardOutput = out
+    p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+    try p.run()
+    var seen = ""
+    while !seen.contains(readyWord) {
+        let chunk = out.fileHandleForReading.availableData
+        if chunk.isEmpty { throw CLIError.failure("\(executable) exited before it was ready") }
+        seen += String(decoding: chunk, as: UTF8.self)
+    }
+    return p
+}
+
+/// utime + stime of a process, in seconds (from /proc).
+func cpuSeconds(pid: Int32) -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let close = stat.lastIndex(of: ")")
+    else { return 0 }
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+    return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / ticks
+}
+
+func rssBytes(pid: Int32) -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+        let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+    else { return 0 }
+    return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+}
+
+func measure(_ point: Point, socket: String, pid: Int32?, baseline: Bool, a: Arguments) throws -> Figures {
+    let gen = LoadGenerator(
+        socket: socket, families: point.families, window: point.window,
+        avatarBytes: try a.int("--avatar-bytes", default: 0), baseline: baseline)
+    try gen.connect()
+    var cpuStart = 0.0
+    var result = gen.run(duration: try a.double("--duration", default: 5), warmup: try a.double("--warmup", default: 1)) {
+        cpuStart = pid.map(cpuSeconds) ?? 0
+    }
+    let cpu = (pid.map(cpuSeconds) ?? 0) - cpuStart
+    let rss = pid.map(rssBytes) ?? 0
+    result.lost = gen.drain(timeout: 10)
+    return Figures(result: result, serverCPUSeconds: cpu, serverRSSBytes: rss)
+}
+
+func runPoint(_ point: Point, _ a: Arguments) throws -> (relay: Figures, baseline: Figures?) {
+    if let socket = a.value("--socket") {
+        return (try measure(point, socket: socket, pid: nil, baseline: false, a: a), nil)
+    }
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("permission-bench-\(getpid())-\(point.families)-\(point.window)")
+    try? FileManager.default.removeItem(at: dir)
+    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: dir) }
+    let relay = try startServer(
+        "permission-relay",
+        ["serve", "--socket", dir.appendingPathComponent("r.sock").path, "--data", dir.appendingPathComponent("data").path,
+         "--ask-rate-limit", "0", "--max-pending-per-child", "0", "--max-connections", "100000",
+         "--sync", a.value("--sync") ?? "normal"], readyWord: "listening")
+    let relayFigures = try measure(point, socket: dir.appendingPathComponent("r.sock").path, pid: relay.processIdentifier, baseline: false, a: a)
+    relay.terminate()
+    relay.waitUntilExit()
+    let forwarder = try startServer("permission-bench", ["forward", "--socket", dir.appendingPathComponent("b.sock").path], readyWord: "forwarding")
+    let baseFigures = try measure(point, socket: dir.appendingPathComponent("b.sock").path, pid: forwarder.processIdentifier, baseline: true, a: a)
+    forwarder.terminate()
+    forwarder.waitUntilExit()
+    return (relayFigures, baseFigures)
+}
+
+func fmt(_ v: Double, _ digits: Int = 0) -> String { v.isNaN ? "-" : String(format: "%.\(digits)f", v) }
+
+func report(_ point: Point, _ r: Figures, _ b: Figures?, json: Bool) {
+    if json {
+        var o: JSONObject = ["families": .int(Int64(point.families)), "window": .int(Int64(point.window))]
+        for (name, f) in [("relay", Optional(r)), ("baseline", b)] {
+            guard let f else { continue }
+            o[name] = .object([
+                "cyclesPerSecond": .double(f.cyclesPerSecond), "p50Micros": .double(f.percentile(0.5)),
+                "p90Micros": .double(f.percentile(0.9)), "p99Micros": .double(f.percentile(0.99)),
+                "maxMicros": .double(f.sorted.last ?? .nan), "serverCPUMicrosPerCycle": .double(f.cpuPerCycleMicros),
+                "generatorCPUMicrosPerCycle": .double(f.generatorPerCycleMicros), "serverRSSBytes": .int(Int64(f.serverRSSBytes)),
+                "errors": .int(Int64(f.result.errors)), "lost": .int(Int64(f.result.lost)), "cycles": .int(Int64(f.result.cycles)),
+            ])
+        }
+        if let b { o["ratio"] = .double(r.cyclesPerSecond / b.cyclesPerSecond) }
+        printOut(JSON.object(o).text)
+        return
+    }
+    func row(_ name: String, _ f: Figures) -> String {
+        [name, fmt(f.cyclesPerSecond), fmt(f.percentile(0.5)), fmt(f.percentile(0.9)), fmt(f.percentile(0.99)), fmt(f.sorted.last ?? .nan),
+         fmt(f.cpuPerCycleMicros, 1), fmt(f.generatorPerCycleMicros, 1), fmt(Double(f.serverRSSBytes) / 1_048_576, 1),
+         "\(f.result.errors)/\(f.result.lost)"].enumerated().map { i, s in
+            i == 0 ? s.padding(toLength: 10, withPad: " ", startingAt: 0) : String(repeating: " ", count: max(0, 10 - s.count)) + s
+        }.joined()
+    }
+    printOut("\n(F, W) = (\(point.families), \(point.window))")
+    printOut("          " + ["cycles/s", "p50 µs", "p90 µs", "p99 µs", "max µs", "cpu µs", "gen µs", "RSS MB", "err/lost"]
+        .map { String(repeating: " ", count: max(0, 10 - $0.count)) + $0 }.joined())
+    printOut(row("relay", r))
+    if let b {
+        printOut(row("baseline", b))
+        printOut("ratio     cycles/s \(fmt(r.cyclesPerSecond / b.cyclesPerSecond * 100))% of baseline; p50 \(fmt(r.percentile(0.5) / b.percentile(0.5), 2))× baseline")
+    }
+}
+
+exit(
+    await runMain(program: "permission-bench", usage: { usage }) {
+        let args = Array(CommandLine.arguments.dropFirst())
+        if args.contains("-h") || args.contains("--help") {
+            printOut(usage)
+            return 0
+        }
+        if args.first == "forward" {
+            let a = try Arguments(Array(args.dropFirst()), valueFlags: ["--socket"], switchFlags: [])
+            guard let s = a.value("--socket") else { throw CLIError.usage("forward needs --socket PATH") }
+            return Forwarder.run(socket: s)
+        }
+        let a = try Arguments(
+            args, valueFlags: ["--grid", "--families", "--window", "--duration", "--warmup", "--avatar-bytes", "--sync", "--socket"],
+            switchFlags: ["--json"])
+        var points: [Point]
+        if a.value("--families") != nil || a.value("--window") != nil {
+            points = [Point(families: try a.int("--families", default: 1, min: 1), window: try a.int("--window", default: 1, min: 1))]
+        } else {
+            switch a.value("--grid") ?? "standard" {
+            case "standard": points = [Point(families: 1, window: 1), Point(families: 100, window: 1), Point(families: 100, window: 8), Point(families: 1000, window: 1)]
+            case "quick": points = [Point(families: 1, window: 1), Point(families: 10, window: 2)]
+            default: throw CLIError.usage("--grid must be standard or quick")
+            }
+        }
+        var failed = false
+        for p in points {
+            if !a.has("--json") { printErr("measuring (F, W) = (\(p.families), \(p.window))…") }
+            let (r, b) = try runPoint(p, a)
+            report(p, r, b, json: a.has("--json"))
+            failed = failed || r.result.errors > 0 || r.result.lost > 0 || r.result.cycles == 0
+        }
+        return failed ? 1 : 0
+    })
