@@ -182,7 +182,7 @@ extension RelayCore {
         q.status = reason
         questions[q.id] = q
         pendingByChild[q.child, default: 1] -= 1
-        store.saveQuestion(q)
+        store.saveQuestionState(q)
         var toChild: JSONObject = ["type": "questionClosed", "questionId": .string(q.id), "reason": .string(reason.rawValue)]
         if reason == .expired, let d = q.content.choice(q.content.defaultChoice) { toChild["defaultChoice"] = d.json }
         if members[q.child]?.removed == false {

@@ -31,7 +31,7 @@ extension RelayCore {
         q.outcome = Outcome(choice: choice, guardian: r.member, answeredAt: r.now)
         questions[id] = q
         pendingByChild[q.child, default: 1] -= 1
-        store.saveQuestion(q)
+        store.saveQuestionState(q)
         if members[q.child]?.removed == false {
             var event = responseFields(q)
             event["type"] = "response"

@@ -22,11 +22,12 @@ public struct NormalizedHandle: Hashable, Sendable, Comparable {
         self.kind = kind
         switch kind {
         case .phoneNumber:
-            let trimmed = rawValue.drop { $0.isWhitespace }
-            var out = trimmed.first == "+" ? "+" : ""
-            out += trimmed.unicodeScalars.filter { $0.value >= 48 && $0.value <= 57 }.map(String.init).joined()
-            guard out.contains(where: \.isNumber) else { return nil }
-            value = out
+            let trimmed = rawValue.trimmingWhitespace().utf8
+            var out: [UInt8] = trimmed.first == UInt8(ascii: "+") ? [UInt8(ascii: "+")] : []
+            out.reserveCapacity(trimmed.count)
+            for c in trimmed where c >= 48 && c <= 57 { out.append(c) }
+            guard out.count > (out.first == UInt8(ascii: "+") ? 1 : 0) else { return nil }
+            value = String(decoding: out, as: UTF8.self)
         case .emailAddress:
             let v = rawValue.trimmingWhitespace().lowercased()
             guard !v.isEmpty, v.contains("@") else { return nil }

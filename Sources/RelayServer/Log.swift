@@ -2,6 +2,7 @@
 // memory in tests). Libraries log through it; only executables print.
 
 import Foundation
+import RelayProtocol
 
 public enum LogLevel: Int, Comparable, Sendable, CaseIterable {
     case debug, info, warning, error
@@ -28,8 +29,6 @@ public final class Log: @unchecked Sendable {
         sink("\(Timestamp.nowText()) \(l.name): \(message())")
     }
 }
-
-import RelayProtocol
 
 extension Timestamp {
     /// The current wall-clock time.

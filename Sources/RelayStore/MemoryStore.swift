@@ -34,6 +34,8 @@ public final class MemoryStore: RelayStore {
         dirty = true
     }
 
+    public func saveQuestionState(_ question: QuestionRecord) { saveQuestion(question) }
+
     public func saveKnownHandle(_ known: KnownHandleRecord) {
         deleteKnownHandle(child: known.child, handle: known.handle)
         snapshot.knownHandles.append(known)

@@ -12,6 +12,8 @@ public protocol RelayStore: AnyObject {
     func saveFamily(_ id: String)
     func saveMember(_ member: MemberRecord)
     func saveQuestion(_ question: QuestionRecord)
+    /// Stores a question's status, attempt and outcome (its content is unchanged).
+    func saveQuestionState(_ question: QuestionRecord)
     func saveKnownHandle(_ known: KnownHandleRecord)
     func deleteKnownHandle(child: String, handle: NormalizedHandle)
     func saveSession(_ session: SessionRecord)

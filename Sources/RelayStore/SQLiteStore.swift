@@ -21,6 +21,7 @@ public final class SQLiteStore: RelayStore {
         case family(String)
         case member(MemberRecord)
         case question(QuestionRecord)
+        case questionState(QuestionRecord)
         case known(KnownHandleRecord)
         case unknown(String, NormalizedHandle)
         case session(SessionRecord)
@@ -63,6 +64,10 @@ public final class SQLiteStore: RelayStore {
             throw SQLiteError(code: 1, message: "could not switch \(path) to WAL mode (got \(mode ?? "nothing"))")
         }
         try db.exec("PRAGMA synchronous = \(sync == .full ? "FULL" : "NORMAL")")
+        // Keep the working set in memory (64 MiB) and checkpoint less often: every commit
+        // otherwise re-reads pages and every 1000 pages stalls the loop on a checkpoint.
+        try db.exec("PRAGMA cache_size = -65536")
+        try db.exec("PRAGMA wal_autocheckpoint = 8192")
         try migrate()
     }
 
@@ -138,6 +143,7 @@ public final class SQLiteStore: RelayStore {
     public func saveFamily(_ id: String) { changes.append(.family(id)) }
     public func saveMember(_ member: MemberRecord) { changes.append(.member(member)) }
     public func saveQuestion(_ question: QuestionRecord) { changes.append(.question(question)) }
+    public func saveQuestionState(_ question: QuestionRecord) { changes.append(.questionState(question)) }
     public func saveKnownHandle(_ known: KnownHandleRecord) { changes.append(.known(known)) }
     public func deleteKnownHandle(child: String, handle: NormalizedHandle) { changes.append(.unknown(child, handle)) }
     public func saveSession(_ session: SessionRecord) { changes.append(.session(session)) }
@@ -197,19 +203,16 @@ public final class SQLiteStore: RelayStore {
                     .int(m.limitsEnabled ? 1 : 0),
                 ])
         case .question(let q):
-            var outcome = SQLValue.null
-            if let o = q.outcome {
-                let j: JSON = .object([
-                    "choice": o.choice.json, "guardian": .string(o.guardian), "answeredAt": .int(o.answeredAt.milliseconds),
-                ])
-                outcome = .text(j.text)
-            }
             try db.run(
                 "INSERT OR REPLACE INTO questions(id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?)",
                 [
                     .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
-                    .int(q.createdAt.milliseconds), .text(JSON.object(q.content.json).text), outcome,
+                    .int(q.createdAt.milliseconds), .text(JSON.object(q.content.json).text), Self.outcome(q),
                 ])
+        case .questionState(let q):
+            try db.run(
+                "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE id = ?",
+                [.text(q.status.rawValue), .int(q.attempt), Self.outcome(q), .text(q.id)])
         case .known(let k):
             try db.run(
                 "INSERT OR REPLACE INTO knownHandles(child, kind, value, permanent, until, actions) VALUES(?,?,?,?,?,?)",
@@ -232,6 +235,14 @@ public final class SQLiteStore: RelayStore {
                 "INSERT INTO events(member, seq, at, topic, frame) VALUES(?,?,?,?,?)",
                 [.text(e.member), .int(e.seq), .int(e.at.milliseconds), e.topic.map { .text($0.rawValue) } ?? .null, .blob(e.frame)])
         }
+    }
+
+    private static func outcome(_ q: QuestionRecord) -> SQLValue {
+        guard let o = q.outcome else { return .null }
+        let j: JSON = .object([
+            "choice": o.choice.json, "guardian": .string(o.guardian), "answeredAt": .int(o.answeredAt.milliseconds),
+        ])
+        return .text(j.text)
     }
 
     public func pruneEvents(olderThan cutoff: Timestamp, acknowledged upTo: [String: Int64]) throws -> Int {

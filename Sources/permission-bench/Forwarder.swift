@@ -3,6 +3,7 @@
 // moves every frame to the partner unparsed and unstored — the machine's limit for
 // the four hops of a cycle.
 
+import CLISupport
 import CSystem
 import Glibc
 import RelayProtocol
@@ -44,5 +45,3 @@ enum Forwarder {
         }
     }
 }
-
-import CLISupport

@@ -2,6 +2,7 @@
 // the socket and runs the event loop until SIGTERM or SIGINT.
 
 import CLISupport
+import CSystem
 import Foundation
 import Glibc
 import RelayCore
@@ -85,7 +86,7 @@ enum Serve {
         let lock = try lockDataDirectory(data)
         defer { Glibc.close(lock) }
 
-        let limit = cs_raise_fd_limit_safe()
+        let limit = Int(cs_raise_fd_limit())
         if server.maxConnections + 64 > limit {
             log(.warning, "the open-file limit is \(limit); --max-connections \(server.maxConnections) may not be reachable")
         }
@@ -125,7 +126,3 @@ enum Serve {
         return fd
     }
 }
-
-import CSystem
-
-func cs_raise_fd_limit_safe() -> Int { Int(cs_raise_fd_limit()) }

@@ -1,6 +1,7 @@
 // Drives a RelayCore with plain values and a manual clock: connections are numbers,
 // frames are JSON objects, and the outputs are sorted into an inbox per connection.
 
+import Foundation
 import RelayCore
 import RelayProtocol
 import RelayStore
@@ -173,5 +174,3 @@ final class CoreHarness {
         ["id": .string(id), "topic": .object(["kind": "significantAppUpdate", "description": "Version 2 adds chat"])]
     }
 }
-
-import Foundation

@@ -1,3 +1,4 @@
+import Foundation
 import RelayProtocol
 import XCTest
 
@@ -53,5 +54,3 @@ final class ValuesTests: XCTestCase {
         XCTAssertEqual(documented, Set(ErrorCode.allCases.map(\.rawValue)))
     }
 }
-
-import Foundation

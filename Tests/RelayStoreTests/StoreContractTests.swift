@@ -1,5 +1,6 @@
 // The same contract checks run against the in-memory store and the SQLite store.
 
+import CSQLite
 import Foundation
 import RelayProtocol
 import RelayStore
@@ -140,5 +141,3 @@ final class StoreContractTests: XCTestCase {
         XCTAssertNil(s.heads["g"], "nothing of the failed commit is stored")
     }
 }
-
-import CSQLite
