@@ -79,7 +79,10 @@ extension RelayCore {
             content: content, child: child, family: member.family, status: .pending,
             attempt: (previous?.attempt ?? 0) + 1, createdAt: previous?.createdAt ?? r.now)
         questions[record.id] = record
-        if previous == nil { questionsByChild[child, default: []].append(record.id) }
+        if previous == nil {
+            questionsByChild[child, default: []].append(record.id)
+            forgetOldQuestions(of: child)
+        }
         pendingByChild[child] = pendingNow + 1
         store.saveQuestion(record)
         if let e = content.expiration { questionDeadlines.push((e, record.id)) }
@@ -138,6 +141,21 @@ extension RelayCore {
     }
 
     // MARK: - Shared by several requests
+
+    /// Keeps at most `maxQuestionsPerChild` questions of a child by forgetting the oldest
+    /// finished ones (a resend of a forgotten id is taken as a new question).
+    private func forgetOldQuestions(of child: String) {
+        guard var ids = questionsByChild[child], ids.count > config.maxQuestionsPerChild else { return }
+        var excess = ids.count - config.maxQuestionsPerChild
+        ids.removeAll { id in
+            guard excess > 0, let q = questions[id], q.status != .pending else { return false }
+            excess -= 1
+            questions[id] = nil
+            store.deleteQuestion(id: id)
+            return true
+        }
+        questionsByChild[child] = ids
+    }
 
     func isKnown(_ h: NormalizedHandle, child: String, now: Timestamp) -> Bool {
         known[child]?[h]?.isKnown(at: now) ?? false

@@ -42,6 +42,9 @@ public struct CoreConfig: Sendable {
     public var replayBatch = 512
     /// Bytes replayed per step, about; keep it well under the reactor's output limit.
     public var replayBudgetBytes = 256 * 1024
+    /// Questions remembered per child; past it the oldest finished ones are forgotten, so a
+    /// child that asks and cancels forever cannot grow the relay without bound.
+    public var maxQuestionsPerChild = 10_000
 
     public init() {}
 }

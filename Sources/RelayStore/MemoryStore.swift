@@ -36,6 +36,11 @@ public final class MemoryStore: RelayStore {
 
     public func saveQuestionState(_ question: QuestionRecord) { saveQuestion(question) }
 
+    public func deleteQuestion(id: String) {
+        snapshot.questions.removeAll { $0.id == id }
+        dirty = true
+    }
+
     public func saveKnownHandle(_ known: KnownHandleRecord) {
         deleteKnownHandle(child: known.child, handle: known.handle)
         snapshot.knownHandles.append(known)

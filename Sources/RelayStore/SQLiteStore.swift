@@ -22,6 +22,7 @@ public final class SQLiteStore: RelayStore {
         case member(MemberRecord)
         case question(QuestionRecord)
         case questionState(QuestionRecord)
+        case forgetQuestion(String)
         case known(KnownHandleRecord)
         case unknown(String, NormalizedHandle)
         case session(SessionRecord)
@@ -144,6 +145,7 @@ public final class SQLiteStore: RelayStore {
     public func saveMember(_ member: MemberRecord) { changes.append(.member(member)) }
     public func saveQuestion(_ question: QuestionRecord) { changes.append(.question(question)) }
     public func saveQuestionState(_ question: QuestionRecord) { changes.append(.questionState(question)) }
+    public func deleteQuestion(id: String) { changes.append(.forgetQuestion(id)) }
     public func saveKnownHandle(_ known: KnownHandleRecord) { changes.append(.known(known)) }
     public func deleteKnownHandle(child: String, handle: NormalizedHandle) { changes.append(.unknown(child, handle)) }
     public func saveSession(_ session: SessionRecord) { changes.append(.session(session)) }
@@ -209,6 +211,8 @@ public final class SQLiteStore: RelayStore {
                     .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
                     .int(q.createdAt.milliseconds), .text(JSON.object(q.content.json).text), Self.outcome(q),
                 ])
+        case .forgetQuestion(let id):
+            try db.run("DELETE FROM questions WHERE id = ?", [.text(id)])
         case .questionState(let q):
             try db.run(
                 "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE id = ?",

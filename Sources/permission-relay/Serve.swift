@@ -35,6 +35,8 @@ enum Serve {
           --max-output-bytes N             Unsent bytes per connection before it is dropped as a
                                            slow consumer (default: 16777216)
           --retention-seconds N            Keep events this long (default: 604800, 7 days)
+          --max-questions-per-child N      Questions remembered per child; the oldest finished
+                                           ones are forgotten past it (default: 10000)
           --log-level LEVEL                debug, info, warning or error (default: info)
           -h, --help                       Show this help.
 
@@ -46,7 +48,7 @@ enum Serve {
     static let valueFlags: Set<String> = [
         "--socket", "--data", "--sync", "--max-frame-bytes", "--heartbeat-seconds", "--handshake-timeout-seconds",
         "--max-pending-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
-        "--retention-seconds", "--log-level",
+        "--retention-seconds", "--log-level", "--max-questions-per-child",
     ]
 
     static func run(_ args: [String]) throws {
@@ -67,6 +69,7 @@ enum Serve {
         core.maxPendingPerChild = try a.int("--max-pending-per-child", default: core.maxPendingPerChild)
         core.askRateLimit = try a.double("--ask-rate-limit", default: core.askRateLimit)
         core.retentionSeconds = Int64(try a.int("--retention-seconds", default: Int(core.retentionSeconds), min: 1))
+        core.maxQuestionsPerChild = try a.int("--max-questions-per-child", default: core.maxQuestionsPerChild, min: 1)
         core.relayUID = getuid()
         var server = ServerConfig(socketPath: socket)
         server.handshakeTimeoutSeconds = try a.double("--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds)

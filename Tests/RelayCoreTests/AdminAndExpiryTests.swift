@@ -1,5 +1,6 @@
 import RelayCore
 import RelayProtocol
+import RelayStore
 import XCTest
 
 final class AdminAndExpiryTests: XCTestCase {
@@ -90,5 +91,27 @@ final class AdminAndExpiryTests: XCTestCase {
         h.ok(c, ["type": "ask", "question": .object(q)])
         h.now = Timestamp(milliseconds: h.now.milliseconds + 5000)  // no tick has run yet
         _ = h.error(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"], .expired)
+    }
+}
+
+final class BoundsTests: XCTestCase {
+    func testAChildThatAsksAndCancelsForeverStaysBounded() throws {
+        let store = MemoryStore()
+        let h = try CoreHarness(store: store) { $0.maxQuestionsPerChild = 5 }
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let pending = h.question()
+        h.ok(c, ["type": "ask", "question": .object(pending)])
+        var last = pending
+        for _ in 0..<20 {
+            last = h.question()
+            h.ok(c, ["type": "ask", "question": .object(last)])
+            h.ok(c, ["type": "cancel", "questionId": last["id"]!])
+        }
+        let kept = h.ok(c, ["type": "questions"])["questions"]!.array!
+        XCTAssertEqual(kept.count, 5)
+        XCTAssertTrue(kept.contains { $0["id"] == pending["id"] }, "pending questions are never forgotten")
+        XCTAssertTrue(kept.contains { $0["id"] == last["id"] }, "the newest are kept")
+        XCTAssertEqual(try store.load().questions.count, 5, "the store forgets them too")
     }
 }
