@@ -1,6 +1,5 @@
 #define _GNU_SOURCE
 #include "CSystem.h"
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -8,7 +7,6 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -135,30 +133,6 @@ ssize_t cs_send(int fd, const void *buf, size_t len) {
         n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     } while (n < 0 && errno == EINTR);
     return n;
-}
-
-ssize_t cs_writev2(int fd, const void *a, size_t alen, const void *b, size_t blen) {
-    struct iovec iov[2];
-    int cnt = 0;
-    if (alen) { iov[cnt].iov_base = (void *)a; iov[cnt].iov_len = alen; cnt++; }
-    if (blen) { iov[cnt].iov_base = (void *)b; iov[cnt].iov_len = blen; cnt++; }
-    ssize_t n;
-    do {
-        n = writev(fd, iov, cnt);
-    } while (n < 0 && errno == EINTR);
-    return n;
-}
-
-int cs_open_fd_count(void) {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] != '.') n++;
-    }
-    closedir(d);
-    return n - 1; /* the directory stream's own descriptor */
 }
 
 long cs_raise_fd_limit(void) {

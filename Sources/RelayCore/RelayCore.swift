@@ -331,9 +331,6 @@ public final class RelayCore {
         "rotateToken": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.rotateToken(r) },
         "status": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.status(r) },
     ]
-
-    /// Every request type the relay serves.
-    public static var requestTypes: [String] { handlers.keys.sorted() }
 }
 
 /// A connection as the core sees it.
@@ -382,7 +379,4 @@ extension RelayCore {
 
     /// Whether the core still considers `conn` open.
     public func isOpen(_ conn: ConnectionID) -> Bool { connections[conn] != nil }
-
-    /// Open connections, for the reactor's bookkeeping.
-    public var openConnections: [ConnectionID] { Array(connections.keys) }
 }

@@ -95,7 +95,6 @@ extension JSON {
         if case .array(let a) = self { return a }
         return nil
     }
-    public var isNull: Bool { self == .null }
 }
 
 // MARK: - Parsing

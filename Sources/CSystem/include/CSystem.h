@@ -43,10 +43,6 @@ int cs_route_signals(int fd);
 int cs_set_nonblocking(int fd);
 /// send with MSG_NOSIGNAL | MSG_DONTWAIT.
 ssize_t cs_send(int fd, const void *buf, size_t len);
-/// writev over two buffers (either may be empty).
-ssize_t cs_writev2(int fd, const void *a, size_t alen, const void *b, size_t blen);
-/// The number of open file descriptors of this process (from /proc/self/fd), or -1.
-int cs_open_fd_count(void);
 /// Sets RLIMIT_NOFILE's soft limit to its hard limit; returns the new soft limit.
 long cs_raise_fd_limit(void);
 
