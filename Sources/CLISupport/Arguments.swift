@@ -57,7 +57,9 @@ public struct Arguments {
 
     public func double(_ flag: String, default d: Double, min lo: Double = 0) throws -> Double {
         guard let v = value(flag) else { return d }
-        guard let n = Double(v), n >= lo, n.isFinite else { throw CLIError.usage("\(flag) must be a number of at least \(lo), not \"\(v)\"") }
+        guard let n = Double(v), n >= lo, n.isFinite else {
+            throw CLIError.usage("\(flag) must be a number of at least \(lo), not \"\(v)\"")
+        }
         return n
     }
 

@@ -153,12 +153,15 @@ public final class GuardianCenter: Sendable {
     /// Makes handles known for a child; returns how many the child has now.
     @discardableResult
     public func addKnownHandles(_ handles: [CommunicationHandle], for child: String) async throws -> Int {
-        Int(try await call(["type": "addKnownHandles", "child": .string(child), "handles": .array(handles.map(\.wire))])["known"]?.int ?? 0)
+        Int(
+            try await call(["type": "addKnownHandles", "child": .string(child), "handles": .array(handles.map(\.wire))])["known"]?.int ?? 0)
     }
 
     @discardableResult
     public func removeKnownHandles(_ handles: [CommunicationHandle], for child: String) async throws -> Int {
-        Int(try await call(["type": "removeKnownHandles", "child": .string(child), "handles": .array(handles.map(\.wire))])["known"]?.int ?? 0)
+        Int(
+            try await call(["type": "removeKnownHandles", "child": .string(child), "handles": .array(handles.map(\.wire))])["known"]?.int
+                ?? 0)
     }
 
     public var connectionState: ConnectionState { session.state }
@@ -177,7 +180,8 @@ public final class GuardianCenter: Sendable {
             }
         case "questionClosed":
             if let id = e["questionId"]?.string.flatMap(UUID.init(uuidString:)) {
-                let closed = ClosedQuestion(questionID: id, child: e["child"]?.string ?? "", reason: e["reason"]?.string ?? "", by: e["by"]?.string)
+                let closed = ClosedQuestion(
+                    questionID: id, child: e["child"]?.string ?? "", reason: e["reason"]?.string ?? "", by: e["by"]?.string)
                 for c in hub.withLock({ Array($0.closedConsumers.values) }) { c(closed) }
             }
         default: break

@@ -54,7 +54,10 @@ final class MemberSession: Sendable {
     var state: ConnectionState { connection?.state ?? .unavailable }
 
     func states() -> AsyncStream<ConnectionState> {
-        connection?.states() ?? AsyncStream { $0.yield(.unavailable); $0.finish() }
+        connection?.states()
+            ?? AsyncStream {
+                $0.yield(.unavailable); $0.finish()
+            }
     }
 
     func close() async { await connection?.closeAndWait() }

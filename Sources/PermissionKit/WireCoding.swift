@@ -55,7 +55,9 @@ extension CommunicationTopic: WireTopic {
                 for (key, path) in nameFields { n[keyPath: path] = o[key]?.string }
                 names = n
             }
-            out.append(PersonInformation(handle: h, nameComponents: names, avatarImage: p["avatarImage"]?.string.flatMap { Data(base64Encoded: $0) }))
+            out.append(
+                PersonInformation(
+                    handle: h, nameComponents: names, avatarImage: p["avatarImage"]?.string.flatMap { Data(base64Encoded: $0) }))
         }
         let actions = Set((wire["actions"]?.array ?? []).compactMap { $0.string.flatMap(Action.init(rawValue:)) })
         self.init(personInformation: out, actions: actions)

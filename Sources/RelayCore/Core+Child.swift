@@ -63,7 +63,8 @@ extension RelayCore {
         if config.maxPendingPerChild > 0 && pendingNow >= config.maxPendingPerChild {
             throw RequestError(
                 .tooManyPending,
-                "\(child) already has \(pendingNow) pending questions (the limit is \(config.maxPendingPerChild)); cancel some or wait for answers")
+                "\(child) already has \(pendingNow) pending questions (the limit is \(config.maxPendingPerChild)); cancel some or wait for answers"
+            )
         }
         if config.askRateLimit > 0 {
             let capacity = max(2 * config.askRateLimit, 1)

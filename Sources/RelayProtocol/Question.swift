@@ -168,7 +168,9 @@ extension QuestionContent {
                         throw invalid("personInformation[\(n)].avatarImage is not valid base64")
                     }
                     guard data.count <= QuestionLimits.maxAvatarBytes else {
-                        throw invalid("personInformation[\(n)].avatarImage is \(data.count) bytes; at most \(QuestionLimits.maxAvatarBytes) are allowed")
+                        throw invalid(
+                            "personInformation[\(n)].avatarImage is \(data.count) bytes; at most \(QuestionLimits.maxAvatarBytes) are allowed"
+                        )
                     }
                     out["avatarImage"] = .string(b64)
                 default: throw invalid("personInformation[\(n)].avatarImage must be a base64 string or null")

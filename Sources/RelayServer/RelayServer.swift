@@ -216,7 +216,9 @@ public final class RelayServer {
             try store.commit()
             return true
         } catch {
-            log(.error, "could not commit to the store: \(error); no reply of this turn was sent, closing every connection so clients resend")
+            log(
+                .error,
+                "could not commit to the store: \(error); no reply of this turn was sent, closing every connection so clients resend")
             store.discardChanges()
             _ = relay.takeOutputs()
             for id in Array(conns.keys) { closeNow(id) }

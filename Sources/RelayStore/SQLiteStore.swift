@@ -85,7 +85,8 @@ public final class SQLiteStore: RelayStore {
         guard current <= Self.migrations.count else {
             throw SQLiteError(
                 code: 1,
-                message: "the database has schema version \(current), newer than this relay knows (\(Self.migrations.count)); use a newer relay")
+                message:
+                    "the database has schema version \(current), newer than this relay knows (\(Self.migrations.count)); use a newer relay")
         }
         for version in (current + 1)..<(Self.migrations.count + 1) {
             let step = Self.migrations[version - 1]

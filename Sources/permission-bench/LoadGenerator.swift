@@ -75,7 +75,9 @@ final class LoadGenerator {
             for f in 0..<families {
                 _ = try admin.request(["type": "createFamily", "family": .string("b\(f)")])
                 for (m, role) in [("c\(f)", "child"), ("g\(f)", "guardian")] {
-                    tokens[m] = try admin.request(["type": "addMember", "family": .string("b\(f)"), "member": .string(m), "role": .string(role)])["token"]?.string
+                    tokens[m] = try admin.request([
+                        "type": "addMember", "family": .string("b\(f)"), "member": .string(m), "role": .string(role),
+                    ])["token"]?.string
                 }
             }
         }
@@ -100,9 +102,15 @@ final class LoadGenerator {
         // Wait for every welcome (and the subscribe replies).
         var pending = families * (baseline ? 2 : 3)
         while pending > 0 {
-            guard loop.poll(timeoutMs: 10_000, onFrame: { _, body in
-                if find(Array(#""type":"welcome""#.utf8), in: body) != nil || find(Array(#""re":"s""#.utf8), in: body) != nil { pending -= 1 }
-            }) else { throw ServerError("a connection failed during hello") }
+            guard
+                loop.poll(
+                    timeoutMs: 10_000,
+                    onFrame: { _, body in
+                        if find(Array(#""type":"welcome""#.utf8), in: body) != nil || find(Array(#""re":"s""#.utf8), in: body) != nil {
+                            pending -= 1
+                        }
+                    })
+            else { throw ServerError("a connection failed during hello") }
         }
     }
 
@@ -188,7 +196,8 @@ final class LoadGenerator {
                 if find(Self.typeError, in: head) != nil { failed += 1 }
                 return
             }
-            let at = find(Self.questionID, in: body).map { $0 + Self.questionID.count }
+            let at =
+                find(Self.questionID, in: body).map { $0 + Self.questionID.count }
                 ?? find(Self.questionIdField, in: body).map { $0 + Self.questionIdField.count }
             guard let at, at + 36 <= body.count else {
                 failed += 1
@@ -200,7 +209,11 @@ final class LoadGenerator {
                 completed(now() - sent)
                 if reask { ask(fd) }
             } else {
-                loop.queue(fd, framed(Array(#"{"type":"answer","id":""#.utf8) + id + Array(#"","questionId":""#.utf8) + id + Array(#"","choice":"approve"}"#.utf8)))
+                loop.queue(
+                    fd,
+                    framed(
+                        Array(#"{"type":"answer","id":""#.utf8) + id + Array(#"","questionId":""#.utf8) + id
+                            + Array(#"","choice":"approve"}"#.utf8)))
             }
             touched.insert(fd)
         }

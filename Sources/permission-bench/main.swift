@@ -110,20 +110,26 @@ func runPoint(_ point: Point, _ a: Arguments) throws -> (relay: Figures, baselin
     if let socket = a.value("--socket") {
         return (try measure(point, socket: socket, pid: nil, baseline: false, a: a), nil)
     }
-    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("permission-bench-\(getpid())-\(point.families)-\(point.window)")
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent(
+        "permission-bench-\(getpid())-\(point.families)-\(point.window)")
     try? FileManager.default.removeItem(at: dir)
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }
     let relay = try startServer(
         "permission-relay",
-        ["serve", "--socket", dir.appendingPathComponent("r.sock").path, "--data", dir.appendingPathComponent("data").path,
-         "--ask-rate-limit", "0", "--max-pending-per-child", "0", "--max-connections", "100000",
-         "--sync", a.value("--sync") ?? "normal"], readyWord: "listening")
-    let relayFigures = try measure(point, socket: dir.appendingPathComponent("r.sock").path, pid: relay.processIdentifier, baseline: false, a: a)
+        [
+            "serve", "--socket", dir.appendingPathComponent("r.sock").path, "--data", dir.appendingPathComponent("data").path,
+            "--ask-rate-limit", "0", "--max-pending-per-child", "0", "--max-connections", "100000",
+            "--sync", a.value("--sync") ?? "normal",
+        ], readyWord: "listening")
+    let relayFigures = try measure(
+        point, socket: dir.appendingPathComponent("r.sock").path, pid: relay.processIdentifier, baseline: false, a: a)
     relay.terminate()
     relay.waitUntilExit()
-    let forwarder = try startServer("permission-bench", ["forward", "--socket", dir.appendingPathComponent("b.sock").path], readyWord: "forwarding")
-    let baseFigures = try measure(point, socket: dir.appendingPathComponent("b.sock").path, pid: forwarder.processIdentifier, baseline: true, a: a)
+    let forwarder = try startServer(
+        "permission-bench", ["forward", "--socket", dir.appendingPathComponent("b.sock").path], readyWord: "forwarding")
+    let baseFigures = try measure(
+        point, socket: dir.appendingPathComponent("b.sock").path, pid: forwarder.processIdentifier, baseline: true, a: a)
     forwarder.terminate()
     forwarder.waitUntilExit()
     return (relayFigures, baseFigures)
@@ -149,19 +155,26 @@ func report(_ point: Point, _ r: Figures, _ b: Figures?, json: Bool) {
         return
     }
     func row(_ name: String, _ f: Figures) -> String {
-        [name, fmt(f.cyclesPerSecond), fmt(f.percentile(0.5)), fmt(f.percentile(0.9)), fmt(f.percentile(0.99)), fmt(f.sorted.last ?? .nan),
-         fmt(f.cpuPerCycleMicros, 1), fmt(f.generatorPerCycleMicros, 1), fmt(Double(f.serverRSSBytes) / 1_048_576, 1),
-         "\(f.result.errors)/\(f.result.lost)"].enumerated().map { i, s in
+        [
+            name, fmt(f.cyclesPerSecond), fmt(f.percentile(0.5)), fmt(f.percentile(0.9)), fmt(f.percentile(0.99)),
+            fmt(f.sorted.last ?? .nan),
+            fmt(f.cpuPerCycleMicros, 1), fmt(f.generatorPerCycleMicros, 1), fmt(Double(f.serverRSSBytes) / 1_048_576, 1),
+            "\(f.result.errors)/\(f.result.lost)",
+        ].enumerated().map { i, s in
             i == 0 ? s.padding(toLength: 10, withPad: " ", startingAt: 0) : String(repeating: " ", count: max(0, 10 - s.count)) + s
         }.joined()
     }
     printOut("\n(F, W) = (\(point.families), \(point.window))")
-    printOut("          " + ["cycles/s", "p50 µs", "p90 µs", "p99 µs", "max µs", "cpu µs", "gen µs", "RSS MB", "err/lost"]
-        .map { String(repeating: " ", count: max(0, 10 - $0.count)) + $0 }.joined())
+    printOut(
+        "          "
+            + ["cycles/s", "p50 µs", "p90 µs", "p99 µs", "max µs", "cpu µs", "gen µs", "RSS MB", "err/lost"]
+            .map { String(repeating: " ", count: max(0, 10 - $0.count)) + $0 }.joined())
     printOut(row("relay", r))
     if let b {
         printOut(row("baseline", b))
-        printOut("ratio     cycles/s \(fmt(r.cyclesPerSecond / b.cyclesPerSecond * 100))% of baseline; p50 \(fmt(r.percentile(0.5) / b.percentile(0.5), 2))× baseline")
+        printOut(
+            "ratio     cycles/s \(fmt(r.cyclesPerSecond / b.cyclesPerSecond * 100))% of baseline; p50 \(fmt(r.percentile(0.5) / b.percentile(0.5), 2))× baseline"
+        )
     }
 }
 
@@ -185,7 +198,11 @@ exit(
             points = [Point(families: try a.int("--families", default: 1, min: 1), window: try a.int("--window", default: 1, min: 1))]
         } else {
             switch a.value("--grid") ?? "standard" {
-            case "standard": points = [Point(families: 1, window: 1), Point(families: 100, window: 1), Point(families: 100, window: 8), Point(families: 1000, window: 1)]
+            case "standard":
+                points = [
+                    Point(families: 1, window: 1), Point(families: 100, window: 1), Point(families: 100, window: 8),
+                    Point(families: 1000, window: 1),
+                ]
             case "quick": points = [Point(families: 1, window: 1), Point(families: 10, window: 2)]
             default: throw CLIError.usage("--grid must be standard or quick")
             }

@@ -100,8 +100,12 @@ func send<T: QuestionTopic>(_ q: PermissionQuestion<T>, center: AskCenter, _ a: 
     let json = a.has("--json")
     guard a.has("--wait") else {
         let r = try await center.submit(q)
-        printOut(json ? line(["questionId": .string(r.questionID.uuidString), "status": .string(r.status), "attempt": .int(Int64(r.attempt)), "allKnown": .bool(r.allKnown)]) :
-            "asked \(r.questionID) (\(r.status), attempt \(r.attempt)\(r.allKnown ? ", every handle already known" : ""))")
+        printOut(
+            json
+                ? line([
+                    "questionId": .string(r.questionID.uuidString), "status": .string(r.status), "attempt": .int(Int64(r.attempt)),
+                    "allKnown": .bool(r.allKnown),
+                ]) : "asked \(r.questionID) (\(r.status), attempt \(r.attempt)\(r.allKnown ? ", every handle already known" : ""))")
         return 0
     }
     let responses = center.responses(for: T.self)
@@ -113,16 +117,22 @@ func send<T: QuestionTopic>(_ q: PermissionQuestion<T>, center: AskCenter, _ a: 
         group.addTask {
             for await resp in responses where resp.question.id == q.id {
                 let approved = resp.choice.answer == .approval
-                printOut(json ? line(["questionId": .string(q.id.uuidString), "outcome": .string(approved ? "approved" : "denied"), "choice": .string(resp.choice.id), "guardian": .string(resp.guardian)]) :
-                    "\(approved ? "approved" : "denied"): \(resp.choice.title) (by \(resp.guardian))")
+                printOut(
+                    json
+                        ? line([
+                            "questionId": .string(q.id.uuidString), "outcome": .string(approved ? "approved" : "denied"),
+                            "choice": .string(resp.choice.id), "guardian": .string(resp.guardian),
+                        ]) : "\(approved ? "approved" : "denied"): \(resp.choice.title) (by \(resp.guardian))")
                 return approved ? Exit.approved : Exit.denied
             }
             return Exit.failure
         }
         group.addTask {
             for await o in outcomes where o.questionID == q.id {
-                printOut(json ? line(["questionId": .string(q.id.uuidString), "outcome": .string(o.reason.rawValue)]) :
-                    "\(o.reason.rawValue)\(o.defaultChoice.map { "; default choice: \($0.title)" } ?? "")")
+                printOut(
+                    json
+                        ? line(["questionId": .string(q.id.uuidString), "outcome": .string(o.reason.rawValue)])
+                        : "\(o.reason.rawValue)\(o.defaultChoice.map { "; default choice: \($0.title)" } ?? "")")
                 return Exit.closed
             }
             return Exit.failure
@@ -142,7 +152,10 @@ func send<T: QuestionTopic>(_ q: PermissionQuestion<T>, center: AskCenter, _ a: 
 func line(_ o: JSONObject) -> String { JSON.object(o).text }
 
 func responseLine(_ id: UUID, _ c: PermissionChoice, _ guardian: String) -> String {
-    line(["type": "response", "questionId": .string(id.uuidString), "choice": .string(c.id), "answer": .string(c.answer.rawValue), "guardian": .string(guardian)])
+    line([
+        "type": "response", "questionId": .string(id.uuidString), "choice": .string(c.id), "answer": .string(c.answer.rawValue),
+        "guardian": .string(guardian),
+    ])
 }
 
 func run() async throws -> Int32 {
@@ -201,19 +214,29 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter) async throw
             await withTaskGroup(of: Void.self) { group in
                 group.addTask {
                     for await r in responses {
-                        printOut(json ? responseLine(r.question.id, r.choice, r.guardian) :
-                            "\(r.question.id): \(r.choice.answer == .approval ? "approved" : "denied") (\(r.choice.title), by \(r.guardian)) — \(describePeople(r.question.topic))")
+                        printOut(
+                            json
+                                ? responseLine(r.question.id, r.choice, r.guardian)
+                                : "\(r.question.id): \(r.choice.answer == .approval ? "approved" : "denied") (\(r.choice.title), by \(r.guardian)) — \(describePeople(r.question.topic))"
+                        )
                     }
                 }
                 group.addTask {
                     for await r in updates {
-                        printOut(json ? responseLine(r.question.id, r.choice, r.guardian) :
-                            "\(r.question.id): \(r.choice.answer == .approval ? "approved" : "denied") (\(r.choice.title), by \(r.guardian)) — update: \(r.question.topic.description)")
+                        printOut(
+                            json
+                                ? responseLine(r.question.id, r.choice, r.guardian)
+                                : "\(r.question.id): \(r.choice.answer == .approval ? "approved" : "denied") (\(r.choice.title), by \(r.guardian)) — update: \(r.question.topic.description)"
+                        )
                     }
                 }
                 group.addTask {
                     for await o in outcomes {
-                        printOut(json ? line(["type": "outcome", "questionId": .string(o.questionID.uuidString), "reason": .string(o.reason.rawValue)]) : "\(o.questionID): \(o.reason.rawValue)")
+                        printOut(
+                            json
+                                ? line([
+                                    "type": "outcome", "questionId": .string(o.questionID.uuidString), "reason": .string(o.reason.rawValue),
+                                ]) : "\(o.questionID): \(o.reason.rawValue)")
                     }
                 }
             }
@@ -223,7 +246,10 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter) async throw
             let knownSet = try await center.knownHandles(in: Set(handles))
             for h in handles {
                 let isKnown = knownSet.contains(h)
-                printOut(json ? line(["handle": .string(h.value), "kind": .string(h.kind.rawValue), "known": .bool(isKnown)]) : "\(h.value): \(isKnown ? "known" : "not known")")
+                printOut(
+                    json
+                        ? line(["handle": .string(h.value), "kind": .string(h.kind.rawValue), "known": .bool(isKnown)])
+                        : "\(h.value): \(isKnown ? "known" : "not known")")
             }
         case "limits":
             let on = try await center.limitsEnabled()
@@ -232,12 +258,17 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter) async throw
             let list = try await center.questions(status: a.value("--status"))
             for q in list {
                 if json {
-                    var o: JSONObject = ["id": .string(q.id.uuidString), "topic": .string(q.topicKind), "status": .string(q.status), "attempt": .int(Int64(q.attempt))]
+                    var o: JSONObject = [
+                        "id": .string(q.id.uuidString), "topic": .string(q.topicKind), "status": .string(q.status),
+                        "attempt": .int(Int64(q.attempt)),
+                    ]
                     if let c = q.choice { o["choice"] = .string(c.id) }
                     printOut(line(o))
                 } else {
                     let who = q.handles.map(\.value).joined(separator: ", ")
-                    printOut("\(q.id)  \(q.status.padding(toLength: 9, withPad: " ", startingAt: 0))  \(q.topicKind)  \(who)\(q.choice.map { "  → \($0.title) by \(q.guardian ?? "")" } ?? "")")
+                    printOut(
+                        "\(q.id)  \(q.status.padding(toLength: 9, withPad: " ", startingAt: 0))  \(q.topicKind)  \(who)\(q.choice.map { "  → \($0.title) by \(q.guardian ?? "")" } ?? "")"
+                    )
                 }
             }
             if list.isEmpty && !json { printOut("no questions") }

@@ -90,7 +90,9 @@ struct InteractiveView {
                 message = "new question from \(q.child)"
             case .closed(let c):
                 pending.removeAll { $0.id == c.questionID }
-                if !message.hasPrefix("answered") { message = "a question of \(c.child) closed: \(c.reason)\(c.by.map { " by \($0)" } ?? "")" }
+                if !message.hasPrefix("answered") {
+                    message = "a question of \(c.child) closed: \(c.reason)\(c.by.map { " by \($0)" } ?? "")"
+                }
             case .answered(let text):
                 message = text
             case .tick:

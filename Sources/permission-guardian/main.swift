@@ -84,7 +84,8 @@ func run() async throws -> Int32 {
         return 0
     }
     let command = args.first.flatMap { $0.hasPrefix("-") ? nil : $0 }
-    let a = try Arguments(Array(args.dropFirst(command == nil ? 0 : 1)), valueFlags: flags, switchFlags: ["--json", "--approve", "--decline"])
+    let a = try Arguments(
+        Array(args.dropFirst(command == nil ? 0 : 1)), valueFlags: flags, switchFlags: ["--json", "--approve", "--decline"])
     let commands = ["pending", "answer", "watch", "auto", "limits", "known", "history", "view"]
     if let command, !commands.contains(command) { throw CLIError.usage("unknown command \"\(command)\"") }
     if command == nil && (isatty(0) == 0 || isatty(1) == 0) {
@@ -111,14 +112,20 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
     case "pending":
         let list = try await center.pending(child: a.value("--child"))
         for q in list {
-            printOut(json ? line(questionLine(q)) : "\(q.id)  \(timeLeft(until: q.expirationDate))  \(summary(q))  [\(q.choices.map(\.id).joined(separator: "|"))]")
+            printOut(
+                json
+                    ? line(questionLine(q))
+                    : "\(q.id)  \(timeLeft(until: q.expirationDate))  \(summary(q))  [\(q.choices.map(\.id).joined(separator: "|"))]")
         }
         if list.isEmpty && !json { printOut("no pending questions") }
     case "answer":
         let p = try a.expectPositionals(["ID", "CHOICE"])
         guard let id = UUID(uuidString: p[0]) else { throw CLIError.usage("ID must be a question id (a UUID)") }
         try await center.answer(id, with: p[1])
-        printOut(json ? line(["questionId": .string(id.uuidString), "choice": .string(p[1]), "status": "answered"]) : "answered \(id) with \(p[1])")
+        printOut(
+            json
+                ? line(["questionId": .string(id.uuidString), "choice": .string(p[1]), "status": "answered"])
+                : "answered \(id) with \(p[1])")
     case "watch":
         if !json { printErr("watching the family's questions (Ctrl-C to stop)") }
         let questions = center.questions()
@@ -127,12 +134,19 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
             group.addTask {
                 for await q in questions {
                     notify(q)
-                    printOut(json ? line(questionLine(q)) : "question \(q.id): \(summary(q)) [\(q.choices.map(\.id).joined(separator: "|"))], \(timeLeft(until: q.expirationDate))")
+                    printOut(
+                        json
+                            ? line(questionLine(q))
+                            : "question \(q.id): \(summary(q)) [\(q.choices.map(\.id).joined(separator: "|"))], \(timeLeft(until: q.expirationDate))"
+                    )
                 }
             }
             group.addTask {
                 for await c in closed {
-                    var o: JSONObject = ["type": "questionClosed", "questionId": .string(c.questionID.uuidString), "child": .string(c.child), "reason": .string(c.reason)]
+                    var o: JSONObject = [
+                        "type": "questionClosed", "questionId": .string(c.questionID.uuidString), "child": .string(c.child),
+                        "reason": .string(c.reason),
+                    ]
                     if let by = c.by { o["by"] = .string(by) }
                     printOut(json ? line(o) : "closed \(c.questionID): \(c.reason)\(c.by.map { " by \($0)" } ?? "")")
                 }
@@ -143,13 +157,17 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
         let approve = a.has("--approve")
         let limit = try a.int("--count", default: 0)
         var answered = 0
-        if !json { printErr("answering every question with \(a.value("--choice") ?? (approve ? "an approval" : "a denial")) (Ctrl-C to stop)") }
+        if !json {
+            printErr("answering every question with \(a.value("--choice") ?? (approve ? "an approval" : "a denial")) (Ctrl-C to stop)")
+        }
         for await q in center.questions() {
-            let choice = a.value("--choice").flatMap { id in q.choices.first { $0.id == id } }
+            let choice =
+                a.value("--choice").flatMap { id in q.choices.first { $0.id == id } }
                 ?? q.choices.first { $0.answer == (approve ? .approval : .denial) }!
             do {
                 try await center.answer(q, with: choice)
-                printOut(json ? line(["questionId": .string(q.id.uuidString), "choice": .string(choice.id)]) : "\(choice.id): \(summary(q))")
+                printOut(
+                    json ? line(["questionId": .string(q.id.uuidString), "choice": .string(choice.id)]) : "\(choice.id): \(summary(q))")
             } catch let e as RelayError where ["alreadyAnswered", "expired", "cancelled"].contains(e.code) {
                 printErr("skipped \(q.id): \(e.code)")
             }
@@ -167,14 +185,21 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
         }
         let child = a.positionals[1]
         let handles = a.positionals.dropFirst(2).map(parseHandle)
-        let count = a.positionals[0] == "add"
+        let count =
+            a.positionals[0] == "add"
             ? try await center.addKnownHandles(Array(handles), for: child) : try await center.removeKnownHandles(Array(handles), for: child)
-        printOut(json ? line(["child": .string(child), "known": .int(Int64(count))]) : "\(child) now has \(count) known handle\(count == 1 ? "" : "s")")
+        printOut(
+            json
+                ? line(["child": .string(child), "known": .int(Int64(count))])
+                : "\(child) now has \(count) known handle\(count == 1 ? "" : "s")")
     case "history":
         let list = try await center.history(child: a.value("--child"), limit: try a.int("--limit", default: 100, min: 1))
         for q in list {
             let answer = q.answer.map { " → \($0.choice.title) by \($0.guardian)" } ?? ""
-            printOut(json ? line(questionLine(q)) : "\(q.id)  \(q.status.padding(toLength: 9, withPad: " ", startingAt: 0))  \(summary(q))\(answer)")
+            printOut(
+                json
+                    ? line(questionLine(q))
+                    : "\(q.id)  \(q.status.padding(toLength: 9, withPad: " ", startingAt: 0))  \(summary(q))\(answer)")
         }
         if list.isEmpty && !json { printOut("no questions yet") }
     default:

@@ -39,8 +39,10 @@ final class LifecycleTests: XCTestCase {
     }
 
     func testHelpUsageErrorsAndAdminCommands() throws {
-        for words in [["--help"], ["serve", "--help"], ["family", "create", "--help"], ["member", "add", "--help"],
-                      ["member", "remove", "--help"], ["token", "rotate", "--help"], ["limits", "set", "--help"], ["status", "--help"]] {
+        for words in [
+            ["--help"], ["serve", "--help"], ["family", "create", "--help"], ["member", "add", "--help"],
+            ["member", "remove", "--help"], ["token", "rotate", "--help"], ["limits", "set", "--help"], ["status", "--help"],
+        ] {
             let r = run(words)
             XCTAssertEqual(r.status, 0, words.joined(separator: " "))
             XCTAssertTrue(r.stdout.contains("USAGE:") && r.stdout.contains("EXAMPLES:"), words.joined(separator: " "))

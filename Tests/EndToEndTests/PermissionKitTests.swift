@@ -6,8 +6,10 @@ import PermissionKit
 import XCTest
 
 final class PermissionKitTests: XCTestCase {
-    private func config(_ relay: RelayProcess, _ member: String, _ tokens: [String: String], session: String = "app",
-                        state: String? = nil, timeout: Duration = .seconds(10)) -> RelayConfiguration {
+    private func config(
+        _ relay: RelayProcess, _ member: String, _ tokens: [String: String], session: String = "app",
+        state: String? = nil, timeout: Duration = .seconds(10)
+    ) -> RelayConfiguration {
         var c = RelayConfiguration(socketPath: relay.socket, member: member, token: tokens[member]!, session: session, stateFile: state)
         c.requestTimeout = timeout
         c.maxReconnectDelay = .milliseconds(200)

@@ -56,7 +56,8 @@ final class ProgramTests: XCTestCase {
         let tokens = try relay.provision(families: 1)
         for (m, file) in [("c0", "child.json"), ("g0", "guardian.json")] {
             let path = relay.dir.appendingPathComponent(file).path
-            try JSON.object(["member": .string(m), "token": .string(tokens[m]!)]).text.write(toFile: path, atomically: true, encoding: .utf8)
+            try JSON.object(["member": .string(m), "token": .string(tokens[m]!)]).text.write(
+                toFile: path, atomically: true, encoding: .utf8)
         }
         env = ["PERMISSION_RELAY_SOCKET": relay.socket, "PERMISSION_STATE_DIR": relay.dir.appendingPathComponent("state").path]
     }
@@ -67,7 +68,9 @@ final class ProgramTests: XCTestCase {
     }
 
     private func child(_ args: [String], session: String = "cli") throws -> ProgramRun {
-        try ProgramRun("permission-child", args + ["--credentials", relay.dir.appendingPathComponent("child.json").path, "--session", session], env: env)
+        try ProgramRun(
+            "permission-child", args + ["--credentials", relay.dir.appendingPathComponent("child.json").path, "--session", session],
+            env: env)
     }
 
     private func guardian(_ args: [String]) throws -> ProgramRun {
@@ -147,7 +150,9 @@ final class ProgramTests: XCTestCase {
     }
 
     func testHelpUsageAndErrors() throws {
-        for (program, args) in [("permission-child", ["--help"]), ("permission-guardian", ["--help"]), ("permission-child", ["ask", "--help"])] {
+        for (program, args) in [
+            ("permission-child", ["--help"]), ("permission-guardian", ["--help"]), ("permission-child", ["ask", "--help"]),
+        ] {
             let p = try ProgramRun(program, args, env: [:])
             XCTAssertEqual(p.finish(), 0)
             var text = ""
@@ -155,14 +160,18 @@ final class ProgramTests: XCTestCase {
             XCTAssertTrue(text.contains("EXAMPLES:") && text.contains("EXIT STATUS:"), program)
         }
         XCTAssertEqual(try ProgramRun("permission-child", ["fly"], env: [:]).finish(), 64)
-        XCTAssertEqual(try ProgramRun("permission-guardian", ["pending"], env: ["PERMISSION_MEMBER": "", "PERMISSION_TOKEN": "", "PERMISSION_CREDENTIALS": ""]).finish(), 64)
+        XCTAssertEqual(
+            try ProgramRun(
+                "permission-guardian", ["pending"], env: ["PERMISSION_MEMBER": "", "PERMISSION_TOKEN": "", "PERMISSION_CREDENTIALS": ""]
+            ).finish(), 64)
         XCTAssertEqual(try child(["ask", "+1555", "--choice", "broken"]).finish(), 64)
         let wrong = try ProgramRun("permission-guardian", ["pending", "--member", "g0", "--token", "nope"], env: env)
         XCTAssertEqual(wrong.finish(), 1)
         relay.crash()
         var down = env
         down["PERMISSION_RELAY_SOCKET"] = relay.socket
-        let p = try ProgramRun("permission-child", ["limits", "--credentials", relay.dir.appendingPathComponent("child.json").path], env: down)
+        let p = try ProgramRun(
+            "permission-child", ["limits", "--credentials", relay.dir.appendingPathComponent("child.json").path], env: down)
         XCTAssertEqual(p.finish(), 1)
     }
 
@@ -172,7 +181,8 @@ final class ProgramTests: XCTestCase {
         }
         let ask = try child(["ask", "phone:+15550126", "--name", "Kim Lee", "--action", "videoCall", "--expires", "10m", "--wait"])
         let session = "pg\(getpid())"
-        let command = "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --credentials \(relay.dir.appendingPathComponent("guardian.json").path)"
+        let command =
+            "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --credentials \(relay.dir.appendingPathComponent("guardian.json").path)"
         XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "120", "-y", "30", command]), 0)
         defer { _ = tmux(["kill-session", "-t", session]) }
         XCTAssertTrue(waitForScreen(session) { $0.contains("c0 asks to videoCall with Kim Lee (+15550126)") && $0.contains("1 Approve") })

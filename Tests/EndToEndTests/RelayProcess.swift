@@ -101,7 +101,8 @@ final class RelayProcess {
         for i in 0..<families {
             XCTAssertEqual(try a.request(["type": "createFamily", "family": .string("f\(i)")])["type"]?.string, "ok")
             for (m, role) in [("c\(i)", "child"), ("g\(i)", "guardian")] {
-                tokens[m] = try a.request(["type": "addMember", "family": .string("f\(i)"), "member": .string(m), "role": .string(role)])["token"]?.string
+                tokens[m] = try a.request(["type": "addMember", "family": .string("f\(i)"), "member": .string(m), "role": .string(role)])[
+                    "token"]?.string
             }
         }
         return tokens
@@ -167,7 +168,12 @@ func question(_ id: String = UUID().uuidString) -> JSON {
         "id": .string(id),
         "topic": .object([
             "kind": "communication",
-            "personInformation": [.object(["handle": .object(["value": "+1 (555) 010-0199", "kind": "phoneNumber"]), "nameComponents": .object(["givenName": "Kim", "familyName": "Lee"])])],
+            "personInformation": [
+                .object([
+                    "handle": .object(["value": "+1 (555) 010-0199", "kind": "phoneNumber"]),
+                    "nameComponents": .object(["givenName": "Kim", "familyName": "Lee"]),
+                ])
+            ],
             "actions": ["message", "audioCall"],
         ]),
     ])

@@ -26,8 +26,9 @@ final class ValueTests: XCTestCase {
         var q = PermissionQuestion<CommunicationTopic>(
             communicationTopic: CommunicationTopic(
                 personInformation: [
-                    .init(handle: .init(value: "+1 555 0100", kind: .phoneNumber),
-                          nameComponents: PersonNameComponents(givenName: "Kim", familyName: "Lee"), avatarImage: Data([1, 2, 3]))
+                    .init(
+                        handle: .init(value: "+1 555 0100", kind: .phoneNumber),
+                        nameComponents: PersonNameComponents(givenName: "Kim", familyName: "Lee"), avatarImage: Data([1, 2, 3]))
                 ], actions: [.message, .videoCall]))
         XCTAssertEqual(q.choices, [.approve, .decline])
         XCTAssertEqual(q.defaultChoice, .decline, "the most restrictive choice by default")
@@ -42,7 +43,10 @@ final class ValueTests: XCTestCase {
 
         let custom = PermissionQuestion(
             topic: SignificantAppUpdateTopic(description: "v2"),
-            choices: [.init(id: "week", title: "For a week", answer: .approval, durationSeconds: 604800), .init(id: "no", title: "No", answer: .denial)])
+            choices: [
+                .init(id: "week", title: "For a week", answer: .approval, durationSeconds: 604800),
+                .init(id: "no", title: "No", answer: .denial),
+            ])
         XCTAssertEqual(custom.defaultChoice.id, "no")
         XCTAssertNoThrow(try QuestionContent.validate(custom.wire!.object!, now: Timestamp(milliseconds: 0)))
     }

@@ -78,7 +78,9 @@ final class AnswerTests: XCTestCase {
         ]
         let q = h.question(handles: ["kim@example.org"].map { $0 }, choices: choices)
         var emailQ = q
-        emailQ["topic"] = .object(["kind": "communication", "personInformation": [CoreHarness.person(" Kim@Example.org ", kind: "emailAddress")]])
+        emailQ["topic"] = .object([
+            "kind": "communication", "personInformation": [CoreHarness.person(" Kim@Example.org ", kind: "emailAddress")],
+        ])
         h.ok(c, ["type": "ask", "question": .object(emailQ)])
         XCTAssertEqual(h.events(g, "question").first?["question"]?["defaultChoice"]?.string, "no")
         h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "hour"])

@@ -58,9 +58,14 @@ final class AskTests: XCTestCase {
         q = h.question(handles: []); invalid.append(q)
         q = h.question(handles: (0..<65).map { "+1 555 \($0)" }); invalid.append(q)
         q = h.question(handles: ["()"]); invalid.append(q)
-        q = h.question(); q["topic"] = .object(["kind": "communication", "personInformation": [CoreHarness.person("kim", kind: "emailAddress")]]); invalid.append(q)
-        q = h.question(); q["topic"] = .object(["kind": "communication", "personInformation": [CoreHarness.person("", kind: "custom")]]); invalid.append(q)
-        q = h.question(); q["topic"] = .object(["kind": "communication", "personInformation": [CoreHarness.person("+1 2")], "actions": ["dance"]]); invalid.append(q)
+        q = h.question();
+        q["topic"] = .object(["kind": "communication", "personInformation": [CoreHarness.person("kim", kind: "emailAddress")]]);
+        invalid.append(q)
+        q = h.question(); q["topic"] = .object(["kind": "communication", "personInformation": [CoreHarness.person("", kind: "custom")]]);
+        invalid.append(q)
+        q = h.question();
+        q["topic"] = .object(["kind": "communication", "personInformation": [CoreHarness.person("+1 2")], "actions": ["dance"]]);
+        invalid.append(q)
         q = h.question(); q["topic"] = .object(["kind": "significantAppUpdate", "description": ""]); invalid.append(q)
         q = h.question(); q["topic"] = .object(["kind": "weather"]); invalid.append(q)
         q = h.question(choices: []); invalid.append(q)
@@ -72,7 +77,10 @@ final class AskTests: XCTestCase {
         q = h.question(expiresIn: -1); invalid.append(q)
         q = h.question(); q["expirationDate"] = "tomorrow"; invalid.append(q)
         q = h.question()
-        q["topic"] = .object(["kind": "communication", "personInformation": [.object(["handle": .object(["value": "+1 2", "kind": "phoneNumber"]), "avatarImage": "%%%"])]])
+        q["topic"] = .object([
+            "kind": "communication",
+            "personInformation": [.object(["handle": .object(["value": "+1 2", "kind": "phoneNumber"]), "avatarImage": "%%%"])],
+        ])
         invalid.append(q)
         for bad in invalid {
             let r = h.error(c, ["type": "ask", "question": .object(bad)], .invalidQuestion)
@@ -118,7 +126,9 @@ final class AskTests: XCTestCase {
     }
 
     func testTooManyPendingAndRateLimit() throws {
-        let h = try CoreHarness { $0.maxPendingPerChild = 2; $0.askRateLimit = 1 }
+        let h = try CoreHarness {
+            $0.maxPendingPerChild = 2; $0.askRateLimit = 1
+        }
         h.standardFamilies()
         let (c, _) = h.login("c1")
         h.ok(c, ["type": "ask", "question": .object(h.question())])

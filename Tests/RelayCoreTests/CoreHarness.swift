@@ -116,8 +116,10 @@ final class CoreHarness {
     /// Families `fam` (guardians g1, g2; children c1, c2) and `other` (og1, oc1).
     func standardFamilies() {
         let a = admin()
-        for (family, members) in [("fam", [("g1", "guardian"), ("g2", "guardian"), ("c1", "child"), ("c2", "child")]),
-                                  ("other", [("og1", "guardian"), ("oc1", "child")])] {
+        for (family, members) in [
+            ("fam", [("g1", "guardian"), ("g2", "guardian"), ("c1", "child"), ("c2", "child")]),
+            ("other", [("og1", "guardian"), ("oc1", "child")]),
+        ] {
             ok(a, ["type": "createFamily", "family": .string(family)])
             for (m, role) in members {
                 let r = ok(a, ["type": "addMember", "family": .string(family), "member": .string(m), "role": .string(role)])
@@ -131,7 +133,9 @@ final class CoreHarness {
         file: StaticString = #filePath, line: UInt = #line
     ) -> (ConnectionID, JSONObject) {
         let c = connect(uid: 5000)
-        var hello: JSONObject = ["type": "hello", "id": "h", "protocol": 1, "member": .string(member), "token": .string(tokens[member] ?? "")]
+        var hello: JSONObject = [
+            "type": "hello", "id": "h", "protocol": 1, "member": .string(member), "token": .string(tokens[member] ?? ""),
+        ]
         if let session { hello["session"] = .string(session) }
         if let resume { hello["resume"] = .int(resume) }
         send(c, hello)
@@ -152,8 +156,10 @@ final class CoreHarness {
     // MARK: - Questions
 
     static func person(_ value: String, kind: String = "phoneNumber") -> JSON {
-        .object(["handle": .object(["value": .string(value), "kind": .string(kind)]),
-                 "nameComponents": .object(["givenName": "Kim"]), "avatarImage": .null])
+        .object([
+            "handle": .object(["value": .string(value), "kind": .string(kind)]),
+            "nameComponents": .object(["givenName": "Kim"]), "avatarImage": .null,
+        ])
     }
 
     func question(
@@ -162,7 +168,9 @@ final class CoreHarness {
     ) -> JSONObject {
         var q: JSONObject = [
             "id": .string(id),
-            "topic": .object(["kind": "communication", "personInformation": .array(handles.map { Self.person($0) }), "actions": ["message"]]),
+            "topic": .object([
+                "kind": "communication", "personInformation": .array(handles.map { Self.person($0) }), "actions": ["message"],
+            ]),
         ]
         if let expiresIn { q["expirationDate"] = .string(Timestamp(milliseconds: now.milliseconds + Int64(expiresIn * 1000)).rfc3339) }
         if let choices { q["choices"] = choices }

@@ -95,7 +95,8 @@ final class DeliveryTests: XCTestCase {
         let (c, _) = h.login("c1")
         for _ in 0..<10 { h.ok(c, ["type": "ask", "question": .object(h.question())]) }
         let g = h.connect(uid: 1)
-        h.send(g, ["type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s", "resume": 0])
+        h.send(
+            g, ["type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s", "resume": 0])
         XCTAssertTrue(h.core.isReplaying(g))
         var seqs = h.drain(g).compactMap { $0["seq"]?.int }
         while h.core.isReplaying(g) {
@@ -156,7 +157,9 @@ final class DeliveryTests: XCTestCase {
         let (g2, _) = h.login("g1")
         XCTAssertEqual(h.ok(g2, ["type": "pending"])["questions"]?.array?.map { $0["id"] }, [pending["id"]])
         let (c3, _) = h.login("c1")
-        XCTAssertEqual(h.ok(c3, ["type": "knownHandles", "handles": [.object(["value": "+15550100", "kind": "phoneNumber"])]])["known"]?.array?.count, 1)
+        XCTAssertEqual(
+            h.ok(c3, ["type": "knownHandles", "handles": [.object(["value": "+15550100", "kind": "phoneNumber"])]])["known"]?.array?.count,
+            1)
     }
 }
 

@@ -10,7 +10,9 @@ final class ValuesTests: XCTestCase {
         XCTAssertEqual(Timestamp(rfc3339: "2026-12-01T18:00:00.25Z")?.rfc3339, "2026-12-01T18:00:00.250Z")
         XCTAssertEqual(Timestamp(rfc3339: "1970-01-01T00:00:00Z")?.milliseconds, 0)
         XCTAssertEqual(Timestamp(rfc3339: "2024-02-29T00:00:00Z")?.rfc3339, "2024-02-29T00:00:00Z")
-        for bad in ["2026-02-30T00:00:00Z", "2026-12-01 18:00", "2026-12-01T18:00:00", "2026-13-01T00:00:00Z", "x", "2026-12-01T18:00:00.Z"] {
+        for bad in [
+            "2026-02-30T00:00:00Z", "2026-12-01 18:00", "2026-12-01T18:00:00", "2026-13-01T00:00:00Z", "x", "2026-12-01T18:00:00.Z",
+        ] {
             XCTAssertNil(Timestamp(rfc3339: bad), bad)
         }
         var rng = SplitMix(seed: 7)
@@ -47,10 +49,11 @@ final class ValuesTests: XCTestCase {
         let doc = try String(contentsOf: root.appendingPathComponent("protocol.md"), encoding: .utf8)
         guard let start = doc.range(of: "## Error codes") else { return XCTFail("protocol.md has no '## Error codes' section") }
         let section = doc[start.upperBound...].prefix { _ in true }.components(separatedBy: "\n## ").first ?? ""
-        let documented = Set(section.split(separator: "\n").compactMap { line -> String? in
-            guard line.hasPrefix("| `") else { return nil }
-            return line.dropFirst(3).split(separator: "`").first.map(String.init)
-        })
+        let documented = Set(
+            section.split(separator: "\n").compactMap { line -> String? in
+                guard line.hasPrefix("| `") else { return nil }
+                return line.dropFirst(3).split(separator: "`").first.map(String.init)
+            })
         XCTAssertEqual(documented, Set(ErrorCode.allCases.map(\.rawValue)))
     }
 }

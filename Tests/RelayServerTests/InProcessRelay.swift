@@ -127,7 +127,11 @@ final class Wire {
 }
 
 func sampleQuestion(id: String = UUID().uuidString, avatarBytes: Int = 0) -> JSONObject {
-    var person: JSONObject = ["handle": .object(["value": "+1 555 0100", "kind": "phoneNumber"]), "nameComponents": .object(["givenName": "Kim"])]
+    var person: JSONObject = [
+        "handle": .object(["value": "+1 555 0100", "kind": "phoneNumber"]), "nameComponents": .object(["givenName": "Kim"]),
+    ]
     if avatarBytes > 0 { person["avatarImage"] = .string(Data(repeating: 0x42, count: avatarBytes).base64EncodedString()) }
-    return ["id": .string(id), "topic": .object(["kind": "communication", "personInformation": [.object(person)], "actions": ["message"]])]
+    return [
+        "id": .string(id), "topic": .object(["kind": "communication", "personInformation": [.object(person)], "actions": ["message"]]),
+    ]
 }

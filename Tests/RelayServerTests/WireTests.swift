@@ -39,7 +39,9 @@ final class WireTests: XCTestCase {
         let tokens = try relay.provision()
         let c = try relay.connect()
         try c.hello("c1", tokens["c1"]!)
-        for (body, code) in [("nope", "badFrame"), ("[]", "badFrame"), (#"{"id":"1"}"#, "badFrame"), (#"{"type":"zap","id":"z"}"#, "unknownType")] {
+        for (body, code) in [
+            ("nope", "badFrame"), ("[]", "badFrame"), (#"{"id":"1"}"#, "badFrame"), (#"{"type":"zap","id":"z"}"#, "unknownType"),
+        ] {
             try c.sendRaw(framed(Array(body.utf8)))
             try c.expect(type: "error", code: code)
         }

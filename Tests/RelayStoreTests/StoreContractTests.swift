@@ -33,11 +33,14 @@ final class StoreContractTests: XCTestCase {
     private func sampleQuestion(child: String = "c1") throws -> QuestionRecord {
         let q: JSONObject = [
             "id": .string(UUID().uuidString),
-            "topic": .object(["kind": "communication", "personInformation": [.object(["handle": .object(["value": "+1 555", "kind": "phoneNumber"])])]]),
+            "topic": .object([
+                "kind": "communication", "personInformation": [.object(["handle": .object(["value": "+1 555", "kind": "phoneNumber"])])],
+            ]),
             "expirationDate": "2030-01-01T00:00:00Z",
         ]
         let content = try QuestionContent.validate(q, now: Timestamp(milliseconds: 0))
-        return QuestionRecord(content: content, child: child, family: "fam", status: .pending, attempt: 1, createdAt: Timestamp(milliseconds: 5))
+        return QuestionRecord(
+            content: content, child: child, family: "fam", status: .pending, attempt: 1, createdAt: Timestamp(milliseconds: 5))
     }
 
     func testEverythingSavedIsLoadedBack() throws {
@@ -51,7 +54,8 @@ final class StoreContractTests: XCTestCase {
             q.outcome = Outcome(choice: .approve, guardian: "g1", answeredAt: Timestamp(milliseconds: 9))
             store.saveQuestion(q)
             let h = NormalizedHandle(kind: .phoneNumber, rawValue: "+1 555")!
-            store.saveKnownHandle(KnownHandleRecord(child: "c1", handle: h, permanent: false, until: Timestamp(milliseconds: 99), actions: ["message"]))
+            store.saveKnownHandle(
+                KnownHandleRecord(child: "c1", handle: h, permanent: false, until: Timestamp(milliseconds: 99), actions: ["message"]))
             store.saveSession(SessionRecord(member: "c1", name: "tab", cursor: 3, topics: [.communication]))
             store.appendEvent(EventRecord(member: "c1", seq: 1, at: Timestamp(milliseconds: 1), topic: .communication, frame: [1]))
             XCTAssertTrue(store.hasChanges, name)
@@ -72,7 +76,8 @@ final class StoreContractTests: XCTestCase {
     func testEventsAfterACursorIncludingUncommittedOnes() throws {
         for (name, store, _) in try stores() {
             for seq in 1...5 {
-                store.appendEvent(EventRecord(member: "g1", seq: Int64(seq), at: Timestamp(milliseconds: Int64(seq)), topic: nil, frame: [UInt8(seq)]))
+                store.appendEvent(
+                    EventRecord(member: "g1", seq: Int64(seq), at: Timestamp(milliseconds: Int64(seq)), topic: nil, frame: [UInt8(seq)]))
                 if seq == 3 { try store.commit() }
             }
             XCTAssertEqual(try store.events(member: "g1", after: 1, limit: 10).map(\.seq), [2, 3, 4, 5], name)
@@ -86,7 +91,8 @@ final class StoreContractTests: XCTestCase {
     func testPruningKeepsHeadsSoSeqNeverRepeats() throws {
         for (name, store, reopen) in try stores() {
             for seq in 1...4 {
-                store.appendEvent(EventRecord(member: "g1", seq: Int64(seq), at: Timestamp(milliseconds: Int64(seq) * 1000), topic: nil, frame: [0]))
+                store.appendEvent(
+                    EventRecord(member: "g1", seq: Int64(seq), at: Timestamp(milliseconds: Int64(seq) * 1000), topic: nil, frame: [0]))
             }
             store.appendEvent(EventRecord(member: "g2", seq: 1, at: Timestamp(milliseconds: 9000), topic: nil, frame: [0]))
             try store.commit()
@@ -122,15 +128,19 @@ final class StoreContractTests: XCTestCase {
         var db: OpaquePointer?
         sqlite3_open(path, &db)
         var pages: Int64 = 0
-        sqlite3_exec(db, "PRAGMA page_count", { ctx, _, values, _ in
-            ctx!.assumingMemoryBound(to: Int64.self).pointee = Int64(atoi(values![0]!))
-            return 0
-        }, &pages, nil)
+        sqlite3_exec(
+            db, "PRAGMA page_count",
+            { ctx, _, values, _ in
+                ctx!.assumingMemoryBound(to: Int64.self).pointee = Int64(atoi(values![0]!))
+                return 0
+            }, &pages, nil)
         sqlite3_close(db)
         // Cap the database at its current size: the next large commit cannot fit.
         let capped = try SQLiteStore(path: path, maxPageCount: Int(pages))
         for i in 0..<200 {
-            capped.appendEvent(EventRecord(member: "g", seq: Int64(i + 1), at: Timestamp(milliseconds: 0), topic: nil, frame: Array(repeating: 7, count: 4000)))
+            capped.appendEvent(
+                EventRecord(
+                    member: "g", seq: Int64(i + 1), at: Timestamp(milliseconds: 0), topic: nil, frame: Array(repeating: 7, count: 4000)))
         }
         XCTAssertThrowsError(try capped.commit()) { error in
             XCTAssertTrue((error as? SQLiteError)?.isFull == true, "\(error)")
