@@ -8,6 +8,7 @@ let package = Package(
         .executable(name: "permission-child", targets: ["permission-child"]),
         .executable(name: "permission-guardian", targets: ["permission-guardian"]),
         .executable(name: "permission-bench", targets: ["permission-bench"]),
+        .executable(name: "permission-harness", targets: ["permission-harness"]),
         .library(name: "PermissionKit", targets: ["PermissionKit"]),
         .library(name: "RelayProtocol", targets: ["RelayProtocol"]),
     ],
@@ -34,6 +35,8 @@ let package = Package(
             dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem", "CLISupport"]),
         .target(name: "ClientCommands", dependencies: ["PermissionKit", "CLISupport"]),
         .executableTarget(name: "permission-child", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol"]),
+        .executableTarget(
+            name: "permission-harness", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol", "RelayServer"]),
         .executableTarget(name: "permission-bench", dependencies: ["RelayProtocol", "RelayServer", "CSystem", "CLISupport"]),
         .executableTarget(
             name: "permission-guardian", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol", "CSystem"]),

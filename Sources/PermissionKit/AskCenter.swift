@@ -13,6 +13,13 @@ public struct RelayError: Error, Sendable, CustomStringConvertible {
     /// Extra fields of the error frame (e.g. `answeredBy` with `alreadyAnswered`).
     public let details: [String: String]
     public var description: String { "\(code): \(message)" }
+
+    public init(code: String, message: String, details: [String: String] = [:]) {
+        self.code = code
+        self.message = message
+        self.details = details
+    }
+
     /// The same failure as Apple's error type.
     public var askError: AskError { AskError(code: code, message: message) }
 }

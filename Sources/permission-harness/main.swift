@@ -1,0 +1,135 @@
+// permission-harness: plays whole scenarios — children, guardians, crashes — against
+// a real relay, each actor its own OS process running the PermissionKit library.
+
+import CLISupport
+import ClientCommands
+import Foundation
+import PermissionKit
+import RelayProtocol
+import RelayServer
+
+let usage = """
+    OVERVIEW: Run ask-a-guardian scenarios end to end against a real relay.
+
+    USAGE: permission-harness run SCENARIO.json... [--socket PATH] [--junit FILE]
+           permission-harness guardian --family FAMILY --policy POLICY [--socket PATH]
+
+    run: each scenario gets its own relay on a temporary socket and data directory (or the
+    running relay at --socket, with names made unique), its families, and one process per
+    actor. A timeline shows who sent what and what came back; the last line is
+    "N passed, M failed"; the exit status is 0 only when all pass.
+
+    guardian: a scripted guardian for testing your own child app. It joins FAMILY as a new
+    guardian (an admin session: run it as the relay's user) and answers every question:
+      POLICY  approve | decline | approve-after:2s | decline-after:2s | never
+
+    The scenario format is described in README.md ("permission-harness").
+
+    OPTIONS:
+      --socket PATH   A running relay (default for guardian: \(RelayConfiguration.defaultSocketPath))
+      --junit FILE    Also write a JUnit XML report
+      -h, --help      Show this help.
+
+    EXAMPLES:
+      permission-harness run Tests/Scenarios/*.json
+      permission-harness run Tests/Scenarios/cancel-then-reask.json --junit report.xml
+      permission-harness guardian --family smiths --policy approve-after:2s
+    """
+
+let bin = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+
+func runScenarios(_ a: Arguments) -> Int32 {
+    var results: [(name: String, file: String, seconds: Double, failure: String?)] = []
+    for file in a.positionals {
+        printOut("▶ \(file)")
+        let t0 = Date()
+        let run = ScenarioRun(file: file, bin: bin, socket: a.value("--socket"))
+        var failure: String?
+        do {
+            try run.run()
+        } catch {
+            failure = "\(error)"
+        }
+        let seconds = Date().timeIntervalSince(t0)
+        printOut(failure.map { "✗ FAIL \(run.name): \($0)" } ?? "✓ PASS \(run.name) (\(String(format: "%.1f", seconds)) s)")
+        results.append((run.name.isEmpty ? file : run.name, file, seconds, failure))
+    }
+    let failed = results.filter { $0.failure != nil }.count
+    if let junit = a.value("--junit") {
+        func esc(_ s: String) -> String {
+            s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;").replacingOccurrences(
+                of: "\"", with: "&quot;")
+        }
+        var xml =
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"permission-harness\" tests=\"\(results.count)\" failures=\"\(failed)\">\n"
+        for r in results {
+            xml +=
+                "  <testcase classname=\"scenarios\" name=\"\(esc(r.name))\" file=\"\(esc(r.file))\" time=\"\(String(format: "%.3f", r.seconds))\""
+            xml += r.failure.map { ">\n    <failure message=\"\(esc($0))\"/>\n  </testcase>\n" } ?? "/>\n"
+        }
+        xml += "</testsuite>\n"
+        FileManager.default.createFile(atPath: junit, contents: Data(xml.utf8))
+    }
+    printOut("\(results.count - failed) passed, \(failed) failed")
+    return failed == 0 ? 0 : 1
+}
+
+/// A guardian that answers every question by a fixed policy.
+func scriptedGuardian(_ a: Arguments) async throws -> Int32 {
+    guard let family = a.value("--family") else { throw CLIError.usage("guardian needs --family FAMILY") }
+    let policy = a.value("--policy") ?? "approve"
+    let parts = policy.split(separator: ":").map(String.init)
+    guard ["approve", "decline", "approve-after", "decline-after", "never"].contains(parts[0]) else {
+        throw CLIError.usage("--policy must be approve, decline, approve-after:2s, decline-after:2s or never")
+    }
+    let delay = parts.count > 1 ? Double(parts[1].replacingOccurrences(of: "s", with: "")) ?? 0 : 0
+    let socket = a.value("--socket") ?? RelayConfiguration.defaultSocketPath
+    let member = "harness-guardian-\(UUID().uuidString.prefix(6).lowercased())"
+    let admin = try BlockingConnection(path: socket)
+    _ = try admin.request(["type": "hello", "protocol": 1, "admin": true])
+    let r = try admin.request(["type": "addMember", "family": .string(family), "member": .string(member), "role": "guardian"])
+    guard let token = r["token"]?.string else { throw CLIError.failure("could not join \(family): \(r["message"]?.string ?? "")") }
+    printErr("joined \(family) as \(member); policy \(policy) (Ctrl-C to stop)")
+    let center = GuardianCenter(configuration: RelayConfiguration(socketPath: socket, member: member, token: token, session: "harness"))
+    for await q in center.questions() {
+        guard parts[0] != "never" else {
+            printOut("\(q.id): left unanswered")
+            continue
+        }
+        let approve = parts[0].hasPrefix("approve")
+        let choice = q.choices.first { $0.answer == (approve ? .approval : .denial) }!
+        Task {
+            if delay > 0 { try? await Task.sleep(for: .seconds(delay)) }
+            do {
+                try await center.answer(q, with: choice)
+                printOut("\(q.id): \(choice.id)")
+            } catch {
+                printErr("\(q.id): \(ClientOptions.describe(error))")
+            }
+        }
+    }
+    return 0
+}
+
+exit(
+    await runMain(program: "permission-harness", usage: { usage }) {
+        let args = Array(CommandLine.arguments.dropFirst())
+        if args.isEmpty || args.contains("-h") || args.contains("--help") {
+            printOut(usage)
+            return args.isEmpty ? 64 : 0
+        }
+        let rest = Array(args.dropFirst())
+        switch args[0] {
+        case "run":
+            let a = try Arguments(rest, valueFlags: ["--socket", "--junit"], switchFlags: [])
+            guard !a.positionals.isEmpty else { throw CLIError.usage("run needs at least one scenario file") }
+            return runScenarios(a)
+        case "guardian":
+            return try await scriptedGuardian(try Arguments(rest, valueFlags: ["--family", "--policy", "--socket"], switchFlags: []))
+        case "actor":
+            let a = try Arguments(rest, valueFlags: ClientOptions.valueFlags.union(["--role"]), switchFlags: [])
+            return await Actor.run(role: a.value("--role") ?? "child", configuration: try ClientOptions.configuration(a))
+        default:
+            throw CLIError.usage("unknown command \"\(args[0])\"")
+        }
+    })

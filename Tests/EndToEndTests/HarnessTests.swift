@@ -1,0 +1,62 @@
+// The scenario catalogue runs as part of the suite, and the scripted guardian answers
+// a child's question by its policy.
+
+import Foundation
+import RelayProtocol
+import XCTest
+
+final class HarnessTests: XCTestCase {
+    func testTheScenarioCatalogueEndToEnd() throws {
+        let scenarios = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(
+            "Scenarios")
+        let files = try FileManager.default.contentsOfDirectory(atPath: scenarios.path).filter { $0.hasSuffix(".json") }.sorted()
+        XCTAssertGreaterThanOrEqual(files.count, 18)
+        let junit = FileManager.default.temporaryDirectory.appendingPathComponent("harness-\(UUID().uuidString).xml")
+        defer { try? FileManager.default.removeItem(at: junit) }
+        let run = try ProgramRun(
+            "permission-harness", ["run"] + files.map { scenarios.appendingPathComponent($0).path } + ["--junit", junit.path], env: [:])
+        var lines: [String] = []
+        while let l = run.nextLine() { lines.append(l) }
+        XCTAssertEqual(run.finish(), 0, lines.filter { $0.contains("FAIL") }.joined(separator: "\n"))
+        XCTAssertEqual(lines.last, "\(files.count) passed, 0 failed")
+        let xml = try String(contentsOf: junit, encoding: .utf8)
+        XCTAssertEqual(xml.components(separatedBy: "<testcase ").count - 1, files.count)
+        XCTAssertFalse(xml.contains("<failure"))
+    }
+
+    func testAFailingStepSaysWhatWasExpectedAndWhatCame() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("wrong-\(UUID().uuidString).json")
+        defer { try? FileManager.default.removeItem(at: file) }
+        try #"""
+        {"name": "expects the wrong answer", "families": {"f": {"children": ["c"], "guardians": ["g"]}},
+         "steps": [
+           {"do": "ask", "actor": "c", "question": {"id": "Q1", "handles": ["phone:+1 555 0100"]}},
+           {"do": "answer", "actor": "g", "id": "Q1", "choice": "decline"},
+           {"do": "await", "actor": "c", "event": "response", "id": "Q1", "timeout": 2, "fields": {"choice": "approve"}}
+         ]}
+        """#.write(to: file, atomically: true, encoding: .utf8)
+        let run = try ProgramRun("permission-harness", ["run", file.path], env: [:])
+        var lines: [String] = []
+        while let l = run.nextLine() { lines.append(l) }
+        XCTAssertEqual(run.finish(), 1)
+        let failure = lines.first { $0.contains("FAIL") } ?? ""
+        XCTAssertTrue(
+            failure.contains("step 3 (await)") && failure.contains(#""choice":"approve""#) && failure.contains(#""choice":"decline""#),
+            failure)
+        XCTAssertEqual(lines.last, "0 passed, 1 failed")
+    }
+
+    func testScriptedGuardianApprovesByPolicy() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let bot = try ProgramRun(
+            "permission-harness", ["guardian", "--family", "f0", "--policy", "approve-after:0.2s", "--socket", relay.socket], env: [:])
+        defer { bot.stop() }
+        let child = try ProgramRun(
+            "permission-child", ["ask", "+15550100", "--wait", "--member", "c0", "--token", tokens["c0"]!, "--session", "s"],
+            env: ["PERMISSION_RELAY_SOCKET": relay.socket, "PERMISSION_STATE_DIR": relay.dir.appendingPathComponent("state").path])
+        XCTAssertEqual(child.finish(), 0)
+        XCTAssertTrue(child.nextLine()?.hasPrefix("approved: Approve (by harness-guardian-") ?? false)
+    }
+}
