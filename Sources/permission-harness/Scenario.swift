@@ -192,8 +192,11 @@ final class ScenarioRun {
             let a = try actor(who)
             let fields = step["fields"]?.object
             let wanted = { (e: JSONObject) in e["event"]?.string == event && (sym == nil || e["id"]?.string == self.uuid(sym!)) }
-            guard let e = a.take(timeout: timeout, { e in wanted(e) && (try? self.check(fields, against: e, what: "")) != nil }) else {
-                let others = a.peek(wanted).map { JSON.object($0).text }
+            guard
+                let e = a.take(timeout: timeout, { e in wanted(e) && (try? self.check(fields, against: self.plain(e), what: "")) != nil })
+                    .map(plain)
+            else {
+                let others = a.peek(wanted).map { JSON.object(plain($0)).text }
                 throw ScenarioFailure(
                     description:
                         "\(who) expected a \(event) event\(sym.map { " for \($0)" } ?? "")\(fields.map { " with \(JSON.object($0).text)" } ?? "") within \(timeout) s; "
@@ -243,7 +246,7 @@ final class ScenarioRun {
     private func call(_ who: String, _ text: String, _ cmd: JSONObject, _ step: JSONObject, _ timeout: Double) throws {
         let t0 = Date()
         let a = try actor(who)
-        guard let reply = a.call(cmd, timeout: timeout) else {
+        guard let reply = a.call(cmd, timeout: timeout).map(plain) else {
             throw ScenarioFailure(description: "\(who): no reply to \(text) within \(timeout) s")
         }
         let outcome = reply["ok"]?.bool == true ? "ok" : "error \(reply["code"]?.string ?? "?")"
@@ -297,6 +300,16 @@ final class ScenarioRun {
     private func describe(_ o: JSONObject) -> String {
         let shown = o.fields.filter { !["ok", "reply", "event", "id", "questions", "message"].contains($0.key) }
         return shown.isEmpty ? "" : " " + shown.map { "\($0.key)=\($0.value.string ?? $0.value.text)" }.joined(separator: " ")
+    }
+
+    /// Member names as the scenario wrote them (without the suffix added on a shared relay).
+    private func plain(_ o: JSONObject) -> JSONObject {
+        guard !suffix.isEmpty else { return o }
+        var out = o
+        for f in o.fields {
+            if let v = f.value.string, v.hasSuffix(suffix) { out[f.key] = .string(String(v.dropLast(suffix.count))) }
+        }
+        return out
     }
 
     private func ms(since t: Date) -> String { String(format: "%.0f ms", Date().timeIntervalSince(t) * 1000) }

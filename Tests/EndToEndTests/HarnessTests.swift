@@ -46,6 +46,19 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(lines.last, "0 passed, 1 failed")
     }
 
+    func testScenariosAgainstARunningRelay() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let scenarios = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(
+            "Scenarios")
+        let files = ["two-guardians-racing.json", "cancel-then-reask.json"].map { scenarios.appendingPathComponent($0).path }
+        let twice = try ProgramRun("permission-harness", ["run"] + files + files + ["--socket", relay.socket], env: [:])
+        var lines: [String] = []
+        while let l = twice.nextLine() { lines.append(l) }
+        XCTAssertEqual(twice.finish(), 0, lines.joined(separator: "\n"))
+        XCTAssertEqual(lines.last, "4 passed, 0 failed", "names are made unique, so a scenario runs twice on one relay")
+    }
+
     func testScriptedGuardianApprovesByPolicy() throws {
         let relay = try RelayProcess()
         try relay.start()
