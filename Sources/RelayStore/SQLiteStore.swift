@@ -136,8 +136,11 @@ public final class SQLiteStore: RelayStore {
             s.sessions.append(SessionRecord(member: r.text(0), name: r.text(1), cursor: r.int(2), topics: topics))
         }
         try db.run("SELECT member, head FROM heads") { r in s.heads[r.text(0)] = r.int(1) }
-        try db.run("SELECT member, max(seq) FROM events GROUP BY member") { r in
-            s.heads[r.text(0)] = max(s.heads[r.text(0)] ?? 0, r.int(1))
+        // One index lookup per member: a GROUP BY over the events would read them all.
+        for m in s.members {
+            if let top = try db.scalar("SELECT max(seq) FROM events WHERE member = ?", [.text(m.id)]) {
+                s.heads[m.id] = max(s.heads[m.id] ?? 0, top)
+            }
         }
         return s
     }

@@ -11,6 +11,8 @@ let usage = """
     OVERVIEW: Measure the relay's cycles per second and latency against a baseline forwarder.
 
     USAGE: permission-bench [options]
+           permission-bench idle [--connections N]
+           permission-bench startup [--events N] [--pending N]
 
     A cycle is ask → question at the guardian → answer → response at the child. Each grid
     point runs the relay (a fresh data directory) and then the baseline — a forwarder that
@@ -26,12 +28,19 @@ let usage = """
       --sync normal|full         The relay's durability mode (default normal)
       --socket PATH              Measure a running relay instead of starting one (no baseline)
       --json                     One JSON object per grid point
+      --svg FILE                 Also draw the latency distributions of every run
+
+    idle: relay memory per idle authenticated session (RSS growth over N sessions, default 10000).
+    startup: time until a relay listens over a store prefilled with N retained events
+    (default 1000000) and N pending questions (default 100000).
       -h, --help                 Show this help.
 
     EXAMPLES:
       permission-bench
       permission-bench --families 100 --window 8 --duration 10
-      permission-bench --grid quick --json
+      permission-bench --grid quick --json --svg latency.svg
+      permission-bench idle --connections 10000
+      permission-bench startup
     """
 
 struct Point {
@@ -185,13 +194,35 @@ exit(
             printOut(usage)
             return 0
         }
+        if args.first == "idle" {
+            let a = try Arguments(Array(args.dropFirst()), valueFlags: ["--connections"], switchFlags: ["--json"])
+            let r = try Extras.idleMemory(count: try a.int("--connections", default: 10_000, min: 1))
+            printOut(
+                a.has("--json")
+                    ? JSON.object(["connections": .int(Int64(r.connections)), "relayBytesPerIdleConnection": .double(r.bytesPerConnection)])
+                        .text
+                    : "relay memory per idle session: \(fmt(r.bytesPerConnection)) bytes (\(r.connections) sessions)")
+            return 0
+        }
+        if args.first == "startup" {
+            let a = try Arguments(Array(args.dropFirst()), valueFlags: ["--events", "--pending"], switchFlags: ["--json"])
+            let events = try a.int("--events", default: 1_000_000), pending = try a.int("--pending", default: 100_000)
+            if !a.has("--json") { printErr("prefilling \(events) events and \(pending) pending questions…") }
+            let seconds = try Extras.startup(events: events, pending: pending)
+            printOut(
+                a.has("--json")
+                    ? JSON.object(["events": .int(Int64(events)), "pending": .int(Int64(pending)), "startupSeconds": .double(seconds)]).text
+                    : "relay start-up over \(events) events and \(pending) pending questions: \(fmt(seconds, 2)) s")
+            return 0
+        }
         if args.first == "forward" {
             let a = try Arguments(Array(args.dropFirst()), valueFlags: ["--socket"], switchFlags: [])
             guard let s = a.value("--socket") else { throw CLIError.usage("forward needs --socket PATH") }
             return Forwarder.run(socket: s)
         }
         let a = try Arguments(
-            args, valueFlags: ["--grid", "--families", "--window", "--duration", "--warmup", "--avatar-bytes", "--sync", "--socket"],
+            args,
+            valueFlags: ["--grid", "--families", "--window", "--duration", "--warmup", "--avatar-bytes", "--sync", "--socket", "--svg"],
             switchFlags: ["--json"])
         var points: [Point]
         if a.value("--families") != nil || a.value("--window") != nil {
@@ -208,11 +239,17 @@ exit(
             }
         }
         var failed = false
+        var series: [(label: String, micros: [Double])] = []
         for p in points {
             if !a.has("--json") { printErr("measuring (F, W) = (\(p.families), \(p.window))…") }
             let (r, b) = try runPoint(p, a)
             report(p, r, b, json: a.has("--json"))
+            series.append(("relay (\(p.families), \(p.window))", r.result.latenciesMicros))
+            if let b { series.append(("baseline (\(p.families), \(p.window))", b.result.latenciesMicros)) }
             failed = failed || r.result.errors > 0 || r.result.lost > 0 || r.result.cycles == 0
+        }
+        if let file = a.value("--svg") {
+            FileManager.default.createFile(atPath: file, contents: Data(Extras.svg(series).utf8))
         }
         return failed ? 1 : 0
     })

@@ -20,3 +20,18 @@ final class BenchTests: XCTestCase {
         XCTAssertNotNil(line["ratio"]?.number)
     }
 }
+
+final class BenchExtrasTests: XCTestCase {
+    func testIdleMemoryAndStartupFiguresAreProduced() throws {
+        let idle = try ProgramRun("permission-bench", ["idle", "--connections", "200", "--json"], env: [:])
+        let i = try JSON.parse(idle.nextLine() ?? "")
+        XCTAssertEqual(idle.finish(), 0)
+        XCTAssertEqual(i["connections"]?.int, 200)
+        XCTAssertNotNil(i["relayBytesPerIdleConnection"]?.number)
+
+        let startup = try ProgramRun("permission-bench", ["startup", "--events", "3000", "--pending", "300", "--json"], env: [:])
+        let s = try JSON.parse(startup.nextLine() ?? "")
+        XCTAssertEqual(startup.finish(), 0)
+        XCTAssertGreaterThan(s["startupSeconds"]?.number ?? 0, 0)
+    }
+}
