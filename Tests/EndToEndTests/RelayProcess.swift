@@ -32,6 +32,19 @@ final class RelayProcess {
         socket = dir.appendingPathComponent("s").path
         data = dir.appendingPathComponent("data").path
         self.flags = flags
+        armWatchdog()
+    }
+
+    /// A test that still holds its relay after three minutes is stuck (a response that
+    /// never comes): end the run with a message instead of blocking CI for its whole limit.
+    private func armWatchdog() {
+        let box = WeakRelay(self)
+        DispatchQueue.global().asyncAfter(deadline: .now() + 180) {
+            guard let relay = box.relay else { return }
+            FileHandle.standardError.write(Data("end-to-end test stuck for 180 s (relay at \(relay.socket)); aborting the run\n".utf8))
+            if let p = relay.process, p.isRunning { kill(p.processIdentifier, SIGKILL) }
+            exit(1)
+        }
     }
 
     deinit {
@@ -112,6 +125,11 @@ final class RelayProcess {
     func openDescriptors() -> Int {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
     }
+}
+
+final class WeakRelay: @unchecked Sendable {
+    weak var relay: RelayProcess?
+    init(_ r: RelayProcess) { relay = r }
 }
 
 /// A blocking client that also keeps the events it sees while waiting for replies.
