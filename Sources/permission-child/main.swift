@@ -158,6 +158,19 @@ func responseLine(_ id: UUID, _ c: PermissionChoice, _ guardian: String) -> Stri
     ])
 }
 
+/// Prints each response as it comes: a line of JSON, or a sentence ending in `describe`.
+func printResponses<T: QuestionTopic>(
+    _ responses: AsyncStream<PermissionResponse<T>>, json: Bool, describe: (PermissionQuestion<T>) -> String
+) async {
+    for await r in responses {
+        let verdict = r.choice.answer == .approval ? "approved" : "denied"
+        printOut(
+            json
+                ? responseLine(r.question.id, r.choice, r.guardian)
+                : "\(r.question.id): \(verdict) (\(r.choice.title), by \(r.guardian)) — \(describe(r.question))")
+    }
+}
+
 func run() async throws -> Int32 {
     let args = Array(CommandLine.arguments.dropFirst())
     guard let command = args.first else { throw CLIError.usage("no command given") }
@@ -212,24 +225,8 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter) async throw
             let outcomes = center.outcomes()
             if !json { printErr("watching responses and outcomes (Ctrl-C to stop)") }
             await withTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    for await r in responses {
-                        printOut(
-                            json
-                                ? responseLine(r.question.id, r.choice, r.guardian)
-                                : "\(r.question.id): \(r.choice.answer == .approval ? "approved" : "denied") (\(r.choice.title), by \(r.guardian)) — \(describePeople(r.question.topic))"
-                        )
-                    }
-                }
-                group.addTask {
-                    for await r in updates {
-                        printOut(
-                            json
-                                ? responseLine(r.question.id, r.choice, r.guardian)
-                                : "\(r.question.id): \(r.choice.answer == .approval ? "approved" : "denied") (\(r.choice.title), by \(r.guardian)) — update: \(r.question.topic.description)"
-                        )
-                    }
-                }
+                group.addTask { await printResponses(responses, json: json) { describePeople($0.topic) } }
+                group.addTask { await printResponses(updates, json: json) { "update: \($0.topic.description)" } }
                 group.addTask {
                     for await o in outcomes {
                         printOut(
