@@ -192,6 +192,11 @@ final class RelayConnection: Sendable {
         }
         for p in pending { p.continuation.resume(throwing: ClientError.closed) }
         for w in watchers { w.finish() }
+    }
+
+    // The wake pipe lives as long as the object: `wake` may still be called after the
+    // thread ended, and a closed (or reused) descriptor must never be written to.
+    deinit {
         Glibc.close(wakeFDs.read)
         Glibc.close(wakeFDs.write)
     }

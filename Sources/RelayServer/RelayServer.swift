@@ -24,6 +24,9 @@ public struct ServerConfig: Sendable {
     public var maxOutputBytes = 16 << 20
     /// How often retained events are pruned.
     public var pruneIntervalSeconds = 60.0
+    /// How often cursors moved by acks are written (they may be stored lazily: after a
+    /// crash a session may get again what it acknowledged since, never less).
+    public var cursorFlushSeconds = 1.0
     /// Stop on SIGTERM, SIGINT and SIGHUP (the daemon); tests stop through `stopHandle`.
     public var handleSignals = true
 
@@ -61,6 +64,7 @@ public final class RelayServer {
     private var stopping = false
     private var lastPrune = Timestamp(milliseconds: 0)
     private var lastTimerScan = Timestamp(milliseconds: 0)
+    private var lastCursorFlush = Timestamp(milliseconds: 0)
     private var scratch = [UInt8](repeating: 0, count: 65536)
 
     private static let listenToken: UInt64 = 0
@@ -198,19 +202,23 @@ public final class RelayServer {
             relay.continueReplay(id)
             process(id, now: t)
         }
-        guard commit() else { return }
+        guard commit(cursors: Double(t.milliseconds - lastCursorFlush.milliseconds) >= config.cursorFlushSeconds * 1000) else { return }
         dispatchOutputs()
         prune(now: t)
     }
 
-    /// Commits the turn's changes. On failure nothing of the turn is sent: every
-    /// connection is closed (clients resend what was not acknowledged) and the core
-    /// is rebuilt from what the store holds.
     /// A replaying connection gets its next step once its unsent bytes fall below this.
     private var replayLowWater: Int { min(65536, config.maxOutputBytes / 4) }
 
-    private func commit() -> Bool {
-        relay.flushCursors()
+    /// Commits the turn's changes, with the cursors acks moved when `cursors` (they are
+    /// stored lazily, §6). On failure nothing of the turn is sent: every connection is
+    /// closed (clients resend what was not acknowledged) and the core is rebuilt from
+    /// what the store holds.
+    private func commit(cursors: Bool = true) -> Bool {
+        if cursors {
+            relay.flushCursors()
+            lastCursorFlush = .now()
+        }
         guard store.hasChanges else { return true }
         do {
             try store.commit()
