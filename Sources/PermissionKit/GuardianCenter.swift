@@ -106,10 +106,9 @@ public final class GuardianCenter: Sendable {
         }
         hub.withLock { $0.questionConsumers[key] = deliver }
         continuation.onTermination = { [weak self] _ in self?.hub.withLock { _ = $0.questionConsumers.removeValue(forKey: key) } }
-        let task = Task { [weak self] in
+        Task { [weak self] in
             for q in (try? await self?.pending()) ?? [] { deliver(q) }
         }
-        _ = task
         return stream
     }
 

@@ -207,13 +207,17 @@ extension RelayCore {
         if members[q.child]?.removed == false {
             appendEvent(to: q.child, topic: q.content.kind, toChild, now: now)
         }
+        tellGuardiansClosed(q, reason: reason, by: nil, now: now)
+    }
+
+    /// Appends `questionClosed` to every guardian's stream of the question's family.
+    func tellGuardiansClosed(_ q: QuestionRecord, reason: QuestionStatus, by guardian: String?, now: Timestamp) {
+        var event: JSONObject = [
+            "type": "questionClosed", "questionId": .string(q.id), "child": .string(q.child), "reason": .string(reason.rawValue),
+        ]
+        if let guardian { event["by"] = .string(guardian) }
         for g in families[q.family]?.guardians ?? [] {
-            appendEvent(
-                to: g, topic: nil,
-                [
-                    "type": "questionClosed", "questionId": .string(q.id), "child": .string(q.child),
-                    "reason": .string(reason.rawValue),
-                ], now: now)
+            appendEvent(to: g, topic: nil, event, now: now)
         }
     }
 }

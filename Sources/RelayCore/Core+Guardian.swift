@@ -37,14 +37,7 @@ extension RelayCore {
             event["type"] = "response"
             appendEvent(to: q.child, topic: q.content.kind, event, now: r.now)
         }
-        for g in families[q.family]?.guardians ?? [] {
-            appendEvent(
-                to: g, topic: nil,
-                [
-                    "type": "questionClosed", "questionId": .string(id), "child": .string(q.child), "reason": "answered",
-                    "by": .string(r.member),
-                ], now: r.now)
-        }
+        tellGuardiansClosed(q, reason: .answered, by: r.member, now: r.now)
         if choice.answer == .approval && q.content.kind == .communication {
             let actions = q.content.topic["actions"]?.array?.compactMap(\.string) ?? []
             let until = choice.durationSeconds.map { r.now.adding(seconds: $0) }

@@ -66,6 +66,7 @@ public final class RelayServer {
     private var lastTimerScan = Timestamp(milliseconds: 0)
     private var lastCursorFlush = Timestamp(milliseconds: 0)
     private var scratch = [UInt8](repeating: 0, count: 65536)
+    private var ready = [cs_ready](repeating: cs_ready(), count: 256)
 
     private static let listenToken: UInt64 = 0
     private static let signalToken: UInt64 = UInt64.max
@@ -179,8 +180,7 @@ public final class RelayServer {
         if let d = relay.nextDeadline { timeout = max(0, min(timeout, Int(d.milliseconds - now.milliseconds) + 1)) }
         if relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) { timeout = 0 }
 
-        var ready = [cs_ready](repeating: cs_ready(), count: 256)
-        let n = cs_epoll_wait(epfd, &ready, 256, Int32(timeout))
+        let n = cs_epoll_wait(epfd, &ready, Int32(ready.count), Int32(timeout))
         guard n >= 0 else { throw ServerError("epoll_wait failed: \(String(cString: strerror(errno)))") }
         let t = Timestamp.now()
 

@@ -249,7 +249,9 @@ exit(
             failed = failed || r.result.errors > 0 || r.result.lost > 0 || r.result.cycles == 0
         }
         if let file = a.value("--svg") {
-            FileManager.default.createFile(atPath: file, contents: Data(Extras.svg(series).utf8))
+            guard FileManager.default.createFile(atPath: file, contents: Data(Extras.svg(series).utf8)) else {
+                throw CLIError.failure("cannot write \(file)")
+            }
         }
         return failed ? 1 : 0
     })
