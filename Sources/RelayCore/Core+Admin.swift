@@ -37,7 +37,7 @@ extension RelayCore {
             families[family]?.guardians.append(member)
             // A new guardian learns of every question of the family pending now (§6).
             for child in families[family]?.children ?? [] {
-                for id in questionsByChild[child] ?? [] {
+                for id in questionsByChild[child] ?? QuestionOrder() {
                     guard let q = questions[id], q.status == .pending else { continue }
                     appendEvent(to: member, topic: nil, ["type": "question", "question": questionJSON(q)], now: r.now)
                 }
@@ -61,7 +61,7 @@ extension RelayCore {
             families[m.family]?.guardians.removeAll { $0 == id }
         } else {
             families[m.family]?.children.removeAll { $0 == id }
-            for qid in questionsByChild[id] ?? [] {
+            for qid in questionsByChild[id] ?? QuestionOrder() {
                 if let q = questions[qid], q.status == .pending { close(question: q, reason: .cancelled, now: r.now) }
             }
         }

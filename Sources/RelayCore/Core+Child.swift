@@ -81,15 +81,15 @@ extension RelayCore {
             attempt: (previous?.attempt ?? 0) + 1, createdAt: previous?.createdAt ?? r.now)
         questions[record.id] = record
         if previous == nil {
-            questionsByChild[child, default: []].append(record.id)
+            questionsByChild[child, default: QuestionOrder()].append(record.id)
             forgetOldQuestions(of: child)
         }
         pendingByChild[child] = pendingNow + 1
         store.saveQuestion(record)
         if let e = content.expiration { questionDeadlines.push((e, record.id)) }
-        let full = questionJSON(record)
+        let fields = Array(#""question":"#.utf8) + questionBytes(record)
         for g in families[member.family]?.guardians ?? [] {
-            appendEvent(to: g, topic: nil, ["type": "question", "question": full], now: r.now)
+            appendEvent(to: g, topic: nil, type: "question", encodedFields: fields, now: r.now)
         }
         var ok: JSONObject = ["questionId": .string(record.id), "status": "pending", "attempt": .int(record.attempt)]
         if content.kind == .communication && content.handles.allSatisfy({ isKnown($0, child: child, now: r.now) }) {
@@ -127,7 +127,7 @@ extension RelayCore {
             }
             filter = st
         }
-        let list = (questionsByChild[r.member] ?? []).reversed().compactMap { questions[$0] }
+        let list = (questionsByChild[r.member] ?? QuestionOrder()).reversed().compactMap { questions[$0] }
             .filter { filter == nil || $0.status == filter }
         return ["questions": .array(list.map(questionJSON))]
     }
@@ -146,16 +146,13 @@ extension RelayCore {
     /// Keeps at most `maxQuestionsPerChild` questions of a child by forgetting the oldest
     /// finished ones (a resend of a forgotten id is taken as a new question).
     private func forgetOldQuestions(of child: String) {
-        guard var ids = questionsByChild[child], ids.count > config.maxQuestionsPerChild else { return }
-        var excess = ids.count - config.maxQuestionsPerChild
-        ids.removeAll { id in
-            guard excess > 0, let q = questions[id], q.status != .pending else { return false }
-            excess -= 1
+        let forgotten = questionsByChild[child]?.forgetOldest(keeping: config.maxQuestionsPerChild) { id in
+            questions[id].map { $0.status != .pending } ?? true
+        }
+        for id in forgotten ?? [] {
             questions[id] = nil
             store.deleteQuestion(id: id)
-            return true
         }
-        questionsByChild[child] = ids
     }
 
     func isKnown(_ h: NormalizedHandle, child: String, now: Timestamp) -> Bool {
@@ -171,6 +168,26 @@ extension RelayCore {
         o["attempt"] = .int(q.attempt)
         if let outcome = q.outcome { o["outcome"] = outcomeJSON(outcome) }
         return .object(o)
+    }
+
+    /// `questionJSON(q)` encoded, spliced onto the content's bytes instead of re-encoding them.
+    func questionBytes(_ q: QuestionRecord) -> [UInt8] {
+        var out = q.content.encoded
+        out.reserveCapacity(out.count + 160)
+        out.removeLast()  // the content's closing brace
+        func field(_ name: StaticString, _ value: JSON) {
+            out.append(UInt8(ascii: ","))
+            JSON.string(name.description).encode(into: &out)
+            out.append(UInt8(ascii: ":"))
+            value.encode(into: &out)
+        }
+        field("child", .string(q.child))
+        field("createdAt", .string(q.createdAt.rfc3339))
+        field("status", .string(q.status.rawValue))
+        field("attempt", .int(q.attempt))
+        if let outcome = q.outcome { field("outcome", outcomeJSON(outcome)) }
+        out.append(UInt8(ascii: "}"))
+        return out
     }
 
     func outcomeJSON(_ o: Outcome) -> JSON {

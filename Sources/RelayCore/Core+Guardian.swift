@@ -33,9 +33,12 @@ extension RelayCore {
         pendingByChild[q.child, default: 1] -= 1
         store.saveQuestionState(q)
         if members[q.child]?.removed == false {
-            var event = responseFields(q)
-            event["type"] = "response"
-            appendEvent(to: q.child, topic: q.content.kind, event, now: r.now)
+            // responseFields(q), with the question spliced in as bytes.
+            var fields = Array(#""question":"#.utf8) + questionBytes(q)
+            let rest: JSONObject = ["choice": choice.json, "guardian": .string(r.member), "answeredAt": .string(r.now.rfc3339)]
+            fields.append(UInt8(ascii: ","))
+            fields.append(contentsOf: rest.encoded.dropFirst().dropLast())
+            appendEvent(to: q.child, topic: q.content.kind, type: "response", encodedFields: fields, now: r.now)
         }
         tellGuardiansClosed(q, reason: .answered, by: r.member, now: r.now)
         if choice.answer == .approval && q.content.kind == .communication {
@@ -48,7 +51,7 @@ extension RelayCore {
 
     func pending(_ r: Request) throws(RequestError) -> JSONObject {
         let children = try childrenInScope(r)
-        let list = children.flatMap { questionsByChild[$0] ?? [] }.compactMap { questions[$0] }
+        let list = children.flatMap { questionsByChild[$0] ?? QuestionOrder() }.compactMap { questions[$0] }
             .filter { $0.status == .pending }.sorted { $0.createdAt < $1.createdAt }
         return ["questions": .array(list.map(questionJSON))]
     }
@@ -62,7 +65,7 @@ extension RelayCore {
             guard let n = v.int, n > 0 else { throw RequestError(.badRequest, "\"limit\" must be a positive integer") }
             limit = Int(min(n, 10_000))
         }
-        let list = children.flatMap { questionsByChild[$0] ?? [] }.compactMap { questions[$0] }
+        let list = children.flatMap { questionsByChild[$0] ?? QuestionOrder() }.compactMap { questions[$0] }
             .sorted { $0.createdAt > $1.createdAt }.prefix(limit)
         return ["questions": .array(list.map(questionJSON))]
     }

@@ -59,7 +59,7 @@ public final class RelayCore {
     var members: [String: MemberRecord] = [:]
     // Questions, all of them, and per child in order of first ask.
     var questions: [String: QuestionRecord] = [:]
-    var questionsByChild: [String: [String]] = [:]
+    var questionsByChild: [String: QuestionOrder] = [:]
     var pendingByChild: [String: Int] = [:]
     var known: [String: [NormalizedHandle: KnownHandleRecord]] = [:]
     // Streams and sessions.
@@ -110,7 +110,7 @@ public final class RelayCore {
         }
         for q in s.questions.sorted(by: { $0.createdAt < $1.createdAt }) {
             questions[q.id] = q
-            questionsByChild[q.child, default: []].append(q.id)
+            questionsByChild[q.child, default: QuestionOrder()].append(q.id)
             if q.status == .pending {
                 pendingByChild[q.child, default: 0] += 1
                 if let e = q.content.expiration { questionDeadlines.push((e, q.id)) }

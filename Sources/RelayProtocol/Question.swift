@@ -67,31 +67,38 @@ public enum QuestionLimits {
 /// A question that passed validation, in canonical form.
 public struct QuestionContent: Sendable, Equatable {
     /// Upper-case canonical UUID.
-    public var id: String
-    public var kind: TopicKind
+    public let id: String
+    public let kind: TopicKind
     /// The topic as sent on: known fields only, handles as given.
-    public var topic: JSON
+    public let topic: JSON
     /// The normalized handles of a communication topic (empty otherwise).
-    public var handles: [NormalizedHandle]
-    public var choices: [Choice]
-    public var defaultChoice: String
-    public var expiration: Timestamp?
+    public let handles: [NormalizedHandle]
+    public let choices: [Choice]
+    public let defaultChoice: String
+    public let expiration: Timestamp?
+    /// `json`, encoded once: it is stored and sent on many times.
+    public let encoded: [UInt8]
 
     public func choice(_ id: String) -> Choice? { choices.first { $0.id == id } }
 
     /// `{id, topic, choices, defaultChoice, expirationDate?}`.
     public var json: JSONObject {
+        Self.canonical(id: id, topic: topic, choices: choices, defaultChoice: defaultChoice, expiration: expiration)
+    }
+
+    private static func canonical(
+        id: String, topic: JSON, choices: [Choice], defaultChoice: String, expiration: Timestamp?
+    ) -> JSONObject {
         var o: JSONObject = [
-            "id": .string(id), "topic": topic, "choices": .array(choices.map(\.json)),
-            "defaultChoice": .string(defaultChoice),
+            "id": .string(id), "topic": topic, "choices": .array(choices.map(\.json)), "defaultChoice": .string(defaultChoice),
         ]
         if let expiration { o["expirationDate"] = .string(expiration.rfc3339) }
         return o
     }
 
-    /// Reads back the canonical form written by `json` (no validation beyond shape).
-    public init?(stored: JSON) {
-        guard let id = stored["id"]?.string, let topic = stored["topic"],
+    /// Reads back the canonical form written by `encoded` (no validation beyond shape).
+    public init?(encoded: [UInt8]) {
+        guard let stored = try? JSON.parse(encoded), let id = stored["id"]?.string, let topic = stored["topic"],
             let kind = topic["kind"]?.string.flatMap(TopicKind.init(rawValue:)),
             let choices = stored["choices"]?.array?.compactMap(Choice.init(json:)),
             let def = stored["defaultChoice"]?.string
@@ -104,6 +111,7 @@ public struct QuestionContent: Sendable, Equatable {
         self.expiration = stored["expirationDate"]?.string.flatMap(Timestamp.init(rfc3339:))
         self.handles =
             topic["personInformation"]?.array?.compactMap { $0["handle"].flatMap(NormalizedHandle.init(json:)) } ?? []
+        self.encoded = encoded
     }
 
     init(
@@ -117,6 +125,8 @@ public struct QuestionContent: Sendable, Equatable {
         self.choices = choices
         self.defaultChoice = defaultChoice
         self.expiration = expiration
+        self.encoded =
+            Self.canonical(id: id, topic: topic, choices: choices, defaultChoice: defaultChoice, expiration: expiration).encoded
     }
 }
 

@@ -170,6 +170,16 @@ public final class RelayServer {
         if !commit() { return }
         dispatchOutputs()
         for id in Array(conns.keys) { closeNow(id) }
+        checkpoint()
+    }
+
+    /// Writes the store's committed backlog into place while nothing else waits.
+    private func checkpoint() {
+        do {
+            try store.checkpoint()
+        } catch {
+            log(.warning, "could not checkpoint the store (what was committed is kept and retried): \(error)")
+        }
     }
 
     // MARK: - One turn
@@ -183,6 +193,7 @@ public final class RelayServer {
         let n = cs_epoll_wait(epfd, &ready, Int32(ready.count), Int32(timeout))
         guard n >= 0 else { throw ServerError("epoll_wait failed: \(String(cString: strerror(errno)))") }
         let t = Timestamp.now()
+        if n == 0 { checkpoint() }
 
         for k in 0..<Int(n) {
             let r = ready[k]

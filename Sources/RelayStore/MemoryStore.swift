@@ -82,6 +82,7 @@ public final class MemoryStore: RelayStore {
     }
 
     public func discardChanges() { dirty = false }
+    public func checkpoint() {}
 
     public func pruneEvents(olderThan cutoff: Timestamp, acknowledged upTo: [String: Int64]) throws -> Int {
         var dropped = 0

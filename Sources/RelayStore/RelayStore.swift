@@ -32,6 +32,9 @@ public protocol RelayStore: AnyObject {
     func commit() throws
     /// Forgets the changes recorded since the last commit.
     func discardChanges()
+    /// Moves committed changes into their final place; work for idle moments and shutdown.
+    /// What was committed is durable either way.
+    func checkpoint() throws
     /// Drops events older than `cutoff` (retention), and events up to `upTo[member]`
     /// that every durable session of that member acknowledged. Returns how many.
     @discardableResult

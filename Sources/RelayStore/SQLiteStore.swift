@@ -1,6 +1,11 @@
-// The durable store: one SQLite database in WAL mode. Changes are buffered as the
-// core makes them and written in one transaction per loop turn (group commit).
-// Schema changes are numbered migrations recorded in the database itself.
+// The durable store: one SQLite database in WAL mode and its journal file. Changes are
+// buffered as the core makes them; a commit (once per loop turn) appends them to the
+// journal as one compact record — one small sequential write, where a database commit
+// would rewrite every page the changes touch. A checkpoint later writes a whole backlog
+// of journaled changes into the tables in one transaction, where many turns share
+// pages and a question asked and answered in between is written once. Until then the
+// backlog is served from memory, and at load the journal is folded into what the
+// tables hold. Schema changes are numbered migrations recorded in the database itself.
 
 import RelayProtocol
 
@@ -14,21 +19,18 @@ public enum SyncMode: String, Sendable, CaseIterable {
 
 public final class SQLiteStore: RelayStore {
     private let db: SQLiteDatabase
+    private let journal: JournalFile
+    private let sync: SyncMode
+    /// The journal generation the tables already hold.
+    private var appliedGeneration: Int64 = 0
+    /// This turn's changes, not yet committed.
     private var changes: [Change] = []
-    private var pendingEvents: [String: [EventRecord]] = [:]
-
-    private enum Change {
-        case family(String)
-        case member(MemberRecord)
-        case question(QuestionRecord)
-        case questionState(QuestionRecord)
-        case forgetQuestion(String)
-        case known(KnownHandleRecord)
-        case unknown(String, NormalizedHandle)
-        case session(SessionRecord)
-        case dropSessions(String)
-        case event(EventRecord)
-    }
+    private var turnEvents: [String: [EventRecord]] = [:]
+    /// Committed to the journal, not yet written to the tables.
+    private var backlog: [Change] = []
+    private var backlogEvents: [String: [EventRecord]] = [:]
+    /// A commit first checkpoints once the backlog holds this many changes.
+    public var checkpointThreshold = 4096
 
     /// The schema, one step per version. Never edit a step that has shipped; add one.
     static let migrations: [(name: String, sql: String)] = [
@@ -51,13 +53,20 @@ public final class SQLiteStore: RelayStore {
             CREATE INDEX eventsByTime ON events(at);
             CREATE TABLE heads(member TEXT PRIMARY KEY, head INTEGER NOT NULL) WITHOUT ROWID;
             """
-        )
+        ),
+        (
+            "journal generation",
+            "CREATE TABLE settings(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
+        ),
     ]
 
-    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
-    /// `maxPageCount` caps the database's size (tests use it to fill the "disk").
+    /// Opens (creating if needed) the database at `path`, with its journal at
+    /// `path-changes`, and brings its schema up to date. `maxPageCount` caps the
+    /// database's size, and the journal's at as many 4 KiB pages (tests fill the "disk").
     public init(path: String, sync: SyncMode = .normal, maxPageCount: Int? = nil) throws {
+        self.sync = sync
         db = try SQLiteDatabase(path: path)
+        journal = try JournalFile(path: path + "-changes", syncEveryAppend: sync == .full, limitBytes: maxPageCount.map { $0 * 4096 })
         try db.exec("PRAGMA busy_timeout = 2000")
         if let maxPageCount { _ = try db.text("PRAGMA max_page_count = \(maxPageCount)") }
         let mode = try db.text("PRAGMA journal_mode = WAL")
@@ -70,6 +79,7 @@ public final class SQLiteStore: RelayStore {
         try db.exec("PRAGMA cache_size = -65536")
         try db.exec("PRAGMA wal_autocheckpoint = 8192")
         try migrate()
+        try readJournal()
     }
 
     /// The schema version this database is at.
@@ -109,7 +119,7 @@ public final class SQLiteStore: RelayStore {
                     removed: r.int(4) != 0, limitsEnabled: r.int(5) != 0))
         }
         try db.run("SELECT child, family, status, attempt, createdAt, content, outcome FROM questions") { r in
-            guard let content = try? JSON.parse(r.text(5)), let c = QuestionContent(stored: content),
+            guard let c = QuestionContent(encoded: r.blob(5)),
                 let status = QuestionStatus(rawValue: r.text(2))
             else { throw SQLiteError(code: 11, message: "a stored question cannot be read: \(r.text(5).prefix(80))") }
             var outcome: Outcome?
@@ -142,13 +152,27 @@ public final class SQLiteStore: RelayStore {
                 s.heads[m.id] = max(s.heads[m.id] ?? 0, top)
             }
         }
+        try readJournal()
+        s.apply(backlog)
         return s
+    }
+
+    /// Takes the journal's records the tables do not hold yet as the backlog.
+    private func readJournal() throws {
+        discardChanges()
+        backlog.removeAll()
+        backlogEvents.removeAll()
+        appliedGeneration = try db.scalar("SELECT value FROM settings WHERE key = 'journalGeneration'") ?? 0
+        for record in try journal.readRecords(appliedGeneration: appliedGeneration) {
+            backlog.append(contentsOf: try Change.decode(record))
+        }
+        for case .event(let e) in backlog { backlogEvents[e.member, default: []].append(e) }
     }
 
     public func saveFamily(_ id: String) { changes.append(.family(id)) }
     public func saveMember(_ member: MemberRecord) { changes.append(.member(member)) }
     public func saveQuestion(_ question: QuestionRecord) { changes.append(.question(question)) }
-    public func saveQuestionState(_ question: QuestionRecord) { changes.append(.questionState(question)) }
+    public func saveQuestionState(_ question: QuestionRecord) { changes.append(.questionState(QuestionState(question))) }
     public func deleteQuestion(id: String) { changes.append(.forgetQuestion(id)) }
     public func saveKnownHandle(_ known: KnownHandleRecord) { changes.append(.known(known)) }
     public func deleteKnownHandle(child: String, handle: NormalizedHandle) { changes.append(.unknown(child, handle)) }
@@ -156,7 +180,7 @@ public final class SQLiteStore: RelayStore {
     public func deleteSessions(member: String) { changes.append(.dropSessions(member)) }
     public func appendEvent(_ event: EventRecord) {
         changes.append(.event(event))
-        pendingEvents[event.member, default: []].append(event)
+        turnEvents[event.member, default: []].append(event)
     }
 
     public var hasChanges: Bool { !changes.isEmpty }
@@ -172,7 +196,8 @@ public final class SQLiteStore: RelayStore {
                     member: member, seq: r.int(0), at: Timestamp(milliseconds: r.int(1)),
                     topic: r.isNull(2) ? nil : TopicKind(rawValue: r.text(2)), frame: r.blob(3)))
         }
-        if out.count < limit, let pending = pendingEvents[member] {
+        for pending in [backlogEvents[member], turnEvents[member]] {
+            guard out.count < limit, let pending else { continue }
             let last = out.last?.seq ?? seq
             out.append(contentsOf: pending.lazy.filter { $0.seq > last }.prefix(limit - out.count))
         }
@@ -181,20 +206,46 @@ public final class SQLiteStore: RelayStore {
 
     public func oldestEventSeq(member: String) throws -> Int64? {
         let stored = try db.scalar("SELECT min(seq) FROM events WHERE member = ?", [.text(member)])
-        return stored ?? pendingEvents[member]?.first?.seq
+        return stored ?? backlogEvents[member]?.first?.seq ?? turnEvents[member]?.first?.seq
     }
 
     public func commit() throws {
         guard !changes.isEmpty else { return }
         defer { discardChanges() }
-        try db.transaction {
-            for change in changes { try write(change) }
-        }
+        if backlog.count >= checkpointThreshold { try checkpoint() }
+        try startJournalOverIfApplied()
+        try journal.append(Change.encode(changes))
+        backlog.append(contentsOf: changes)
+        for (member, events) in turnEvents { backlogEvents[member, default: []].append(contentsOf: events) }
     }
 
     public func discardChanges() {
         changes.removeAll(keepingCapacity: true)
-        pendingEvents.removeAll(keepingCapacity: true)
+        turnEvents.removeAll(keepingCapacity: true)
+    }
+
+    public func checkpoint() throws {
+        if !backlog.isEmpty {
+            let generation = journal.generation
+            // The journal is emptied after this, so this transaction must reach the disk
+            // even where commits otherwise need not (synchronous=NORMAL).
+            if sync == .normal { try db.exec("PRAGMA synchronous = FULL") }
+            defer { if sync == .normal { try? db.exec("PRAGMA synchronous = NORMAL") } }
+            try db.transaction {
+                for change in backlog.foldingQuestions() { try write(change) }
+                try db.run(
+                    "INSERT OR REPLACE INTO settings(key, value) VALUES('journalGeneration', ?)", [.int(generation)])
+            }
+            appliedGeneration = generation
+            backlog.removeAll(keepingCapacity: true)
+            backlogEvents.removeAll(keepingCapacity: true)
+        }
+        try startJournalOverIfApplied()
+    }
+
+    /// Once the tables hold the journal's generation, the journal starts the next one.
+    private func startJournalOverIfApplied() throws {
+        if journal.generation <= appliedGeneration { try journal.startOver(generation: appliedGeneration + 1) }
     }
 
     private func write(_ change: Change) throws {
@@ -213,14 +264,14 @@ public final class SQLiteStore: RelayStore {
                 "INSERT OR REPLACE INTO questions(id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?)",
                 [
                     .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
-                    .int(q.createdAt.milliseconds), .text(JSON.object(q.content.json).text), Self.outcome(q),
+                    .int(q.createdAt.milliseconds), .text(String(decoding: q.content.encoded, as: UTF8.self)), Self.outcome(q.outcome),
                 ])
         case .forgetQuestion(let id):
             try db.run("DELETE FROM questions WHERE id = ?", [.text(id)])
         case .questionState(let q):
             try db.run(
                 "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE id = ?",
-                [.text(q.status.rawValue), .int(q.attempt), Self.outcome(q), .text(q.id)])
+                [.text(q.status.rawValue), .int(q.attempt), Self.outcome(q.outcome), .text(q.id)])
         case .known(let k):
             try db.run(
                 "INSERT OR REPLACE INTO knownHandles(child, kind, value, permanent, until, actions) VALUES(?,?,?,?,?,?)",
@@ -245,8 +296,8 @@ public final class SQLiteStore: RelayStore {
         }
     }
 
-    private static func outcome(_ q: QuestionRecord) -> SQLValue {
-        guard let o = q.outcome else { return .null }
+    private static func outcome(_ outcome: Outcome?) -> SQLValue {
+        guard let o = outcome else { return .null }
         let j: JSON = .object([
             "choice": o.choice.json, "guardian": .string(o.guardian), "answeredAt": .int(o.answeredAt.milliseconds),
         ])
@@ -254,6 +305,7 @@ public final class SQLiteStore: RelayStore {
     }
 
     public func pruneEvents(olderThan cutoff: Timestamp, acknowledged upTo: [String: Int64]) throws -> Int {
+        try checkpoint()  // the backlog's events are pruned like the others
         var dropped = 0
         try db.transaction {
             // Heads are kept apart from the events so a stream's seq never repeats once its events are gone.

@@ -88,14 +88,17 @@ enum Extras {
         let store = try SQLiteStore(path: path)
         let families = max(1, pending / 100)
         let now = Timestamp(milliseconds: Int64(Date().timeIntervalSince1970 * 1000))
-        let template: JSONObject = [
-            "id": "00000000-0000-4000-8000-000000000000",
-            "topic": .object([
-                "kind": "communication",
-                "personInformation": [.object(["handle": .object(["value": "+1 555 0100", "kind": "phoneNumber"])])],
-            ]),
-        ]
-        let content = try QuestionContent.validate(template, now: now)
+        func question(_ id: String) throws -> QuestionContent {
+            let q: JSONObject = [
+                "id": .string(id),
+                "topic": .object([
+                    "kind": "communication",
+                    "personInformation": [.object(["handle": .object(["value": "+1 555 0100", "kind": "phoneNumber"])])],
+                ]),
+            ]
+            return try QuestionContent.validate(q, now: now)
+        }
+        let content = try question("00000000-0000-4000-8000-000000000000")
         for f in 0..<families {
             store.saveFamily("p\(f)")
             store.saveMember(MemberRecord(id: "pc\(f)", family: "p\(f)", role: .child, tokenHash: [0]))
@@ -103,8 +106,7 @@ enum Extras {
         }
         try store.commit()
         for i in 0..<pending {
-            var c = content
-            c.id = String(format: "%08X-0000-4000-8000-%012X", i / 100, i)
+            let c = try question(String(format: "%08X-0000-4000-8000-%012X", i / 100, i))
             store.saveQuestion(
                 QuestionRecord(
                     content: c, child: "pc\(i % families)", family: "p\(i % families)", status: .pending, attempt: 1, createdAt: now))
@@ -120,6 +122,7 @@ enum Extras {
             if i % 20_000 == 19_999 { try store.commit() }
         }
         try store.commit()
+        try store.checkpoint()  // as a relay leaves its store when it stops
     }
 
     /// Latency distributions (relay and baseline per grid point) as an SVG chart: share of

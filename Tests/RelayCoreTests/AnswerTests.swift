@@ -22,6 +22,14 @@ final class AnswerTests: XCTestCase {
         XCTAssertEqual(resp[0]["guardian"]?.string, "g1")
         XCTAssertEqual(resp[0]["answeredAt"]?.string, h.now.rfc3339)
         XCTAssertEqual(resp[0]["question"]?["status"]?.string, "answered")
+        // The event's question, spliced from stored bytes, is field for field (in order)
+        // the question as the child's own list renders it.
+        XCTAssertEqual(resp[0].fields.map(\.key), ["type", "seq", "question", "choice", "guardian", "answeredAt"])
+        let listed = h.ok(c, ["type": "questions"])["questions"]?.array?.first
+        XCTAssertEqual(resp[0]["question"], listed)
+        XCTAssertEqual(resp[0]["question"]?.object?.fields.map(\.key), [
+            "id", "topic", "choices", "defaultChoice", "expirationDate", "child", "createdAt", "status", "attempt", "outcome",
+        ])
         for g in [g1, g2] {
             let closed = h.drain(g)
             XCTAssertEqual(closed.count, 1)

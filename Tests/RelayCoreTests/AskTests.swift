@@ -22,6 +22,8 @@ final class AskTests: XCTestCase {
             XCTAssertEqual(ev[0]["question"]?["child"]?.string, "c1")
             XCTAssertEqual(ev[0]["question"]?["createdAt"]?.string, h.now.rfc3339)
             XCTAssertEqual(ev[0]["question"]?["defaultChoice"]?.string, "decline", "the most restrictive by default")
+            XCTAssertEqual(ev[0].fields.map(\.key), ["type", "seq", "question"])
+            XCTAssertEqual(ev[0]["question"], h.ok(g, ["type": "pending"])["questions"]?.array?.first, "as the pending list renders it")
         }
         XCTAssertTrue(h.drain(og).isEmpty, "nothing reaches another family")
     }

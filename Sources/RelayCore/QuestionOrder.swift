@@ -1,0 +1,39 @@
+// A child's question ids in the order they were first asked, where forgetting the
+// oldest finished ones costs O(1) amortized per ask instead of a pass over them all.
+
+struct QuestionOrder: Sequence {
+    /// Forgotten ids leave a nil until the next compaction.
+    private var slots: [String?] = []
+    /// Every slot before it is nil.
+    private var head = 0
+    private(set) var count = 0
+
+    mutating func append(_ id: String) {
+        slots.append(id)
+        count += 1
+    }
+
+    func makeIterator() -> some IteratorProtocol<String> { slots[head...].lazy.compactMap { $0 }.makeIterator() }
+
+    /// Forgets the oldest ids that `canForget` allows until at most `limit` remain; returns them.
+    mutating func forgetOldest(keeping limit: Int, where canForget: (String) -> Bool) -> [String] {
+        guard count > limit else { return [] }
+        var forgotten: [String] = []
+        var i = head
+        while count > limit && i < slots.count {
+            if let id = slots[i], canForget(id) {
+                slots[i] = nil
+                count -= 1
+                forgotten.append(id)
+            }
+            i += 1
+        }
+        while head < slots.count && slots[head] == nil { head += 1 }
+        // Compact once the nils outnumber the ids, so scans stay proportional to what is kept.
+        if slots.count - count > Swift.max(64, count) {
+            slots = slots[head...].filter { $0 != nil }
+            head = 0
+        }
+        return forgotten
+    }
+}

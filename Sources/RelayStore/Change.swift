@@ -1,0 +1,357 @@
+// One recorded change to the relay's state, its compact binary form for the journal,
+// and how a list of changes folds into a snapshot (what the journal adds at load).
+
+import RelayProtocol
+
+/// A question's status, attempt and outcome: what changes once it is asked.
+struct QuestionState: Equatable {
+    var id: String
+    var status: QuestionStatus
+    var attempt: Int64
+    var outcome: Outcome?
+
+    init(_ q: QuestionRecord) {
+        id = q.id
+        status = q.status
+        attempt = q.attempt
+        outcome = q.outcome
+    }
+
+    init(id: String, status: QuestionStatus, attempt: Int64, outcome: Outcome?) {
+        self.id = id
+        self.status = status
+        self.attempt = attempt
+        self.outcome = outcome
+    }
+
+    func applied(to q: QuestionRecord) -> QuestionRecord {
+        var q = q
+        q.status = status
+        q.attempt = attempt
+        q.outcome = outcome
+        return q
+    }
+}
+
+enum Change: Equatable {
+    case family(String)
+    case member(MemberRecord)
+    case question(QuestionRecord)
+    case questionState(QuestionState)
+    case forgetQuestion(String)
+    case known(KnownHandleRecord)
+    case unknown(String, NormalizedHandle)
+    case session(SessionRecord)
+    case dropSessions(String)
+    case event(EventRecord)
+}
+
+/// A journal entry could not be read back.
+struct JournalError: Error, CustomStringConvertible {
+    let description: String
+}
+
+// MARK: - Binary form
+
+/// Appends little-endian varints and length-prefixed bytes.
+struct ByteWriter {
+    var bytes: [UInt8] = []
+
+    mutating func int(_ v: Int64) {
+        var u = UInt64(bitPattern: (v << 1) ^ (v >> 63))  // zigzag: small negatives stay short
+        while u >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: u) | 0x80)
+            u >>= 7
+        }
+        bytes.append(UInt8(u))
+    }
+
+    mutating func bool(_ b: Bool) { bytes.append(b ? 1 : 0) }
+
+    mutating func data(_ b: [UInt8]) {
+        int(Int64(b.count))
+        bytes.append(contentsOf: b)
+    }
+
+    mutating func string(_ s: String) {
+        int(Int64(s.utf8.count))
+        bytes.append(contentsOf: s.utf8)
+    }
+}
+
+/// Reads what `ByteWriter` wrote; throws on anything short or malformed.
+struct ByteReader {
+    let bytes: [UInt8]
+    var i = 0
+
+    var atEnd: Bool { i >= bytes.count }
+
+    mutating func byte() throws -> UInt8 {
+        guard i < bytes.count else { throw JournalError(description: "a journal entry ends early") }
+        defer { i += 1 }
+        return bytes[i]
+    }
+
+    mutating func int() throws -> Int64 {
+        var u: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let b = try byte()
+            guard shift < 64 else { throw JournalError(description: "a journal integer is too long") }
+            u |= UInt64(b & 0x7F) << shift
+            if b < 0x80 { break }
+            shift += 7
+        }
+        let v = Int64(bitPattern: u >> 1)
+        return u & 1 == 0 ? v : ~v
+    }
+
+    mutating func bool() throws -> Bool { try byte() != 0 }
+
+    mutating func data() throws -> [UInt8] {
+        let n = Int(try int())
+        guard n >= 0, n <= bytes.count - i else { throw JournalError(description: "a journal entry ends early") }
+        defer { i += n }
+        return Array(bytes[i..<(i + n)])
+    }
+
+    mutating func string() throws -> String {
+        let d = try data()
+        guard let s = String(validating: d, as: UTF8.self) else { throw JournalError(description: "invalid UTF-8 in the journal") }
+        return s
+    }
+
+    mutating func raw<T: RawRepresentable<String>>(_: T.Type) throws -> T {
+        let s = try string()
+        guard let v = T(rawValue: s) else { throw JournalError(description: "unknown value \"\(s)\" in the journal") }
+        return v
+    }
+}
+
+extension Change {
+    /// The changes of one commit as one journal entry.
+    static func encode(_ changes: [Change]) -> [UInt8] {
+        var w = ByteWriter()
+        w.bytes.reserveCapacity(changes.count * 256)
+        for c in changes { c.write(into: &w) }
+        return w.bytes
+    }
+
+    static func decode(_ bytes: [UInt8]) throws -> [Change] {
+        var r = ByteReader(bytes: bytes)
+        var out: [Change] = []
+        while !r.atEnd { out.append(try read(from: &r)) }
+        return out
+    }
+
+    private func write(into w: inout ByteWriter) {
+        switch self {
+        case .family(let id):
+            w.int(1)
+            w.string(id)
+        case .member(let m):
+            w.int(2)
+            w.string(m.id)
+            w.string(m.family)
+            w.string(m.role.rawValue)
+            w.data(m.tokenHash)
+            w.bool(m.removed)
+            w.bool(m.limitsEnabled)
+        case .question(let q):
+            w.int(3)
+            w.data(q.content.encoded)
+            w.string(q.child)
+            w.string(q.family)
+            w.int(q.createdAt.milliseconds)
+            Self.write(QuestionState(q), into: &w)
+        case .questionState(let s):
+            w.int(4)
+            Self.write(s, into: &w)
+        case .forgetQuestion(let id):
+            w.int(5)
+            w.string(id)
+        case .known(let k):
+            w.int(6)
+            w.string(k.child)
+            w.string(k.handle.kind.rawValue)
+            w.string(k.handle.value)
+            w.bool(k.permanent)
+            w.int(k.until?.milliseconds ?? -1)
+            w.int(Int64(k.actions.count))
+            for a in k.actions { w.string(a) }
+        case .unknown(let child, let h):
+            w.int(7)
+            w.string(child)
+            w.string(h.kind.rawValue)
+            w.string(h.value)
+        case .session(let s):
+            w.int(8)
+            w.string(s.member)
+            w.string(s.name)
+            w.int(s.cursor)
+            w.string(s.topics.map(\.rawValue).sorted().joined(separator: ","))
+        case .dropSessions(let member):
+            w.int(9)
+            w.string(member)
+        case .event(let e):
+            w.int(10)
+            w.string(e.member)
+            w.int(e.seq)
+            w.int(e.at.milliseconds)
+            w.string(e.topic?.rawValue ?? "")
+            w.data(e.frame)
+        }
+    }
+
+    private static func write(_ s: QuestionState, into w: inout ByteWriter) {
+        w.string(s.id)
+        w.string(s.status.rawValue)
+        w.int(s.attempt)
+        w.bool(s.outcome != nil)
+        if let o = s.outcome {
+            w.data(o.choice.json.encoded)
+            w.string(o.guardian)
+            w.int(o.answeredAt.milliseconds)
+        }
+    }
+
+    private static func readState(from r: inout ByteReader) throws -> QuestionState {
+        let id = try r.string()
+        let status = try r.raw(QuestionStatus.self)
+        let attempt = try r.int()
+        var outcome: Outcome?
+        if try r.bool() {
+            guard let choice = (try? JSON.parse(try r.data())).flatMap(Choice.init(json:)) else {
+                throw JournalError(description: "a journal outcome has no readable choice")
+            }
+            outcome = Outcome(choice: choice, guardian: try r.string(), answeredAt: Timestamp(milliseconds: try r.int()))
+        }
+        return QuestionState(id: id, status: status, attempt: attempt, outcome: outcome)
+    }
+
+    private static func read(from r: inout ByteReader) throws -> Change {
+        switch try r.int() {
+        case 1: return .family(try r.string())
+        case 2:
+            return .member(
+                MemberRecord(
+                    id: try r.string(), family: try r.string(), role: try r.raw(Role.self), tokenHash: try r.data(),
+                    removed: try r.bool(), limitsEnabled: try r.bool()))
+        case 3:
+            guard let content = QuestionContent(encoded: try r.data()) else {
+                throw JournalError(description: "a journal question cannot be read")
+            }
+            let child = try r.string(), family = try r.string(), createdAt = Timestamp(milliseconds: try r.int())
+            let s = try readState(from: &r)
+            return .question(
+                QuestionRecord(
+                    content: content, child: child, family: family, status: s.status, attempt: s.attempt,
+                    createdAt: createdAt, outcome: s.outcome))
+        case 4: return .questionState(try readState(from: &r))
+        case 5: return .forgetQuestion(try r.string())
+        case 6:
+            let child = try r.string()
+            let handle = NormalizedHandle(kind: try r.raw(HandleKind.self), value: try r.string())
+            let permanent = try r.bool()
+            let until = try r.int()
+            var actions: [String] = []
+            for _ in 0..<max(0, try r.int()) { actions.append(try r.string()) }
+            return .known(
+                KnownHandleRecord(
+                    child: child, handle: handle, permanent: permanent, until: until < 0 ? nil : Timestamp(milliseconds: until),
+                    actions: actions))
+        case 7: return .unknown(try r.string(), NormalizedHandle(kind: try r.raw(HandleKind.self), value: try r.string()))
+        case 8:
+            let member = try r.string(), name = try r.string(), cursor = try r.int()
+            let topics = Set(try r.string().split(separator: ",").compactMap { TopicKind(rawValue: String($0)) })
+            return .session(SessionRecord(member: member, name: name, cursor: cursor, topics: topics))
+        case 9: return .dropSessions(try r.string())
+        case 10:
+            let member = try r.string(), seq = try r.int(), at = Timestamp(milliseconds: try r.int())
+            let topic = try r.string()
+            return .event(
+                EventRecord(member: member, seq: seq, at: at, topic: topic.isEmpty ? nil : TopicKind(rawValue: topic), frame: try r.data()))
+        case let tag: throw JournalError(description: "unknown journal change \(tag)")
+        }
+    }
+}
+
+// MARK: - Folding into a snapshot
+
+extension StoreSnapshot {
+    /// Applies `changes` in order, as the tables would after writing them.
+    mutating func apply(_ changes: [Change]) {
+        guard !changes.isEmpty else { return }
+        var familySet = Set(families)
+        var memberAt = Dictionary(members.enumerated().map { ($1.id, $0) }, uniquingKeysWith: { $1 })
+        var questionsByID = Dictionary(questions.map { ($0.id, $0) }, uniquingKeysWith: { $1 })
+        var questionOrder = questions.map(\.id)
+        var knownByKey = Dictionary(knownHandles.map { ("\($0.child)\u{0}\($0.handle.key)", $0) }, uniquingKeysWith: { $1 })
+        var sessionsByKey = Dictionary(sessions.map { ("\($0.member)\u{0}\($0.name)", $0) }, uniquingKeysWith: { $1 })
+        for change in changes {
+            switch change {
+            case .family(let id):
+                if familySet.insert(id).inserted { families.append(id) }
+            case .member(let m):
+                if let i = memberAt[m.id] {
+                    members[i] = m
+                } else {
+                    memberAt[m.id] = members.count
+                    members.append(m)
+                }
+            case .question(let q):
+                if questionsByID.updateValue(q, forKey: q.id) == nil { questionOrder.append(q.id) }
+            case .questionState(let s):
+                if let q = questionsByID[s.id] { questionsByID[s.id] = s.applied(to: q) }
+            case .forgetQuestion(let id):
+                questionsByID[id] = nil
+            case .known(let k):
+                knownByKey["\(k.child)\u{0}\(k.handle.key)"] = k
+            case .unknown(let child, let h):
+                knownByKey["\(child)\u{0}\(h.key)"] = nil
+            case .session(let s):
+                sessionsByKey["\(s.member)\u{0}\(s.name)"] = s
+            case .dropSessions(let member):
+                sessionsByKey = sessionsByKey.filter { $0.value.member != member }
+            case .event(let e):
+                heads[e.member] = max(heads[e.member] ?? 0, e.seq)
+            }
+        }
+        questions = questionOrder.compactMap { questionsByID.removeValue(forKey: $0) }
+        knownHandles = Array(knownByKey.values)
+        sessions = Array(sessionsByKey.values)
+    }
+}
+
+extension [Change] {
+    /// The same changes with each question's successive writes folded into one, so a
+    /// question asked and answered between two checkpoints is written once. (Only these
+    /// changes touch a question's row, so folding them cannot reorder anything else.)
+    func foldingQuestions() -> [Change] {
+        var out: [Change] = []
+        out.reserveCapacity(count)
+        var last: [String: Int] = [:]
+        for change in self {
+            let id: String
+            switch change {
+            case .question(let q): id = q.id
+            case .questionState(let s): id = s.id
+            case .forgetQuestion(let qid): id = qid
+            default:
+                out.append(change)
+                continue
+            }
+            guard let i = last[id] else {
+                last[id] = out.count
+                out.append(change)
+                continue
+            }
+            switch (out[i], change) {
+            case (.question(let q), .questionState(let s)): out[i] = .question(s.applied(to: q))
+            case (.forgetQuestion, .questionState): break  // the state of a forgotten question changes nothing
+            default: out[i] = change  // a state after a state, or a full write or delete after anything
+            }
+        }
+        return out
+    }
+}

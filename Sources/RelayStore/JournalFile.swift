@@ -1,0 +1,146 @@
+// The append-only file where each commit lands as one record: one write() of exactly
+// its bytes, however small, where a database commit would rewrite whole pages.
+//
+// Layout: an 8-byte magic and an 8-byte generation, then records of
+// [payload length: UInt32 LE][checksum of the payload: UInt32 LE][payload].
+// A checkpoint writes the records into the database, records the generation there in
+// the same transaction, and then starts the file over at the next generation — so a
+// file whose generation the database already holds is known to be applied. Reading
+// stops at the first record that is short or fails its checksum (a write cut off by a
+// crash or a full disk), and the file is cut back to the last whole record.
+
+import Glibc
+
+final class JournalFile {
+    private static let magic: [UInt8] = Array("PRJOURN1".utf8)
+    private static let headerBytes = 16
+
+    let path: String
+    private let fd: Int32
+    private let syncEveryAppend: Bool
+    private let limitBytes: Int?
+    /// Where the next record goes.
+    private(set) var end: Int = 0
+    private(set) var generation: Int64 = 0
+
+    /// Opens (creating) the file. `limitBytes` makes it act full past that size (tests).
+    init(path: String, syncEveryAppend: Bool, limitBytes: Int?) throws {
+        self.path = path
+        self.syncEveryAppend = syncEveryAppend
+        self.limitBytes = limitBytes
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw Self.failure("could not open", path) }
+    }
+
+    deinit { close(fd) }
+
+    /// The records of the file if its generation is newer than `applied`; otherwise (or
+    /// when it is empty or not a journal) none, and the file starts over at `applied + 1`.
+    func readRecords(appliedGeneration applied: Int64) throws -> [[UInt8]] {
+        let size = Int(lseek(fd, 0, SEEK_END))
+        var bytes = [UInt8](repeating: 0, count: max(0, size))
+        var got = 0
+        while got < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + got, $0.count - got, off_t(got)) }
+            guard n > 0 else { throw Self.failure("could not read", path) }
+            got += n
+        }
+        guard bytes.count >= Self.headerBytes, Array(bytes[0..<8]) == Self.magic else {
+            try startOver(generation: applied + 1)
+            return []
+        }
+        let fileGeneration = Self.load(UInt64.self, bytes, 8).map { Int64(bitPattern: $0) } ?? 0
+        guard fileGeneration > applied else {
+            try startOver(generation: applied + 1)
+            return []
+        }
+        generation = fileGeneration
+        var records: [[UInt8]] = []
+        var at = Self.headerBytes
+        while let length = Self.load(UInt32.self, bytes, at).map(Int.init), let sum = Self.load(UInt32.self, bytes, at + 4),
+            at + 8 + length <= bytes.count
+        {
+            let payload = Array(bytes[(at + 8)..<(at + 8 + length)])
+            guard Checksum.of(payload) == sum else { break }
+            records.append(payload)
+            at += 8 + length
+        }
+        end = at
+        if at < bytes.count, ftruncate(fd, off_t(at)) != 0 { throw Self.failure("could not cut the torn end of", path) }
+        return records
+    }
+
+    /// Appends one record; on failure the file is left as it was.
+    func append(_ payload: [UInt8]) throws {
+        var record: [UInt8] = []
+        record.reserveCapacity(payload.count + 8)
+        withUnsafeBytes(of: UInt32(payload.count).littleEndian) { record.append(contentsOf: $0) }
+        withUnsafeBytes(of: Checksum.of(payload).littleEndian) { record.append(contentsOf: $0) }
+        record.append(contentsOf: payload)
+        if let limitBytes, end + record.count > limitBytes {
+            throw SQLiteError(code: 13, message: "the journal \(path) is full (limit \(limitBytes) bytes)")
+        }
+        do {
+            try write(record, at: end)
+            if syncEveryAppend, fdatasync(fd) != 0 { throw Self.failure("could not sync", path) }
+        } catch {
+            _ = ftruncate(fd, off_t(end))
+            throw error
+        }
+        end += record.count
+    }
+
+    /// Empties the file and starts `generation` (after a checkpoint recorded the one before).
+    func startOver(generation: Int64) throws {
+        guard ftruncate(fd, 0) == 0 else { throw Self.failure("could not empty", path) }
+        var header = Self.magic
+        withUnsafeBytes(of: UInt64(bitPattern: generation).littleEndian) { header.append(contentsOf: $0) }
+        try write(header, at: 0)
+        if syncEveryAppend, fsync(fd) != 0 { throw Self.failure("could not sync", path) }
+        self.generation = generation
+        end = header.count
+    }
+
+    private func write(_ bytes: [UInt8], at offset: Int) throws {
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(offset + done)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw Self.failure("could not write", path) }
+            done += n
+        }
+    }
+
+    private static func load<T: FixedWidthInteger>(_: T.Type, _ bytes: [UInt8], _ at: Int) -> T? {
+        guard at >= 0, at + MemoryLayout<T>.size <= bytes.count else { return nil }
+        var v: T = 0
+        withUnsafeMutableBytes(of: &v) { $0.copyBytes(from: bytes[at..<(at + MemoryLayout<T>.size)]) }
+        return T(littleEndian: v)
+    }
+
+    /// An error for a failed system call, as a store error (a full disk reads as full).
+    private static func failure(_ what: String, _ path: String) -> SQLiteError {
+        let e = errno
+        return SQLiteError(code: e == ENOSPC || e == EDQUOT ? 13 : 10, message: "\(what) \(path): \(String(cString: strerror(e)))")
+    }
+}
+
+/// A 32-bit FNV-1a over 8-byte words: cheap, and enough to tell a whole record from
+/// one cut off or damaged. Not for security.
+enum Checksum {
+    static func of(_ bytes: [UInt8]) -> UInt32 {
+        var h: UInt64 = 0xCBF2_9CE4_8422_2325
+        bytes.withUnsafeBytes { raw in
+            var i = 0
+            while i + 8 <= raw.count {
+                h = (h ^ raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* 0x100_0000_01B3
+                i += 8
+            }
+            while i < raw.count {
+                h = (h ^ UInt64(raw[i])) &* 0x100_0000_01B3
+                i += 1
+            }
+        }
+        return UInt32(truncatingIfNeeded: h ^ (h >> 32))
+    }
+}

@@ -1,0 +1,197 @@
+// The SQLite store's journal: committed changes survive a restart before any
+// checkpoint, a checkpoint moves them into the tables unchanged, and the binary form
+// reads back exactly what was written.
+
+import CSQLite
+import Foundation
+import RelayProtocol
+@testable import RelayStore
+import XCTest
+
+final class JournalTests: XCTestCase {
+    private var dir: URL!
+
+    override func setUp() {
+        dir = FileManager.default.temporaryDirectory.appendingPathComponent("journal-\(UUID().uuidString)")
+        try! FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() { try? FileManager.default.removeItem(at: dir) }
+
+    private var path: String { dir.appendingPathComponent("relay.db").path }
+
+    private func question(_ n: Int) throws -> QuestionRecord {
+        let q: JSONObject = [
+            "id": .string(UUID().uuidString),
+            "topic": .object([
+                "kind": "communication",
+                "personInformation": [.object(["handle": .object(["value": .string("+1 555 \(n)"), "kind": "phoneNumber"])])],
+            ]),
+        ]
+        return QuestionRecord(
+            content: try QuestionContent.validate(q, now: Timestamp(milliseconds: 0)), child: "c1", family: "fam",
+            status: .pending, attempt: 1, createdAt: Timestamp(milliseconds: Int64(n)))
+    }
+
+    private var journalPath: String { path + "-changes" }
+
+    /// The records in the journal file that the tables do not hold yet.
+    private func journalRecords() throws -> Int {
+        try JournalFile(path: journalPath, syncEveryAppend: false, limitBytes: nil).readRecords(appliedGeneration: 0).count
+    }
+
+    /// Several turns of every kind of change, committed and never checkpointed.
+    private func writeTurns(_ store: SQLiteStore) throws -> (answered: QuestionRecord, forgotten: String, pending: QuestionRecord) {
+        store.saveFamily("fam")
+        store.saveMember(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1, 2]))
+        store.saveMember(MemberRecord(id: "g1", family: "fam", role: .guardian, tokenHash: [3]))
+        try store.commit()
+        var answered = try question(1)
+        let forgotten = try question(2)
+        let pending = try question(3)
+        for q in [answered, forgotten, pending] { store.saveQuestion(q) }
+        store.appendEvent(EventRecord(member: "g1", seq: 1, at: Timestamp(milliseconds: 1), topic: nil, frame: Array("q1".utf8)))
+        store.saveSession(SessionRecord(member: "g1", name: "tab", cursor: 0, topics: []))
+        try store.commit()
+        answered.status = .answered
+        answered.outcome = Outcome(choice: .approve, guardian: "g1", answeredAt: Timestamp(milliseconds: 7))
+        store.saveQuestionState(answered)
+        store.deleteQuestion(id: forgotten.id)
+        let h = NormalizedHandle(kind: .phoneNumber, rawValue: "+1 555 1")!
+        store.saveKnownHandle(KnownHandleRecord(child: "c1", handle: h, permanent: true, until: nil, actions: ["message"]))
+        store.appendEvent(
+            EventRecord(member: "c1", seq: 1, at: Timestamp(milliseconds: 7), topic: .communication, frame: Array("r1".utf8)))
+        store.saveSession(SessionRecord(member: "g1", name: "tab", cursor: 1, topics: [.communication]))
+        try store.commit()
+        return (answered, forgotten.id, pending)
+    }
+
+    private func check(_ s: StoreSnapshot, _ w: (answered: QuestionRecord, forgotten: String, pending: QuestionRecord), _ when: String)
+    {
+        XCTAssertEqual(s.families, ["fam"], when)
+        XCTAssertEqual(Set(s.members.map(\.id)), ["c1", "g1"], when)
+        XCTAssertEqual(s.questions.first { $0.id == w.answered.id }, w.answered, when)
+        XCTAssertEqual(s.questions.first { $0.id == w.pending.id }, w.pending, when)
+        XCTAssertFalse(s.questions.contains { $0.id == w.forgotten }, when)
+        XCTAssertEqual(s.knownHandles.map(\.handle.value), ["+15551"], when)
+        XCTAssertEqual(s.sessions, [SessionRecord(member: "g1", name: "tab", cursor: 1, topics: [.communication])], when)
+        XCTAssertEqual(s.heads, ["g1": 1, "c1": 1], when)
+    }
+
+    func testCommittedChangesSurviveARestartBeforeAnyCheckpoint() throws {
+        let written = try writeTurns(try SQLiteStore(path: path))
+        XCTAssertEqual(try journalRecords(), 3, "one journal record per commit")
+        let reopened = try SQLiteStore(path: path)
+        check(try reopened.load(), written, "from the journal")
+        XCTAssertEqual(try reopened.events(member: "c1", after: 0, limit: 10).map(\.frame), [Array("r1".utf8)])
+        XCTAssertEqual(try reopened.oldestEventSeq(member: "g1"), 1)
+
+        try reopened.checkpoint()
+        XCTAssertEqual(try journalRecords(), 0, "a checkpoint empties the journal")
+        let after = try SQLiteStore(path: path)
+        check(try after.load(), written, "from the tables")
+        XCTAssertEqual(try after.events(member: "g1", after: 0, limit: 10).map(\.frame), [Array("q1".utf8)])
+    }
+
+    func testACommitPastTheThresholdCheckpointsFirst() throws {
+        let store = try SQLiteStore(path: path)
+        store.checkpointThreshold = 4
+        _ = try writeTurns(store)
+        XCTAssertEqual(try journalRecords(), 1, "the third commit found 8 changes waiting and wrote them into the tables")
+        for n in 0..<3 {
+            store.appendEvent(
+                EventRecord(member: "c1", seq: Int64(n + 2), at: Timestamp(milliseconds: 9), topic: nil, frame: [UInt8(n)]))
+        }
+        try store.commit()
+        XCTAssertEqual(
+            try store.events(member: "c1", after: 0, limit: 10).map(\.seq), [1, 2, 3, 4],
+            "events come back in order from the tables and the backlog together")
+        XCTAssertEqual(try store.events(member: "c1", after: 1, limit: 2).map(\.seq), [2, 3])
+    }
+
+    func testATornRecordAtTheEndIsCutAndWritingGoesOn() throws {
+        let written = try writeTurns(try SQLiteStore(path: path))
+        let whole = try Data(contentsOf: URL(fileURLWithPath: journalPath))
+        // A record cut off mid-write: a length that promises more than is there.
+        try (whole + Data([200, 0, 0, 0, 1, 2, 3])).write(to: URL(fileURLWithPath: journalPath))
+        let store = try SQLiteStore(path: path)
+        check(try store.load(), written, "with a torn tail")
+        store.saveFamily("later")
+        try store.commit()
+        // A record whose checksum fails is not read either.
+        var damaged = try Data(contentsOf: URL(fileURLWithPath: journalPath))
+        damaged[damaged.count - 1] ^= 0xFF
+        try damaged.write(to: URL(fileURLWithPath: journalPath))
+        XCTAssertEqual(try SQLiteStore(path: path).load().families, ["fam"])
+    }
+
+    func testAJournalTheTablesAlreadyHoldIsNotReadAgain() throws {
+        let store = try SQLiteStore(path: path)
+        let written = try writeTurns(store)
+        // A crash between the checkpoint's transaction and emptying the journal.
+        let before = try Data(contentsOf: URL(fileURLWithPath: journalPath))
+        try store.checkpoint()
+        try before.write(to: URL(fileURLWithPath: journalPath))
+        let reopened = try SQLiteStore(path: path)
+        check(try reopened.load(), written, "after the crash")
+        reopened.appendEvent(EventRecord(member: "c1", seq: 2, at: Timestamp(milliseconds: 9), topic: nil, frame: [2]))
+        try reopened.commit()
+        try reopened.checkpoint()  // would hit the events' primary key if the old journal were read again
+        XCTAssertEqual(try SQLiteStore(path: path).load().heads["c1"], 2)
+    }
+
+    func testAFailedCommitLeavesTheBacklogAsItWas() throws {
+        let store = try SQLiteStore(path: path)
+        let written = try writeTurns(store)
+        store.saveFamily("lost")
+        store.appendEvent(EventRecord(member: "c1", seq: 2, at: Timestamp(milliseconds: 9), topic: nil, frame: [9]))
+        store.discardChanges()
+        XCTAssertEqual(try store.events(member: "c1", after: 0, limit: 10).map(\.seq), [1])
+        check(try SQLiteStore(path: path).load(), written, "after a discarded turn")
+    }
+
+    func testEveryChangeReadsBackFromItsBinaryForm() throws {
+        var q = try question(4)
+        q.outcome = Outcome(
+            choice: Choice(id: "hour", title: "For an hour", answer: .approval, durationSeconds: 3600), guardian: "g\u{e9}",
+            answeredAt: Timestamp(milliseconds: -5))
+        let h = NormalizedHandle(kind: .emailAddress, rawValue: "Kim@Example.com")!
+        let changes: [Change] = [
+            .family("fam"),
+            .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: Array(0...255), removed: true, limitsEnabled: false)),
+            .question(q),
+            .questionState(QuestionState(q)),
+            .forgetQuestion(q.id),
+            .known(KnownHandleRecord(child: "c1", handle: h, permanent: false, until: Timestamp(milliseconds: 1 << 40), actions: [])),
+            .known(KnownHandleRecord(child: "c1", handle: h, permanent: true, until: nil, actions: ["message", "audioCall"])),
+            .unknown("c1", h),
+            .session(SessionRecord(member: "c1", name: "a.b-c", cursor: Int64.max, topics: [.communication, .significantAppUpdate])),
+            .dropSessions("c1"),
+            .event(EventRecord(member: "c1", seq: 1, at: Timestamp(milliseconds: 3), topic: .significantAppUpdate, frame: [])),
+            .event(EventRecord(member: "g1", seq: 300, at: Timestamp(milliseconds: 3), topic: nil, frame: Array(repeating: 0xFF, count: 70_000))),
+        ]
+        let bytes = Change.encode(changes)
+        XCTAssertEqual(try Change.decode(bytes), changes)
+        for cut in [1, bytes.count / 2, bytes.count - 1] {
+            XCTAssertThrowsError(try Change.decode(Array(bytes.prefix(cut))), "cut at \(cut)")
+        }
+    }
+
+    func testFoldingWritesEachQuestionOnceWithItsLastState() throws {
+        var a = try question(5)
+        let b = try question(6)
+        let pendingA = a
+        a.status = .answered
+        a.outcome = Outcome(choice: .decline, guardian: "g1", answeredAt: Timestamp(milliseconds: 8))
+        let folded = [
+            Change.question(pendingA), .family("f"), .questionState(QuestionState(a)), .question(b), .forgetQuestion(b.id),
+            .questionState(QuestionState(b)),
+        ].foldingQuestions()
+        XCTAssertEqual(folded, [.question(a), .family("f"), .forgetQuestion(b.id)])
+        var s = StoreSnapshot()
+        s.apply(folded)
+        var t = StoreSnapshot()
+        t.apply([.question(pendingA), .questionState(QuestionState(a)), .question(b), .forgetQuestion(b.id)])
+        XCTAssertEqual(s.questions, t.questions)
+    }
+}
