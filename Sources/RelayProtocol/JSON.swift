@@ -411,7 +411,9 @@ extension JSON {
                 case UInt8(ascii: "\""), UInt8(ascii: "\\"): out.append(contentsOf: [0x5C, c])
                 default:
                     let hex = Array("0123456789abcdef".utf8)
-                    out.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(c >> 4)], hex[Int(c & 0xF)]])
+                    out.append(contentsOf: [
+                        0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(c >> 4)], hex[Int(c & 0xF)],
+                    ])
                 }
             }
             out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...]))

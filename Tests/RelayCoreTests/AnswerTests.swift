@@ -27,9 +27,11 @@ final class AnswerTests: XCTestCase {
         XCTAssertEqual(resp[0].fields.map(\.key), ["type", "seq", "question", "choice", "guardian", "answeredAt"])
         let listed = h.ok(c, ["type": "questions"])["questions"]?.array?.first
         XCTAssertEqual(resp[0]["question"], listed)
-        XCTAssertEqual(resp[0]["question"]?.object?.fields.map(\.key), [
-            "id", "topic", "choices", "defaultChoice", "expirationDate", "child", "createdAt", "status", "attempt", "outcome",
-        ])
+        XCTAssertEqual(
+            resp[0]["question"]?.object?.fields.map(\.key),
+            [
+                "id", "topic", "choices", "defaultChoice", "expirationDate", "child", "createdAt", "status", "attempt", "outcome",
+            ])
         for g in [g1, g2] {
             let closed = h.drain(g)
             XCTAssertEqual(closed.count, 1)

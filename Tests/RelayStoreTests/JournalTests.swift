@@ -66,8 +66,7 @@ final class JournalTests: XCTestCase {
         return (answered, forgotten.id, pending)
     }
 
-    private func check(_ s: StoreSnapshot, _ w: (answered: QuestionRecord, forgotten: String, pending: QuestionRecord), _ when: String)
-    {
+    private func check(_ s: StoreSnapshot, _ w: (answered: QuestionRecord, forgotten: String, pending: QuestionRecord), _ when: String) {
         XCTAssertEqual(s.families, ["fam"], when)
         XCTAssertEqual(Set(s.members.map(\.id)), ["c1", "g1"], when)
         XCTAssertEqual(s.questions.first { $0.id == w.answered.id }, w.answered, when)
@@ -168,7 +167,9 @@ final class JournalTests: XCTestCase {
             .session(SessionRecord(member: "c1", name: "a.b-c", cursor: Int64.max, topics: [.communication, .significantAppUpdate])),
             .dropSessions("c1"),
             .event(EventRecord(member: "c1", seq: 1, at: Timestamp(milliseconds: 3), topic: .significantAppUpdate, frame: [])),
-            .event(EventRecord(member: "g1", seq: 300, at: Timestamp(milliseconds: 3), topic: nil, frame: Array(repeating: 0xFF, count: 70_000))),
+            .event(
+                EventRecord(
+                    member: "g1", seq: 300, at: Timestamp(milliseconds: 3), topic: nil, frame: Array(repeating: 0xFF, count: 70_000))),
         ]
         let bytes = Change.encode(changes)
         XCTAssertEqual(try Change.decode(bytes), changes)
