@@ -24,13 +24,42 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         let (y, m, d) = Timestamp.civil(fromDays: days)
         let secs = msOfDay / 1000
         let ms = msOfDay % 1000
-        func pad(_ v: Int64, _ w: Int) -> String {
-            let s = String(v)
-            return s.count >= w ? s : String(repeating: "0", count: w - s.count) + s
+        // Built as bytes: it is formatted for every event that carries a time.
+        var out: [UInt8] = []
+        out.reserveCapacity(24)
+        /// `v` (non-negative) in decimal, zero-padded to at least `width` digits.
+        func digits(_ v: Int64, _ width: Int) {
+            var div: Int64 = 1
+            var n = 1
+            while n < width || div <= v / 10 {
+                div *= 10
+                n += 1
+            }
+            var v = v
+            while div > 0 {
+                out.append(UInt8(48 + v / div))
+                v %= div
+                div /= 10
+            }
         }
-        var out = "\(pad(y, 4))-\(pad(m, 2))-\(pad(d, 2))T\(pad(secs / 3600, 2)):\(pad(secs / 60 % 60, 2)):\(pad(secs % 60, 2))"
-        if ms != 0 { out += ".\(pad(ms, 3))" }
-        return out + "Z"
+        if y < 0 { out.append(UInt8(ascii: "-")) }
+        digits(abs(y), 4)
+        out.append(UInt8(ascii: "-"))
+        digits(m, 2)
+        out.append(UInt8(ascii: "-"))
+        digits(d, 2)
+        out.append(UInt8(ascii: "T"))
+        digits(secs / 3600, 2)
+        out.append(UInt8(ascii: ":"))
+        digits(secs / 60 % 60, 2)
+        out.append(UInt8(ascii: ":"))
+        digits(secs % 60, 2)
+        if ms != 0 {
+            out.append(UInt8(ascii: "."))
+            digits(ms, 3)
+        }
+        out.append(UInt8(ascii: "Z"))
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`; nil when the text is not such a timestamp.

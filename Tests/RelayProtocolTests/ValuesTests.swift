@@ -23,6 +23,25 @@ final class ValuesTests: XCTestCase {
         }
     }
 
+    func testTimestampFormattingAgreesWithFoundation() {
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.timeZone = TimeZone(identifier: "UTC")
+        f.dateFormat = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
+        var rng = SplitMix(seed: 11)
+        // From 1600 (Foundation's calendar turns Julian before 1582) to 9999.
+        let first: Int64 = -11_676_096_000_000, last: Int64 = 253_402_300_799_999
+        for k in 0..<2000 {
+            var ms = first + Int64(rng.next() % UInt64(last - first))
+            if k % 2 == 0 { ms -= ms % 1000 }  // whole seconds are written without a fraction
+            var expected = f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+            if ms % 1000 == 0 { expected = expected.replacingOccurrences(of: ".000Z", with: "Z") }
+            XCTAssertEqual(Timestamp(milliseconds: ms).rfc3339, expected, "\(ms)")
+        }
+        XCTAssertEqual(Timestamp(milliseconds: 253_402_300_800_000).rfc3339, "10000-01-01T00:00:00Z")
+        XCTAssertEqual(Timestamp(milliseconds: -62_198_755_200_000).rfc3339, "-0001-01-01T00:00:00Z")
+    }
+
     func testHandleNormalization() {
         XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: " +1 (234) 567-890")?.value, "+1234567890")
         XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: "1234567890")?.value, "1234567890")
