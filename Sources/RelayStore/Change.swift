@@ -196,10 +196,7 @@ extension Change {
         case .event(let e):
             w.int(10)
             w.string(e.member)
-            w.int(e.seq)
-            w.int(e.at.milliseconds)
-            w.string(e.topic?.rawValue ?? "")
-            w.data(e.frame)
+            EventBatch.write(e, into: &w)
         }
     }
 
@@ -266,11 +263,7 @@ extension Change {
             let topics = Set(try r.string().split(separator: ",").compactMap { TopicKind(rawValue: String($0)) })
             return .session(SessionRecord(member: member, name: name, cursor: cursor, topics: topics))
         case 9: return .dropSessions(try r.string())
-        case 10:
-            let member = try r.string(), seq = try r.int(), at = Timestamp(milliseconds: try r.int())
-            let topic = try r.string()
-            return .event(
-                EventRecord(member: member, seq: seq, at: at, topic: topic.isEmpty ? nil : TopicKind(rawValue: topic), frame: try r.data()))
+        case 10: return .event(try EventBatch.read(member: try r.string(), from: &r))
         case let tag: throw JournalError(description: "unknown journal change \(tag)")
         }
     }

@@ -18,47 +18,23 @@ public enum SyncMode: String, Sendable, CaseIterable {
 }
 
 public final class SQLiteStore: RelayStore {
-    private let db: SQLiteDatabase
+    let db: SQLiteDatabase
     private let journal: JournalFile
     private let sync: SyncMode
     /// The journal generation the tables already hold.
     private var appliedGeneration: Int64 = 0
     /// This turn's changes, not yet committed.
     private var changes: [Change] = []
-    private var turnEvents: [String: [EventRecord]] = [:]
+    var turnEvents: [String: [EventRecord]] = [:]
     /// Committed to the journal, not yet written to the tables.
     private var backlog: [Change] = []
-    private var backlogEvents: [String: [EventRecord]] = [:]
+    var backlogEvents: [String: [EventRecord]] = [:]
     /// A commit first checkpoints once the backlog holds this many changes.
     public var checkpointThreshold = 4096
-
-    /// The schema, one step per version. Never edit a step that has shipped; add one.
-    static let migrations: [(name: String, sql: String)] = [
-        (
-            "initial schema",
-            """
-            CREATE TABLE families(id TEXT PRIMARY KEY) WITHOUT ROWID;
-            CREATE TABLE members(id TEXT PRIMARY KEY, family TEXT NOT NULL, role TEXT NOT NULL,
-                tokenHash BLOB NOT NULL, removed INTEGER NOT NULL, limitsEnabled INTEGER NOT NULL) WITHOUT ROWID;
-            CREATE TABLE questions(id TEXT PRIMARY KEY, child TEXT NOT NULL, family TEXT NOT NULL,
-                status TEXT NOT NULL, attempt INTEGER NOT NULL, createdAt INTEGER NOT NULL,
-                content TEXT NOT NULL, outcome TEXT) WITHOUT ROWID;
-            CREATE TABLE knownHandles(child TEXT NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL,
-                permanent INTEGER NOT NULL, until INTEGER, actions TEXT NOT NULL,
-                PRIMARY KEY(child, kind, value)) WITHOUT ROWID;
-            CREATE TABLE sessions(member TEXT NOT NULL, name TEXT NOT NULL, cursor INTEGER NOT NULL,
-                topics TEXT NOT NULL, PRIMARY KEY(member, name)) WITHOUT ROWID;
-            CREATE TABLE events(member TEXT NOT NULL, seq INTEGER NOT NULL, at INTEGER NOT NULL, topic TEXT,
-                frame BLOB NOT NULL, PRIMARY KEY(member, seq)) WITHOUT ROWID;
-            CREATE INDEX eventsByTime ON events(at);
-            CREATE TABLE heads(member TEXT PRIMARY KEY, head INTEGER NOT NULL) WITHOUT ROWID;
-            """
-        ),
-        (
-            "journal generation",
-            "CREATE TABLE settings(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
-        ),
-    ]
+    /// Each stored question's row key: rows are keyed in order of asking, so writing
+    /// new questions touches the table's last pages rather than one random page each.
+    private var questionKeys: [String: Int64] = [:]
+    private var lastQuestionKey: Int64 = 0
 
     /// Opens (creating if needed) the database at `path`, with its journal at
     /// `path-changes`, and brings its schema up to date. `maxPageCount` caps the
@@ -102,6 +78,7 @@ public final class SQLiteStore: RelayStore {
             let step = Self.migrations[version - 1]
             try db.transaction {
                 try db.exec(step.sql)
+                try step.convert?(db)
                 try db.run(
                     "INSERT INTO migrations(version, name, appliedAt) VALUES(?, ?, strftime('%s','now'))",
                     [.int(Int64(version)), .text(step.name)])
@@ -118,7 +95,8 @@ public final class SQLiteStore: RelayStore {
                     id: r.text(0), family: r.text(1), role: Role(rawValue: r.text(2)) ?? .child, tokenHash: r.blob(3),
                     removed: r.int(4) != 0, limitsEnabled: r.int(5) != 0))
         }
-        try db.run("SELECT child, family, status, attempt, createdAt, content, outcome FROM questions") { r in
+        questionKeys.removeAll()
+        try db.run("SELECT child, family, status, attempt, createdAt, content, outcome, key FROM questions ORDER BY key") { r in
             guard let c = QuestionContent(encoded: r.blob(5)),
                 let status = QuestionStatus(rawValue: r.text(2))
             else { throw SQLiteError(code: 11, message: "a stored question cannot be read: \(r.text(5).prefix(80))") }
@@ -132,6 +110,8 @@ public final class SQLiteStore: RelayStore {
                 QuestionRecord(
                     content: c, child: r.text(0), family: r.text(1), status: status, attempt: r.int(3),
                     createdAt: Timestamp(milliseconds: r.int(4)), outcome: outcome))
+            self.questionKeys[c.id] = r.int(7)
+            self.lastQuestionKey = max(self.lastQuestionKey, r.int(7))
         }
         try db.run("SELECT child, kind, value, permanent, until, actions FROM knownHandles") { r in
             guard let kind = HandleKind(rawValue: r.text(1)) else { return }
@@ -148,7 +128,7 @@ public final class SQLiteStore: RelayStore {
         try db.run("SELECT member, head FROM heads") { r in s.heads[r.text(0)] = r.int(1) }
         // One index lookup per member: a GROUP BY over the events would read them all.
         for m in s.members {
-            if let top = try db.scalar("SELECT max(seq) FROM events WHERE member = ?", [.text(m.id)]) {
+            if let top = try db.scalar("SELECT max(lastSeq) FROM eventBatches WHERE member = ?", [.text(m.id)]) {
                 s.heads[m.id] = max(s.heads[m.id] ?? 0, top)
             }
         }
@@ -185,30 +165,6 @@ public final class SQLiteStore: RelayStore {
 
     public var hasChanges: Bool { !changes.isEmpty }
 
-    public func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
-        var out: [EventRecord] = []
-        try db.run(
-            "SELECT seq, at, topic, frame FROM events WHERE member = ? AND seq > ? ORDER BY seq LIMIT ?",
-            [.text(member), .int(seq), .int(Int64(limit))]
-        ) { r in
-            out.append(
-                EventRecord(
-                    member: member, seq: r.int(0), at: Timestamp(milliseconds: r.int(1)),
-                    topic: r.isNull(2) ? nil : TopicKind(rawValue: r.text(2)), frame: r.blob(3)))
-        }
-        for pending in [backlogEvents[member], turnEvents[member]] {
-            guard out.count < limit, let pending else { continue }
-            let last = out.last?.seq ?? seq
-            out.append(contentsOf: pending.lazy.filter { $0.seq > last }.prefix(limit - out.count))
-        }
-        return out
-    }
-
-    public func oldestEventSeq(member: String) throws -> Int64? {
-        let stored = try db.scalar("SELECT min(seq) FROM events WHERE member = ?", [.text(member)])
-        return stored ?? backlogEvents[member]?.first?.seq ?? turnEvents[member]?.first?.seq
-    }
-
     public func commit() throws {
         guard !changes.isEmpty else { return }
         defer { discardChanges() }
@@ -231,11 +187,17 @@ public final class SQLiteStore: RelayStore {
             // even where commits otherwise need not (synchronous=NORMAL).
             if sync == .normal { try db.exec("PRAGMA synchronous = FULL") }
             defer { if sync == .normal { try? db.exec("PRAGMA synchronous = NORMAL") } }
+            var forgotten: [String] = []
             try db.transaction {
-                for change in backlog.foldingQuestions() { try write(change) }
+                for change in backlog.foldingQuestions() {
+                    if case .forgetQuestion(let id) = change { forgotten.append(id) }
+                    try write(change)
+                }
+                for (member, events) in backlogEvents { try insertBatch(member: member, events) }
                 try db.run(
                     "INSERT OR REPLACE INTO settings(key, value) VALUES('journalGeneration', ?)", [.int(generation)])
             }
+            for id in forgotten { questionKeys[id] = nil }  // only once their rows are surely gone
             appliedGeneration = generation
             backlog.removeAll(keepingCapacity: true)
             backlogEvents.removeAll(keepingCapacity: true)
@@ -260,18 +222,27 @@ public final class SQLiteStore: RelayStore {
                     .int(m.limitsEnabled ? 1 : 0),
                 ])
         case .question(let q):
+            let key =
+                questionKeys[q.id]
+                ?? {
+                    lastQuestionKey += 1
+                    questionKeys[q.id] = lastQuestionKey
+                    return lastQuestionKey
+                }()
             try db.run(
-                "INSERT OR REPLACE INTO questions(id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)",
                 [
-                    .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
+                    .int(key), .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
                     .int(q.createdAt.milliseconds), .text(String(decoding: q.content.encoded, as: UTF8.self)), Self.outcome(q.outcome),
                 ])
         case .forgetQuestion(let id):
-            try db.run("DELETE FROM questions WHERE id = ?", [.text(id)])
+            guard let key = questionKeys[id] else { return }
+            try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
         case .questionState(let q):
+            guard let key = questionKeys[q.id] else { return }
             try db.run(
-                "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE id = ?",
-                [.text(q.status.rawValue), .int(q.attempt), Self.outcome(q.outcome), .text(q.id)])
+                "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE key = ?",
+                [.text(q.status.rawValue), .int(q.attempt), Self.outcome(q.outcome), .int(key)])
         case .known(let k):
             try db.run(
                 "INSERT OR REPLACE INTO knownHandles(child, kind, value, permanent, until, actions) VALUES(?,?,?,?,?,?)",
@@ -289,10 +260,8 @@ public final class SQLiteStore: RelayStore {
                 [.text(s.member), .text(s.name), .int(s.cursor), .text(s.topics.map(\.rawValue).sorted().joined(separator: ","))])
         case .dropSessions(let member):
             try db.run("DELETE FROM sessions WHERE member = ?", [.text(member)])
-        case .event(let e):
-            try db.run(
-                "INSERT INTO events(member, seq, at, topic, frame) VALUES(?,?,?,?,?)",
-                [.text(e.member), .int(e.seq), .int(e.at.milliseconds), e.topic.map { .text($0.rawValue) } ?? .null, .blob(e.frame)])
+        case .event:
+            break  // written per member in batches
         }
     }
 
@@ -302,31 +271,5 @@ public final class SQLiteStore: RelayStore {
             "choice": o.choice.json, "guardian": .string(o.guardian), "answeredAt": .int(o.answeredAt.milliseconds),
         ])
         return .text(j.text)
-    }
-
-    public func pruneEvents(olderThan cutoff: Timestamp, acknowledged upTo: [String: Int64]) throws -> Int {
-        try checkpoint()  // the backlog's events are pruned like the others
-        var dropped = 0
-        try db.transaction {
-            // Heads are kept apart from the events so a stream's seq never repeats once its events are gone.
-            try db.run(
-                """
-                INSERT OR REPLACE INTO heads(member, head)
-                SELECT member, max(seq) FROM events
-                WHERE member IN (SELECT DISTINCT member FROM events WHERE at < ?) GROUP BY member
-                """, [.int(cutoff.milliseconds)])
-            for member in upTo.keys {
-                try db.run(
-                    "INSERT OR REPLACE INTO heads(member, head) SELECT member, max(seq) FROM events WHERE member = ? GROUP BY member",
-                    [.text(member)])
-            }
-            try db.run("DELETE FROM events WHERE at < ?", [.int(cutoff.milliseconds)])
-            dropped += db.changes
-            for (member, seq) in upTo where seq > 0 {
-                try db.run("DELETE FROM events WHERE member = ? AND seq <= ?", [.text(member), .int(seq)])
-                dropped += db.changes
-            }
-        }
-        return dropped
     }
 }

@@ -109,7 +109,7 @@ final class StoreContractTests: XCTestCase {
     func testSQLiteRecordsMigrationsAndRefusesANewerSchema() throws {
         let path = tempDir().appendingPathComponent("relay.db").path
         let store = try SQLiteStore(path: path)
-        XCTAssertEqual(try store.schemaVersion(), 2)
+        XCTAssertEqual(try store.schemaVersion(), 3)
         _ = try SQLiteStore(path: path)  // reopening migrates nothing
         var db: OpaquePointer?
         XCTAssertEqual(sqlite3_open(path, &db), 0)

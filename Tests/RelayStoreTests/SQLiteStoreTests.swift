@@ -1,6 +1,7 @@
-// The SQLite store's journal: committed changes survive a restart before any
-// checkpoint, a checkpoint moves them into the tables unchanged, and the binary form
-// reads back exactly what was written.
+// The SQLite store's own layout: committed changes survive a restart before any
+// checkpoint, a checkpoint moves them into the tables unchanged, the binary forms read
+// back exactly what was written, events live in per-member batches that prune exactly,
+// and an older schema is converted.
 
 import CSQLite
 import Foundation
@@ -8,7 +9,7 @@ import RelayProtocol
 @testable import RelayStore
 import XCTest
 
-final class JournalTests: XCTestCase {
+final class SQLiteStoreTests: XCTestCase {
     private var dir: URL!
 
     override func setUp() {
@@ -194,5 +195,62 @@ final class JournalTests: XCTestCase {
         var t = StoreSnapshot()
         t.apply([.question(pendingA), .questionState(QuestionState(a)), .question(b), .forgetQuestion(b.id)])
         XCTAssertEqual(s.questions, t.questions)
+    }
+
+    func testBatchesPruneToTheExactEventByTimeAndByAcknowledgement() throws {
+        let store = try SQLiteStore(path: path)
+        for seq in 1...10 {
+            store.appendEvent(
+                EventRecord(member: "g1", seq: Int64(seq), at: Timestamp(milliseconds: Int64(seq) * 100), topic: nil, frame: [UInt8(seq)]))
+        }
+        try store.commit()
+        try store.checkpoint()  // one batch of ten
+        XCTAssertEqual(try store.pruneEvents(olderThan: Timestamp(milliseconds: 250), acknowledged: ["g1": 6]), 6)
+        XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 100).map(\.seq), [7, 8, 9, 10])
+        XCTAssertEqual(try store.oldestEventSeq(member: "g1"), 7)
+        XCTAssertEqual(try store.events(member: "g1", after: 8, limit: 1).map(\.frame), [[9]])
+        XCTAssertEqual(try store.pruneEvents(olderThan: Timestamp(milliseconds: 2000), acknowledged: [:]), 4)
+        XCTAssertNil(try store.oldestEventSeq(member: "g1"))
+        XCTAssertEqual(try SQLiteStore(path: path).load().heads["g1"], 10, "the head outlives its events")
+    }
+
+    func testASchemaTwoDatabaseIsConverted() throws {
+        var db: OpaquePointer?
+        XCTAssertEqual(sqlite3_open(path, &db), SQLITE_OK)
+        let old = SQLiteStore.migrations.prefix(2).map(\.sql).joined(separator: "\n")
+        let q = try question(9)
+        let content = String(decoding: q.content.encoded, as: UTF8.self).replacingOccurrences(of: "'", with: "''")
+        var sql = """
+            CREATE TABLE migrations(version INTEGER PRIMARY KEY, name TEXT NOT NULL, appliedAt INTEGER NOT NULL);
+            \(old)
+            INSERT INTO migrations VALUES(1, 'initial schema', 0), (2, 'journal generation', 0);
+            INSERT INTO families VALUES('fam');
+            INSERT INTO members VALUES('g1', 'fam', 'guardian', x'00', 0, 1), ('c1', 'fam', 'child', x'00', 0, 1);
+            INSERT INTO questions VALUES('\(q.id)', 'c1', 'fam', 'pending', 1, 9, '\(content)', NULL);
+            """
+        for seq in 1...300 { sql += "INSERT INTO events VALUES('g1', \(seq), \(seq), NULL, x'\(String(format: "%02x", seq % 256))');\n" }
+        sql += "INSERT INTO events VALUES('c1', 1, 5, 'communication', x'ff');"
+        XCTAssertEqual(sqlite3_exec(db, sql, nil, nil, nil), SQLITE_OK, String(cString: sqlite3_errmsg(db)))
+        sqlite3_close(db)
+
+        let store = try SQLiteStore(path: path)
+        XCTAssertEqual(try store.schemaVersion(), 3)
+        let s = try store.load()
+        XCTAssertEqual(s.questions, [q])
+        XCTAssertEqual(s.heads, ["g1": 300, "c1": 1])
+        let events = try store.events(member: "g1", after: 0, limit: 1000)
+        XCTAssertEqual(events.map(\.seq), Array(1...300))
+        XCTAssertEqual(events.last?.frame, [UInt8(300 % 256)])
+        XCTAssertEqual(try store.events(member: "c1", after: 0, limit: 10).first?.topic, .communication)
+        // The converted question is updated in place and the next one follows it.
+        var answered = q
+        answered.status = .answered
+        answered.outcome = Outcome(choice: .approve, guardian: "g1", answeredAt: Timestamp(milliseconds: 10))
+        store.saveQuestionState(answered)
+        let next = try question(10)
+        store.saveQuestion(next)
+        try store.commit()
+        try store.checkpoint()
+        XCTAssertEqual(try SQLiteStore(path: path).load().questions, [answered, next])
     }
 }
