@@ -64,8 +64,9 @@ public enum QuestionLimits {
     public static let maxAvatarBytes = 256 * 1024
 }
 
-/// A question that passed validation, in canonical form.
-public struct QuestionContent: Sendable, Equatable {
+/// A question that passed validation, in canonical form. Immutable, and shared rather
+/// than copied: a question's record is copied into every change and lookup.
+public final class QuestionContent: Sendable, Equatable {
     /// Upper-case canonical UUID.
     public let id: String
     public let kind: TopicKind
@@ -80,6 +81,9 @@ public struct QuestionContent: Sendable, Equatable {
     public let encoded: [UInt8]
 
     public func choice(_ id: String) -> Choice? { choices.first { $0.id == id } }
+
+    /// Every field follows from the canonical encoding.
+    public static func == (a: QuestionContent, b: QuestionContent) -> Bool { a === b || a.encoded == b.encoded }
 
     /// `{id, topic, choices, defaultChoice, expirationDate?}`.
     public var json: JSONObject {
