@@ -3,11 +3,12 @@
 //
 // Layout: an 8-byte magic and an 8-byte generation, then records of
 // [payload length: UInt32 LE][checksum of the payload: UInt32 LE][payload].
-// A checkpoint writes the records into the database, records the generation there in
-// the same transaction, and then starts the file over at the next generation — so a
-// file whose generation the database already holds is known to be applied. Reading
-// stops at the first record that is short or fails its checksum (a write cut off by a
-// crash or a full disk), and the file is cut back to the last whole record.
+// The store keeps two such files and writes one generation into each in turn; a
+// checkpoint writes a generation's records into the database and records the generation
+// there in the same transaction, so a file whose generation the database already holds
+// is known to be applied and may start over. Reading stops at the first record that is
+// short or fails its checksum (a write cut off by a crash or a full disk), and the file
+// is cut back to the last whole record.
 
 import Glibc
 
@@ -34,9 +35,8 @@ final class JournalFile {
 
     deinit { close(fd) }
 
-    /// The records of the file if its generation is newer than `applied`; otherwise (or
-    /// when it is empty or not a journal) none, and the file starts over at `applied + 1`.
-    func readRecords(appliedGeneration applied: Int64) throws -> [[UInt8]] {
+    /// The file's generation and whole records; nil when it is empty or not a journal.
+    func read() throws -> (generation: Int64, records: [[UInt8]])? {
         let size = Int(lseek(fd, 0, SEEK_END))
         var bytes = [UInt8](repeating: 0, count: max(0, size))
         var got = 0
@@ -45,16 +45,8 @@ final class JournalFile {
             guard n > 0 else { throw Self.failure("could not read", path) }
             got += n
         }
-        guard bytes.count >= Self.headerBytes, Array(bytes[0..<8]) == Self.magic else {
-            try startOver(generation: applied + 1)
-            return []
-        }
-        let fileGeneration = Self.load(UInt64.self, bytes, 8).map { Int64(bitPattern: $0) } ?? 0
-        guard fileGeneration > applied else {
-            try startOver(generation: applied + 1)
-            return []
-        }
-        generation = fileGeneration
+        guard bytes.count >= Self.headerBytes, Array(bytes[0..<8]) == Self.magic else { return nil }
+        generation = Self.load(UInt64.self, bytes, 8).map { Int64(bitPattern: $0) } ?? 0
         var records: [[UInt8]] = []
         var at = Self.headerBytes
         while let length = Self.load(UInt32.self, bytes, at).map(Int.init), let sum = Self.load(UInt32.self, bytes, at + 4),
@@ -67,7 +59,7 @@ final class JournalFile {
         }
         end = at
         if at < bytes.count, ftruncate(fd, off_t(at)) != 0 { throw Self.failure("could not cut the torn end of", path) }
-        return records
+        return (generation, records)
     }
 
     /// Appends one record; on failure the file is left as it was.
@@ -90,7 +82,7 @@ final class JournalFile {
         end += record.count
     }
 
-    /// Empties the file and starts `generation` (after a checkpoint recorded the one before).
+    /// Empties the file and starts `generation` (once the database holds what it held).
     func startOver(generation: Int64) throws {
         guard ftruncate(fd, 0) == 0 else { throw Self.failure("could not empty", path) }
         var header = Self.magic

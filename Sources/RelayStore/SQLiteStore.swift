@@ -1,11 +1,13 @@
-// The durable store: one SQLite database in WAL mode and its journal file. Changes are
+// The durable store: one SQLite database in WAL mode and two journal files. Changes are
 // buffered as the core makes them; a commit (once per loop turn) appends them to the
-// journal as one compact record — one small sequential write, where a database commit
-// would rewrite every page the changes touch. A checkpoint later writes a whole backlog
-// of journaled changes into the tables in one transaction, where many turns share
-// pages and a question asked and answered in between is written once. Until then the
-// backlog is served from memory, and at load the journal is folded into what the
-// tables hold. Schema changes are numbered migrations recorded in the database itself.
+// current journal as one compact record — one small sequential write, where a database
+// commit would rewrite every page the changes touch. Once enough have gathered, the
+// journal's generation is handed to the table writer, which writes it into the tables
+// in one transaction on its own thread (where many turns share pages and a question
+// asked and answered in between is written once) while commits go on into the other
+// journal. Until written, changes are served from memory, and at load the journals
+// are folded into what the tables hold. Schema changes are numbered migrations recorded
+// in the database itself (SQLiteSchema.swift).
 
 import RelayProtocol
 
@@ -18,64 +20,71 @@ public enum SyncMode: String, Sendable, CaseIterable {
 }
 
 public final class SQLiteStore: RelayStore {
+    /// The loop's connection, for reading.
     let db: SQLiteDatabase
-    private let journal: JournalFile
-    private let sync: SyncMode
-    /// The journal generation the tables already hold.
-    private var appliedGeneration: Int64 = 0
+    let writer: TableWriter
+    /// Generation g is written to journals[g % 2].
+    private let journals: [JournalFile]
+    /// The generation commits append to.
+    private var generation: Int64 = 1
     /// This turn's changes, not yet committed.
     private var changes: [Change] = []
     var turnEvents: [String: [EventRecord]] = [:]
-    /// Committed to the journal, not yet written to the tables.
-    private var backlog: [Change] = []
-    var backlogEvents: [String: [EventRecord]] = [:]
-    /// A commit first checkpoints once the backlog holds this many changes.
+    /// Journaled in the current generation, not yet handed to the writer.
+    var backlog = Batch(generation: 1)
+    /// Handed to the writer and not yet reported written.
+    var sealed: Batch?
+    /// A commit hands the backlog to the writer once it holds this many changes (and
+    /// waits for the writer when eight times as many are waiting).
     public var checkpointThreshold = 4096
-    /// Each stored question's row key: rows are keyed in order of asking, so writing
-    /// new questions touches the table's last pages rather than one random page each.
-    private var questionKeys: [String: Int64] = [:]
-    private var lastQuestionKey: Int64 = 0
 
-    /// Opens (creating if needed) the database at `path`, with its journal at
-    /// `path-changes`, and brings its schema up to date. `maxPageCount` caps the
-    /// database's size, and the journal's at as many 4 KiB pages (tests fill the "disk").
+    /// Opens (creating if needed) the database at `path`, with its journals at
+    /// `path-changes.0` and `.1`, and brings its schema up to date. `maxPageCount` caps
+    /// the database's size, and each journal's at as many 4 KiB pages (tests fill the "disk").
     public init(path: String, sync: SyncMode = .normal, maxPageCount: Int? = nil) throws {
-        self.sync = sync
-        db = try SQLiteDatabase(path: path)
-        journal = try JournalFile(path: path + "-changes", syncEveryAppend: sync == .full, limitBytes: maxPageCount.map { $0 * 4096 })
-        try db.exec("PRAGMA busy_timeout = 2000")
-        if let maxPageCount { _ = try db.text("PRAGMA max_page_count = \(maxPageCount)") }
-        let mode = try db.text("PRAGMA journal_mode = WAL")
+        let writerDB = try SQLiteDatabase(path: path)
+        try writerDB.exec("PRAGMA busy_timeout = 2000")
+        if let maxPageCount { _ = try writerDB.text("PRAGMA max_page_count = \(maxPageCount)") }
+        let mode = try writerDB.text("PRAGMA journal_mode = WAL")
         guard mode?.lowercased() == "wal" else {
             throw SQLiteError(code: 1, message: "could not switch \(path) to WAL mode (got \(mode ?? "nothing"))")
         }
-        try db.exec("PRAGMA synchronous = \(sync == .full ? "FULL" : "NORMAL")")
-        // Keep the working set in memory (64 MiB) and checkpoint less often: every commit
-        // otherwise re-reads pages and every 1000 pages stalls the loop on a checkpoint.
-        try db.exec("PRAGMA cache_size = -65536")
-        try db.exec("PRAGMA wal_autocheckpoint = 8192")
-        try migrate()
-        try readJournal()
+        try writerDB.exec("PRAGMA synchronous = \(sync == .full ? "FULL" : "NORMAL")")
+        // Keep the working set in memory (64 MiB) and let the WAL grow to 32 MiB between
+        // its own checkpoints, which then copy many writes of a page at once.
+        try writerDB.exec("PRAGMA cache_size = -65536")
+        try writerDB.exec("PRAGMA wal_autocheckpoint = 8192")
+        try Self.migrate(writerDB)
+        db = try SQLiteDatabase(path: path)
+        try db.exec("PRAGMA busy_timeout = 2000")
+        try db.exec("PRAGMA cache_size = -16384")
+        journals = try (0..<2).map {
+            try JournalFile(path: "\(path)-changes.\($0)", syncEveryAppend: sync == .full, limitBytes: maxPageCount.map { $0 * 4096 })
+        }
+        writer = TableWriter(db: writerDB, sync: sync)
+        try readJournals()
     }
+
+    deinit { writer.stop() }
 
     /// The schema version this database is at.
     public func schemaVersion() throws -> Int {
         Int(try db.scalar("SELECT max(version) FROM migrations") ?? 0)
     }
 
-    private func migrate() throws {
+    private static func migrate(_ db: SQLiteDatabase) throws {
         try db.exec(
             "CREATE TABLE IF NOT EXISTS migrations(version INTEGER PRIMARY KEY, name TEXT NOT NULL, appliedAt INTEGER NOT NULL)"
         )
         let current = Int(try db.scalar("SELECT max(version) FROM migrations") ?? 0)
-        guard current <= Self.migrations.count else {
+        guard current <= migrations.count else {
             throw SQLiteError(
                 code: 1,
                 message:
-                    "the database has schema version \(current), newer than this relay knows (\(Self.migrations.count)); use a newer relay")
+                    "the database has schema version \(current), newer than this relay knows (\(migrations.count)); use a newer relay")
         }
-        for version in (current + 1)..<(Self.migrations.count + 1) {
-            let step = Self.migrations[version - 1]
+        for version in (current + 1)..<(migrations.count + 1) {
+            let step = migrations[version - 1]
             try db.transaction {
                 try db.exec(step.sql)
                 try step.convert?(db)
@@ -87,6 +96,7 @@ public final class SQLiteStore: RelayStore {
     }
 
     public func load() throws -> StoreSnapshot {
+        _ = writer.takeOutcome(wait: true)  // whatever it was, the tables and journals are read afresh
         var s = StoreSnapshot()
         try db.run("SELECT id FROM families ORDER BY id") { r in s.families.append(r.text(0)) }
         try db.run("SELECT id, family, role, tokenHash, removed, limitsEnabled FROM members") { r in
@@ -95,24 +105,7 @@ public final class SQLiteStore: RelayStore {
                     id: r.text(0), family: r.text(1), role: Role(rawValue: r.text(2)) ?? .child, tokenHash: r.blob(3),
                     removed: r.int(4) != 0, limitsEnabled: r.int(5) != 0))
         }
-        questionKeys.removeAll()
-        try db.run("SELECT child, family, status, attempt, createdAt, content, outcome, key FROM questions ORDER BY key") { r in
-            guard let c = QuestionContent(encoded: r.blob(5)),
-                let status = QuestionStatus(rawValue: r.text(2))
-            else { throw SQLiteError(code: 11, message: "a stored question cannot be read: \(r.text(5).prefix(80))") }
-            var outcome: Outcome?
-            if !r.isNull(6), let o = try? JSON.parse(r.text(6)), let choice = o["choice"].flatMap(Choice.init(json:)),
-                let g = o["guardian"]?.string, let at = o["answeredAt"]?.int
-            {
-                outcome = Outcome(choice: choice, guardian: g, answeredAt: Timestamp(milliseconds: at))
-            }
-            s.questions.append(
-                QuestionRecord(
-                    content: c, child: r.text(0), family: r.text(1), status: status, attempt: r.int(3),
-                    createdAt: Timestamp(milliseconds: r.int(4)), outcome: outcome))
-            self.questionKeys[c.id] = r.int(7)
-            self.lastQuestionKey = max(self.lastQuestionKey, r.int(7))
-        }
+        try writer.exclusive { try $0.loadQuestions(into: &s) }
         try db.run("SELECT child, kind, value, permanent, until, actions FROM knownHandles") { r in
             guard let kind = HandleKind(rawValue: r.text(1)) else { return }
             let actions = (try? JSON.parse(r.text(5)))?.array?.compactMap(\.string) ?? []
@@ -132,22 +125,29 @@ public final class SQLiteStore: RelayStore {
                 s.heads[m.id] = max(s.heads[m.id] ?? 0, top)
             }
         }
-        try readJournal()
-        s.apply(backlog)
+        try readJournals()
+        s.apply(backlog.changes)
         return s
     }
 
-    /// Takes the journal's records the tables do not hold yet as the backlog.
-    private func readJournal() throws {
+    /// Takes the journals' records the tables do not hold yet as the backlog, and goes on
+    /// appending to the newest of those journals (or starts the next one).
+    private func readJournals() throws {
         discardChanges()
-        backlog.removeAll()
-        backlogEvents.removeAll()
-        appliedGeneration = try db.scalar("SELECT value FROM settings WHERE key = 'journalGeneration'") ?? 0
-        for record in try journal.readRecords(appliedGeneration: appliedGeneration) {
-            backlog.append(contentsOf: try Change.decode(record))
+        sealed = nil
+        let applied = try db.scalar("SELECT value FROM settings WHERE key = 'journalGeneration'") ?? 0
+        let unapplied = try journals.compactMap { try $0.read() }.filter { $0.generation > applied }
+            .sorted { $0.generation < $1.generation }
+        generation = unapplied.last?.generation ?? applied + 1
+        backlog = Batch(generation: generation)
+        for journal in unapplied {
+            for record in journal.records { backlog.changes.append(contentsOf: try Change.decode(record)) }
         }
-        for case .event(let e) in backlog { backlogEvents[e.member, default: []].append(e) }
+        for case .event(let e) in backlog.changes { backlog.events[e.member, default: []].append(e) }
+        if unapplied.isEmpty { try journal(for: generation).startOver(generation: generation) }
     }
+
+    private func journal(for generation: Int64) -> JournalFile { journals[Int(generation % 2)] }
 
     public func saveFamily(_ id: String) { changes.append(.family(id)) }
     public func saveMember(_ member: MemberRecord) { changes.append(.member(member)) }
@@ -168,11 +168,12 @@ public final class SQLiteStore: RelayStore {
     public func commit() throws {
         guard !changes.isEmpty else { return }
         defer { discardChanges() }
-        if backlog.count >= checkpointThreshold { try checkpoint() }
-        try startJournalOverIfApplied()
-        try journal.append(Change.encode(changes))
-        backlog.append(contentsOf: changes)
-        for (member, events) in turnEvents { backlogEvents[member, default: []].append(contentsOf: events) }
+        if sealed != nil && backlog.changes.count >= 8 * checkpointThreshold { try settle(wait: true) }
+        try settle(wait: false)
+        if sealed == nil && backlog.changes.count >= checkpointThreshold { try handOver() }
+        try journal(for: generation).append(Change.encode(changes))
+        backlog.changes.append(contentsOf: changes)
+        for (member, events) in turnEvents { backlog.events[member, default: []].append(contentsOf: events) }
     }
 
     public func discardChanges() {
@@ -180,96 +181,36 @@ public final class SQLiteStore: RelayStore {
         turnEvents.removeAll(keepingCapacity: true)
     }
 
+    /// Hands the backlog to the writer and starts the next generation in the other journal.
+    private func handOver() throws {
+        try journal(for: generation + 1).startOver(generation: generation + 1)
+        sealed = backlog
+        writer.submit(backlog)
+        generation += 1
+        backlog = Batch(generation: generation)
+    }
+
+    /// Takes the writer's outcome: a written batch is dropped from memory; an error is
+    /// thrown (the caller reloads, which reads the journals again).
+    func settle(wait: Bool) throws {
+        guard sealed != nil, let outcome = writer.takeOutcome(wait: wait) else { return }
+        _ = try outcome.get()
+        sealed = nil
+    }
+
     public func checkpoint() throws {
-        if !backlog.isEmpty {
-            let generation = journal.generation
-            // The journal is emptied after this, so this transaction must reach the disk
-            // even where commits otherwise need not (synchronous=NORMAL).
-            if sync == .normal { try db.exec("PRAGMA synchronous = FULL") }
-            defer { if sync == .normal { try? db.exec("PRAGMA synchronous = NORMAL") } }
-            var forgotten: [String] = []
-            try db.transaction {
-                for change in backlog.foldingQuestions() {
-                    if case .forgetQuestion(let id) = change { forgotten.append(id) }
-                    try write(change)
-                }
-                for (member, events) in backlogEvents { try insertBatch(member: member, events) }
-                try db.run(
-                    "INSERT OR REPLACE INTO settings(key, value) VALUES('journalGeneration', ?)", [.int(generation)])
-            }
-            for id in forgotten { questionKeys[id] = nil }  // only once their rows are surely gone
-            appliedGeneration = generation
-            backlog.removeAll(keepingCapacity: true)
-            backlogEvents.removeAll(keepingCapacity: true)
-        }
-        try startJournalOverIfApplied()
+        try settle(wait: true)
+        guard !backlog.changes.isEmpty else { return }
+        // The next journal starts first: nothing may be appended to a generation once written.
+        try journal(for: generation + 1).startOver(generation: generation + 1)
+        let batch = backlog
+        try writer.exclusive { try $0.write(batch) }
+        generation += 1
+        backlog = Batch(generation: generation)
     }
 
-    /// Once the tables hold the journal's generation, the journal starts the next one.
-    private func startJournalOverIfApplied() throws {
-        if journal.generation <= appliedGeneration { try journal.startOver(generation: appliedGeneration + 1) }
-    }
-
-    private func write(_ change: Change) throws {
-        switch change {
-        case .family(let id):
-            try db.run("INSERT OR IGNORE INTO families(id) VALUES(?)", [.text(id)])
-        case .member(let m):
-            try db.run(
-                "INSERT OR REPLACE INTO members(id, family, role, tokenHash, removed, limitsEnabled) VALUES(?,?,?,?,?,?)",
-                [
-                    .text(m.id), .text(m.family), .text(m.role.rawValue), .blob(m.tokenHash), .int(m.removed ? 1 : 0),
-                    .int(m.limitsEnabled ? 1 : 0),
-                ])
-        case .question(let q):
-            let key =
-                questionKeys[q.id]
-                ?? {
-                    lastQuestionKey += 1
-                    questionKeys[q.id] = lastQuestionKey
-                    return lastQuestionKey
-                }()
-            try db.run(
-                "INSERT OR REPLACE INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)",
-                [
-                    .int(key), .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
-                    .int(q.createdAt.milliseconds), .text(String(decoding: q.content.encoded, as: UTF8.self)), Self.outcome(q.outcome),
-                ])
-        case .forgetQuestion(let id):
-            guard let key = questionKeys[id] else { return }
-            try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
-        case .questionState(let q):
-            guard let key = questionKeys[q.id] else { return }
-            try db.run(
-                "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE key = ?",
-                [.text(q.status.rawValue), .int(q.attempt), Self.outcome(q.outcome), .int(key)])
-        case .known(let k):
-            try db.run(
-                "INSERT OR REPLACE INTO knownHandles(child, kind, value, permanent, until, actions) VALUES(?,?,?,?,?,?)",
-                [
-                    .text(k.child), .text(k.handle.kind.rawValue), .text(k.handle.value), .int(k.permanent ? 1 : 0),
-                    k.until.map { .int($0.milliseconds) } ?? .null, .text(JSON.array(k.actions.map { .string($0) }).text),
-                ])
-        case .unknown(let child, let h):
-            try db.run(
-                "DELETE FROM knownHandles WHERE child = ? AND kind = ? AND value = ?",
-                [.text(child), .text(h.kind.rawValue), .text(h.value)])
-        case .session(let s):
-            try db.run(
-                "INSERT OR REPLACE INTO sessions(member, name, cursor, topics) VALUES(?,?,?,?)",
-                [.text(s.member), .text(s.name), .int(s.cursor), .text(s.topics.map(\.rawValue).sorted().joined(separator: ","))])
-        case .dropSessions(let member):
-            try db.run("DELETE FROM sessions WHERE member = ?", [.text(member)])
-        case .event:
-            break  // written per member in batches
-        }
-    }
-
-    private static func outcome(_ outcome: Outcome?) -> SQLValue {
-        guard let o = outcome else { return .null }
-        let j: JSON = .object([
-            "choice": o.choice.json, "guardian": .string(o.guardian), "answeredAt": .int(o.answeredAt.milliseconds),
-        ])
-        return .text(j.text)
-    }
+    /// Changes journaled and not yet in the tables (for tests).
+    var journaledChanges: Int { backlog.changes.count + (sealed?.changes.count ?? 0) }
+    /// The journal commits append to (for tests).
+    var currentJournalPath: String { journal(for: generation).path }
 }

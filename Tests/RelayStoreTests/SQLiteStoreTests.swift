@@ -34,13 +34,6 @@ final class SQLiteStoreTests: XCTestCase {
             status: .pending, attempt: 1, createdAt: Timestamp(milliseconds: Int64(n)))
     }
 
-    private var journalPath: String { path + "-changes" }
-
-    /// The records in the journal file that the tables do not hold yet.
-    private func journalRecords() throws -> Int {
-        try JournalFile(path: journalPath, syncEveryAppend: false, limitBytes: nil).readRecords(appliedGeneration: 0).count
-    }
-
     /// Several turns of every kind of change, committed and never checkpointed.
     private func writeTurns(_ store: SQLiteStore) throws -> (answered: QuestionRecord, forgotten: String, pending: QuestionRecord) {
         store.saveFamily("fam")
@@ -80,24 +73,23 @@ final class SQLiteStoreTests: XCTestCase {
 
     func testCommittedChangesSurviveARestartBeforeAnyCheckpoint() throws {
         let written = try writeTurns(try SQLiteStore(path: path))
-        XCTAssertEqual(try journalRecords(), 3, "one journal record per commit")
         let reopened = try SQLiteStore(path: path)
+        XCTAssertEqual(reopened.journaledChanges, 13, "every change of the three commits, from the journal")
         check(try reopened.load(), written, "from the journal")
         XCTAssertEqual(try reopened.events(member: "c1", after: 0, limit: 10).map(\.frame), [Array("r1".utf8)])
         XCTAssertEqual(try reopened.oldestEventSeq(member: "g1"), 1)
 
         try reopened.checkpoint()
-        XCTAssertEqual(try journalRecords(), 0, "a checkpoint empties the journal")
         let after = try SQLiteStore(path: path)
+        XCTAssertEqual(after.journaledChanges, 0, "after a checkpoint the journals hold nothing the tables lack")
         check(try after.load(), written, "from the tables")
         XCTAssertEqual(try after.events(member: "g1", after: 0, limit: 10).map(\.frame), [Array("q1".utf8)])
     }
 
-    func testACommitPastTheThresholdCheckpointsFirst() throws {
+    func testACommitPastTheThresholdHandsTheBacklogToTheWriter() throws {
         let store = try SQLiteStore(path: path)
         store.checkpointThreshold = 4
-        _ = try writeTurns(store)
-        XCTAssertEqual(try journalRecords(), 1, "the third commit found 8 changes waiting and wrote them into the tables")
+        let written = try writeTurns(store)  // the third commit finds 8 changes waiting and hands them over
         for n in 0..<3 {
             store.appendEvent(
                 EventRecord(member: "c1", seq: Int64(n + 2), at: Timestamp(milliseconds: 9), topic: nil, frame: [UInt8(n)]))
@@ -105,39 +97,51 @@ final class SQLiteStoreTests: XCTestCase {
         try store.commit()
         XCTAssertEqual(
             try store.events(member: "c1", after: 0, limit: 10).map(\.seq), [1, 2, 3, 4],
-            "events come back in order from the tables and the backlog together")
+            "events come back in order from the tables, the writer's hands and the backlog together")
         XCTAssertEqual(try store.events(member: "c1", after: 1, limit: 2).map(\.seq), [2, 3])
+        try store.settle(wait: true)
+        let reopened = try SQLiteStore(path: path)
+        XCTAssertEqual(reopened.journaledChanges, 8, "the first 8 changes are in the tables, the last 8 in the journal")
+        let s = try reopened.load()
+        XCTAssertEqual(s.questions.first { $0.id == written.answered.id }, written.answered)
+        XCTAssertEqual(s.heads, ["g1": 1, "c1": 4])
+        XCTAssertEqual(try reopened.events(member: "c1", after: 0, limit: 10).map(\.seq), [1, 2, 3, 4])
     }
 
     func testATornRecordAtTheEndIsCutAndWritingGoesOn() throws {
-        let written = try writeTurns(try SQLiteStore(path: path))
-        let whole = try Data(contentsOf: URL(fileURLWithPath: journalPath))
+        let first = try SQLiteStore(path: path)
+        let written = try writeTurns(first)
+        let journal = URL(fileURLWithPath: first.currentJournalPath)
+        let whole = try Data(contentsOf: journal)
         // A record cut off mid-write: a length that promises more than is there.
-        try (whole + Data([200, 0, 0, 0, 1, 2, 3])).write(to: URL(fileURLWithPath: journalPath))
+        try (whole + Data([200, 0, 0, 0, 1, 2, 3])).write(to: journal)
         let store = try SQLiteStore(path: path)
         check(try store.load(), written, "with a torn tail")
         store.saveFamily("later")
         try store.commit()
+        XCTAssertEqual(try SQLiteStore(path: path).load().families, ["fam", "later"], "appended after the cut")
         // A record whose checksum fails is not read either.
-        var damaged = try Data(contentsOf: URL(fileURLWithPath: journalPath))
+        var damaged = try Data(contentsOf: journal)
         damaged[damaged.count - 1] ^= 0xFF
-        try damaged.write(to: URL(fileURLWithPath: journalPath))
+        try damaged.write(to: journal)
         XCTAssertEqual(try SQLiteStore(path: path).load().families, ["fam"])
     }
 
     func testAJournalTheTablesAlreadyHoldIsNotReadAgain() throws {
         let store = try SQLiteStore(path: path)
         let written = try writeTurns(store)
-        // A crash between the checkpoint's transaction and emptying the journal.
-        let before = try Data(contentsOf: URL(fileURLWithPath: journalPath))
+        let journal = store.currentJournalPath
         try store.checkpoint()
-        try before.write(to: URL(fileURLWithPath: journalPath))
+        XCTAssertGreaterThan(try Data(contentsOf: URL(fileURLWithPath: journal)).count, 100, "the written journal keeps its bytes")
         let reopened = try SQLiteStore(path: path)
-        check(try reopened.load(), written, "after the crash")
+        XCTAssertEqual(reopened.journaledChanges, 0)
+        check(try reopened.load(), written, "after a restart")
         reopened.appendEvent(EventRecord(member: "c1", seq: 2, at: Timestamp(milliseconds: 9), topic: nil, frame: [2]))
         try reopened.commit()
-        try reopened.checkpoint()  // would hit the events' primary key if the old journal were read again
-        XCTAssertEqual(try SQLiteStore(path: path).load().heads["c1"], 2)
+        try reopened.checkpoint()
+        let last = try SQLiteStore(path: path)
+        XCTAssertEqual(try last.events(member: "c1", after: 0, limit: 10).map(\.seq), [1, 2], "nothing written twice")
+        XCTAssertEqual(try last.load().heads["c1"], 2)
     }
 
     func testAFailedCommitLeavesTheBacklogAsItWas() throws {
