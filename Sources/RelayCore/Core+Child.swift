@@ -172,9 +172,9 @@ extension RelayCore {
 
     /// `questionJSON(q)` encoded, spliced onto the content's bytes instead of re-encoding them.
     func questionBytes(_ q: QuestionRecord) -> [UInt8] {
-        var out = q.content.encoded
-        out.reserveCapacity(out.count + 160)
-        out.removeLast()  // the content's closing brace
+        var out: [UInt8] = []
+        out.reserveCapacity(q.content.encoded.count + 200)
+        out.append(contentsOf: q.content.encoded.dropLast())  // all but the closing brace
         func field(_ name: StaticString, _ value: JSON) {
             out.append(UInt8(ascii: ","))
             JSON.string(name.description).encode(into: &out)
@@ -229,12 +229,13 @@ extension RelayCore {
 
     /// Appends `questionClosed` to every guardian's stream of the question's family.
     func tellGuardiansClosed(_ q: QuestionRecord, reason: QuestionStatus, by guardian: String?, now: Timestamp) {
-        var event: JSONObject = [
-            "type": "questionClosed", "questionId": .string(q.id), "child": .string(q.child), "reason": .string(reason.rawValue),
-        ]
+        var event: JSONObject = ["questionId": .string(q.id), "child": .string(q.child), "reason": .string(reason.rawValue)]
         if let guardian { event["by"] = .string(guardian) }
+        var fields: [UInt8] = []
+        event.encodeFields(into: &fields)
+        fields.removeFirst()
         for g in families[q.family]?.guardians ?? [] {
-            appendEvent(to: g, topic: nil, event, now: now)
+            appendEvent(to: g, topic: nil, type: "questionClosed", encodedFields: fields, now: now)
         }
     }
 }

@@ -36,8 +36,7 @@ extension RelayCore {
             // responseFields(q), with the question spliced in as bytes.
             var fields = Array(#""question":"#.utf8) + questionBytes(q)
             let rest: JSONObject = ["choice": choice.json, "guardian": .string(r.member), "answeredAt": .string(r.now.rfc3339)]
-            fields.append(UInt8(ascii: ","))
-            fields.append(contentsOf: rest.encoded.dropFirst().dropLast())
+            rest.encodeFields(into: &fields)
             appendEvent(to: q.child, topic: q.content.kind, type: "response", encodedFields: fields, now: r.now)
         }
         tellGuardiansClosed(q, reason: .answered, by: r.member, now: r.now)

@@ -119,31 +119,30 @@ extension RelayCore {
 
     /// Appends an event to `member`'s stream; it is delivered after the current reply.
     func appendEvent(to member: String, topic: TopicKind?, _ fields: JSONObject, now: Timestamp) {
-        var rest = JSONObject(fields.fields.filter { $0.key != "type" }).encoded
-        rest.removeFirst()
-        rest.removeLast()
-        appendEvent(to: member, topic: topic, type: fields["type"]?.string ?? "", encodedFields: rest, now: now)
+        var rest: [UInt8] = []
+        JSONObject(fields.fields.filter { $0.key != "type" }).encodeFields(into: &rest)
+        appendEvent(to: member, topic: topic, type: fields["type"]?.string ?? "", encodedFields: rest.dropFirst(), now: now)
     }
 
     /// Appends an event whose fields after `type` and `seq` are already encoded
     /// (`"key":value,…` without braces), so one encoding serves every recipient.
-    func appendEvent(to member: String, topic: TopicKind?, type: String, encodedFields: [UInt8], now: Timestamp) {
+    func appendEvent(
+        to member: String, topic: TopicKind?, type: String, encodedFields: some Collection<UInt8>, now: Timestamp
+    ) {
         let seq = (heads[member] ?? 0) + 1
         heads[member] = seq
-        var frame: [UInt8] = [0, 0, 0, 0]
-        frame.reserveCapacity(encodedFields.count + 48)
-        frame.append(contentsOf: #"{"type":"#.utf8)
-        JSON.string(type).encode(into: &frame)
-        frame.append(contentsOf: #","seq":"#.utf8)
-        frame.append(contentsOf: String(seq).utf8)
-        if !encodedFields.isEmpty {
-            frame.append(UInt8(ascii: ","))
-            frame.append(contentsOf: encodedFields)
+        let bytes = frame(capacity: encodedFields.count + 48) { out in
+            out.append(contentsOf: #"{"type":"#.utf8)
+            JSON.string(type).encode(into: &out)
+            out.append(contentsOf: #","seq":"#.utf8)
+            out.append(contentsOf: String(seq).utf8)
+            if !encodedFields.isEmpty {
+                out.append(UInt8(ascii: ","))
+                out.append(contentsOf: encodedFields)
+            }
+            out.append(UInt8(ascii: "}"))
         }
-        frame.append(UInt8(ascii: "}"))
-        let n = UInt32(frame.count - 4)
-        frame.replaceSubrange(0..<4, with: [UInt8(n >> 24), UInt8(n >> 16 & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n & 0xFF)])
-        let event = EventRecord(member: member, seq: seq, at: now, topic: topic, frame: frame)
+        let event = EventRecord(member: member, seq: seq, at: now, topic: topic, frame: bytes)
         store.appendEvent(event)
         deferred.append(event)
     }

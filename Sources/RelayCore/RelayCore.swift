@@ -249,10 +249,17 @@ public final class RelayCore {
     func reply(_ conn: ConnectionID, _ id: String?, _ result: Result<JSONObject, RequestError>) {
         switch result {
         case .success(let fields):
-            var o: JSONObject = ["type": "ok"]
-            if let id { o["re"] = .string(id) }
-            for f in fields.fields { o[f.key] = f.value }
-            send(conn, o)
+            send(
+                conn,
+                frame { out in
+                    out.append(contentsOf: #"{"type":"ok""#.utf8)
+                    if let id {
+                        out.append(contentsOf: #","re":"#.utf8)
+                        JSON.string(id).encode(into: &out)
+                    }
+                    fields.encodeFields(into: &out)
+                    out.append(UInt8(ascii: "}"))
+                })
         case .failure(let e):
             send(conn, e.frame(re: id))
         }

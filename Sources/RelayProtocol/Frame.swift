@@ -73,17 +73,30 @@ public func framed(_ body: [UInt8]) -> [UInt8] {
     return out
 }
 
+/// A complete frame whose body `writeBody` appends: the length header is filled in after.
+public func frame(capacity: Int = 256, _ writeBody: (inout [UInt8]) -> Void) -> [UInt8] {
+    var out: [UInt8] = [0, 0, 0, 0]
+    out.reserveCapacity(capacity + 4)
+    writeBody(&out)
+    let n = UInt32(out.count - 4)
+    out[0] = UInt8(n >> 24)
+    out[1] = UInt8(n >> 16 & 0xFF)
+    out[2] = UInt8(n >> 8 & 0xFF)
+    out[3] = UInt8(n & 0xFF)
+    return out
+}
+
 extension JSONObject {
     /// The complete frame (length header and body) of this object.
-    public var frame: [UInt8] {
-        var out: [UInt8] = [0, 0, 0, 0]
-        out.reserveCapacity(256)
-        encode(into: &out)
-        let n = UInt32(out.count - 4)
-        out[0] = UInt8(n >> 24)
-        out[1] = UInt8(n >> 16 & 0xFF)
-        out[2] = UInt8(n >> 8 & 0xFF)
-        out[3] = UInt8(n & 0xFF)
-        return out
+    public var frame: [UInt8] { RelayProtocol.frame { encode(into: &$0) } }
+
+    /// Appends the fields as `,"key":value` each, to follow fields already written.
+    public func encodeFields(into out: inout [UInt8]) {
+        for field in fields {
+            out.append(UInt8(ascii: ","))
+            JSON.string(field.key).encode(into: &out)
+            out.append(UInt8(ascii: ":"))
+            field.value.encode(into: &out)
+        }
     }
 }

@@ -124,6 +124,14 @@ extension JSON {
         }
     }
 
+    /// Parses one JSON document from an array (the common case, without generic dispatch).
+    public static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSON {
+        try bytes.withUnsafeBufferPointer { buf throws(JSONParseError) in
+            var p = Parser(buf)
+            return try p.document()
+        }
+    }
+
     /// Parses a Swift string as JSON.
     public static func parse(_ text: String) throws(JSONParseError) -> JSON {
         try parse(Array(text.utf8))
@@ -187,6 +195,7 @@ private struct Parser {
         try enter()
         i += 1
         var fields: [(key: String, value: JSON)] = []
+        fields.reserveCapacity(8)
         skipSpace()
         if i < buf.count, buf[i] == UInt8(ascii: "}") {
             i += 1
