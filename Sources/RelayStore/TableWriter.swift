@@ -117,6 +117,7 @@ final class TableWriter: @unchecked Sendable {
     /// Reads the stored questions into `s`, learning their row keys.
     func loadQuestions(into snapshot: inout StoreSnapshot) throws {
         questionKeys.removeAll()
+        questionKeys.reserveCapacity(Int(try db.scalar("SELECT count(*) FROM questions") ?? 0))
         var questions: [QuestionRecord] = []
         try db.run("SELECT child, family, status, attempt, createdAt, content, outcome, key FROM questions ORDER BY key") { r in
             guard let c = QuestionContent(encoded: r.blob(5)),
