@@ -25,8 +25,10 @@ public final class SQLiteStore: RelayStore {
     let writer: TableWriter
     /// Generation g is written to journals[g % 2].
     private let journals: [JournalFile]
-    /// The generation commits append to.
+    /// The generation commits append to, and the newest the tables hold. Generation g
+    /// may start (reusing the journal of g - 2) only once g - 2 is in the tables.
     private var generation: Int64 = 1
+    private var appliedGeneration: Int64 = 0
     /// This turn's changes, not yet committed.
     private var changes: [Change] = []
     var turnEvents: [String: [EventRecord]] = [:]
@@ -136,6 +138,7 @@ public final class SQLiteStore: RelayStore {
         discardChanges()
         sealed = nil
         let applied = try db.scalar("SELECT value FROM settings WHERE key = 'journalGeneration'") ?? 0
+        appliedGeneration = applied
         let unapplied = try journals.compactMap { try $0.read() }.filter { $0.generation > applied }
             .sorted { $0.generation < $1.generation }
         generation = unapplied.last?.generation ?? applied + 1
@@ -170,7 +173,12 @@ public final class SQLiteStore: RelayStore {
         defer { discardChanges() }
         if sealed != nil && backlog.changes.count >= 8 * checkpointThreshold { try settle(wait: true) }
         try settle(wait: false)
-        if sealed == nil && backlog.changes.count >= checkpointThreshold { try handOver() }
+        if sealed == nil && backlog.changes.count >= checkpointThreshold {
+            // A backlog that still holds the generation before (a batch the writer could
+            // not take) is written here and now: its journal cannot be started over yet.
+            if appliedGeneration >= generation - 1 { try handOver() } else { try checkpoint() }
+        }
+        try startNextGenerationIfWritten()
         try journal(for: generation).append(Change.encode(changes))
         backlog.changes.append(contentsOf: changes)
         for (member, events) in turnEvents { backlog.events[member, default: []].append(contentsOf: events) }
@@ -183,28 +191,50 @@ public final class SQLiteStore: RelayStore {
 
     /// Hands the backlog to the writer and starts the next generation in the other journal.
     private func handOver() throws {
-        try journal(for: generation + 1).startOver(generation: generation + 1)
-        sealed = backlog
-        writer.submit(backlog)
-        generation += 1
-        backlog = Batch(generation: generation)
+        let batch = backlog
+        try startNextGeneration()
+        sealed = batch
+        writer.submit(batch)
     }
 
-    /// Takes the writer's outcome: a written batch is dropped from memory; an error is
-    /// thrown (the caller reloads, which reads the journals again).
+    /// Takes the writer's outcome: a written batch is dropped from memory; a batch that
+    /// could not be written goes back in front of the backlog, to be written with it (a
+    /// batch may span generations), and the error is thrown.
     func settle(wait: Bool) throws {
-        guard sealed != nil, let outcome = writer.takeOutcome(wait: wait) else { return }
-        _ = try outcome.get()
+        guard let batch = sealed, let outcome = writer.takeOutcome(wait: wait) else { return }
         sealed = nil
+        switch outcome {
+        case .success(let written):
+            appliedGeneration = written
+        case .failure(let error):
+            var merged = batch
+            merged.changes.append(contentsOf: backlog.changes)
+            for (member, events) in backlog.events { merged.events[member, default: []].append(contentsOf: events) }
+            merged.generation = backlog.generation
+            backlog = merged
+            throw error
+        }
     }
 
     public func checkpoint() throws {
         try settle(wait: true)
-        guard !backlog.changes.isEmpty else { return }
-        // The next journal starts first: nothing may be appended to a generation once written.
+        if !backlog.changes.isEmpty {
+            let batch = backlog
+            try writer.exclusive { try $0.write(batch) }
+            appliedGeneration = batch.generation
+        }
+        try startNextGenerationIfWritten()
+    }
+
+    /// Nothing may be appended to a generation once it is in the tables: the next starts.
+    private func startNextGenerationIfWritten() throws {
+        if appliedGeneration >= generation { try startNextGeneration() }
+    }
+
+    /// Starts generation + 1 in the journal of generation - 1, with an empty backlog.
+    private func startNextGeneration() throws {
+        precondition(appliedGeneration >= generation - 1, "the journal of generation \(generation - 1) is still needed")
         try journal(for: generation + 1).startOver(generation: generation + 1)
-        let batch = backlog
-        try writer.exclusive { try $0.write(batch) }
         generation += 1
         backlog = Batch(generation: generation)
     }

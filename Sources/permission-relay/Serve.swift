@@ -25,6 +25,8 @@ enum Serve {
                                            else ~/.local/state/permission-relay)
           --sync normal|full               normal survives a killed process; full also survives
                                            power loss (default: normal)
+          --checkpoint-changes N           Changes gathered in the journal before they are written
+                                           into the database's tables (default: 4096)
           --max-frame-bytes N              Largest frame accepted (default: 1048576)
           --heartbeat-seconds N            Ping silent connections after N seconds, close them
                                            after 3N (default: 15)
@@ -48,7 +50,7 @@ enum Serve {
     static let valueFlags: Set<String> = [
         "--socket", "--data", "--sync", "--max-frame-bytes", "--heartbeat-seconds", "--handshake-timeout-seconds",
         "--max-pending-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
-        "--retention-seconds", "--log-level", "--max-questions-per-child",
+        "--retention-seconds", "--log-level", "--max-questions-per-child", "--checkpoint-changes",
     ]
 
     static func run(_ args: [String]) throws {
@@ -97,6 +99,9 @@ enum Serve {
         let store: SQLiteStore
         do {
             store = try SQLiteStore(path: data + "/relay.db", sync: sync)
+            store.checkpointThreshold = try a.int("--checkpoint-changes", default: store.checkpointThreshold, min: 1)
+        } catch let error as CLIError {
+            throw error
         } catch {
             throw CLIError.failure("cannot open the store in \(data): \(error)")
         }

@@ -257,4 +257,44 @@ final class SQLiteStoreTests: XCTestCase {
         try store.checkpoint()
         XCTAssertEqual(try SQLiteStore(path: path).load().questions, [answered, next])
     }
+
+    func testABatchTheTablesCannotTakeIsKeptAndWrittenLater() throws {
+        _ = try SQLiteStore(path: path)  // the schema, uncapped
+        var pages: Int64 = 0
+        var db: OpaquePointer?
+        sqlite3_open(path, &db)
+        sqlite3_exec(
+            db, "PRAGMA page_count",
+            { ctx, _, values, _ in
+                ctx!.assumingMemoryBound(to: Int64.self).pointee = Int64(atoi(values![0]!))
+                return 0
+            }, &pages, nil)
+        sqlite3_close(db)
+        // Room for one page more in the tables, and 4 KiB × (pages + 1) in each journal.
+        let store = try SQLiteStore(path: path, maxPageCount: Int(pages) + 1)
+        store.checkpointThreshold = 1
+        for seq in 1...10 {
+            store.appendEvent(
+                EventRecord(
+                    member: "g1", seq: Int64(seq), at: Timestamp(milliseconds: 1), topic: nil, frame: Array(repeating: 7, count: 3000)))
+        }
+        XCTAssertLessThan(30_000, (Int(pages) + 1) * 4096, "the journal has room for them")
+        try store.commit()
+        store.saveFamily("fam")
+        try store.commit()  // hands the ten events to the writer, which cannot fit them
+        XCTAssertThrowsError(try store.settle(wait: true)) { XCTAssertTrue(($0 as? SQLiteError)?.isFull == true, "\($0)") }
+        XCTAssertEqual(store.journaledChanges, 11, "the batch is back in the backlog")
+        XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 100).count, 10)
+        XCTAssertThrowsError(try store.checkpoint(), "the retry writes all eleven, which still do not fit") {
+            XCTAssertTrue(($0 as? SQLiteError)?.isFull == true, "\($0)")
+        }
+        // With room again, everything is there and goes into the tables.
+        let roomy = try SQLiteStore(path: path)
+        XCTAssertEqual(try roomy.load().families, ["fam"])
+        XCTAssertEqual(roomy.journaledChanges, 11)
+        try roomy.checkpoint()
+        let after = try SQLiteStore(path: path)
+        XCTAssertEqual(after.journaledChanges, 0)
+        XCTAssertEqual(try after.events(member: "g1", after: 0, limit: 100).count, 10)
+    }
 }
