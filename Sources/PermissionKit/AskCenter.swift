@@ -105,6 +105,7 @@ public final class AskCenter: Sendable {
             configuration: configuration, setup: { box.value?.subscribeFrame.map { [$0] } ?? [] },
             onEvent: { e in box.value?.handle(e) })
         box.value = self
+        session.start()  // only now can an event reach `handle`
     }
 
     /// Disconnects for good; returns once everything received has been recorded as processed.
@@ -240,7 +241,11 @@ public final class AskCenter: Sendable {
 
     /// Subscribes this session to more topics; a subscription never shrinks (see EventProgress).
     private func register(_ topics: Set<String>) {
-        if progress.register(topics), let frame = subscribeFrame { session.sendLater(frame) }
+        // Queued while the set is locked: a request that needs these topics and is sent
+        // after this call (by any thread) goes out after the subscription, not before it.
+        progress.register(topics) { all in
+            session.sendLater(["type": "subscribe", "id": "subscribe", "topics": .array(all.sorted().map(JSON.string))])
+        }
     }
 
     /// The session's subscription, sent after every hello; nil before anything was registered.

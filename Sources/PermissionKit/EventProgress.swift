@@ -32,15 +32,17 @@ final class EventProgress: Sendable {
     /// The topics registered so far (by asks and response consumers).
     var topics: Set<String> { state.withLock { $0.topics } }
 
-    /// Adds topics; true when the set grew (the subscription must be sent again).
-    func register(_ new: Set<String>) -> Bool {
-        let (grew, snapshot) = state.withLock { s -> (Bool, (Int64?, Set<Int64>, Set<String>)) in
+    /// Adds topics; when the set grows, `grown` gets the whole set while it is still locked
+    /// (so whatever it queues precedes anything queued after this call returns).
+    func register(_ new: Set<String>, grown: (Set<String>) -> Void) {
+        let snapshot = state.withLock { s -> (Int64?, Set<Int64>, Set<String>)? in
             let before = s.topics.count
             s.topics.formUnion(new)
-            return (s.topics.count > before, (s.mark, s.above, s.topics))
+            guard s.topics.count > before else { return nil }
+            grown(s.topics)
+            return (s.mark, s.above, s.topics)
         }
-        if grew { save(snapshot) }
-        return grew
+        if let snapshot { save(snapshot) }
     }
 
     /// A welcome says where the stream resumes: a client without a mark starts there, and

@@ -88,6 +88,7 @@ public final class GuardianCenter: Sendable {
             onWelcome: { w in box.value?.hub.withLock { $0.replayedUpTo = w["head"]?.int ?? 0 } },
             onEvent: { e in box.value?.handle(e) })
         box.value = self
+        session.start()  // only now can an event reach `handle`
     }
 
     /// Disconnects for good; returns once everything received has been recorded as processed.

@@ -9,7 +9,8 @@ final class MemberSession: Sendable {
     let progress: EventProgress
 
     /// `setup` gives the frames to send after every hello; `onWelcome` and `onEvent` run on
-    /// the connection's thread, the latter for every event in stream order.
+    /// the connection's thread, the latter for every event in stream order. Nothing is
+    /// sent or received before `start`.
     init(
         configuration: RelayConfiguration?, setup: @escaping @Sendable () -> [JSONObject] = { [] },
         onWelcome: @escaping @Sendable (JSONObject) -> Void = { _ in }, onEvent: @escaping @Sendable (JSONObject) -> Void
@@ -28,6 +29,9 @@ final class MemberSession: Sendable {
     }
 
     deinit { connection?.close() }
+
+    /// Starts the connection; call once the callbacks given to `init` are ready.
+    func start() { connection?.start() }
 
     /// Sends a request and returns its `ok` reply.
     func call(_ req: JSONObject) async throws -> JSONObject {

@@ -68,6 +68,11 @@ final class RelayConnection: Sendable {
         var fds: [Int32] = [-1, -1]
         _ = cs_pipe(&fds)
         wakeFDs = (fds[0], fds[1])
+    }
+
+    /// Starts connecting, on the connection's own thread. The owner calls it once its
+    /// callbacks can take events: one that came earlier would have nowhere to go.
+    func start() {
         let thread = Thread { [self] in run() }
         thread.name = "permission-kit-io"
         thread.start()
@@ -271,7 +276,8 @@ final class RelayConnection: Sendable {
             let (toSend, closed) = shared.withLock { s -> ([JSONObject], Bool) in
                 var out: [JSONObject] = s.extraFrames
                 s.extraFrames.removeAll()
-                for i in s.pending.indices where !s.pending[i].sent {
+                // Once closed, no new request goes out, but a subscription and an ack still do.
+                for i in s.pending.indices where !s.pending[i].sent && !s.closed {
                     s.pending[i].sent = true
                     out.append(s.pending[i].frame)
                 }
@@ -281,11 +287,11 @@ final class RelayConnection: Sendable {
                 }
                 return (out, s.closed)
             }
-            if closed { return }
             for f in toSend {
                 guard write(fd, f) else { return }
                 lastSent = .now
             }
+            if closed { return }
             failExpired()
             let now = ContinuousClock.now
             if now - lastHeard > heartbeat * 3 { return }

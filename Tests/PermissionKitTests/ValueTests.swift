@@ -1,5 +1,6 @@
 import Foundation
 import RelayProtocol
+import Synchronization
 import XCTest
 
 @testable import PermissionKit
@@ -67,6 +68,24 @@ final class ValueTests: XCTestCase {
         again.welcome(head: 3, cursor: 1)  // a relay that lost its data: start over at its cursor
         XCTAssertEqual(again.mark, 1)
         XCTAssertFalse(again.isDone(2))
+    }
+
+    func testTopicsGrowOnceAndTheSubscriptionIsQueuedUnderTheLock() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("progress-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let p = EventProgress(path: path)
+        let queued = Mutex<[Set<String>]>([])
+        // Two threads registering at once: exactly one sees the set grow, and whatever it
+        // queues is there before either register returns.
+        DispatchQueue.concurrentPerform(iterations: 2) { _ in
+            p.register(["communication"]) { all in queued.withLock { $0.append(all) } }
+            XCTAssertEqual(queued.withLock { $0 }, [["communication"]], "queued before any register returned")
+        }
+        var sent = queued.withLock { $0 }
+        p.register(["communication", "significantAppUpdate"]) { sent.append($0) }
+        p.register(["significantAppUpdate"]) { sent.append($0) }
+        XCTAssertEqual(sent, [["communication"], ["communication", "significantAppUpdate"]])
+        XCTAssertEqual(EventProgress(path: path).topics, ["communication", "significantAppUpdate"], "kept for later runs")
     }
 
     func testHandleNormalization() {
