@@ -31,8 +31,7 @@ struct BenchRelay {
     }
 
     func stop() {
-        process.terminate()
-        process.waitUntilExit()
+        Servers.stop(process)
         try? FileManager.default.removeItem(at: dir)
     }
 }

@@ -6,6 +6,7 @@ import CLISupport
 import Foundation
 import Glibc
 import RelayProtocol
+import Synchronization
 
 let usage = """
     OVERVIEW: Measure the relay's cycles per second and latency against a baseline forwarder.
@@ -65,6 +66,35 @@ struct Figures {
 
 let bin = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
 
+/// The servers a run has started: a run stopped by a signal stops them too (a terminal's
+/// Ctrl-C reaches them anyway; a `kill` of the benchmark alone would leave them running).
+enum Servers {
+    private static let running = Mutex<Set<Int32>>([])
+
+    static func started(_ p: Process) { running.withLock { _ = $0.insert(p.processIdentifier) } }
+
+    /// Stops `p` and waits for it.
+    static func stop(_ p: Process) {
+        p.terminate()
+        p.waitUntilExit()
+        running.withLock { _ = $0.remove(p.processIdentifier) }
+    }
+
+    /// On SIGINT or SIGTERM: stop every running server, then exit as the signal asks.
+    static func stopOnSignals() -> [any DispatchSourceSignal] {
+        [SIGINT, SIGTERM].map { sig in
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler {
+                for pid in running.withLock({ $0 }) { kill(pid, SIGTERM) }
+                exit(128 + sig)
+            }
+            source.resume()
+            return source
+        }
+    }
+}
+
 /// Starts a server process and waits for the line that says it listens.
 func startServer(_ executable: String, _ args: [String], readyWord: String) throws -> Process {
     let p = Process()
@@ -74,6 +104,7 @@ func startServer(_ executable: String, _ args: [String], readyWord: String) thro
     p.standardOutput = out
     p.standardError = FileHandle(forWritingAtPath: "/dev/null")
     try p.run()
+    Servers.started(p)
     var seen = ""
     while !seen.contains(readyWord) {
         let chunk = out.fileHandleForReading.availableData
@@ -133,14 +164,12 @@ func runPoint(_ point: Point, _ a: Arguments) throws -> (relay: Figures, baselin
         ], readyWord: "listening")
     let relayFigures = try measure(
         point, socket: dir.appendingPathComponent("r.sock").path, pid: relay.processIdentifier, baseline: false, a: a)
-    relay.terminate()
-    relay.waitUntilExit()
+    Servers.stop(relay)
     let forwarder = try startServer(
         "permission-bench", ["forward", "--socket", dir.appendingPathComponent("b.sock").path], readyWord: "forwarding")
     let baseFigures = try measure(
         point, socket: dir.appendingPathComponent("b.sock").path, pid: forwarder.processIdentifier, baseline: true, a: a)
-    forwarder.terminate()
-    forwarder.waitUntilExit()
+    Servers.stop(forwarder)
     return (relayFigures, baseFigures)
 }
 
@@ -187,6 +216,7 @@ func report(_ point: Point, _ r: Figures, _ b: Figures?, json: Bool) {
     }
 }
 
+let signalSources = Servers.stopOnSignals()
 exit(
     await runMain(program: "permission-bench", usage: { usage }) {
         let args = Array(CommandLine.arguments.dropFirst())

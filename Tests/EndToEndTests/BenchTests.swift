@@ -21,6 +21,53 @@ final class BenchTests: XCTestCase {
     }
 }
 
+final class BenchSignalTests: XCTestCase {
+    /// The pids of running (not dead) processes whose parent is `parent`.
+    private func children(of parent: Int32) -> [Int32] {
+        let pids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.compactMap { Int32($0) } ?? []
+        return pids.filter { pid in
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { return false }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            return fields.count > 2 && fields[0] != "Z" && Int32(fields[1]) == parent
+        }
+    }
+
+    private func isAlive(_ pid: Int32) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return false }
+        return stat[stat.index(after: close)...].split(separator: " ").first != "Z"
+    }
+
+    /// Waits (polling /proc, which offers nothing to wait on) until `done` holds or 20 s pass.
+    private func eventually(_ done: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            if done() { return true }
+            usleep(20_000)
+        }
+        return done()
+    }
+
+    func testABenchmarkStoppedBySIGTERMStopsItsRelay() throws {
+        let bench = try ProgramRun(
+            "permission-bench", ["--families", "1", "--window", "1", "--duration", "60", "--warmup", "0"], env: [:])
+        let pid = bench.process.processIdentifier
+        var servers: [Int32] = []
+        XCTAssertTrue(
+            eventually {
+                servers = children(of: pid); return !servers.isEmpty
+            }, "the benchmark started its relay")
+        kill(pid, SIGTERM)
+        XCTAssertEqual(bench.finish(), 128 + SIGTERM, "it stopped on the signal, having stopped its servers first")
+        for server in servers {
+            XCTAssertTrue(eventually { !isAlive(server) }, "server \(server) still runs after its benchmark stopped")
+        }
+    }
+}
+
 final class BenchExtrasTests: XCTestCase {
     func testIdleMemoryAndStartupFiguresAreProduced() throws {
         let idle = try ProgramRun("permission-bench", ["idle", "--connections", "200", "--json"], env: [:])
