@@ -114,7 +114,7 @@ final class TableWriter: @unchecked Sendable {
         for id in forgotten { questionKeys[id] = nil }  // only once their rows are surely gone
     }
 
-    /// Reads the stored questions into `s`, learning their row keys.
+    /// Reads the stored questions into `snapshot`, learning their row keys.
     func loadQuestions(into snapshot: inout StoreSnapshot) throws {
         questionKeys.removeAll()
         questionKeys.reserveCapacity(Int(try db.scalar("SELECT count(*) FROM questions") ?? 0))

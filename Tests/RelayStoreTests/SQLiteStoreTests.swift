@@ -260,25 +260,16 @@ final class SQLiteStoreTests: XCTestCase {
 
     func testABatchTheTablesCannotTakeIsKeptAndWrittenLater() throws {
         _ = try SQLiteStore(path: path)  // the schema, uncapped
-        var pages: Int64 = 0
-        var db: OpaquePointer?
-        sqlite3_open(path, &db)
-        sqlite3_exec(
-            db, "PRAGMA page_count",
-            { ctx, _, values, _ in
-                ctx!.assumingMemoryBound(to: Int64.self).pointee = Int64(atoi(values![0]!))
-                return 0
-            }, &pages, nil)
-        sqlite3_close(db)
+        let pages = pageCount(ofDatabaseAt: path)
         // Room for one page more in the tables, and 4 KiB × (pages + 1) in each journal.
-        let store = try SQLiteStore(path: path, maxPageCount: Int(pages) + 1)
+        let store = try SQLiteStore(path: path, maxPageCount: pages + 1)
         store.checkpointThreshold = 1
         for seq in 1...10 {
             store.appendEvent(
                 EventRecord(
                     member: "g1", seq: Int64(seq), at: Timestamp(milliseconds: 1), topic: nil, frame: Array(repeating: 7, count: 3000)))
         }
-        XCTAssertLessThan(30_000, (Int(pages) + 1) * 4096, "the journal has room for them")
+        XCTAssertLessThan(30_000, (pages + 1) * 4096, "the journal has room for them")
         try store.commit()
         store.saveFamily("fam")
         try store.commit()  // hands the ten events to the writer, which cannot fit them

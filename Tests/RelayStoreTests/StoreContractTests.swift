@@ -125,18 +125,8 @@ final class StoreContractTests: XCTestCase {
         let store = try SQLiteStore(path: path)
         store.saveFamily("kept")
         try store.commit()
-        var db: OpaquePointer?
-        sqlite3_open(path, &db)
-        var pages: Int64 = 0
-        sqlite3_exec(
-            db, "PRAGMA page_count",
-            { ctx, _, values, _ in
-                ctx!.assumingMemoryBound(to: Int64.self).pointee = Int64(atoi(values![0]!))
-                return 0
-            }, &pages, nil)
-        sqlite3_close(db)
         // Cap the database at its current size: the next large commit cannot fit.
-        let capped = try SQLiteStore(path: path, maxPageCount: Int(pages))
+        let capped = try SQLiteStore(path: path, maxPageCount: pageCount(ofDatabaseAt: path))
         for i in 0..<200 {
             capped.appendEvent(
                 EventRecord(
