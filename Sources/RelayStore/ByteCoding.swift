@@ -1,0 +1,82 @@
+// The compact binary form the journal and the event batches are written in: zigzag
+// varints and length-prefixed bytes, read back with every length checked.
+
+/// A journal entry could not be read back.
+struct JournalError: Error, CustomStringConvertible {
+    let description: String
+}
+
+/// Appends little-endian varints and length-prefixed bytes.
+struct ByteWriter {
+    var bytes: [UInt8] = []
+
+    mutating func int(_ v: Int64) {
+        var u = UInt64(bitPattern: (v << 1) ^ (v >> 63))  // zigzag: small negatives stay short
+        while u >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: u) | 0x80)
+            u >>= 7
+        }
+        bytes.append(UInt8(u))
+    }
+
+    mutating func bool(_ b: Bool) { bytes.append(b ? 1 : 0) }
+
+    mutating func data(_ b: [UInt8]) {
+        int(Int64(b.count))
+        bytes.append(contentsOf: b)
+    }
+
+    mutating func string(_ s: String) {
+        int(Int64(s.utf8.count))
+        bytes.append(contentsOf: s.utf8)
+    }
+}
+
+/// Reads what `ByteWriter` wrote; throws on anything short or malformed.
+struct ByteReader {
+    let bytes: [UInt8]
+    var i = 0
+
+    var atEnd: Bool { i >= bytes.count }
+
+    mutating func byte() throws -> UInt8 {
+        guard i < bytes.count else { throw JournalError(description: "a journal entry ends early") }
+        defer { i += 1 }
+        return bytes[i]
+    }
+
+    mutating func int() throws -> Int64 {
+        var u: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let b = try byte()
+            guard shift < 64 else { throw JournalError(description: "a journal integer is too long") }
+            u |= UInt64(b & 0x7F) << shift
+            if b < 0x80 { break }
+            shift += 7
+        }
+        let v = Int64(bitPattern: u >> 1)
+        return u & 1 == 0 ? v : ~v
+    }
+
+    mutating func bool() throws -> Bool { try byte() != 0 }
+
+    mutating func data() throws -> [UInt8] {
+        let n = Int(try int())
+        guard n >= 0, n <= bytes.count - i else { throw JournalError(description: "a journal entry ends early") }
+        defer { i += n }
+        return Array(bytes[i..<(i + n)])
+    }
+
+    mutating func string() throws -> String {
+        let d = try data()
+        guard let s = String(validating: d, as: UTF8.self) else { throw JournalError(description: "invalid UTF-8 in the journal") }
+        return s
+    }
+
+    mutating func raw<T: RawRepresentable<String>>(_: T.Type) throws -> T {
+        let s = try string()
+        guard let v = T(rawValue: s) else { throw JournalError(description: "unknown value \"\(s)\" in the journal") }
+        return v
+    }
+}
