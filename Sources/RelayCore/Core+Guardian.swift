@@ -41,9 +41,8 @@ extension RelayCore {
         }
         tellGuardiansClosed(q, reason: .answered, by: r.member, now: r.now)
         if choice.answer == .approval && q.content.kind == .communication {
-            let actions = q.content.topic["actions"]?.array?.compactMap(\.string) ?? []
             let until = choice.durationSeconds.map { r.now.adding(seconds: $0) }
-            learn(q.content.handles, child: q.child, until: until, actions: actions, now: r.now)
+            learn(q.content.handles, child: q.child, until: until, actions: q.content.actions, now: r.now)
         }
         return ["questionId": .string(id), "status": "answered"]
     }

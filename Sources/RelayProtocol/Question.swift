@@ -70,15 +70,20 @@ public final class QuestionContent: Sendable, Equatable {
     /// Upper-case canonical UUID.
     public let id: String
     public let kind: TopicKind
-    /// The topic as sent on: known fields only, handles as given.
-    public let topic: JSON
     /// The normalized handles of a communication topic (empty otherwise).
     public let handles: [NormalizedHandle]
+    /// The actions of a communication topic, as asked (empty otherwise).
+    public let actions: [String]
     public let choices: [Choice]
     public let defaultChoice: String
     public let expiration: Timestamp?
-    /// `json`, encoded once: it is stored and sent on many times.
+    /// `json`, encoded once: it is stored and sent on many times. The fields above are what
+    /// the rules need; the rest of the question is kept only in these bytes (a relay may
+    /// remember many questions).
     public let encoded: [UInt8]
+
+    /// The topic as sent on: known fields only, handles as given.
+    public var topic: JSON { json["topic"] ?? .null }
 
     public func choice(_ id: String) -> Choice? { choices.first { $0.id == id } }
 
@@ -87,7 +92,8 @@ public final class QuestionContent: Sendable, Equatable {
 
     /// `{id, topic, choices, defaultChoice, expirationDate?}`.
     public var json: JSONObject {
-        Self.canonical(id: id, topic: topic, choices: choices, defaultChoice: defaultChoice, expiration: expiration)
+        guard case .object(let o)? = try? JSON.parse(encoded) else { return [:] }
+        return o
     }
 
     private static func canonical(
@@ -109,12 +115,12 @@ public final class QuestionContent: Sendable, Equatable {
         else { return nil }
         self.id = id
         self.kind = kind
-        self.topic = topic
         self.choices = choices
         self.defaultChoice = def
         self.expiration = stored["expirationDate"]?.string.flatMap(Timestamp.init(rfc3339:))
         self.handles =
             topic["personInformation"]?.array?.compactMap { $0["handle"].flatMap(NormalizedHandle.init(json:)) } ?? []
+        self.actions = topic["actions"]?.array?.compactMap(\.string) ?? []
         self.encoded = encoded
     }
 
@@ -124,8 +130,8 @@ public final class QuestionContent: Sendable, Equatable {
     ) {
         self.id = id
         self.kind = kind
-        self.topic = topic
         self.handles = handles
+        self.actions = topic["actions"]?.array?.compactMap(\.string) ?? []
         self.choices = choices
         self.defaultChoice = defaultChoice
         self.expiration = expiration
