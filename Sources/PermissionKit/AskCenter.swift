@@ -243,16 +243,17 @@ public final class AskCenter: Sendable {
     private func register(_ topics: Set<String>) {
         // Queued while the set is locked: a request that needs these topics and is sent
         // after this call (by any thread) goes out after the subscription, not before it.
-        progress.register(topics) { all in
-            session.sendLater(["type": "subscribe", "id": "subscribe", "topics": .array(all.sorted().map(JSON.string))])
-        }
+        progress.register(topics) { session.sendLater(Self.subscribe($0)) }
     }
 
     /// The session's subscription, sent after every hello; nil before anything was registered.
     var subscribeFrame: JSONObject? {
         let topics = progress.topics
-        guard !topics.isEmpty else { return nil }
-        return ["type": "subscribe", "id": "subscribe", "topics": .array(topics.sorted().map(JSON.string))]
+        return topics.isEmpty ? nil : Self.subscribe(topics)
+    }
+
+    private static func subscribe(_ topics: Set<String>) -> JSONObject {
+        ["type": "subscribe", "id": "subscribe", "topics": .array(topics.sorted().map(JSON.string))]
     }
 
     static func topicKind(of event: JSONObject) -> String? { event["question"]?["topic"]?["kind"]?.string }

@@ -159,18 +159,14 @@ extension RelayCore {
         known[child]?[h]?.isKnown(at: now) ?? false
     }
 
-    /// The question as sent on: its content plus child, createdAt, status and attempt.
+    /// `questionBytes(q)` as a value, for replies that list or embed questions: one rendering
+    /// serves events and replies alike.
     func questionJSON(_ q: QuestionRecord) -> JSON {
-        var o = q.content.json
-        o["child"] = .string(q.child)
-        o["createdAt"] = .string(q.createdAt.rfc3339)
-        o["status"] = .string(q.status.rawValue)
-        o["attempt"] = .int(q.attempt)
-        if let outcome = q.outcome { o["outcome"] = outcomeJSON(outcome) }
-        return .object(o)
+        (try? JSON.parse(questionBytes(q))) ?? .null
     }
 
-    /// `questionJSON(q)` encoded, spliced onto the content's bytes instead of re-encoding them.
+    /// The question as sent on — its content plus child, createdAt, status, attempt and
+    /// outcome — spliced onto the content's encoded bytes instead of re-encoding them.
     func questionBytes(_ q: QuestionRecord) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(q.content.encoded.count + 200)
