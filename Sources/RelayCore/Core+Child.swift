@@ -29,16 +29,16 @@ extension RelayCore {
             throw RequestError(.badRequest, "\"question\" must be an object")
         }
         let child = r.member
+        // The question already filed under this id, if any (validation reads the same id).
+        let previous = q["id"]?.string.flatMap(QuestionID.init).flatMap { questions[$0] }
         // A resend of a pending or answered question is answered as the first time (§12).
-        if let rawID = q["id"]?.string, let id = Identifier.canonicalUUID(rawID), let existing = questions[id],
-            existing.child == child
-        {
+        if let existing = previous, existing.child == child {
             switch existing.status {
             case .pending:
-                return ["questionId": .string(id), "status": "pending", "attempt": .int(existing.attempt)]
+                return ["questionId": .string(existing.id), "status": "pending", "attempt": .int(existing.attempt)]
             case .answered:
                 return [
-                    "questionId": .string(id), "status": "answered", "attempt": .int(existing.attempt),
+                    "questionId": .string(existing.id), "status": "answered", "attempt": .int(existing.attempt),
                     "response": .object(responseFields(existing)),
                 ]
             case .cancelled, .expired:
@@ -46,7 +46,6 @@ extension RelayCore {
             }
         }
         let content = try QuestionContent.validate(q, now: r.now)
-        let previous = questions[content.id]
         if let previous, previous.child != child {
             throw RequestError(.invalidQuestion, "question id \(content.id) is already used by another question")
         }
@@ -79,14 +78,14 @@ extension RelayCore {
         let record = QuestionRecord(
             content: content, child: child, family: member.family, status: .pending,
             attempt: (previous?.attempt ?? 0) + 1, createdAt: previous?.createdAt ?? r.now)
-        questions[record.id] = record
+        questions[record.key] = record
         if previous == nil {
-            questionsByChild[child, default: QuestionOrder()].append(record.id)
+            questionsByChild[child, default: QuestionOrder()].append(record.key)
             forgetOldQuestions(of: child)
         }
         pendingByChild[child] = pendingNow + 1
         store.saveQuestion(record)
-        if let e = content.expiration { questionDeadlines.push((e, record.id)) }
+        if let e = content.expiration { questionDeadlines.push((e, record.key)) }
         let fields = Array(#""question":"#.utf8) + questionBytes(record)
         for g in families[member.family]?.guardians ?? [] {
             appendEvent(to: g, topic: nil, type: "question", encodedFields: fields, now: r.now)
@@ -100,9 +99,10 @@ extension RelayCore {
 
     func cancel(_ r: Request) throws(RequestError) -> JSONObject {
         let raw = try r.string("questionId")
-        guard let id = Identifier.canonicalUUID(raw), var q = questions[id], q.child == r.member else {
+        guard let key = QuestionID(raw), var q = questions[key], q.child == r.member else {
             throw RequestError(.notFound, "no question \(raw) of yours")
         }
+        let id = q.id
         switch q.status {
         case .cancelled:
             return ["questionId": .string(id), "status": "cancelled"]
@@ -146,12 +146,12 @@ extension RelayCore {
     /// Keeps at most `maxQuestionsPerChild` questions of a child by forgetting the oldest
     /// finished ones (a resend of a forgotten id is taken as a new question).
     private func forgetOldQuestions(of child: String) {
-        let forgotten = questionsByChild[child]?.forgetOldest(keeping: config.maxQuestionsPerChild) { id in
-            questions[id].map { $0.status != .pending } ?? true
+        let forgotten = questionsByChild[child]?.forgetOldest(keeping: config.maxQuestionsPerChild) { key in
+            questions[key].map { $0.status != .pending } ?? true
         }
-        for id in forgotten ?? [] {
-            questions[id] = nil
-            store.deleteQuestion(id: id)
+        for key in forgotten ?? [] {
+            questions[key] = nil
+            store.deleteQuestion(id: key.description)
         }
     }
 
@@ -171,17 +171,16 @@ extension RelayCore {
         var out: [UInt8] = []
         out.reserveCapacity(q.content.encoded.count + 200)
         out.append(contentsOf: q.content.encoded.dropLast())  // all but the closing brace
-        func field(_ name: StaticString, _ value: JSON) {
-            out.append(UInt8(ascii: ","))
-            JSON.string(name.description).encode(into: &out)
-            out.append(UInt8(ascii: ":"))
+        func field(_ separatorAndName: StaticString, _ value: JSON) {
+            out.append(
+                contentsOf: UnsafeBufferPointer(start: separatorAndName.utf8Start, count: separatorAndName.utf8CodeUnitCount))
             value.encode(into: &out)
         }
-        field("child", .string(q.child))
-        field("createdAt", .string(q.createdAt.rfc3339))
-        field("status", .string(q.status.rawValue))
-        field("attempt", .int(q.attempt))
-        if let outcome = q.outcome { field("outcome", outcomeJSON(outcome)) }
+        field(#","child":"#, .string(q.child))
+        field(#","createdAt":"#, .string(q.createdAt.rfc3339))
+        field(#","status":"#, .string(q.status.rawValue))
+        field(#","attempt":"#, .int(q.attempt))
+        if let outcome = q.outcome { field(#","outcome":"#, outcomeJSON(outcome)) }
         out.append(UInt8(ascii: "}"))
         return out
     }
@@ -212,7 +211,7 @@ extension RelayCore {
     func close(question q: QuestionRecord, reason: QuestionStatus, now: Timestamp) {
         var q = q
         q.status = reason
-        questions[q.id] = q
+        questions[q.key] = q
         pendingByChild[q.child, default: 1] -= 1
         store.saveQuestionState(q)
         var toChild: JSONObject = ["type": "questionClosed", "questionId": .string(q.id), "reason": .string(reason.rawValue)]

@@ -9,9 +9,10 @@ extension RelayCore {
     func answer(_ r: Request) throws(RequestError) -> JSONObject {
         let raw = try r.string("questionId")
         let choiceID = try r.string("choice")
-        guard let id = Identifier.canonicalUUID(raw), var q = questions[id], q.family == r.session.family else {
+        guard let key = QuestionID(raw), var q = questions[key], q.family == r.session.family else {
             throw RequestError(.notFound, "no question \(raw) in your family")
         }
+        let id = q.id
         switch q.status {
         case .answered:
             if let o = q.outcome, o.guardian == r.member, o.choice.id == choiceID {
@@ -29,7 +30,7 @@ extension RelayCore {
         }
         q.status = .answered
         q.outcome = Outcome(choice: choice, guardian: r.member, answeredAt: r.now)
-        questions[id] = q
+        questions[key] = q
         pendingByChild[q.child, default: 1] -= 1
         store.saveQuestionState(q)
         if members[q.child]?.removed == false {

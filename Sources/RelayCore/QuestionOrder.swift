@@ -1,24 +1,26 @@
 // A child's question ids in the order they were first asked, where forgetting the
 // oldest finished ones costs O(1) amortized per ask instead of a pass over them all.
 
+import RelayProtocol
+
 struct QuestionOrder: Sequence {
     /// Forgotten ids leave a nil until the next compaction.
-    private var slots: [String?] = []
+    private var slots: [QuestionID?] = []
     /// Every slot before it is nil.
     private var head = 0
     private(set) var count = 0
 
-    mutating func append(_ id: String) {
+    mutating func append(_ id: QuestionID) {
         slots.append(id)
         count += 1
     }
 
-    func makeIterator() -> some IteratorProtocol<String> { slots[head...].lazy.compactMap { $0 }.makeIterator() }
+    func makeIterator() -> some IteratorProtocol<QuestionID> { slots[head...].lazy.compactMap { $0 }.makeIterator() }
 
     /// Forgets the oldest ids that `canForget` allows until at most `limit` remain; returns them.
-    mutating func forgetOldest(keeping limit: Int, where canForget: (String) -> Bool) -> [String] {
+    mutating func forgetOldest(keeping limit: Int, where canForget: (QuestionID) -> Bool) -> [QuestionID] {
         guard count > limit else { return [] }
-        var forgotten: [String] = []
+        var forgotten: [QuestionID] = []
         var i = head
         while count > limit && i < slots.count {
             if let id = slots[i], canForget(id) {

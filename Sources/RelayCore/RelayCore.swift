@@ -58,7 +58,7 @@ public final class RelayCore {
     var families: [String: Family] = [:]
     var members: [String: MemberRecord] = [:]
     // Questions, all of them, and per child in order of first ask.
-    var questions: [String: QuestionRecord] = [:]
+    var questions: [QuestionID: QuestionRecord] = [:]
     var questionsByChild: [String: QuestionOrder] = [:]
     var pendingByChild: [String: Int] = [:]
     var known: [String: [NormalizedHandle: KnownHandleRecord]] = [:]
@@ -71,7 +71,7 @@ public final class RelayCore {
     /// Connections whose session is replaying stored events.
     public internal(set) var replaying: Set<ConnectionID> = []
     // Timers.
-    var questionDeadlines = Heap<(at: Timestamp, id: String)>(by: { $0.at < $1.at })
+    var questionDeadlines = Heap<(at: Timestamp, id: QuestionID)>(by: { $0.at < $1.at })
     var knownDeadlines = Heap<(at: Timestamp, child: String, handle: NormalizedHandle)>(by: { $0.at < $1.at })
     var askBuckets: [String: TokenBucket] = [:]
     // Statistics for `status`.
@@ -112,11 +112,11 @@ public final class RelayCore {
         // The store reads them in order of asking, so this sort rarely moves anything.
         let inOrder = zip(s.questions, s.questions.dropFirst()).allSatisfy { $0.createdAt <= $1.createdAt }
         for q in inOrder ? s.questions : s.questions.sorted(by: { $0.createdAt < $1.createdAt }) {
-            questions[q.id] = q
-            questionsByChild[q.child, default: QuestionOrder()].append(q.id)
+            questions[q.key] = q
+            questionsByChild[q.child, default: QuestionOrder()].append(q.key)
             if q.status == .pending {
                 pendingByChild[q.child, default: 0] += 1
-                if let e = q.content.expiration { questionDeadlines.push((e, q.id)) }
+                if let e = q.content.expiration { questionDeadlines.push((e, q.key)) }
             }
         }
         for k in s.knownHandles {

@@ -16,12 +16,24 @@ public enum JSON: Sendable, Equatable {
 
 /// A JSON object: fields in insertion order; lookups take the last duplicate, as most parsers do.
 public struct JSONObject: Sendable, Equatable, ExpressibleByDictionaryLiteral {
-    public private(set) var fields: [(key: String, value: JSON)]
+    /// One field. A struct, not a tuple: arrays of tuples are copied and destroyed through
+    /// the runtime's generic tuple witnesses, which showed in every frame's cost.
+    public struct Field: Sendable, Equatable {
+        public var key: String
+        public var value: JSON
+
+        public init(_ key: String, _ value: JSON) {
+            self.key = key
+            self.value = value
+        }
+    }
+
+    public private(set) var fields: [Field]
 
     public init() { fields = [] }
-    public init(_ fields: [(key: String, value: JSON)]) { self.fields = fields }
+    public init(_ fields: [Field]) { self.fields = fields }
     public init(dictionaryLiteral elements: (String, JSON)...) {
-        fields = elements.map { (key: $0.0, value: $0.1) }
+        fields = elements.map { Field($0.0, $0.1) }
     }
 
     /// The value of `key`, or nil. Setting nil removes the field.
@@ -35,7 +47,7 @@ public struct JSONObject: Sendable, Equatable, ExpressibleByDictionaryLiteral {
                 if let i = fields.lastIndex(where: { $0.key == key }) {
                     fields[i].value = newValue
                 } else {
-                    fields.append((key, newValue))
+                    fields.append(Field(key, newValue))
                 }
             } else {
                 fields.removeAll { $0.key == key }
@@ -44,8 +56,7 @@ public struct JSONObject: Sendable, Equatable, ExpressibleByDictionaryLiteral {
     }
 
     public static func == (a: JSONObject, b: JSONObject) -> Bool {
-        a.fields.count == b.fields.count
-            && zip(a.fields, b.fields).allSatisfy { $0.key == $1.key && $0.value == $1.value }
+        a.fields == b.fields
     }
 }
 
@@ -194,7 +205,7 @@ private struct Parser {
     mutating func object() throws(JSONParseError) -> JSON {
         try enter()
         i += 1
-        var fields: [(key: String, value: JSON)] = []
+        var fields: [JSONObject.Field] = []
         fields.reserveCapacity(8)
         skipSpace()
         if i < buf.count, buf[i] == UInt8(ascii: "}") {
@@ -210,7 +221,7 @@ private struct Parser {
             guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
             i += 1
             skipSpace()
-            fields.append((key, try value()))
+            fields.append(JSONObject.Field(key, try value()))
             skipSpace()
             guard i < buf.count else { throw fail("unexpected end of input") }
             if buf[i] == UInt8(ascii: ",") {
@@ -253,15 +264,22 @@ private struct Parser {
     mutating func string() throws(JSONParseError) -> String {
         i += 1
         let start = i
+        var highBits: UInt8 = 0
         // Fast path: no escapes.
         while i < buf.count {
             let c = buf[i]
             if c == UInt8(ascii: "\"") {
-                let s = String(validating: UnsafeBufferPointer(rebasing: buf[start..<i]), as: UTF8.self)
-                guard let s else { throw JSONParseError(reason: "invalid UTF-8 in a string", offset: start) }
+                let bytes = UnsafeBufferPointer(rebasing: buf[start..<i])
                 i += 1
+                // ASCII is valid UTF-8 as it stands; String(validating:) is generic at run time
+                // and cost more than the rest of a frame's parse together.
+                if highBits < 0x80 { return String(decoding: bytes, as: UTF8.self) }
+                guard let s = String(validating: bytes, as: UTF8.self) else {
+                    throw JSONParseError(reason: "invalid UTF-8 in a string", offset: start)
+                }
                 return s
             }
+            highBits |= c
             if c == UInt8(ascii: "\\") { break }
             if c < 0x20 { throw fail("control character in a string") }
             i += 1
@@ -408,7 +426,11 @@ extension JSON {
         out.append(UInt8(ascii: "\""))
         var s = s
         s.withUTF8 { bytes in
-            // Runs that need no escaping (nearly all text) are copied whole.
+            guard needsEscaping(bytes) else {
+                out.append(contentsOf: bytes)
+                return
+            }
+            // Runs that need no escaping are copied whole.
             var runStart = 0
             for (i, c) in bytes.enumerated() where c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") {
                 out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<i]))
@@ -428,6 +450,30 @@ extension JSON {
             out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...]))
         }
         out.append(UInt8(ascii: "\""))
+    }
+
+    /// Whether any byte is a control character, a quote or a backslash; eight bytes at a
+    /// time, since nearly every string needs no escaping and this check is the encoder's
+    /// main cost. (`(v - 0x01…) & ~v & 0x80…` is non-zero exactly when a byte of v is zero.)
+    static func needsEscaping(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = bytes.baseAddress else { return false }
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        var i = 0
+        while i + 8 <= bytes.count {
+            let x = UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self)
+            let quote = x ^ (ones &* 0x22)
+            let backslash = x ^ (ones &* 0x5C)
+            let control = (x &- ones &* 0x20) & ~x
+            if (control | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)) & highs != 0 { return true }
+            i += 8
+        }
+        while i < bytes.count {
+            let c = bytes[i]
+            if c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") { return true }
+            i += 1
+        }
+        return false
     }
 }
 

@@ -69,6 +69,8 @@ public enum QuestionLimits {
 public final class QuestionContent: Sendable, Equatable {
     /// Upper-case canonical UUID.
     public let id: String
+    /// The same UUID as bits: the question's key in maps.
+    public let key: QuestionID
     public let kind: TopicKind
     /// The normalized handles of a communication topic (empty otherwise).
     public let handles: [NormalizedHandle]
@@ -108,12 +110,14 @@ public final class QuestionContent: Sendable, Equatable {
 
     /// Reads back the canonical form written by `encoded` (no validation beyond shape).
     public init?(encoded: [UInt8]) {
-        guard let stored = try? JSON.parse(encoded), let id = stored["id"]?.string, let topic = stored["topic"],
+        guard let stored = try? JSON.parse(encoded), let id = stored["id"]?.string, let key = QuestionID(id),
+            let topic = stored["topic"],
             let kind = topic["kind"]?.string.flatMap(TopicKind.init(rawValue:)),
             let choices = stored["choices"]?.array?.compactMap(Choice.init(json:)),
             let def = stored["defaultChoice"]?.string
         else { return nil }
         self.id = id
+        self.key = key
         self.kind = kind
         self.choices = choices
         self.defaultChoice = def
@@ -125,10 +129,11 @@ public final class QuestionContent: Sendable, Equatable {
     }
 
     init(
-        id: String, kind: TopicKind, topic: JSON, handles: [NormalizedHandle], choices: [Choice],
+        key: QuestionID, kind: TopicKind, topic: JSON, handles: [NormalizedHandle], choices: [Choice],
         defaultChoice: String, expiration: Timestamp?
     ) {
-        self.id = id
+        self.key = key
+        self.id = key.description
         self.kind = kind
         self.handles = handles
         self.actions = topic["actions"]?.array?.compactMap(\.string) ?? []
@@ -146,7 +151,7 @@ extension QuestionContent {
         func invalid(_ why: String) -> RequestError { RequestError(.invalidQuestion, why) }
 
         guard let rawID = q["id"]?.string else { throw invalid("question.id must be a UUID string") }
-        guard let id = Identifier.canonicalUUID(rawID) else { throw invalid("question.id \"\(rawID)\" is not a UUID") }
+        guard let key = QuestionID(rawID) else { throw invalid("question.id \"\(rawID)\" is not a UUID") }
         guard let topicObj = q["topic"]?.object else { throw invalid("question.topic must be an object") }
         guard let kindName = topicObj["kind"]?.string, let kind = TopicKind(rawValue: kindName) else {
             throw invalid("question.topic.kind must be \"communication\" or \"significantAppUpdate\"")
@@ -283,7 +288,7 @@ extension QuestionContent {
         }
 
         return QuestionContent(
-            id: id, kind: kind, topic: .object(topic), handles: handles, choices: choices,
+            key: key, kind: kind, topic: .object(topic), handles: handles, choices: choices,
             defaultChoice: defaultChoice, expiration: expiration)
     }
 }

@@ -71,7 +71,9 @@ public final class RelayServer {
     private static let listenToken: UInt64 = 0
     private static let signalToken: UInt64 = UInt64.max
 
-    private struct Conn {
+    /// A class, so that its buffers are changed in place: a struct copied out of `conns`
+    /// shares them, and every append or drain then copied or reallocated a whole buffer.
+    private final class Conn {
         let fd: Int32
         var decoder: FrameDecoder
         var out: [UInt8] = []
@@ -84,6 +86,13 @@ public final class RelayServer {
         var closingSince: Timestamp?
         var peerGone = false
         var pendingBytes: Int { out.count - outStart }
+
+        init(fd: Int32, decoder: FrameDecoder, at now: Timestamp) {
+            self.fd = fd
+            self.decoder = decoder
+            openedAt = now
+            lastHeard = now
+        }
     }
 
     /// A server over `store`; `makeCore` builds the core from the store (again after a failed commit).
@@ -269,7 +278,7 @@ public final class RelayServer {
             let id = nextID
             nextID += 1
             let uid = cs_peer_uid(fd)
-            conns[id] = Conn(fd: fd, decoder: FrameDecoder(maxFrameBytes: coreConfig.maxFrameBytes), openedAt: now, lastHeard: now)
+            conns[id] = Conn(fd: fd, decoder: FrameDecoder(maxFrameBytes: coreConfig.maxFrameBytes), at: now)
             relay.connected(id, peerUID: uid >= 0 ? UInt32(uid) : nil)
             setInterest(id)
         }
@@ -282,7 +291,7 @@ public final class RelayServer {
     }
 
     private func read(_ id: ConnectionID, now: Timestamp) {
-        guard var c = conns[id], c.closing == nil else { return }
+        guard let c = conns[id], c.closing == nil else { return }
         var budget = 1 << 20
         while budget > 0 {
             let n = scratch.withUnsafeMutableBytes { Glibc.read(c.fd, $0.baseAddress, $0.count) }
@@ -297,7 +306,6 @@ public final class RelayServer {
             if n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { c.peerGone = true }
             break
         }
-        conns[id] = c
         process(id, now: now)
         if conns[id]?.peerGone == true {
             relay.disconnected(id)
@@ -309,14 +317,12 @@ public final class RelayServer {
 
     /// Feeds whole frames to the core, stopping while the session replays.
     private func process(_ id: ConnectionID, now: Timestamp) {
-        while var c = conns[id], relay.isOpen(id), !relay.isReplaying(id) {
+        while let c = conns[id], relay.isOpen(id), !relay.isReplaying(id) {
             guard let event = c.decoder.next() else { break }
-            conns[id] = c
             switch event {
             case .frame(let body): relay.receive(id, body: body, now: now)
             case .violation(let code, let message): relay.framingViolation(id, code, message)
             }
-            c = conns[id]!
         }
     }
 
@@ -366,12 +372,11 @@ public final class RelayServer {
     }
 
     private func queue(_ id: ConnectionID, _ frame: [UInt8]) {
-        guard conns[id] != nil else { return }
-        conns[id]!.out.append(contentsOf: frame)
+        conns[id]?.out.append(contentsOf: frame)
     }
 
     private func flush(_ id: ConnectionID) {
-        guard var c = conns[id] else { return }
+        guard let c = conns[id] else { return }
         while c.pendingBytes > 0 {
             let n = c.out.withUnsafeBytes { cs_send(c.fd, $0.baseAddress! + c.outStart, c.pendingBytes) }
             if n > 0 {
@@ -389,7 +394,6 @@ public final class RelayServer {
             c.out.removeFirst(c.outStart)
             c.outStart = 0
         }
-        conns[id] = c
         if c.peerGone || (c.closing != nil && c.pendingBytes == 0) {
             relay.disconnected(id)
             closeNow(id)
@@ -410,7 +414,7 @@ public final class RelayServer {
         if c.pendingBytes > 0 { want |= cs_epollout }
         guard want != c.interest else { return }
         cs_epoll_ctl(epfd, c.interest == 0 ? 0 : 1, c.fd, want, UInt64(id))
-        conns[id]!.interest = want
+        c.interest = want
     }
 
     private func closeNow(_ id: ConnectionID) {

@@ -68,10 +68,10 @@ struct ByteReader {
         return Array(bytes[i..<(i + n)])
     }
 
+    /// Records are checksummed and were written from valid strings, so decoding (which would
+    /// repair, never trap) takes the fast path instead of validating generically.
     mutating func string() throws -> String {
-        let d = try data()
-        guard let s = String(validating: d, as: UTF8.self) else { throw JournalError(description: "invalid UTF-8 in the journal") }
-        return s
+        String(decoding: try data(), as: UTF8.self)
     }
 
     mutating func raw<T: RawRepresentable<String>>(_: T.Type) throws -> T {

@@ -33,7 +33,9 @@ struct QuestionState: Equatable {
     }
 }
 
-enum Change: Equatable {
+/// Indirect: a change is copied into the journal, the backlog and the batch, and a boxed
+/// payload is one reference to count instead of a whole record's strings.
+indirect enum Change: Equatable {
     case family(String)
     case member(MemberRecord)
     case question(QuestionRecord)

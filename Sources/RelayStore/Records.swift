@@ -48,6 +48,7 @@ public struct QuestionRecord: Sendable, Equatable {
     public var outcome: Outcome?
 
     public var id: String { content.id }
+    public var key: QuestionID { content.key }
 
     public init(
         content: QuestionContent, child: String, family: String, status: QuestionStatus, attempt: Int64,

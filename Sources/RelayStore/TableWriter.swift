@@ -27,7 +27,7 @@ final class TableWriter: @unchecked Sendable {
     private let sync: SyncMode
     /// Each stored question's row key: rows are keyed in order of asking, so writing
     /// new questions touches the table's last pages rather than one random page each.
-    private var questionKeys: [String: Int64] = [:]
+    private var questionKeys: [QuestionID: Int64] = [:]
     private var lastQuestionKey: Int64 = 0
 
     init(db: SQLiteDatabase, sync: SyncMode) {
@@ -102,10 +102,10 @@ final class TableWriter: @unchecked Sendable {
     func write(_ batch: Batch) throws {
         if sync == .normal { try db.exec("PRAGMA synchronous = FULL") }
         defer { if sync == .normal { try? db.exec("PRAGMA synchronous = NORMAL") } }
-        var forgotten: [String] = []
+        var forgotten: [QuestionID] = []
         try db.transaction {
             for change in batch.changes.foldingQuestions() {
-                if case .forgetQuestion(let id) = change { forgotten.append(id) }
+                if case .forgetQuestion(let id) = change, let key = QuestionID(id) { forgotten.append(key) }
                 try write(change)
             }
             for (member, events) in batch.events { try SQLiteStore.insertBatch(db, member: member, events) }
@@ -133,7 +133,7 @@ final class TableWriter: @unchecked Sendable {
                 QuestionRecord(
                     content: c, child: r.text(0), family: r.text(1), status: status, attempt: r.int(3),
                     createdAt: Timestamp(milliseconds: r.int(4)), outcome: outcome))
-            self.questionKeys[c.id] = r.int(7)
+            self.questionKeys[c.key] = r.int(7)
             self.lastQuestionKey = max(self.lastQuestionKey, r.int(7))
         }
         snapshot.questions = questions
@@ -152,10 +152,10 @@ final class TableWriter: @unchecked Sendable {
                 ])
         case .question(let q):
             let key =
-                questionKeys[q.id]
+                questionKeys[q.key]
                 ?? {
                     lastQuestionKey += 1
-                    questionKeys[q.id] = lastQuestionKey
+                    questionKeys[q.key] = lastQuestionKey
                     return lastQuestionKey
                 }()
             try db.run(
@@ -165,10 +165,10 @@ final class TableWriter: @unchecked Sendable {
                     .int(q.createdAt.milliseconds), .text(String(decoding: q.content.encoded, as: UTF8.self)), Self.stored(q.outcome),
                 ])
         case .forgetQuestion(let id):
-            guard let key = questionKeys[id] else { return }
+            guard let key = QuestionID(id).flatMap({ questionKeys[$0] }) else { return }
             try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
         case .questionState(let q):
-            guard let key = questionKeys[q.id] else { return }
+            guard let key = QuestionID(q.id).flatMap({ questionKeys[$0] }) else { return }
             try db.run(
                 "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE key = ?",
                 [.text(q.status.rawValue), .int(q.attempt), Self.stored(q.outcome), .int(key)])

@@ -6,8 +6,9 @@ import CSystem
 import Glibc
 import RelayProtocol
 
-/// One non-blocking connection: frames in, bytes out.
-struct Link {
+/// One non-blocking connection: frames in, bytes out. A class, so its buffers change in
+/// place (a struct copied out of `links` would copy or reallocate them on every change).
+final class Link {
     let fd: Int32
     var decoder = FrameDecoder(maxFrameBytes: 16 << 20)
     var out: [UInt8] = []
@@ -39,7 +40,7 @@ final class EventLoop {
 
     /// Writes what is queued; asks for EPOLLOUT only for leftovers.
     func flush(_ fd: Int32) {
-        guard var l = links[fd], l.out.count > l.outStart else { return }
+        guard let l = links[fd], l.out.count > l.outStart else { return }
         while l.outStart < l.out.count {
             let n = l.out.withUnsafeBytes { cs_send(fd, $0.baseAddress! + l.outStart, l.out.count - l.outStart) }
             if n <= 0 { break }
@@ -54,7 +55,6 @@ final class EventLoop {
             cs_epoll_ctl(epfd, 1, fd, cs_epollin | (want ? cs_epollout : 0), UInt64(fd))
             l.wantsWrite = want
         }
-        links[fd] = l
     }
 
     /// Waits up to `timeoutMs`, then calls `onFrame` for every complete frame read.
@@ -75,15 +75,14 @@ final class EventLoop {
                 continue
             }
             if ready[k].events & cs_epollout != 0 { flush(fd) }
-            guard ready[k].events & (cs_epollin | cs_epollhup | cs_epollerr) != 0, var l = links[fd] else { continue }
+            guard ready[k].events & (cs_epollin | cs_epollhup | cs_epollerr) != 0, let l = links[fd] else { continue }
             let got = scratch.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if got <= 0 {
                 if got == 0 || (errno != EAGAIN && errno != EINTR) { ok = false }
                 continue
             }
             l.decoder.append(scratch[0..<got])
-            links[fd] = l
-            while let e = links[fd]?.decoder.next() {
+            while let e = l.decoder.next() {
                 guard case .frame(let body) = e else { ok = false; break }
                 onFrame(fd, body)
             }

@@ -97,7 +97,7 @@ final class ScenarioRun {
         let admin = try BlockingConnection(path: socket)
         admin.setTimeout(seconds: 10)
         _ = try admin.request(["type": "hello", "protocol": 1, "admin": true])
-        for (family, spec) in families.fields {
+        for (family, spec) in families.fields.map({ ($0.key, $0.value) }) {
             _ = try admin.request(["type": "createFamily", "family": .string(family + suffix)])
             for (role, key) in [("guardian", "guardians"), ("child", "children")] {
                 for m in (spec[key]?.array ?? []).compactMap(\.string) {
@@ -285,7 +285,7 @@ final class ScenarioRun {
             }
             if f.key == "statuses", case .object(let m) = want {
                 let list = got["questions"]?.array ?? []
-                for (sym, status) in m.fields {
+                for (sym, status) in m.fields.map({ ($0.key, $0.value) }) {
                     let s = list.first { $0["id"]?.string == uuid(sym) }?["status"] ?? .null
                     if s != status { throw ScenarioFailure(description: "\(what): expected \(sym) to be \(status.text), got \(s.text)") }
                 }

@@ -1,27 +1,31 @@
 @testable import RelayCore
+import RelayProtocol
 import XCTest
+
+/// Question n's id.
+private func q(_ n: Int) -> QuestionID { QuestionID(String(format: "00000000-0000-4000-8000-%012d", n))! }
 
 final class QuestionOrderTests: XCTestCase {
     func testForgetsTheOldestAllowedAndKeepsTheOrderThroughCompactions() {
         var order = QuestionOrder()
-        let pinned: Set<String> = ["q0", "q7"]  // e.g. still pending
-        var forgotten: [String] = []
+        let pinned: Set<QuestionID> = [q(0), q(7)]  // e.g. still pending
+        var forgotten: [QuestionID] = []
         for n in 0..<1000 {
-            order.append("q\(n)")
+            order.append(q(n))
             forgotten += order.forgetOldest(keeping: 10) { !pinned.contains($0) }
         }
         XCTAssertEqual(order.count, 10)
-        XCTAssertEqual(Array(order), ["q0", "q7"] + (992..<1000).map { "q\($0)" })
+        XCTAssertEqual(Array(order), [q(0), q(7)] + (992..<1000).map(q))
         XCTAssertEqual(forgotten.count, 990)
-        XCTAssertEqual(forgotten.prefix(3), ["q1", "q2", "q3"], "oldest first")
-        XCTAssertFalse(forgotten.contains("q0") || forgotten.contains("q7"))
+        XCTAssertEqual(forgotten.prefix(3), [q(1), q(2), q(3)], "oldest first")
+        XCTAssertFalse(forgotten.contains(q(0)) || forgotten.contains(q(7)))
         XCTAssertEqual(order.forgetOldest(keeping: 10) { _ in true }, [], "nothing to forget at the limit")
     }
 
     func testKeepsMoreThanTheLimitWhenNothingMayBeForgotten() {
         var order = QuestionOrder()
-        for n in 0..<5 { order.append("q\(n)") }
+        for n in 0..<5 { order.append(q(n)) }
         XCTAssertEqual(order.forgetOldest(keeping: 2) { _ in false }, [])
-        XCTAssertEqual(Array(order), ["q0", "q1", "q2", "q3", "q4"])
+        XCTAssertEqual(Array(order), (0..<5).map(q))
     }
 }

@@ -56,6 +56,27 @@ final class JSONTests: XCTestCase {
         XCTAssertGreaterThan(accepted, 1500)
     }
 
+    /// The encoder checks strings for bytes to escape eight at a time: every ASCII byte, at
+    /// every position of strings long enough to take that path, beside multi-byte text,
+    /// must come back whole through Foundation's parser and ours.
+    func testEveryByteIsEscapedWhereverItStands() throws {
+        for length in 1...19 {
+            for position in 0..<length {
+                for byte in UInt8(0)...UInt8(127) {
+                    for filler in ["a", "é"] {
+                        var chars = Array(repeating: Character(filler), count: length)
+                        chars[position] = Character(Unicode.Scalar(byte))
+                        let s = String(chars)
+                        let encoded = JSON.string(s).encoded
+                        let theirs = try JSONSerialization.jsonObject(with: Data(encoded), options: [.fragmentsAllowed])
+                        XCTAssertEqual(theirs as? String, s, "byte \(byte) at \(position) of \(length)")
+                        XCTAssertEqual(try JSON.parse(encoded).string, s)
+                    }
+                }
+            }
+        }
+    }
+
     /// Documents Foundation accepts although RFC 8259 does not (or the reverse): lone
     /// surrogate escapes and numbers Foundation reads with a different range.
     private func foundationLeniency(_ bytes: [UInt8]) -> Bool {
@@ -92,7 +113,7 @@ final class JSONTests: XCTestCase {
             return .string(String((0..<Int(rng.next() % 8)).map { _ in alphabet[Int(rng.next() % UInt64(alphabet.count))] }))
         case 5: return .array((0..<Int(rng.next() % 4)).map { _ in random(depth: depth + 1, &rng) })
         default:
-            return .object(JSONObject((0..<Int(rng.next() % 4)).map { i in (key: "k\(i)", value: random(depth: depth + 1, &rng)) }))
+            return .object(JSONObject((0..<Int(rng.next() % 4)).map { i in JSONObject.Field("k\(i)", random(depth: depth + 1, &rng)) }))
         }
     }
 

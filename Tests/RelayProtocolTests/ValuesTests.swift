@@ -56,6 +56,19 @@ final class ValuesTests: XCTestCase {
         XCTAssertEqual(Identifier.canonicalUUID("6f9619ff-8b86-d011-b42d-00cf4fc964ff"), "6F9619FF-8B86-D011-B42D-00CF4FC964FF")
         XCTAssertNil(Identifier.canonicalUUID("6f9619ff8b86d011b42d00cf4fc964ff"))
         XCTAssertNil(Identifier.canonicalUUID("6f9619ff-8b86-d011-b42d-00cf4fc964fg"))
+        for _ in 0..<1000 {
+            let u = UUID().uuidString
+            XCTAssertEqual(QuestionID(u.lowercased())?.description, u)
+            XCTAssertEqual(QuestionID(u.lowercased()), QuestionID(u))
+        }
+        XCTAssertNotEqual(
+            QuestionID("00000000-0000-0000-0000-000000000001"), QuestionID("00000000-0000-0001-0000-000000000000"),
+            "the two halves are kept apart")
+        for bad in [
+            "", "6f9619ff-8b86-d011-b42d-00cf4fc964f", "6f9619ff-8b86-d011-b42d-00cf4fc964fff", "6f9619ff8-b86-d011-b42d-00cf4fc964ff",
+        ] {
+            XCTAssertNil(QuestionID(bad), bad)
+        }
         XCTAssertTrue(Identifier.isValid("alex-tablet_2.0"))
         XCTAssertFalse(Identifier.isValid(""))
         XCTAssertFalse(Identifier.isValid("a b"))
