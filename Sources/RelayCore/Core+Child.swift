@@ -39,7 +39,7 @@ extension RelayCore {
             case .answered:
                 return [
                     "questionId": .string(existing.id), "status": "answered", "attempt": .int(existing.attempt),
-                    "response": .object(responseFields(existing)),
+                    "response": (try? JSON.parse(Array("{".utf8) + responseFields(existing) + Array("}".utf8))) ?? .null,
                 ]
             case .cancelled, .expired:
                 break
@@ -171,31 +171,36 @@ extension RelayCore {
         var out: [UInt8] = []
         out.reserveCapacity(q.content.encoded.count + 200)
         out.append(contentsOf: q.content.encoded.dropLast())  // all but the closing brace
-        func field(_ separatorAndName: StaticString, _ value: JSON) {
-            out.append(
-                contentsOf: UnsafeBufferPointer(start: separatorAndName.utf8Start, count: separatorAndName.utf8CodeUnitCount))
-            value.encode(into: &out)
+        out.appendJSONField("child", q.child)
+        out.appendJSONField("createdAt", q.createdAt)
+        out.appendJSONField("status", q.status.rawValue)
+        out.appendJSONField("attempt", q.attempt)
+        if let o = q.outcome {
+            out.appendJSONKey("outcome")
+            out.append(UInt8(ascii: "{"))
+            appendOutcomeFields(o, to: &out)
+            out.append(UInt8(ascii: "}"))
         }
-        field(#","child":"#, .string(q.child))
-        field(#","createdAt":"#, .string(q.createdAt.rfc3339))
-        field(#","status":"#, .string(q.status.rawValue))
-        field(#","attempt":"#, .int(q.attempt))
-        if let outcome = q.outcome { field(#","outcome":"#, outcomeJSON(outcome)) }
         out.append(UInt8(ascii: "}"))
         return out
     }
 
-    func outcomeJSON(_ o: Outcome) -> JSON {
-        .object(["choice": o.choice.json, "guardian": .string(o.guardian), "answeredAt": .string(o.answeredAt.rfc3339)])
+    /// `"choice":…,"guardian":…,"answeredAt":…`: an outcome, and the tail of a `response`.
+    func appendOutcomeFields(_ o: Outcome, to out: inout [UInt8]) {
+        out.appendJSONKey("choice")
+        o.choice.encode(into: &out)
+        out.appendJSONField("guardian", o.guardian)
+        out.appendJSONField("answeredAt", o.answeredAt)
     }
 
-    /// The fields of a `response` event, without `type` and `seq`.
-    func responseFields(_ q: QuestionRecord) -> JSONObject {
-        guard let o = q.outcome else { return [:] }
-        return [
-            "question": questionJSON(q), "choice": o.choice.json, "guardian": .string(o.guardian),
-            "answeredAt": .string(o.answeredAt.rfc3339),
-        ]
+    /// The fields of a `response` event, without `type` and `seq`, encoded.
+    func responseFields(_ q: QuestionRecord) -> [UInt8] {
+        guard let o = q.outcome else { return [] }
+        var out: [UInt8] = []
+        out.appendJSONKey("question")
+        out.append(contentsOf: questionBytes(q))
+        appendOutcomeFields(o, to: &out)
+        return out
     }
 
     func alreadyAnswered(_ q: QuestionRecord) -> RequestError {
@@ -224,11 +229,11 @@ extension RelayCore {
 
     /// Appends `questionClosed` to every guardian's stream of the question's family.
     func tellGuardiansClosed(_ q: QuestionRecord, reason: QuestionStatus, by guardian: String?, now: Timestamp) {
-        var event: JSONObject = ["questionId": .string(q.id), "child": .string(q.child), "reason": .string(reason.rawValue)]
-        if let guardian { event["by"] = .string(guardian) }
         var fields: [UInt8] = []
-        event.encodeFields(into: &fields)
-        fields.removeFirst()
+        fields.appendJSONField("questionId", q.id)
+        fields.appendJSONField("child", q.child)
+        fields.appendJSONField("reason", reason.rawValue)
+        if let guardian { fields.appendJSONField("by", guardian) }
         for g in families[q.family]?.guardians ?? [] {
             appendEvent(to: g, topic: nil, type: "questionClosed", encodedFields: fields, now: now)
         }

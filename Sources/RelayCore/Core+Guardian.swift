@@ -34,11 +34,7 @@ extension RelayCore {
         pendingByChild[q.child, default: 1] -= 1
         store.saveQuestionState(q)
         if members[q.child]?.removed == false {
-            // responseFields(q), with the question spliced in as bytes.
-            var fields = Array(#""question":"#.utf8) + questionBytes(q)
-            let rest: JSONObject = ["choice": choice.json, "guardian": .string(r.member), "answeredAt": .string(r.now.rfc3339)]
-            rest.encodeFields(into: &fields)
-            appendEvent(to: q.child, topic: q.content.kind, type: "response", encodedFields: fields, now: r.now)
+            appendEvent(to: q.child, topic: q.content.kind, type: "response", encodedFields: responseFields(q), now: r.now)
         }
         tellGuardiansClosed(q, reason: .answered, by: r.member, now: r.now)
         if choice.answer == .approval && q.content.kind == .communication {

@@ -44,6 +44,16 @@ public struct Choice: Sendable, Equatable {
         return .object(o)
     }
 
+    /// Appends `json`'s encoding, written directly.
+    public func encode(into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        out.appendJSONField("id", id)
+        out.appendJSONField("title", title)
+        out.appendJSONField("answer", answer.rawValue)
+        if let durationSeconds { out.appendJSONField("durationSeconds", durationSeconds) }
+        out.append(UInt8(ascii: "}"))
+    }
+
     public init?(json: JSON) {
         guard let id = json["id"]?.string, let title = json["title"]?.string,
             let a = json["answer"]?.string, let answer = Answer(rawValue: a)
@@ -98,16 +108,6 @@ public final class QuestionContent: Sendable, Equatable {
         return o
     }
 
-    private static func canonical(
-        id: String, topic: JSON, choices: [Choice], defaultChoice: String, expiration: Timestamp?
-    ) -> JSONObject {
-        var o: JSONObject = [
-            "id": .string(id), "topic": topic, "choices": .array(choices.map(\.json)), "defaultChoice": .string(defaultChoice),
-        ]
-        if let expiration { o["expirationDate"] = .string(expiration.rfc3339) }
-        return o
-    }
-
     /// Reads back the canonical form written by `encoded` (no validation beyond shape).
     public init?(encoded: [UInt8]) {
         guard let stored = try? JSON.parse(encoded), let id = stored["id"]?.string, let key = QuestionID(id),
@@ -129,19 +129,18 @@ public final class QuestionContent: Sendable, Equatable {
     }
 
     init(
-        key: QuestionID, kind: TopicKind, topic: JSON, handles: [NormalizedHandle], choices: [Choice],
-        defaultChoice: String, expiration: Timestamp?
+        key: QuestionID, kind: TopicKind, handles: [NormalizedHandle], actions: [String], choices: [Choice],
+        defaultChoice: String, expiration: Timestamp?, encoded: [UInt8]
     ) {
         self.key = key
         self.id = key.description
         self.kind = kind
         self.handles = handles
-        self.actions = topic["actions"]?.array?.compactMap(\.string) ?? []
+        self.actions = actions
         self.choices = choices
         self.defaultChoice = defaultChoice
         self.expiration = expiration
-        self.encoded =
-            Self.canonical(id: id, topic: topic, choices: choices, defaultChoice: defaultChoice, expiration: expiration).encoded
+        self.encoded = encoded
     }
 }
 
@@ -157,8 +156,16 @@ extension QuestionContent {
             throw invalid("question.topic.kind must be \"communication\" or \"significantAppUpdate\"")
         }
 
-        var topic: JSONObject = ["kind": .string(kind.rawValue)]
+        // The canonical form is written as it is validated: known fields only, in a fixed order.
+        let id = key.description
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.reserveCapacity(512)
+        out.appendJSONField("id", id)
+        out.appendJSONKey("topic")
+        out.append(UInt8(ascii: "{"))
+        out.appendJSONField("kind", kind.rawValue)
         var handles: [NormalizedHandle] = []
+        var actions: [String] = []
         switch kind {
         case .communication:
             guard let persons = topicObj["personInformation"]?.array else {
@@ -167,7 +174,8 @@ extension QuestionContent {
             guard (1...QuestionLimits.maxPersons).contains(persons.count) else {
                 throw invalid("topic.personInformation must hold 1 to \(QuestionLimits.maxPersons) people, not \(persons.count)")
             }
-            var people: [JSON] = []
+            out.appendJSONKey("personInformation")
+            out.append(UInt8(ascii: "["))
             for (n, p) in persons.enumerated() {
                 guard let person = p.object else { throw invalid("personInformation[\(n)] must be an object") }
                 guard let h = person["handle"]?.object, let value = h["value"]?.string,
@@ -180,14 +188,24 @@ extension QuestionContent {
                     throw invalid("personInformation[\(n)].handle \"\(value)\" is not a valid \(kindName)")
                 }
                 handles.append(normalized)
-                var out: JSONObject = ["handle": .object(["value": .string(value), "kind": .string(kindName)])]
+                if n > 0 { out.append(UInt8(ascii: ",")) }
+                out.append(UInt8(ascii: "{"))
+                out.appendJSONKey("handle")
+                out.append(UInt8(ascii: "{"))
+                out.appendJSONField("value", value)
+                out.appendJSONField("kind", kindName)
+                out.append(UInt8(ascii: "}"))
                 switch person["nameComponents"] {
                 case nil, .null?: break
-                case .object(let names)?: out["nameComponents"] = .object(names)
+                case .object(let names)?:
+                    out.appendJSONKey("nameComponents")
+                    names.encode(into: &out)
                 default: throw invalid("personInformation[\(n)].nameComponents must be an object or null")
                 }
                 switch person["avatarImage"] {
-                case nil, .null?: out["avatarImage"] = .null
+                case nil, .null?:
+                    out.appendJSONKey("avatarImage")
+                    out.append(contentsOf: "null".utf8)
                 case .string(let b64)?:
                     guard let data = Data(base64Encoded: b64) else {
                         throw invalid("personInformation[\(n)].avatarImage is not valid base64")
@@ -197,13 +215,12 @@ extension QuestionContent {
                             "personInformation[\(n)].avatarImage is \(data.count) bytes; at most \(QuestionLimits.maxAvatarBytes) are allowed"
                         )
                     }
-                    out["avatarImage"] = .string(b64)
+                    out.appendJSONField("avatarImage", b64)
                 default: throw invalid("personInformation[\(n)].avatarImage must be a base64 string or null")
                 }
-                people.append(.object(out))
+                out.append(UInt8(ascii: "}"))
             }
-            topic["personInformation"] = .array(people)
-            var actions: [JSON] = []
+            out.append(UInt8(ascii: "]"))
             switch topicObj["actions"] {
             case nil, .null?: break
             case .array(let list)?:
@@ -211,17 +228,20 @@ extension QuestionContent {
                     guard let name = a.string, communicationActions.contains(name) else {
                         throw invalid("topic.actions: \(a.text) is not one of \(communicationActions.sorted().joined(separator: ", "))")
                     }
-                    if !actions.contains(a) { actions.append(a) }
+                    if !actions.contains(name) { actions.append(name) }
                 }
             default: throw invalid("topic.actions must be an array of action names")
             }
-            topic["actions"] = .array(actions.isEmpty ? ["communicate"] : actions)
+            if actions.isEmpty { actions = ["communicate"] }
+            out.appendJSONKey("actions")
+            JSON.array(actions.map(JSON.string)).encode(into: &out)
         case .significantAppUpdate:
             guard let d = topicObj["description"]?.string, !d.trimmingWhitespace().isEmpty else {
                 throw invalid("a significantAppUpdate topic needs a non-empty description")
             }
-            topic["description"] = .string(d)
+            out.appendJSONField("description", d)
         }
+        out.append(UInt8(ascii: "}"))
 
         var choices: [Choice]
         switch q["choices"] {
@@ -287,8 +307,18 @@ extension QuestionContent {
             throw invalid("expirationDate must be an RFC 3339 timestamp string")
         }
 
+        out.appendJSONKey("choices")
+        out.append(UInt8(ascii: "["))
+        for (n, c) in choices.enumerated() {
+            if n > 0 { out.append(UInt8(ascii: ",")) }
+            c.encode(into: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+        out.appendJSONField("defaultChoice", defaultChoice)
+        if let expiration { out.appendJSONField("expirationDate", expiration) }
+        out.append(UInt8(ascii: "}"))
         return QuestionContent(
-            key: key, kind: kind, topic: .object(topic), handles: handles, choices: choices,
-            defaultChoice: defaultChoice, expiration: expiration)
+            key: key, kind: kind, handles: handles, actions: kind == .communication ? actions : [], choices: choices,
+            defaultChoice: defaultChoice, expiration: expiration, encoded: out)
     }
 }

@@ -19,14 +19,19 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
 
     /// `2026-12-01T18:00:00Z`, with `.mmm` when the instant has milliseconds.
     public var rfc3339: String {
+        var out: [UInt8] = []
+        out.reserveCapacity(24)
+        appendRFC3339(to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends `rfc3339`'s bytes: it is formatted for every event that carries a time.
+    public func appendRFC3339(to out: inout [UInt8]) {
         let days = Int64((Double(milliseconds) / 86_400_000).rounded(.down))
         let msOfDay = milliseconds - days * 86_400_000
         let (y, m, d) = Timestamp.civil(fromDays: days)
         let secs = msOfDay / 1000
         let ms = msOfDay % 1000
-        // Built as bytes: it is formatted for every event that carries a time.
-        var out: [UInt8] = []
-        out.reserveCapacity(24)
         /// `v` (non-negative) in decimal, zero-padded to at least `width` digits.
         func digits(_ v: Int64, _ width: Int) {
             var div: Int64 = 1
@@ -59,7 +64,6 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
             digits(ms, 3)
         }
         out.append(UInt8(ascii: "Z"))
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`; nil when the text is not such a timestamp.

@@ -126,7 +126,9 @@ extension Change {
         w.int(s.attempt)
         w.bool(s.outcome != nil)
         if let o = s.outcome {
-            w.data(o.choice.json.encoded)
+            var choice: [UInt8] = []
+            o.choice.encode(into: &choice)
+            w.data(choice)
             w.string(o.guardian)
             w.int(o.answeredAt.milliseconds)
         }

@@ -56,6 +56,14 @@ final class JSONTests: XCTestCase {
         XCTAssertGreaterThan(accepted, 1500)
     }
 
+    func testIntegersAreWrittenAsSwiftWritesThem() {
+        var rng = SplitMix(seed: 7)
+        let edges: [Int64] = [0, 1, -1, 9, 10, -10, 99, 100, Int64.max, Int64.min, Int64.max - 1, Int64.min + 1]
+        for v in edges + (0..<2000).map({ _ in Int64(bitPattern: rng.next()) >> Int64(rng.next() % 64) }) {
+            XCTAssertEqual(String(decoding: JSON.int(v).encoded, as: UTF8.self), String(v))
+        }
+    }
+
     /// The encoder checks strings for bytes to escape eight at a time: every ASCII byte, at
     /// every position of strings long enough to take that path, beside multi-byte text,
     /// must come back whole through Foundation's parser and ours.

@@ -1,0 +1,48 @@
+// Writing JSON objects straight into bytes, for what the relay encodes most (questions,
+// events, outcomes): the same bytes `JSONObject.encode` gives for the same fields,
+// without building the values first.
+
+extension Array where Element == UInt8 {
+    /// Appends `"key":`, after a comma unless it is the first field (the bytes are empty or
+    /// end with the object's `{`). `key` must need no escaping.
+    public mutating func appendJSONKey(_ key: StaticString) {
+        if let last, last != UInt8(ascii: "{") { append(UInt8(ascii: ",")) }
+        append(UInt8(ascii: "\""))
+        append(contentsOf: UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
+        append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+    }
+
+    public mutating func appendJSONField(_ key: StaticString, _ value: String) {
+        appendJSONKey(key)
+        JSON.encodeString(value, into: &self)
+    }
+
+    public mutating func appendJSONField(_ key: StaticString, _ value: Int64) {
+        appendJSONKey(key)
+        appendDecimal(value)
+    }
+
+    /// A time, as its RFC 3339 string.
+    public mutating func appendJSONField(_ key: StaticString, _ value: Timestamp) {
+        appendJSONKey(key)
+        append(UInt8(ascii: "\""))
+        value.appendRFC3339(to: &self)
+        append(UInt8(ascii: "\""))
+    }
+
+    /// `value` in decimal, as `String(value)` writes it.
+    mutating func appendDecimal(_ value: Int64) {
+        if value < 0 { append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // up to 20 digits, as 24 bytes
+        var count = 0
+        Swift.withUnsafeMutableBytes(of: &digits) { buf in
+            repeat {
+                buf[23 - count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            } while magnitude > 0
+            append(contentsOf: UnsafeRawBufferPointer(rebasing: buf[(24 - count)...]))
+        }
+    }
+}

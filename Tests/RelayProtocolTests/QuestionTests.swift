@@ -1,0 +1,47 @@
+import Foundation
+import RelayProtocol
+import XCTest
+
+final class QuestionTests: XCTestCase {
+    private let now = Timestamp(rfc3339: "2026-12-01T10:00:00Z")!
+
+    /// Questions with every optional part, as a client may send them.
+    static let asked: [String] = [
+        #"{"id":"6f9619ff-8b86-d011-b42d-00cf4fc964ff","topic":{"kind":"communication","personInformation":[{"handle":{"value":"+1 (555) 010-0199","kind":"phoneNumber"},"nameComponents":{"givenName":"Kim","familyName":"Lee"},"avatarImage":"aGVsbG8=","extra":1},{"handle":{"kind":"emailAddress","value":"Sam@Example.org"},"avatarImage":null}],"actions":["message","audioCall","message"]},"choices":[{"id":"yes","title":"Yes \"for\" an hour","answer":"approval","durationSeconds":3600},{"id":"no","title":"No","answer":"denial"}],"defaultChoice":"yes","expirationDate":"2026-12-01T11:00:00.250Z","unknown":true}"#,
+        #"{"topic":{"description":"Version 2\nadds chat","kind":"significantAppUpdate","actions":["chat"]},"id":"00000000-0000-4000-8000-00000000000A"}"#,
+        #"{"id":"00000000-0000-4000-8000-00000000000b","topic":{"kind":"communication","personInformation":[{"handle":{"value":"kim#1","kind":"custom"},"nameComponents":null}]}}"#,
+    ]
+
+    /// Their canonical forms, byte for byte: known fields only, in a fixed order, ids upper
+    /// case, defaults filled in (stored and sent on as they are, so they must not drift).
+    static let canonical: [String] = [
+        #"{"id":"6F9619FF-8B86-D011-B42D-00CF4FC964FF","topic":{"kind":"communication","personInformation":[{"handle":{"value":"+1 (555) 010-0199","kind":"phoneNumber"},"nameComponents":{"givenName":"Kim","familyName":"Lee"},"avatarImage":"aGVsbG8="},{"handle":{"value":"Sam@Example.org","kind":"emailAddress"},"avatarImage":null}],"actions":["message","audioCall"]},"choices":[{"id":"yes","title":"Yes \"for\" an hour","answer":"approval","durationSeconds":3600},{"id":"no","title":"No","answer":"denial"}],"defaultChoice":"yes","expirationDate":"2026-12-01T11:00:00.250Z"}"#,
+        #"{"id":"00000000-0000-4000-8000-00000000000A","topic":{"kind":"significantAppUpdate","description":"Version 2\nadds chat"},"choices":[{"id":"approve","title":"Approve","answer":"approval"},{"id":"decline","title":"Decline","answer":"denial"}],"defaultChoice":"decline"}"#,
+        #"{"id":"00000000-0000-4000-8000-00000000000B","topic":{"kind":"communication","personInformation":[{"handle":{"value":"kim#1","kind":"custom"},"avatarImage":null}],"actions":["communicate"]},"choices":[{"id":"approve","title":"Approve","answer":"approval"},{"id":"decline","title":"Decline","answer":"denial"}],"defaultChoice":"decline"}"#,
+    ]
+
+    func testCanonicalForm() throws {
+        for (text, expected) in zip(Self.asked, Self.canonical) {
+            let q = try XCTUnwrap(JSON.parse(text).object)
+            let content = try QuestionContent.validate(q, now: now)
+            XCTAssertEqual(String(decoding: content.encoded, as: UTF8.self), expected)
+            let read = try XCTUnwrap(QuestionContent(encoded: content.encoded))
+            XCTAssertEqual(read.key, content.key)
+            XCTAssertEqual(read.handles, content.handles)
+            XCTAssertEqual(read.actions, content.actions)
+            XCTAssertEqual(read.choices, content.choices)
+            XCTAssertEqual(read.expiration, content.expiration)
+        }
+    }
+
+    func testChoiceBytesAgreeWithItsJSON() {
+        let choices = [
+            Choice.approve, .decline, Choice(id: "a\"b", title: "Yes\n\u{1}é", answer: .approval, durationSeconds: 86400),
+        ]
+        for c in choices {
+            var bytes: [UInt8] = []
+            c.encode(into: &bytes)
+            XCTAssertEqual(bytes, c.json.encoded)
+        }
+    }
+}
