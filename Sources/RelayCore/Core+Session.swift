@@ -154,8 +154,8 @@ extension RelayCore {
         deferred.removeAll(keepingCapacity: true)
         for e in events {
             for conn in live[e.member] ?? [] {
-                guard let s = connections[conn]?.session, s.replayAfter == nil else { continue }
-                if let t = e.topic, !s.topics.contains(t) { continue }
+                guard let c = connections[conn], c.session != nil, c.session?.replayAfter == nil else { continue }
+                if let t = e.topic, c.session?.topics.contains(t) != true { continue }
                 send(conn, e.frame)
             }
         }

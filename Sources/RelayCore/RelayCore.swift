@@ -343,10 +343,13 @@ public final class RelayCore {
     ]
 }
 
-/// A connection as the core sees it.
-struct Connection {
-    var peerUID: UInt32?
+/// A connection as the core sees it. A class: it is looked at for every frame and every
+/// event delivered, and a struct would be copied out whole each time.
+final class Connection {
+    let peerUID: UInt32?
     var session: Session?
+
+    init(peerUID: UInt32?) { self.peerUID = peerUID }
 }
 
 /// An established session: who it is and what it receives.

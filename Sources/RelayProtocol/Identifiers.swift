@@ -53,14 +53,18 @@ public struct QuestionID: Hashable, Sendable, CustomStringConvertible {
 
     /// The canonical upper-case form.
     public var description: String {
-        let hex = Array("0123456789ABCDEF".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(36)
-        for k in 0..<32 {
-            if k == 8 || k == 12 || k == 16 || k == 20 { out.append(UInt8(ascii: "-")) }
-            let word = k < 16 ? high : low
-            out.append(hex[Int(word >> UInt64(60 - 4 * (k % 16)) & 0xF)])
+        String(unsafeUninitializedCapacity: 36) { out in
+            var at = 0
+            for k in 0..<32 {
+                if k == 8 || k == 12 || k == 16 || k == 20 {
+                    out[at] = UInt8(ascii: "-")
+                    at += 1
+                }
+                let nibble = UInt8(truncatingIfNeeded: (k < 16 ? high : low) >> UInt64(60 - 4 * (k % 16)) & 0xF)
+                out[at] = nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "A") + nibble - 10
+                at += 1
+            }
+            return 36
         }
-        return String(decoding: out, as: UTF8.self)
     }
 }

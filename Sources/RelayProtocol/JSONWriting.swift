@@ -9,7 +9,8 @@ extension Array where Element == UInt8 {
         if let last, last != UInt8(ascii: "{") { append(UInt8(ascii: ",")) }
         append(UInt8(ascii: "\""))
         append(contentsOf: UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
-        append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+        append(UInt8(ascii: "\""))
+        append(UInt8(ascii: ":"))
     }
 
     public mutating func appendJSONField(_ key: StaticString, _ value: String) {

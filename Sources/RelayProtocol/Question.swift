@@ -145,6 +145,23 @@ public final class QuestionContent: Sendable, Equatable {
 }
 
 extension QuestionContent {
+    /// Approve and decline, when a question names no choices: most do, so their encoding is kept.
+    static let defaultChoices: [Choice] = [.approve, .decline]
+    private static let defaultChoicesEncoded: [UInt8] = {
+        var out: [UInt8] = []
+        encode(defaultChoices, into: &out)
+        return out
+    }()
+
+    private static func encode(_ choices: [Choice], into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "["))
+        for (n, c) in choices.enumerated() {
+            if n > 0 { out.append(UInt8(ascii: ",")) }
+            c.encode(into: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+    }
+
     /// Validates an asked question (§5, §12). Throws `invalidQuestion` with the reason.
     public static func validate(_ q: JSONObject, now: Timestamp) throws(RequestError) -> QuestionContent {
         func invalid(_ why: String) -> RequestError { RequestError(.invalidQuestion, why) }
@@ -246,7 +263,7 @@ extension QuestionContent {
         var choices: [Choice]
         switch q["choices"] {
         case nil, .null?:
-            choices = [.approve, .decline]
+            choices = Self.defaultChoices
         case .array(let list)?:
             guard list.count <= QuestionLimits.maxChoices else {
                 throw invalid("at most \(QuestionLimits.maxChoices) choices are allowed, not \(list.count)")
@@ -308,12 +325,11 @@ extension QuestionContent {
         }
 
         out.appendJSONKey("choices")
-        out.append(UInt8(ascii: "["))
-        for (n, c) in choices.enumerated() {
-            if n > 0 { out.append(UInt8(ascii: ",")) }
-            c.encode(into: &out)
+        if choices == Self.defaultChoices {
+            out.append(contentsOf: Self.defaultChoicesEncoded)
+        } else {
+            Self.encode(choices, into: &out)
         }
-        out.append(UInt8(ascii: "]"))
         out.appendJSONField("defaultChoice", defaultChoice)
         if let expiration { out.appendJSONField("expirationDate", expiration) }
         out.append(UInt8(ascii: "}"))

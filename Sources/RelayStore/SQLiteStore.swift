@@ -201,11 +201,11 @@ public final class SQLiteStore: RelayStore {
     /// could not be written goes back in front of the backlog, to be written with it (a
     /// batch may span generations), and the error is thrown.
     func settle(wait: Bool) throws {
-        guard let batch = sealed, let outcome = writer.takeOutcome(wait: wait) else { return }
-        sealed = nil
+        guard sealed != nil, let outcome = writer.takeOutcome(wait: wait), let batch = sealed.take() else { return }
         switch outcome {
         case .success(let written):
             appliedGeneration = written
+            writer.retire(batch)
         case .failure(let error):
             var merged = batch
             merged.changes.append(contentsOf: backlog.changes)

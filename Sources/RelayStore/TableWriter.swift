@@ -19,6 +19,9 @@ final class TableWriter: @unchecked Sendable {
     private let condition = NSCondition()
     private var pending: Batch?
     private var outcome: Result<Int64, any Error>?
+    /// Written batches the loop is done with, freed here: taking apart thousands of
+    /// changes is work the loop need not do.
+    private var retired: [Batch] = []
     private var stopping = false
     private var running = true
 
@@ -50,7 +53,15 @@ final class TableWriter: @unchecked Sendable {
     private func run() {
         condition.lock()
         while true {
-            while pending == nil && !stopping { condition.wait() }
+            while pending == nil && retired.isEmpty && !stopping { condition.wait() }
+            if !retired.isEmpty {
+                var done = retired
+                retired = []
+                condition.unlock()
+                done.removeAll()
+                condition.lock()
+                continue
+            }
             guard let batch = pending else { break }
             condition.unlock()
             let result = Result { () throws(any Error) -> Int64 in
@@ -73,6 +84,14 @@ final class TableWriter: @unchecked Sendable {
         precondition(pending == nil, "a batch is already being written")
         pending = batch
         outcome = nil
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Hands back a written batch, to be freed on the thread.
+    func retire(_ batch: consuming Batch) {
+        condition.lock()
+        retired.append(batch)
         condition.broadcast()
         condition.unlock()
     }
