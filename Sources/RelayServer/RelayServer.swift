@@ -301,6 +301,9 @@ public final class RelayServer {
                 c.pinged = false
                 budget -= n
                 if relay.isReplaying(id) && c.decoder.bufferedCount > coreConfig.maxFrameBytes { break }
+                // A short read has most likely drained the socket: the read that would say
+                // so is saved (readiness is level-triggered, so anything left is reported again).
+                if n < scratch.count { break }
                 continue
             }
             if n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { c.peerGone = true }

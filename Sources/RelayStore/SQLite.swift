@@ -57,6 +57,12 @@ final class SQLiteDatabase {
             case .null: rc = sqlite3_bind_null(stmt, idx)
             case .int(let v): rc = sqlite3_bind_int64(stmt, idx, v)
             case .text(let s): rc = sqlite3_bind_text(stmt, idx, s, -1, sqliteTransient)
+            case .utf8(let b) where b.isEmpty:
+                rc = sqlite3_bind_text(stmt, idx, "", 0, sqliteTransient)  // an empty array's nil address would bind NULL
+            case .utf8(let b):
+                rc = b.withUnsafeBufferPointer { p in
+                    p.withMemoryRebound(to: CChar.self) { sqlite3_bind_text(stmt, idx, $0.baseAddress, Int32($0.count), sqliteTransient) }
+                }
             case .blob(let b):
                 rc = b.withUnsafeBytes { sqlite3_bind_blob(stmt, idx, $0.baseAddress, Int32($0.count), sqliteTransient) }
             }
@@ -110,6 +116,8 @@ enum SQLValue {
     case null
     case int(Int64)
     case text(String)
+    /// Text given as its UTF-8 bytes (no String made for it).
+    case utf8([UInt8])
     case blob([UInt8])
 }
 

@@ -181,7 +181,7 @@ final class TableWriter: @unchecked Sendable {
                 "INSERT OR REPLACE INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)",
                 [
                     .int(key), .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
-                    .int(q.createdAt.milliseconds), .text(String(decoding: q.content.encoded, as: UTF8.self)), Self.stored(q.outcome),
+                    .int(q.createdAt.milliseconds), .utf8(q.content.encoded), Self.stored(q.outcome),
                 ])
         case .forgetQuestion(let id):
             guard let key = QuestionID(id).flatMap({ questionKeys[$0] }) else { return }
@@ -213,12 +213,16 @@ final class TableWriter: @unchecked Sendable {
         }
     }
 
+    /// `{"choice":…,"guardian":…,"answeredAt":milliseconds}`.
     private static func stored(_ outcome: Outcome?) -> SQLValue {
         guard let o = outcome else { return .null }
-        let j: JSON = .object([
-            "choice": o.choice.json, "guardian": .string(o.guardian), "answeredAt": .int(o.answeredAt.milliseconds),
-        ])
-        return .text(j.text)
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.appendJSONKey("choice")
+        o.choice.encode(into: &out)
+        out.appendJSONField("guardian", o.guardian)
+        out.appendJSONField("answeredAt", o.answeredAt.milliseconds)
+        out.append(UInt8(ascii: "}"))
+        return .utf8(out)
     }
 
     func prune(olderThan cutoff: Timestamp, acknowledged upTo: [String: Int64]) throws -> Int {
