@@ -91,11 +91,11 @@ final class EventLoop {
     }
 }
 
-/// The position of `needle` in `hay`, or nil.
-func find(_ needle: [UInt8], in hay: [UInt8], from start: Int = 0) -> Int? {
+/// The position of `needle` in `hay` (starting within its first `within` bytes), or nil.
+func find(_ needle: [UInt8], in hay: [UInt8], from start: Int = 0, within: Int = .max) -> Int? {
     guard hay.count >= needle.count, let first = needle.first else { return nil }
     var i = start
-    let last = hay.count - needle.count
+    let last = min(hay.count - needle.count, within - 1)
     while i <= last {
         if hay[i] == first {
             var k = 1

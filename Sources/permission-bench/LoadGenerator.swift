@@ -31,7 +31,8 @@ final class LoadGenerator {
     private var childOf: [Int32: Int] = [:]
     private var guardianFD: [Int32] = []
     private var childFD: [Int32] = []
-    private var sentAt: [String: UInt64] = [:]
+    /// When each question in flight was asked, by its number.
+    private var sentAt: [Int: UInt64] = [:]
     private var counter = 0
     private var askPrefix: [UInt8] = []
     private var askMiddle: [UInt8] = []
@@ -114,16 +115,43 @@ final class LoadGenerator {
         }
     }
 
-    private func nextID(_ family: Int) -> String {
-        counter += 1
-        return String(format: "%08X-0000-4000-8000-%012X", family, counter)
+    /// `FFFFFFFF-0000-4000-8000-NNNNNNNNNNNN`: the family and the question's number in hex.
+    private static func appendID(family: Int, number: Int, to out: inout [UInt8]) {
+        func hex(_ v: Int, _ digits: Int) {
+            for k in stride(from: digits - 1, through: 0, by: -1) {
+                let nibble = UInt8((v >> (4 * k)) & 0xF)
+                out.append(nibble < 10 ? 48 + nibble : 55 + nibble)
+            }
+        }
+        hex(family, 8)
+        out.append(contentsOf: "-0000-4000-8000-".utf8)
+        hex(number, 12)
+    }
+
+    /// The question number in an id `appendID` wrote.
+    private static func number(inID id: ArraySlice<UInt8>) -> Int? {
+        var v = 0
+        for c in id.suffix(12) {
+            switch c {
+            case 48...57: v = v << 4 | Int(c - 48)
+            case 65...70: v = v << 4 | Int(c - 55)
+            default: return nil
+            }
+        }
+        return v
     }
 
     private func ask(_ fd: Int32) {
-        let id = nextID(childOf[fd]!)
-        let idBytes = Array(id.utf8)
-        loop.queue(fd, framed(askPrefix + idBytes + askMiddle + idBytes + askSuffix))
-        sentAt[id] = now()
+        counter += 1
+        var body: [UInt8] = []
+        body.reserveCapacity(askPrefix.count + askMiddle.count + askSuffix.count + 72)
+        body += askPrefix
+        Self.appendID(family: childOf[fd]!, number: counter, to: &body)
+        body += askMiddle
+        Self.appendID(family: childOf[fd]!, number: counter, to: &body)
+        body += askSuffix
+        loop.queue(fd, framed(body))
+        sentAt[counter] = now()
     }
 
     /// Runs for `warmup` + `duration` seconds and measures the latter.
@@ -172,6 +200,8 @@ final class LoadGenerator {
     private static let typeError = Array(#""type":"error""#.utf8)
     private static let questionID = Array(#""question":{"id":""#.utf8), questionIdField = Array(#""questionId":""#.utf8)
     private static let seqField = Array(#""seq":"#.utf8)
+    private static let answerStart = Array(#"{"type":"answer","id":""#.utf8), answerMiddle = Array(#"","questionId":""#.utf8)
+    private static let answerEnd = Array(#"","choice":"approve"}"#.utf8), ackStart = Array(#"{"type":"ack","seq":"#.utf8)
 
     /// One loop turn: guardians answer questions, children take responses (and ask again
     /// when `reask`), every connection acks the highest seq it read.
@@ -180,8 +210,7 @@ final class LoadGenerator {
         var acks: [Int32: Int] = [:]
         var failed = 0
         let ok = loop.poll(timeoutMs: 100) { fd, body in
-            let head = Array(body.prefix(24))
-            if let seqAt = find(Self.seqField, in: head) {
+            if let seqAt = find(Self.seqField, in: body, within: 24) {
                 var v = 0
                 var i = seqAt + Self.seqField.count
                 while i < body.count, body[i] >= 48, body[i] <= 57 {
@@ -192,8 +221,8 @@ final class LoadGenerator {
             }
             let isChild = childOf[fd] != nil
             let wanted = isChild ? [Self.typeResponse, Self.typeAnswer] : [Self.typeQuestion, Self.typeAsk]
-            guard wanted.contains(where: { find($0, in: head) != nil }) else {
-                if find(Self.typeError, in: head) != nil { failed += 1 }
+            guard wanted.contains(where: { find($0, in: body, within: 24) != nil }) else {
+                if find(Self.typeError, in: body, within: 24) != nil { failed += 1 }
                 return
             }
             let at =
@@ -205,22 +234,25 @@ final class LoadGenerator {
             }
             let id = body[at..<(at + 36)]
             if isChild {
-                guard let sent = sentAt.removeValue(forKey: String(decoding: id, as: UTF8.self)) else { return }
+                guard let n = Self.number(inID: id), let sent = sentAt.removeValue(forKey: n) else { return }
                 completed(now() - sent)
                 if reask { ask(fd) }
             } else {
-                loop.queue(
-                    fd,
-                    framed(
-                        Array(#"{"type":"answer","id":""#.utf8) + id + Array(#"","questionId":""#.utf8) + id
-                            + Array(#"","choice":"approve"}"#.utf8)))
+                var answer: [UInt8] = []
+                answer.reserveCapacity(160)
+                answer += Self.answerStart
+                answer += id
+                answer += Self.answerMiddle
+                answer += id
+                answer += Self.answerEnd
+                loop.queue(fd, framed(answer))
             }
             touched.insert(fd)
         }
         errors += failed
         if !baseline {
             for (fd, seq) in acks {
-                loop.queue(fd, (["type": "ack", "seq": .int(Int64(seq))] as JSONObject).frame)
+                loop.queue(fd, framed(Self.ackStart + Array(String(seq).utf8) + [UInt8(ascii: "}")]))
                 touched.insert(fd)
             }
         }
