@@ -25,30 +25,33 @@ public struct QuestionID: Hashable, Sendable, CustomStringConvertible {
 
     /// Reads a UUID string (8-4-4-4-12 hex digits, either case); nil if it is not one.
     public init?(_ s: String) {
-        var high: UInt64 = 0
-        var low: UInt64 = 0
+        guard s.utf8.count == 36 else { return nil }
+        var s = s
+        guard let (high, low) = s.withUTF8(Self.bits) else { return nil }
+        self.high = high
+        self.low = low
+    }
+
+    private static func bits(_ u: UnsafeBufferPointer<UInt8>) -> (UInt64, UInt64)? {
+        var words: (UInt64, UInt64) = (0, 0)
         var digits = 0
-        var index = 0
-        for c in s.utf8 {
-            guard index < 36 else { return nil }
-            defer { index += 1 }
+        for index in 0..<36 {
+            let c = u[index]
             if index == 8 || index == 13 || index == 18 || index == 23 {
                 guard c == UInt8(ascii: "-") else { return nil }
                 continue
             }
             let v: UInt8
             switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = c - UInt8(ascii: "0")
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): v = c - UInt8(ascii: "A") + 10
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): v = c - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = c &- UInt8(ascii: "0")
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): v = c &- UInt8(ascii: "A") &+ 10
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): v = c &- UInt8(ascii: "a") &+ 10
             default: return nil
             }
-            if digits < 16 { high = high << 4 | UInt64(v) } else { low = low << 4 | UInt64(v) }
+            if digits < 16 { words.0 = words.0 << 4 | UInt64(v) } else { words.1 = words.1 << 4 | UInt64(v) }
             digits += 1
         }
-        guard index == 36 else { return nil }
-        self.high = high
-        self.low = low
+        return words
     }
 
     /// The canonical upper-case form.

@@ -264,22 +264,35 @@ private struct Parser {
     mutating func string() throws(JSONParseError) -> String {
         i += 1
         let start = i
-        var highBits: UInt8 = 0
+        var highBits: UInt64 = 0
         // Fast path: no escapes.
         while i < buf.count {
+            // Eight bytes at a time up to the first that ends or escapes the string.
+            if i + 8 <= buf.count {
+                let x = UnsafeRawPointer(buf.baseAddress! + i).loadUnaligned(as: UInt64.self)
+                let special = JSON.quoteBackslashOrControl(x)
+                guard special != 0 else {
+                    highBits |= x
+                    i += 8
+                    continue
+                }
+                let plain = special.trailingZeroBitCount / 8
+                highBits |= x & ((1 << UInt64(8 * plain)) &- 1)
+                i += plain
+            }
             let c = buf[i]
             if c == UInt8(ascii: "\"") {
                 let bytes = UnsafeBufferPointer(rebasing: buf[start..<i])
                 i += 1
                 // ASCII is valid UTF-8 as it stands; String(validating:) is generic at run time
                 // and cost more than the rest of a frame's parse together.
-                if highBits < 0x80 { return String(decoding: bytes, as: UTF8.self) }
+                if highBits & 0x8080_8080_8080_8080 == 0 { return String(decoding: bytes, as: UTF8.self) }
                 guard let s = String(validating: bytes, as: UTF8.self) else {
                     throw JSONParseError(reason: "invalid UTF-8 in a string", offset: start)
                 }
                 return s
             }
-            highBits |= c
+            highBits |= UInt64(c)
             if c == UInt8(ascii: "\\") { break }
             if c < 0x20 { throw fail("control character in a string") }
             i += 1
@@ -452,20 +465,26 @@ extension JSON {
         out.append(UInt8(ascii: "\""))
     }
 
+    /// The eight bytes in `x` (little-endian) that are a control character, a quote or a
+    /// backslash, as the top bit of each; zero if none is. Exact up to the first such byte
+    /// (above it a borrow may mark others), which is all a scan needs.
+    /// (`(v - 0x01…) & ~v & 0x80…` marks the zero bytes of v.)
+    static func quoteBackslashOrControl(_ x: UInt64) -> UInt64 {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let quote = x ^ (ones &* 0x22)
+        let backslash = x ^ (ones &* 0x5C)
+        let control = (x &- ones &* 0x20) & ~x
+        return (control | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)) & (ones &* 0x80)
+    }
+
     /// Whether any byte is a control character, a quote or a backslash; eight bytes at a
     /// time, since nearly every string needs no escaping and this check is the encoder's
-    /// main cost. (`(v - 0x01…) & ~v & 0x80…` is non-zero exactly when a byte of v is zero.)
+    /// main cost.
     static func needsEscaping(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         guard let base = bytes.baseAddress else { return false }
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        let highs: UInt64 = 0x8080_8080_8080_8080
         var i = 0
         while i + 8 <= bytes.count {
-            let x = UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self)
-            let quote = x ^ (ones &* 0x22)
-            let backslash = x ^ (ones &* 0x5C)
-            let control = (x &- ones &* 0x20) & ~x
-            if (control | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)) & highs != 0 { return true }
+            if quoteBackslashOrControl(UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self)) != 0 { return true }
             i += 8
         }
         while i < bytes.count {

@@ -47,21 +47,32 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
                 div /= 10
             }
         }
-        if y < 0 { out.append(UInt8(ascii: "-")) }
-        digits(abs(y), 4)
+        /// `v` in 0...99 as two digits.
+        func two(_ v: Int64) {
+            out.append(UInt8(truncatingIfNeeded: 48 + v / 10))
+            out.append(UInt8(truncatingIfNeeded: 48 + v % 10))
+        }
+        if (0...9999).contains(y) {
+            two(y / 100)
+            two(y % 100)
+        } else {
+            if y < 0 { out.append(UInt8(ascii: "-")) }
+            digits(abs(y), 4)
+        }
         out.append(UInt8(ascii: "-"))
-        digits(m, 2)
+        two(m)
         out.append(UInt8(ascii: "-"))
-        digits(d, 2)
+        two(d)
         out.append(UInt8(ascii: "T"))
-        digits(secs / 3600, 2)
+        two(secs / 3600)
         out.append(UInt8(ascii: ":"))
-        digits(secs / 60 % 60, 2)
+        two(secs / 60 % 60)
         out.append(UInt8(ascii: ":"))
-        digits(secs % 60, 2)
+        two(secs % 60)
         if ms != 0 {
             out.append(UInt8(ascii: "."))
-            digits(ms, 3)
+            out.append(UInt8(truncatingIfNeeded: 48 + ms / 100))
+            two(ms % 100)
         }
         out.append(UInt8(ascii: "Z"))
     }

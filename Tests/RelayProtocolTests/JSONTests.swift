@@ -81,6 +81,12 @@ final class JSONTests: XCTestCase {
                         XCTAssertEqual(try JSON.parse(encoded).string, s)
                     }
                 }
+                // Raw, a control character or a byte that is not UTF-8 is refused wherever it stands.
+                for bad: UInt8 in [0x00, 0x1F, 0x80, 0xC3, 0xFF] {
+                    var raw = [UInt8](repeating: UInt8(ascii: "a"), count: length)
+                    raw[position] = bad
+                    XCTAssertThrowsError(try JSON.parse([0x22] + raw + [0x22]), "byte \(bad) at \(position) of \(length)")
+                }
             }
         }
     }
