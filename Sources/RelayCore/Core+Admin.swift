@@ -4,7 +4,7 @@ import RelayProtocol
 import RelayStore
 
 extension RelayCore {
-    func createFamily(_ r: Request) throws(RequestError) -> JSONObject {
+    func createFamily(_ r: Request) throws(RequestError) -> ReplyFields {
         let family = try r.string("family")
         guard Identifier.isValid(family) else {
             throw RequestError(.badRequest, "family id must match [A-Za-z0-9._-]{1,64}")
@@ -15,7 +15,7 @@ extension RelayCore {
         return ["family": .string(family)]
     }
 
-    func addMember(_ r: Request) throws(RequestError) -> JSONObject {
+    func addMember(_ r: Request) throws(RequestError) -> ReplyFields {
         let family = try r.string("family")
         let member = try r.string("member")
         let roleName = try r.string("role")
@@ -48,7 +48,7 @@ extension RelayCore {
         return ["member": .string(member), "role": .string(role.rawValue), "family": .string(family), "token": .string(token)]
     }
 
-    func removeMember(_ r: Request) throws(RequestError) -> JSONObject {
+    func removeMember(_ r: Request) throws(RequestError) -> ReplyFields {
         let id = try r.string("member")
         guard var m = members[id], !m.removed else { throw RequestError(.notFound, "no member \(id)") }
         m.removed = true
@@ -68,7 +68,7 @@ extension RelayCore {
         return ["member": .string(id)]
     }
 
-    func rotateToken(_ r: Request) throws(RequestError) -> JSONObject {
+    func rotateToken(_ r: Request) throws(RequestError) -> ReplyFields {
         let id = try r.string("member")
         guard var m = members[id], !m.removed else { throw RequestError(.notFound, "no member \(id)") }
         let token = Token.generate()
@@ -79,7 +79,7 @@ extension RelayCore {
         return ["member": .string(id), "token": .string(token)]
     }
 
-    func status(_ r: Request) throws(RequestError) -> JSONObject {
+    func status(_ r: Request) throws(RequestError) -> ReplyFields {
         [
             "connections": .int(Int64(connections.count)),
             "sessions": .int(Int64(connections.values.filter { $0.session != nil }.count)),

@@ -4,7 +4,7 @@ import RelayProtocol
 import RelayStore
 
 extension RelayCore {
-    func subscribe(_ r: Request) throws(RequestError) -> JSONObject {
+    func subscribe(_ r: Request) throws(RequestError) -> ReplyFields {
         guard let list = r.frame["topics"]?.array else {
             throw RequestError(.badRequest, "\"topics\" must be an array of topic kinds")
         }
@@ -24,7 +24,7 @@ extension RelayCore {
         return ["topics": .array(TopicKind.allCases.filter(topics.contains).map { .string($0.rawValue) })]
     }
 
-    func ask(_ r: Request) throws(RequestError) -> JSONObject {
+    func ask(_ r: Request) throws(RequestError) -> ReplyFields {
         guard let q = r.frame["question"]?.object else {
             throw RequestError(.badRequest, "\"question\" must be an object")
         }
@@ -90,14 +90,18 @@ extension RelayCore {
         for g in families[member.family]?.guardians ?? [] {
             appendEvent(to: g, topic: nil, type: "question", encodedFields: fields, now: r.now)
         }
-        var ok: JSONObject = ["questionId": .string(record.id), "status": "pending", "attempt": .int(record.attempt)]
+        var ok: [UInt8] = []
+        ok.appendJSONField("questionId", record.id)
+        ok.appendJSONField("status", "pending")
+        ok.appendJSONField("attempt", record.attempt)
         if content.kind == .communication && content.handles.allSatisfy({ isKnown($0, child: child, now: r.now) }) {
-            ok["allKnown"] = true
+            ok.appendJSONKey("allKnown")
+            ok.append(contentsOf: "true".utf8)
         }
-        return ok
+        return .encoded(ok)
     }
 
-    func cancel(_ r: Request) throws(RequestError) -> JSONObject {
+    func cancel(_ r: Request) throws(RequestError) -> ReplyFields {
         let raw = try r.string("questionId")
         guard let key = QuestionID(raw), var q = questions[key], q.child == r.member else {
             throw RequestError(.notFound, "no question \(raw) of yours")
@@ -117,7 +121,7 @@ extension RelayCore {
         }
     }
 
-    func listQuestions(_ r: Request) throws(RequestError) -> JSONObject {
+    func listQuestions(_ r: Request) throws(RequestError) -> ReplyFields {
         let filter: QuestionStatus?
         switch try r.optionalString("status") {
         case nil: filter = nil
@@ -132,11 +136,11 @@ extension RelayCore {
         return ["questions": .array(list.map(questionJSON))]
     }
 
-    func limits(_ r: Request) throws(RequestError) -> JSONObject {
+    func limits(_ r: Request) throws(RequestError) -> ReplyFields {
         ["enabled": .bool(members[r.member]?.limitsEnabled ?? true)]
     }
 
-    func knownHandles(_ r: Request) throws(RequestError) -> JSONObject {
+    func knownHandles(_ r: Request) throws(RequestError) -> ReplyFields {
         let asked = try r.handles("handles")
         return ["known": .array(asked.filter { isKnown($0, child: r.member, now: r.now) }.map(\.json))]
     }

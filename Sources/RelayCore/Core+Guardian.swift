@@ -6,7 +6,7 @@ import RelayProtocol
 import RelayStore
 
 extension RelayCore {
-    func answer(_ r: Request) throws(RequestError) -> JSONObject {
+    func answer(_ r: Request) throws(RequestError) -> ReplyFields {
         let raw = try r.string("questionId")
         let choiceID = try r.string("choice")
         guard let key = QuestionID(raw), var q = questions[key], q.family == r.session.family else {
@@ -41,17 +41,20 @@ extension RelayCore {
             let until = choice.durationSeconds.map { r.now.adding(seconds: $0) }
             learn(q.content.handles, child: q.child, until: until, actions: q.content.actions, now: r.now)
         }
-        return ["questionId": .string(id), "status": "answered"]
+        var ok: [UInt8] = []
+        ok.appendJSONField("questionId", id)
+        ok.appendJSONField("status", "answered")
+        return .encoded(ok)
     }
 
-    func pending(_ r: Request) throws(RequestError) -> JSONObject {
+    func pending(_ r: Request) throws(RequestError) -> ReplyFields {
         let children = try childrenInScope(r)
         let list = children.flatMap { questionsByChild[$0] ?? QuestionOrder() }.compactMap { questions[$0] }
             .filter { $0.status == .pending }.sorted { $0.createdAt < $1.createdAt }
         return ["questions": .array(list.map(questionJSON))]
     }
 
-    func history(_ r: Request) throws(RequestError) -> JSONObject {
+    func history(_ r: Request) throws(RequestError) -> ReplyFields {
         let children = try childrenInScope(r, includeRemoved: true)
         var limit = 100
         switch r.frame["limit"] {
@@ -65,7 +68,7 @@ extension RelayCore {
         return ["questions": .array(list.map(questionJSON))]
     }
 
-    func setLimits(_ r: Request) throws(RequestError) -> JSONObject {
+    func setLimits(_ r: Request) throws(RequestError) -> ReplyFields {
         let child = try r.string("child")
         let enabled = try r.bool("enabled")
         guard var m = members[child], !m.removed, m.role == .child,
@@ -80,7 +83,7 @@ extension RelayCore {
         return ["child": .string(child), "enabled": .bool(enabled)]
     }
 
-    func changeKnownHandles(_ r: Request, add: Bool) throws(RequestError) -> JSONObject {
+    func changeKnownHandles(_ r: Request, add: Bool) throws(RequestError) -> ReplyFields {
         let child = try r.string("child")
         guard let m = members[child], !m.removed, m.role == .child, m.family == r.session.family else {
             throw RequestError(.notFound, "no child \(child) in your family")

@@ -226,7 +226,7 @@ public final class RelayCore {
                 reply(conn, nil, .failure(RequestError(.badRequest, "a \(type) request needs a string \"id\"")))
                 return
             }
-            let result: Result<JSONObject, RequestError>
+            let result: Result<ReplyFields, RequestError>
             if !handler.roles.contains(session.role) {
                 result = .failure(RequestError(.forbidden, "a \(session.role.rawValue) session may not send \(type)"))
             } else {
@@ -249,7 +249,7 @@ public final class RelayCore {
     }
 
     /// Sends the reply to a request, then the events the request caused.
-    func reply(_ conn: ConnectionID, _ id: String?, _ result: Result<JSONObject, RequestError>) {
+    func reply(_ conn: ConnectionID, _ id: String?, _ result: Result<ReplyFields, RequestError>) {
         switch result {
         case .success(let fields):
             send(
@@ -260,7 +260,12 @@ public final class RelayCore {
                         out.append(contentsOf: #","re":"#.utf8)
                         JSON.string(id).encode(into: &out)
                     }
-                    fields.encodeFields(into: &out)
+                    switch fields {
+                    case .object(let o): o.encodeFields(into: &out)
+                    case .encoded(let bytes):
+                        out.append(UInt8(ascii: ","))
+                        out.append(contentsOf: bytes)
+                    }
                     out.append(UInt8(ascii: "}"))
                 })
         case .failure(let e):
@@ -316,7 +321,7 @@ public final class RelayCore {
 
     struct Handler: Sendable {
         let roles: Set<Role>
-        let run: @Sendable (RelayCore, Request) throws(RequestError) -> JSONObject
+        let run: @Sendable (RelayCore, Request) throws(RequestError) -> ReplyFields
     }
 
     /// Which role may send what (§7).
@@ -341,6 +346,17 @@ public final class RelayCore {
         "rotateToken": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.rotateToken(r) },
         "status": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.status(r) },
     ]
+}
+
+/// The fields of an `ok` reply after `type` and `re`: an object, or (for the requests
+/// sent most) fields already encoded, `"key":value,…`.
+enum ReplyFields: ExpressibleByDictionaryLiteral {
+    case object(JSONObject)
+    case encoded([UInt8])
+
+    init(dictionaryLiteral elements: (String, JSON)...) {
+        self = .object(JSONObject(elements.map { JSONObject.Field($0.0, $0.1) }))
+    }
 }
 
 /// A connection as the core sees it. A class: it is looked at for every frame and every

@@ -22,17 +22,27 @@ public enum Answer: String, Sendable {
 
 /// One answer a guardian can give.
 public struct Choice: Sendable, Equatable {
-    public var id: String
-    public var title: String
-    public var answer: Answer
+    public let id: String
+    public let title: String
+    public let answer: Answer
     /// For an approval that lasts this many seconds.
-    public var durationSeconds: Int64?
+    public let durationSeconds: Int64?
+    /// `json`, encoded once: an answer's choice is written into its response, the
+    /// question's outcome, the journal and the tables.
+    public let encoded: [UInt8]
 
     public init(id: String, title: String, answer: Answer, durationSeconds: Int64? = nil) {
         self.id = id
         self.title = title
         self.answer = answer
         self.durationSeconds = durationSeconds
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.appendJSONField("id", id)
+        out.appendJSONField("title", title)
+        out.appendJSONField("answer", answer.rawValue)
+        if let durationSeconds { out.appendJSONField("durationSeconds", durationSeconds) }
+        out.append(UInt8(ascii: "}"))
+        encoded = out
     }
 
     public static let approve = Choice(id: "approve", title: "Approve", answer: .approval)
@@ -44,15 +54,8 @@ public struct Choice: Sendable, Equatable {
         return .object(o)
     }
 
-    /// Appends `json`'s encoding, written directly.
-    public func encode(into out: inout [UInt8]) {
-        out.append(UInt8(ascii: "{"))
-        out.appendJSONField("id", id)
-        out.appendJSONField("title", title)
-        out.appendJSONField("answer", answer.rawValue)
-        if let durationSeconds { out.appendJSONField("durationSeconds", durationSeconds) }
-        out.append(UInt8(ascii: "}"))
-    }
+    /// Appends `json`'s encoding.
+    public func encode(into out: inout [UInt8]) { out.append(contentsOf: encoded) }
 
     public init?(json: JSON) {
         guard let id = json["id"]?.string, let title = json["title"]?.string,
@@ -113,7 +116,10 @@ public final class QuestionContent: Sendable, Equatable {
         guard let stored = try? JSON.parse(encoded), let id = stored["id"]?.string, let key = QuestionID(id),
             let topic = stored["topic"],
             let kind = topic["kind"]?.string.flatMap(TopicKind.init(rawValue:)),
-            let choices = stored["choices"]?.array?.compactMap(Choice.init(json:)),
+            let choicesJSON = stored["choices"],
+            // Most questions have the default choices: shared, not made again for each.
+            let choices = choicesJSON == Self.defaultChoicesJSON
+                ? Self.defaultChoices : choicesJSON.array?.compactMap(Choice.init(json:)),
             let def = stored["defaultChoice"]?.string
         else { return nil }
         self.id = id
@@ -147,6 +153,7 @@ public final class QuestionContent: Sendable, Equatable {
 extension QuestionContent {
     /// Approve and decline, when a question names no choices: most do, so their encoding is kept.
     static let defaultChoices: [Choice] = [.approve, .decline]
+    private static let defaultChoicesJSON: JSON = .array(defaultChoices.map(\.json))
     private static let defaultChoicesEncoded: [UInt8] = {
         var out: [UInt8] = []
         encode(defaultChoices, into: &out)

@@ -126,9 +126,7 @@ extension Change {
         w.int(s.attempt)
         w.bool(s.outcome != nil)
         if let o = s.outcome {
-            var choice: [UInt8] = []
-            o.choice.encode(into: &choice)
-            w.data(choice)
+            w.data(o.choice.encoded)
             w.string(o.guardian)
             w.int(o.answeredAt.milliseconds)
         }
