@@ -50,11 +50,8 @@ indirect enum Change: Equatable {
 
 extension Change {
     /// The changes of one commit as one journal entry.
-    static func encode(_ changes: [Change]) -> [UInt8] {
-        var w = ByteWriter()
-        w.bytes.reserveCapacity(changes.count * 256)
+    static func encode(_ changes: [Change], into w: inout ByteWriter) {
         for c in changes { c.write(into: &w) }
-        return w.bytes
     }
 
     static func decode(_ bytes: [UInt8]) throws -> [Change] {

@@ -15,6 +15,8 @@ import Glibc
 final class JournalFile {
     private static let magic: [UInt8] = Array("PRJOURN1".utf8)
     private static let headerBytes = 16
+    /// What a record's length and checksum take before its payload.
+    static let recordHeaderBytes = 8
 
     let path: String
     private let fd: Int32
@@ -53,7 +55,7 @@ final class JournalFile {
             at + 8 + length <= bytes.count
         {
             let payload = Array(bytes[(at + 8)..<(at + 8 + length)])
-            guard Checksum.of(payload) == sum else { break }
+            guard payload.withUnsafeBytes(Checksum.of) == sum else { break }
             records.append(payload)
             at += 8 + length
         }
@@ -62,13 +64,16 @@ final class JournalFile {
         return (generation, records)
     }
 
-    /// Appends one record; on failure the file is left as it was.
-    func append(_ payload: [UInt8]) throws {
-        var record: [UInt8] = []
-        record.reserveCapacity(payload.count + 8)
-        withUnsafeBytes(of: UInt32(payload.count).littleEndian) { record.append(contentsOf: $0) }
-        withUnsafeBytes(of: Checksum.of(payload).littleEndian) { record.append(contentsOf: $0) }
-        record.append(contentsOf: payload)
+    /// Appends one record: `record` holds its payload after `recordHeaderBytes` bytes kept
+    /// for the header, which is filled in here (so a large commit is never copied). On
+    /// failure the file is left as it was.
+    func append(record: inout [UInt8]) throws {
+        let payload = record.count - Self.recordHeaderBytes
+        let sum = record.withUnsafeBytes { Checksum.of(UnsafeRawBufferPointer(rebasing: $0[Self.recordHeaderBytes...])) }
+        record.withUnsafeMutableBytes { header in
+            header.storeBytes(of: UInt32(payload).littleEndian, toByteOffset: 0, as: UInt32.self)
+            header.storeBytes(of: sum.littleEndian, toByteOffset: 4, as: UInt32.self)
+        }
         if let limitBytes, end + record.count > limitBytes {
             throw SQLiteError(code: 13, message: "the journal \(path) is full (limit \(limitBytes) bytes)")
         }
@@ -120,18 +125,16 @@ final class JournalFile {
 /// A 32-bit FNV-1a over 8-byte words: cheap, and enough to tell a whole record from
 /// one cut off or damaged. Not for security.
 enum Checksum {
-    static func of(_ bytes: [UInt8]) -> UInt32 {
+    static func of(_ raw: UnsafeRawBufferPointer) -> UInt32 {
         var h: UInt64 = 0xCBF2_9CE4_8422_2325
-        bytes.withUnsafeBytes { raw in
-            var i = 0
-            while i + 8 <= raw.count {
-                h = (h ^ raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* 0x100_0000_01B3
-                i += 8
-            }
-            while i < raw.count {
-                h = (h ^ UInt64(raw[i])) &* 0x100_0000_01B3
-                i += 1
-            }
+        var i = 0
+        while i + 8 <= raw.count {
+            h = (h ^ raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* 0x100_0000_01B3
+            i += 8
+        }
+        while i < raw.count {
+            h = (h ^ UInt64(raw[i])) &* 0x100_0000_01B3
+            i += 1
         }
         return UInt32(truncatingIfNeeded: h ^ (h >> 32))
     }

@@ -31,6 +31,8 @@ public final class SQLiteStore: RelayStore {
     private var appliedGeneration: Int64 = 0
     /// This turn's changes, not yet committed.
     private var changes: [Change] = []
+    /// Where a commit's journal record is built, kept from one commit to the next.
+    private var record = ByteWriter()
     var turnEvents: [String: [EventRecord]] = [:]
     /// Journaled in the current generation, not yet handed to the writer.
     var backlog = Batch(generation: 1)
@@ -179,7 +181,10 @@ public final class SQLiteStore: RelayStore {
             if appliedGeneration >= generation - 1 { try handOver() } else { try checkpoint() }
         }
         try startNextGenerationIfWritten()
-        try journal(for: generation).append(Change.encode(changes))
+        record.bytes.removeAll(keepingCapacity: true)
+        record.bytes.append(contentsOf: repeatElement(0, count: JournalFile.recordHeaderBytes))
+        Change.encode(changes, into: &record)
+        try journal(for: generation).append(record: &record.bytes)
         backlog.changes.append(contentsOf: changes)
         for (member, events) in turnEvents { backlog.events[member, default: []].append(contentsOf: events) }
     }

@@ -176,7 +176,9 @@ final class SQLiteStoreTests: XCTestCase {
                 EventRecord(
                     member: "g1", seq: 300, at: Timestamp(milliseconds: 3), topic: nil, frame: Array(repeating: 0xFF, count: 70_000))),
         ]
-        let bytes = Change.encode(changes)
+        var writer = ByteWriter()
+        Change.encode(changes, into: &writer)
+        let bytes = writer.bytes
         XCTAssertEqual(try Change.decode(bytes), changes)
         for cut in [1, bytes.count / 2, bytes.count - 1] {
             XCTAssertThrowsError(try Change.decode(Array(bytes.prefix(cut))), "cut at \(cut)")
