@@ -135,7 +135,7 @@ extension RelayCore {
             out.append(contentsOf: #"{"type":"#.utf8)
             JSON.string(type).encode(into: &out)
             out.append(contentsOf: #","seq":"#.utf8)
-            out.append(contentsOf: String(seq).utf8)
+            out.appendJSONInteger(seq)
             if !encodedFields.isEmpty {
                 out.append(UInt8(ascii: ","))
                 out.append(contentsOf: encodedFields)

@@ -405,7 +405,7 @@ extension JSON {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
-        case .int(let v): out.appendDecimal(v)
+        case .int(let v): out.appendJSONInteger(v)
         case .double(let d):
             if d.rounded() == d && abs(d) < 1e15 {
                 out.append(contentsOf: String(Int64(d)).utf8)

@@ -20,7 +20,7 @@ extension Array where Element == UInt8 {
 
     public mutating func appendJSONField(_ key: StaticString, _ value: Int64) {
         appendJSONKey(key)
-        appendDecimal(value)
+        appendJSONInteger(value)
     }
 
     /// A time, as its RFC 3339 string.
@@ -32,7 +32,7 @@ extension Array where Element == UInt8 {
     }
 
     /// `value` in decimal, as `String(value)` writes it.
-    mutating func appendDecimal(_ value: Int64) {
+    public mutating func appendJSONInteger(_ value: Int64) {
         if value < 0 { append(UInt8(ascii: "-")) }
         var magnitude = value.magnitude
         var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // up to 20 digits, as 24 bytes
