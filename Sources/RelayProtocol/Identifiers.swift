@@ -11,9 +11,6 @@ public enum Identifier {
                 || c == UInt8(ascii: ".") || c == UInt8(ascii: "_") || c == UInt8(ascii: "-")
         }
     }
-
-    /// The canonical upper-case form of a UUID string (8-4-4-4-12 hex digits), or nil.
-    public static func canonicalUUID(_ s: String) -> String? { QuestionID(s)?.description }
 }
 
 /// A question's UUID as its 128 bits: what the relay files questions under. (A string

@@ -135,11 +135,11 @@ public final class QuestionContent: Sendable, Equatable {
     }
 
     init(
-        key: QuestionID, kind: TopicKind, handles: [NormalizedHandle], actions: [String], choices: [Choice],
+        key: QuestionID, id: String, kind: TopicKind, handles: [NormalizedHandle], actions: [String], choices: [Choice],
         defaultChoice: String, expiration: Timestamp?, encoded: [UInt8]
     ) {
         self.key = key
-        self.id = key.description
+        self.id = id
         self.kind = kind
         self.handles = handles
         self.actions = actions
@@ -341,7 +341,7 @@ extension QuestionContent {
         if let expiration { out.appendJSONField("expirationDate", expiration) }
         out.append(UInt8(ascii: "}"))
         return QuestionContent(
-            key: key, kind: kind, handles: handles, actions: kind == .communication ? actions : [], choices: choices,
+            key: key, id: id, kind: kind, handles: handles, actions: kind == .communication ? actions : [], choices: choices,
             defaultChoice: defaultChoice, expiration: expiration, encoded: out)
     }
 }

@@ -181,7 +181,7 @@ public final class SQLiteStore: RelayStore {
             if appliedGeneration >= generation - 1 { try handOver() } else { try checkpoint() }
         }
         try startNextGenerationIfWritten()
-        record.bytes.removeAll(keepingCapacity: true)
+        record.bytes.removeAll(keepingCapacity: record.bytes.capacity <= 1 << 20)  // not a rare huge commit's
         record.bytes.append(contentsOf: repeatElement(0, count: JournalFile.recordHeaderBytes))
         Change.encode(changes, into: &record)
         try journal(for: generation).append(record: &record.bytes)

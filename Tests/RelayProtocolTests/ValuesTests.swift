@@ -53,9 +53,9 @@ final class ValuesTests: XCTestCase {
     }
 
     func testIdentifiers() {
-        XCTAssertEqual(Identifier.canonicalUUID("6f9619ff-8b86-d011-b42d-00cf4fc964ff"), "6F9619FF-8B86-D011-B42D-00CF4FC964FF")
-        XCTAssertNil(Identifier.canonicalUUID("6f9619ff8b86d011b42d00cf4fc964ff"))
-        XCTAssertNil(Identifier.canonicalUUID("6f9619ff-8b86-d011-b42d-00cf4fc964fg"))
+        XCTAssertEqual(QuestionID("6f9619ff-8b86-d011-b42d-00cf4fc964ff")?.description, "6F9619FF-8B86-D011-B42D-00CF4FC964FF")
+        XCTAssertNil(QuestionID("6f9619ff8b86d011b42d00cf4fc964ff"))
+        XCTAssertNil(QuestionID("6f9619ff-8b86-d011-b42d-00cf4fc964fg"))
         for _ in 0..<1000 {
             let u = UUID().uuidString
             XCTAssertEqual(QuestionID(u.lowercased())?.description, u)
