@@ -6,19 +6,22 @@ import RelayProtocol
 /// A question's status, attempt and outcome: what changes once it is asked.
 struct QuestionState: Equatable {
     var id: String
+    var key: QuestionID
     var status: QuestionStatus
     var attempt: Int64
     var outcome: Outcome?
 
     init(_ q: QuestionRecord) {
         id = q.id
+        key = q.key
         status = q.status
         attempt = q.attempt
         outcome = q.outcome
     }
 
-    init(id: String, status: QuestionStatus, attempt: Int64, outcome: Outcome?) {
+    init(key: QuestionID, id: String, status: QuestionStatus, attempt: Int64, outcome: Outcome?) {
         self.id = id
+        self.key = key
         self.status = status
         self.attempt = attempt
         self.outcome = outcome
@@ -131,6 +134,7 @@ extension Change {
 
     private static func readState(from r: inout ByteReader) throws -> QuestionState {
         let id = try r.string()
+        guard let key = QuestionID(id) else { throw JournalError(description: "a journal question id \(id) is not a UUID") }
         let status = try r.raw(QuestionStatus.self)
         let attempt = try r.int()
         var outcome: Outcome?
@@ -140,7 +144,7 @@ extension Change {
             }
             outcome = Outcome(choice: choice, guardian: try r.string(), answeredAt: Timestamp(milliseconds: try r.int()))
         }
-        return QuestionState(id: id, status: status, attempt: attempt, outcome: outcome)
+        return QuestionState(key: key, id: id, status: status, attempt: attempt, outcome: outcome)
     }
 
     private static func read(from r: inout ByteReader) throws -> Change {
@@ -240,13 +244,15 @@ extension [Change] {
     func foldingQuestions() -> [Change] {
         var out: [Change] = []
         out.reserveCapacity(count)
-        var last: [String: Int] = [:]
+        var last: [QuestionID: Int] = [:]
         for change in self {
-            let id: String
+            let id: QuestionID
             switch change {
-            case .question(let q): id = q.id
-            case .questionState(let s): id = s.id
-            case .forgetQuestion(let qid): id = qid
+            case .question(let q): id = q.key
+            case .questionState(let s): id = s.key
+            case .forgetQuestion(let qid):
+                guard let key = QuestionID(qid) else { fallthrough }  // no question of ours: kept as it is
+                id = key
             default:
                 out.append(change)
                 continue

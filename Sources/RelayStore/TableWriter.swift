@@ -187,7 +187,7 @@ final class TableWriter: @unchecked Sendable {
             guard let key = QuestionID(id).flatMap({ questionKeys[$0] }) else { return }
             try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
         case .questionState(let q):
-            guard let key = QuestionID(q.id).flatMap({ questionKeys[$0] }) else { return }
+            guard let key = questionKeys[q.key] else { return }
             try db.run(
                 "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE key = ?",
                 [.text(q.status.rawValue), .int(q.attempt), Self.stored(q.outcome), .int(key)])
