@@ -86,11 +86,15 @@ extension RelayCore {
         pendingByChild[child] = pendingNow + 1
         store.saveQuestion(record)
         if let e = content.expiration { questionDeadlines.push((e, record.key)) }
-        let fields = Array(#""question":"#.utf8) + questionBytes(record)
+        var fields: [UInt8] = []
+        fields.reserveCapacity(content.encoded.count + 240)
+        fields.appendJSONKey("question")
+        appendQuestion(record, to: &fields)
         for g in families[member.family]?.guardians ?? [] {
             appendEvent(to: g, topic: nil, type: "question", encodedFields: fields, now: r.now)
         }
         var ok: [UInt8] = []
+        ok.reserveCapacity(112)
         ok.appendJSONField("questionId", record.id)
         ok.appendJSONField("status", "pending")
         ok.appendJSONField("attempt", record.attempt)
@@ -163,17 +167,17 @@ extension RelayCore {
         known[child]?[h]?.isKnown(at: now) ?? false
     }
 
-    /// `questionBytes(q)` as a value, for replies that list or embed questions: one rendering
+    /// The question as a value, for replies that list or embed questions: one rendering
     /// serves events and replies alike.
     func questionJSON(_ q: QuestionRecord) -> JSON {
-        (try? JSON.parse(questionBytes(q))) ?? .null
+        var out: [UInt8] = []
+        appendQuestion(q, to: &out)
+        return (try? JSON.parse(out)) ?? .null
     }
 
     /// The question as sent on — its content plus child, createdAt, status, attempt and
     /// outcome — spliced onto the content's encoded bytes instead of re-encoding them.
-    func questionBytes(_ q: QuestionRecord) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(q.content.encoded.count + 200)
+    func appendQuestion(_ q: QuestionRecord, to out: inout [UInt8]) {
         out.append(contentsOf: q.content.encoded.dropLast())  // all but the closing brace
         out.appendJSONField("child", q.child)
         out.appendJSONField("createdAt", q.createdAt)
@@ -186,7 +190,6 @@ extension RelayCore {
             out.append(UInt8(ascii: "}"))
         }
         out.append(UInt8(ascii: "}"))
-        return out
     }
 
     /// `"choice":…,"guardian":…,"answeredAt":…`: an outcome, and the tail of a `response`.
@@ -201,8 +204,9 @@ extension RelayCore {
     func responseFields(_ q: QuestionRecord) -> [UInt8] {
         guard let o = q.outcome else { return [] }
         var out: [UInt8] = []
+        out.reserveCapacity(q.content.encoded.count + 400)
         out.appendJSONKey("question")
-        out.append(contentsOf: questionBytes(q))
+        appendQuestion(q, to: &out)
         appendOutcomeFields(o, to: &out)
         return out
     }
@@ -234,6 +238,7 @@ extension RelayCore {
     /// Appends `questionClosed` to every guardian's stream of the question's family.
     func tellGuardiansClosed(_ q: QuestionRecord, reason: QuestionStatus, by guardian: String?, now: Timestamp) {
         var fields: [UInt8] = []
+        fields.reserveCapacity(160)
         fields.appendJSONField("questionId", q.id)
         fields.appendJSONField("child", q.child)
         fields.appendJSONField("reason", reason.rawValue)

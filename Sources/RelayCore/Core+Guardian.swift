@@ -42,6 +42,7 @@ extension RelayCore {
             learn(q.content.handles, child: q.child, until: until, actions: q.content.actions, now: r.now)
         }
         var ok: [UInt8] = []
+        ok.reserveCapacity(80)
         ok.appendJSONField("questionId", id)
         ok.appendJSONField("status", "answered")
         return .encoded(ok)

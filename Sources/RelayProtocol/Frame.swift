@@ -75,8 +75,9 @@ public func framed(_ body: [UInt8]) -> [UInt8] {
 
 /// A complete frame whose body `writeBody` appends: the length header is filled in after.
 public func frame(capacity: Int = 256, _ writeBody: (inout [UInt8]) -> Void) -> [UInt8] {
-    var out: [UInt8] = [0, 0, 0, 0]
+    var out: [UInt8] = []
     out.reserveCapacity(capacity + 4)
+    for _ in 0..<4 { out.append(0) }  // the header, filled in below (one allocation, not two)
     writeBody(&out)
     let n = UInt32(out.count - 4)
     out[0] = UInt8(n >> 24)
