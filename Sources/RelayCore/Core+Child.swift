@@ -159,7 +159,7 @@ extension RelayCore {
         }
         for key in forgotten ?? [] {
             questions[key] = nil
-            store.deleteQuestion(id: key.description)
+            store.deleteQuestion(key)
         }
     }
 

@@ -43,7 +43,7 @@ indirect enum Change: Equatable {
     case member(MemberRecord)
     case question(QuestionRecord)
     case questionState(QuestionState)
-    case forgetQuestion(String)
+    case forgetQuestion(QuestionID)
     case known(KnownHandleRecord)
     case unknown(String, NormalizedHandle)
     case session(SessionRecord)
@@ -87,9 +87,9 @@ extension Change {
         case .questionState(let s):
             w.int(4)
             Self.write(s, into: &w)
-        case .forgetQuestion(let id):
+        case .forgetQuestion(let key):
             w.int(5)
-            w.string(id)
+            w.string(key.description)
         case .known(let k):
             w.int(6)
             w.string(k.child)
@@ -166,7 +166,10 @@ extension Change {
                     content: content, child: child, family: family, status: s.status, attempt: s.attempt,
                     createdAt: createdAt, outcome: s.outcome))
         case 4: return .questionState(try readState(from: &r))
-        case 5: return .forgetQuestion(try r.string())
+        case 5:
+            let id = try r.string()
+            guard let key = QuestionID(id) else { throw JournalError(description: "a journal question id \(id) is not a UUID") }
+            return .forgetQuestion(key)
         case 6:
             let child = try r.string()
             let handle = NormalizedHandle(kind: try r.raw(HandleKind.self), value: try r.string())
@@ -198,8 +201,8 @@ extension StoreSnapshot {
         guard !changes.isEmpty else { return }
         var familySet = Set(families)
         var memberAt = Dictionary(members.enumerated().map { ($1.id, $0) }, uniquingKeysWith: { $1 })
-        var questionsByID = Dictionary(questions.map { ($0.id, $0) }, uniquingKeysWith: { $1 })
-        var questionOrder = questions.map(\.id)
+        var questionsByKey = Dictionary(questions.map { ($0.key, $0) }, uniquingKeysWith: { $1 })
+        var questionOrder = questions.map(\.key)
         var knownByKey = Dictionary(knownHandles.map { ("\($0.child)\u{0}\($0.handle.key)", $0) }, uniquingKeysWith: { $1 })
         var sessionsByKey = Dictionary(sessions.map { ("\($0.member)\u{0}\($0.name)", $0) }, uniquingKeysWith: { $1 })
         for change in changes {
@@ -214,11 +217,11 @@ extension StoreSnapshot {
                     members.append(m)
                 }
             case .question(let q):
-                if questionsByID.updateValue(q, forKey: q.id) == nil { questionOrder.append(q.id) }
+                if questionsByKey.updateValue(q, forKey: q.key) == nil { questionOrder.append(q.key) }
             case .questionState(let s):
-                if let q = questionsByID[s.id] { questionsByID[s.id] = s.applied(to: q) }
-            case .forgetQuestion(let id):
-                questionsByID[id] = nil
+                if let q = questionsByKey[s.key] { questionsByKey[s.key] = s.applied(to: q) }
+            case .forgetQuestion(let key):
+                questionsByKey[key] = nil
             case .known(let k):
                 knownByKey["\(k.child)\u{0}\(k.handle.key)"] = k
             case .unknown(let child, let h):
@@ -231,7 +234,7 @@ extension StoreSnapshot {
                 heads[e.member] = max(heads[e.member] ?? 0, e.seq)
             }
         }
-        questions = questionOrder.compactMap { questionsByID.removeValue(forKey: $0) }
+        questions = questionOrder.compactMap { questionsByKey.removeValue(forKey: $0) }
         knownHandles = Array(knownByKey.values)
         sessions = Array(sessionsByKey.values)
     }
@@ -250,9 +253,7 @@ extension [Change] {
             switch change {
             case .question(let q): id = q.key
             case .questionState(let s): id = s.key
-            case .forgetQuestion(let qid):
-                guard let key = QuestionID(qid) else { fallthrough }  // no question of ours: kept as it is
-                id = key
+            case .forgetQuestion(let key): id = key
             default:
                 out.append(change)
                 continue

@@ -36,8 +36,8 @@ public final class MemoryStore: RelayStore {
 
     public func saveQuestionState(_ question: QuestionRecord) { saveQuestion(question) }
 
-    public func deleteQuestion(id: String) {
-        snapshot.questions.removeAll { $0.id == id }
+    public func deleteQuestion(_ key: QuestionID) {
+        snapshot.questions.removeAll { $0.key == key }
         dirty = true
     }
 

@@ -14,7 +14,7 @@ public protocol RelayStore: AnyObject {
     func saveQuestion(_ question: QuestionRecord)
     /// Stores a question's status, attempt and outcome (its content is unchanged).
     func saveQuestionState(_ question: QuestionRecord)
-    func deleteQuestion(id: String)
+    func deleteQuestion(_ key: QuestionID)
     func saveKnownHandle(_ known: KnownHandleRecord)
     func deleteKnownHandle(child: String, handle: NormalizedHandle)
     func saveSession(_ session: SessionRecord)

@@ -158,7 +158,7 @@ public final class SQLiteStore: RelayStore {
     public func saveMember(_ member: MemberRecord) { changes.append(.member(member)) }
     public func saveQuestion(_ question: QuestionRecord) { changes.append(.question(question)) }
     public func saveQuestionState(_ question: QuestionRecord) { changes.append(.questionState(QuestionState(question))) }
-    public func deleteQuestion(id: String) { changes.append(.forgetQuestion(id)) }
+    public func deleteQuestion(_ key: QuestionID) { changes.append(.forgetQuestion(key)) }
     public func saveKnownHandle(_ known: KnownHandleRecord) { changes.append(.known(known)) }
     public func deleteKnownHandle(child: String, handle: NormalizedHandle) { changes.append(.unknown(child, handle)) }
     public func saveSession(_ session: SessionRecord) { changes.append(.session(session)) }

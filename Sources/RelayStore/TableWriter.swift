@@ -124,7 +124,7 @@ final class TableWriter: @unchecked Sendable {
         var forgotten: [QuestionID] = []
         try db.transaction {
             for change in batch.changes.foldingQuestions() {
-                if case .forgetQuestion(let id) = change, let key = QuestionID(id) { forgotten.append(key) }
+                if case .forgetQuestion(let key) = change { forgotten.append(key) }
                 try write(change)
             }
             for (member, events) in batch.events { try SQLiteStore.insertBatch(db, member: member, events) }
@@ -183,8 +183,8 @@ final class TableWriter: @unchecked Sendable {
                     .int(key), .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
                     .int(q.createdAt.milliseconds), .utf8(q.content.encoded), Self.stored(q.outcome),
                 ])
-        case .forgetQuestion(let id):
-            guard let key = QuestionID(id).flatMap({ questionKeys[$0] }) else { return }
+        case .forgetQuestion(let question):
+            guard let key = questionKeys[question] else { return }
             try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
         case .questionState(let q):
             guard let key = questionKeys[q.key] else { return }

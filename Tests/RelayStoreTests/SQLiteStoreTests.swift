@@ -50,7 +50,7 @@ final class SQLiteStoreTests: XCTestCase {
         answered.status = .answered
         answered.outcome = Outcome(choice: .approve, guardian: "g1", answeredAt: Timestamp(milliseconds: 7))
         store.saveQuestionState(answered)
-        store.deleteQuestion(id: forgotten.id)
+        store.deleteQuestion(forgotten.key)
         let h = NormalizedHandle(kind: .phoneNumber, rawValue: "+1 555 1")!
         store.saveKnownHandle(KnownHandleRecord(child: "c1", handle: h, permanent: true, until: nil, actions: ["message"]))
         store.appendEvent(
@@ -165,7 +165,7 @@ final class SQLiteStoreTests: XCTestCase {
             .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: Array(0...255), removed: true, limitsEnabled: false)),
             .question(q),
             .questionState(QuestionState(q)),
-            .forgetQuestion(q.id),
+            .forgetQuestion(q.key),
             .known(KnownHandleRecord(child: "c1", handle: h, permanent: false, until: Timestamp(milliseconds: 1 << 40), actions: [])),
             .known(KnownHandleRecord(child: "c1", handle: h, permanent: true, until: nil, actions: ["message", "audioCall"])),
             .unknown("c1", h),
@@ -192,14 +192,14 @@ final class SQLiteStoreTests: XCTestCase {
         a.status = .answered
         a.outcome = Outcome(choice: .decline, guardian: "g1", answeredAt: Timestamp(milliseconds: 8))
         let folded = [
-            Change.question(pendingA), .family("f"), .questionState(QuestionState(a)), .question(b), .forgetQuestion(b.id),
+            Change.question(pendingA), .family("f"), .questionState(QuestionState(a)), .question(b), .forgetQuestion(b.key),
             .questionState(QuestionState(b)),
         ].foldingQuestions()
-        XCTAssertEqual(folded, [.question(a), .family("f"), .forgetQuestion(b.id)])
+        XCTAssertEqual(folded, [.question(a), .family("f"), .forgetQuestion(b.key)])
         var s = StoreSnapshot()
         s.apply(folded)
         var t = StoreSnapshot()
-        t.apply([.question(pendingA), .questionState(QuestionState(a)), .question(b), .forgetQuestion(b.id)])
+        t.apply([.question(pendingA), .questionState(QuestionState(a)), .question(b), .forgetQuestion(b.key)])
         XCTAssertEqual(s.questions, t.questions)
     }
 
