@@ -320,7 +320,7 @@ public final class RelayCore {
     }
 
     struct Handler: Sendable {
-        let roles: Set<Role>
+        let roles: [Role]  // one or two: a scan, not a hash
         let run: @Sendable (RelayCore, Request) throws(RequestError) -> ReplyFields
     }
 

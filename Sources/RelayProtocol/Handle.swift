@@ -22,10 +22,17 @@ public struct NormalizedHandle: Hashable, Sendable, Comparable {
         self.kind = kind
         switch kind {
         case .phoneNumber:
-            let trimmed = rawValue.trimmingWhitespace().utf8
-            var out: [UInt8] = trimmed.first == UInt8(ascii: "+") ? [UInt8(ascii: "+")] : []
-            out.reserveCapacity(trimmed.count)
-            for c in trimmed where c >= 48 && c <= 57 { out.append(c) }
+            // Only digits are kept, so whitespace matters only before a leading "+"; the
+            // Unicode-aware trim runs only when the value does not start with plain ASCII.
+            let utf8 = rawValue.utf8
+            let first = utf8.first ?? 0
+            let plus =
+                first > 0x20 && first < 0x80
+                ? first == UInt8(ascii: "+") : rawValue.trimmingWhitespace().utf8.first == UInt8(ascii: "+")
+            var out: [UInt8] = []
+            out.reserveCapacity(utf8.count)
+            if plus { out.append(UInt8(ascii: "+")) }
+            for c in utf8 where c >= 48 && c <= 57 { out.append(c) }
             guard out.count > (out.first == UInt8(ascii: "+") ? 1 : 0) else { return nil }
             value = String(decoding: out, as: UTF8.self)
         case .emailAddress:

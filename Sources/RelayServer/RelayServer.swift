@@ -60,6 +60,8 @@ public final class RelayServer {
     private var listenFD: Int32 = -1
     private let signalPipe: [Int32]
     private var conns: [ConnectionID: Conn] = [:]
+    /// The connections a dispatch queued output for, each once, reused across turns.
+    private var touched: [ConnectionID] = []
     private var nextID: ConnectionID = 1
     private var stopping = false
     private var lastPrune = Timestamp(milliseconds: 0)
@@ -85,6 +87,8 @@ public final class RelayServer {
         var closing: CloseReason?
         var closingSince: Timestamp?
         var peerGone = false
+        /// Listed in `touched` during a dispatch.
+        var touched = false
         var pendingBytes: Int { out.count - outStart }
 
         init(fd: Int32, decoder: FrameDecoder, at now: Timestamp) {
@@ -350,8 +354,8 @@ public final class RelayServer {
             } else if silent >= 3 * hb {
                 relay.drop(id, .heartbeatTimeout)
             } else if silent >= hb && !c.pinged {
-                conns[id]?.pinged = true
-                queue(id, (["type": "ping"] as JSONObject).frame)
+                c.pinged = true
+                c.out.append(contentsOf: (["type": "ping"] as JSONObject).frame)
             }
         }
     }
@@ -359,23 +363,29 @@ public final class RelayServer {
     // MARK: - Output
 
     private func dispatchOutputs() {
-        var touched: Set<ConnectionID> = []
         for o in relay.takeOutputs() {
             switch o {
             case .send(let id, let frame):
-                queue(id, frame)
-                touched.insert(id)
+                guard let c = conns[id] else { continue }
+                c.out.append(contentsOf: frame)
+                touch(c, id)
             case .close(let id, let reason):
-                conns[id]?.closing = reason
-                conns[id]?.closingSince = Timestamp.now()
-                touched.insert(id)
+                guard let c = conns[id] else { continue }
+                c.closing = reason
+                c.closingSince = Timestamp.now()
+                touch(c, id)
             }
         }
         for id in touched { flush(id) }
+        for id in touched { conns[id]?.touched = false }
+        touched.removeAll(keepingCapacity: true)
     }
 
-    private func queue(_ id: ConnectionID, _ frame: [UInt8]) {
-        conns[id]?.out.append(contentsOf: frame)
+    /// Marks a connection to be flushed at the end of the dispatch, once.
+    private func touch(_ c: Conn, _ id: ConnectionID) {
+        guard !c.touched else { return }
+        c.touched = true
+        touched.append(id)
     }
 
     private func flush(_ id: ConnectionID) {

@@ -46,6 +46,11 @@ final class ValuesTests: XCTestCase {
         XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: " +1 (234) 567-890")?.value, "+1234567890")
         XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: "1234567890")?.value, "1234567890")
         XCTAssertNil(NormalizedHandle(kind: .phoneNumber, rawValue: "+()-"))
+        // A "+" counts only first, after any whitespace, Unicode's included.
+        XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: "\t\u{00A0}\u{2003}+44 20")?.value, "+4420")
+        XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: "\u{00A0}44 20")?.value, "4420")
+        XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: "44+20")?.value, "4420")
+        XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: "(+44) 20")?.value, "4420")
         XCTAssertEqual(NormalizedHandle(kind: .emailAddress, rawValue: "  Kim@Example.ORG ")?.value, "kim@example.org")
         XCTAssertNil(NormalizedHandle(kind: .emailAddress, rawValue: "kim"))
         XCTAssertEqual(NormalizedHandle(kind: .custom, rawValue: " Kim ")?.value, " Kim ")
