@@ -37,7 +37,8 @@ let package = Package(
         .executableTarget(name: "permission-child", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol"]),
         .executableTarget(
             name: "permission-harness", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol", "RelayServer"]),
-        .executableTarget(name: "permission-bench", dependencies: ["RelayProtocol", "RelayServer", "RelayStore", "CSystem", "CLISupport"]),
+        .executableTarget(
+            name: "permission-bench", dependencies: ["RelayProtocol", "RelayServer", "RelayStore", "RelayCore", "CSystem", "CLISupport"]),
         .executableTarget(
             name: "permission-guardian", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol", "CSystem"]),
 

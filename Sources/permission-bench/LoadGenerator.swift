@@ -34,9 +34,7 @@ final class LoadGenerator {
     /// When each question in flight was asked, by its number.
     private var sentAt: [Int: UInt64] = [:]
     private var counter = 0
-    private var askPrefix: [UInt8] = []
-    private var askMiddle: [UInt8] = []
-    private var askSuffix: [UInt8] = []
+    private let frames: BenchFrames
 
     init(socket: String, families: Int, window: Int, avatarBytes: Int, baseline: Bool) {
         self.socket = socket
@@ -44,27 +42,7 @@ final class LoadGenerator {
         self.window = window
         self.avatarBytes = avatarBytes
         self.baseline = baseline
-        // {"type":"ask","id":"<ID>","question":{"id":"<ID>",…}} split around the two ids.
-        var person: JSONObject = [
-            "handle": .object(["value": "+1 (555) 010-0199", "kind": "phoneNumber"]),
-            "nameComponents": .object(["givenName": "Kim", "familyName": "Lee"]),
-        ]
-        if avatarBytes > 0 { person["avatarImage"] = .string(Data(repeating: 7, count: avatarBytes).base64EncodedString()) }
-        let placeholder = "@@@@@@@@-@@@@-@@@@-@@@@-@@@@@@@@@@@@"
-        let ask: JSONObject = [
-            "type": "ask", "id": .string(placeholder),
-            "question": .object([
-                "id": .string(placeholder),
-                "topic": .object(["kind": "communication", "personInformation": [.object(person)], "actions": ["message", "audioCall"]]),
-            ]),
-        ]
-        let bytes = ask.encoded
-        let p = Array(placeholder.utf8)
-        let first = find(p, in: bytes)!
-        let second = find(p, in: bytes, from: first + 36)!
-        askPrefix = Array(bytes[..<first])
-        askMiddle = Array(bytes[(first + 36)..<second])
-        askSuffix = Array(bytes[(second + 36)...])
+        frames = BenchFrames(avatarBytes: avatarBytes)
     }
 
     /// Connects and says hello for every family (provisioning them on a relay).
@@ -115,42 +93,9 @@ final class LoadGenerator {
         }
     }
 
-    /// `FFFFFFFF-0000-4000-8000-NNNNNNNNNNNN`: the family and the question's number in hex.
-    private static func appendID(family: Int, number: Int, to out: inout [UInt8]) {
-        func hex(_ v: Int, _ digits: Int) {
-            for k in stride(from: digits - 1, through: 0, by: -1) {
-                let nibble = UInt8((v >> (4 * k)) & 0xF)
-                out.append(nibble < 10 ? 48 + nibble : 55 + nibble)
-            }
-        }
-        hex(family, 8)
-        out.append(contentsOf: "-0000-4000-8000-".utf8)
-        hex(number, 12)
-    }
-
-    /// The question number in an id `appendID` wrote.
-    private static func number(inID id: ArraySlice<UInt8>) -> Int? {
-        var v = 0
-        for c in id.suffix(12) {
-            switch c {
-            case 48...57: v = v << 4 | Int(c - 48)
-            case 65...70: v = v << 4 | Int(c - 55)
-            default: return nil
-            }
-        }
-        return v
-    }
-
     private func ask(_ fd: Int32) {
         counter += 1
-        var body: [UInt8] = []
-        body.reserveCapacity(askPrefix.count + askMiddle.count + askSuffix.count + 72)
-        body += askPrefix
-        Self.appendID(family: childOf[fd]!, number: counter, to: &body)
-        body += askMiddle
-        Self.appendID(family: childOf[fd]!, number: counter, to: &body)
-        body += askSuffix
-        loop.queue(fd, framed(body))
+        loop.queue(fd, framed(frames.ask(family: childOf[fd]!, number: counter)))
         sentAt[counter] = now()
     }
 
@@ -199,9 +144,6 @@ final class LoadGenerator {
     private static let typeQuestion = Array(#""type":"question""#.utf8), typeAsk = Array(#""type":"ask""#.utf8)
     private static let typeError = Array(#""type":"error""#.utf8)
     private static let questionID = Array(#""question":{"id":""#.utf8), questionIdField = Array(#""questionId":""#.utf8)
-    private static let seqField = Array(#""seq":"#.utf8)
-    private static let answerStart = Array(#"{"type":"answer","id":""#.utf8), answerMiddle = Array(#"","questionId":""#.utf8)
-    private static let answerEnd = Array(#"","choice":"approve"}"#.utf8), ackStart = Array(#"{"type":"ack","seq":"#.utf8)
 
     /// One loop turn: guardians answer questions, children take responses (and ask again
     /// when `reask`), every connection acks the highest seq it read.
@@ -210,15 +152,7 @@ final class LoadGenerator {
         var acks: [Int32: Int] = [:]
         var failed = 0
         let ok = loop.poll(timeoutMs: 100) { fd, body in
-            if let seqAt = find(Self.seqField, in: body, within: 24) {
-                var v = 0
-                var i = seqAt + Self.seqField.count
-                while i < body.count, body[i] >= 48, body[i] <= 57 {
-                    v = v * 10 + Int(body[i] - 48)
-                    i += 1
-                }
-                acks[fd] = max(acks[fd] ?? 0, v)
-            }
+            if let seq = BenchFrames.seq(in: body) { acks[fd] = max(acks[fd] ?? 0, seq) }
             let isChild = childOf[fd] != nil
             let wanted = isChild ? [Self.typeResponse, Self.typeAnswer] : [Self.typeQuestion, Self.typeAsk]
             guard wanted.contains(where: { find($0, in: body, within: 24) != nil }) else {
@@ -234,25 +168,18 @@ final class LoadGenerator {
             }
             let id = body[at..<(at + 36)]
             if isChild {
-                guard let n = Self.number(inID: id), let sent = sentAt.removeValue(forKey: n) else { return }
+                guard let n = BenchFrames.number(inID: id), let sent = sentAt.removeValue(forKey: n) else { return }
                 completed(now() - sent)
                 if reask { ask(fd) }
             } else {
-                var answer: [UInt8] = []
-                answer.reserveCapacity(160)
-                answer += Self.answerStart
-                answer += id
-                answer += Self.answerMiddle
-                answer += id
-                answer += Self.answerEnd
-                loop.queue(fd, framed(answer))
+                loop.queue(fd, framed(BenchFrames.answer(id: id)))
             }
             touched.insert(fd)
         }
         errors += failed
         if !baseline {
             for (fd, seq) in acks {
-                loop.queue(fd, framed(Self.ackStart + Array(String(seq).utf8) + [UInt8(ascii: "}")]))
+                loop.queue(fd, framed(BenchFrames.ack(seq)))
                 touched.insert(fd)
             }
         }

@@ -6,6 +6,7 @@ import CLISupport
 import Foundation
 import Glibc
 import RelayProtocol
+import RelayStore
 import Synchronization
 
 let usage = """
@@ -14,6 +15,7 @@ let usage = """
     USAGE: permission-bench [options]
            permission-bench idle [--connections N]
            permission-bench startup [--events N] [--pending N]
+           permission-bench core [--families F] [--window W] [--rounds N] [--sync normal|full]
 
     A cycle is ask → question at the guardian → answer → response at the child. Each grid
     point runs the relay (a fresh data directory) and then the baseline — a forwarder that
@@ -34,6 +36,9 @@ let usage = """
     idle: relay memory per idle authenticated session (RSS growth over N sessions, default 10000).
     startup: time until a relay listens over a store prefilled with N retained events
     (default 1000000) and N pending questions (default 100000).
+    core: the relay's core and store driven in-process, without sockets, for N rounds of W
+    cycles per family (defaults: F 100, W 8, N 10); prints their CPU per cycle. Under
+    valgrind --tool=callgrind its instruction counts repeat from run to run.
       -h, --help                 Show this help.
 
     EXAMPLES:
@@ -42,6 +47,7 @@ let usage = """
       permission-bench --grid quick --json --svg latency.svg
       permission-bench idle --connections 10000
       permission-bench startup
+      valgrind --tool=callgrind permission-bench core --families 100 --window 8 --rounds 10
     """
 
 struct Point {
@@ -244,6 +250,32 @@ exit(
                     ? JSON.object(["events": .int(Int64(events)), "pending": .int(Int64(pending)), "startupSeconds": .double(seconds)]).text
                     : "relay start-up over \(events) events and \(pending) pending questions: \(fmt(seconds, 2)) s")
             return 0
+        }
+        if args.first == "core" {
+            let a = try Arguments(
+                Array(args.dropFirst()), valueFlags: ["--families", "--window", "--rounds", "--sync"], switchFlags: ["--json"])
+            let f = try a.int("--families", default: 100, min: 1), w = try a.int("--window", default: 8, min: 1)
+            let sync: SyncMode
+            switch a.value("--sync") ?? "normal" {
+            case "normal": sync = .normal
+            case "full": sync = .full
+            default: throw CLIError.usage("--sync must be normal or full")
+            }
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("permission-bench-core-\(getpid())")
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: dir) }
+            let r = try CoreDrive(families: f, window: w, directory: dir.path, sync: sync).run(
+                rounds: try a.int("--rounds", default: 10, min: 1))
+            let cpu = r.cpuSeconds / Double(r.cycles) * 1e6
+            printOut(
+                a.has("--json")
+                    ? JSON.object([
+                        "families": .int(Int64(f)), "window": .int(Int64(w)), "cycles": .int(Int64(r.cycles)),
+                        "cpuMicrosPerCycle": .double(cpu), "errors": .int(Int64(r.errors)), "lost": .int(Int64(r.lost)),
+                    ]).text
+                    : "core and store alone, (F, W) = (\(f), \(w)): \(r.cycles) cycles in \(fmt(r.seconds, 2)) s, "
+                        + "\(fmt(cpu)) µs of CPU per cycle; errors \(r.errors), lost \(r.lost)")
+            return r.errors == 0 && r.lost == 0 ? 0 : 1
         }
         if args.first == "forward" {
             let a = try Arguments(Array(args.dropFirst()), valueFlags: ["--socket"], switchFlags: [])

@@ -19,6 +19,16 @@ final class BenchTests: XCTestCase {
         }
         XCTAssertNotNil(line["ratio"]?.number)
     }
+
+    func testTheCoreAloneCompletesEveryCycle() throws {
+        let p = try ProgramRun("permission-bench", ["core", "--families", "3", "--window", "2", "--rounds", "4", "--json"], env: [:])
+        let line = try JSON.parse(p.nextLine() ?? "")
+        XCTAssertEqual(p.finish(), 0)
+        XCTAssertEqual(line["cycles"]?.int, 24)
+        XCTAssertEqual(line["errors"]?.int, 0)
+        XCTAssertEqual(line["lost"]?.int, 0, "every question answered, every response sent to its child")
+        XCTAssertGreaterThan(line["cpuMicrosPerCycle"]?.number ?? 0, 0)
+    }
 }
 
 final class BenchSignalTests: XCTestCase {

@@ -1,0 +1,107 @@
+// The benchmark's frames, built by splicing bytes so that building them costs little
+// beside the relay: one communication question (a person with a phone handle, two
+// actions), its answer, and acks.
+
+import Foundation
+import RelayProtocol
+
+struct BenchFrames {
+    // {"type":"ask","id":"<ID>","question":{"id":"<ID>",…}} split around the two ids.
+    private let askPrefix: [UInt8]
+    private let askMiddle: [UInt8]
+    private let askSuffix: [UInt8]
+
+    init(avatarBytes: Int) {
+        var person: JSONObject = [
+            "handle": .object(["value": "+1 (555) 010-0199", "kind": "phoneNumber"]),
+            "nameComponents": .object(["givenName": "Kim", "familyName": "Lee"]),
+        ]
+        if avatarBytes > 0 { person["avatarImage"] = .string(Data(repeating: 7, count: avatarBytes).base64EncodedString()) }
+        let placeholder = "@@@@@@@@-@@@@-@@@@-@@@@-@@@@@@@@@@@@"
+        let ask: JSONObject = [
+            "type": "ask", "id": .string(placeholder),
+            "question": .object([
+                "id": .string(placeholder),
+                "topic": .object(["kind": "communication", "personInformation": [.object(person)], "actions": ["message", "audioCall"]]),
+            ]),
+        ]
+        let bytes = ask.encoded
+        let p = Array(placeholder.utf8)
+        let first = find(p, in: bytes)!
+        let second = find(p, in: bytes, from: first + 36)!
+        askPrefix = Array(bytes[..<first])
+        askMiddle = Array(bytes[(first + 36)..<second])
+        askSuffix = Array(bytes[(second + 36)...])
+    }
+
+    /// The body of the ask for question `number` of `family`.
+    func ask(family: Int, number: Int) -> [UInt8] {
+        var body: [UInt8] = []
+        body.reserveCapacity(askPrefix.count + askMiddle.count + askSuffix.count + 72)
+        body += askPrefix
+        Self.appendID(family: family, number: number, to: &body)
+        body += askMiddle
+        Self.appendID(family: family, number: number, to: &body)
+        body += askSuffix
+        return body
+    }
+
+    private static let answerStart = Array(#"{"type":"answer","id":""#.utf8), answerMiddle = Array(#"","questionId":""#.utf8)
+    private static let answerEnd = Array(#"","choice":"approve"}"#.utf8), ackStart = Array(#"{"type":"ack","seq":"#.utf8)
+
+    /// The body of an `approve` answer to the question whose id is `id` (also the request id).
+    static func answer(id: some Collection<UInt8>) -> [UInt8] {
+        var answer: [UInt8] = []
+        answer.reserveCapacity(160)
+        answer += answerStart
+        answer += id
+        answer += answerMiddle
+        answer += id
+        answer += answerEnd
+        return answer
+    }
+
+    /// The body of an ack up to `seq`.
+    static func ack(_ seq: Int) -> [UInt8] { ackStart + Array(String(seq).utf8) + [UInt8(ascii: "}")] }
+
+    /// `FFFFFFFF-0000-4000-8000-NNNNNNNNNNNN`: the family and the question's number in hex.
+    static func appendID(family: Int, number: Int, to out: inout [UInt8]) {
+        func hex(_ v: Int, _ digits: Int) {
+            for k in stride(from: digits - 1, through: 0, by: -1) {
+                let nibble = UInt8((v >> (4 * k)) & 0xF)
+                out.append(nibble < 10 ? 48 + nibble : 55 + nibble)
+            }
+        }
+        hex(family, 8)
+        out.append(contentsOf: "-0000-4000-8000-".utf8)
+        hex(number, 12)
+    }
+
+    /// The question number in an id `appendID` wrote.
+    static func number(inID id: ArraySlice<UInt8>) -> Int? {
+        var v = 0
+        for c in id.suffix(12) {
+            switch c {
+            case 48...57: v = v << 4 | Int(c - 48)
+            case 65...70: v = v << 4 | Int(c - 55)
+            default: return nil
+            }
+        }
+        return v
+    }
+
+    private static let seqField = Array(#""seq":"#.utf8)
+
+    /// The `seq` of an event whose body starts at `start` of `bytes` (it comes right
+    /// after the type), or nil.
+    static func seq(in bytes: [UInt8], from start: Int = 0) -> Int? {
+        guard let seqAt = find(seqField, in: bytes, from: start, within: start + 24) else { return nil }
+        var v = 0
+        var i = seqAt + seqField.count
+        while i < bytes.count, bytes[i] >= 48, bytes[i] <= 57 {
+            v = v * 10 + Int(bytes[i] - 48)
+            i += 1
+        }
+        return v
+    }
+}

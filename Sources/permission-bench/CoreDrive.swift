@@ -1,0 +1,152 @@
+// The relay's own work per cycle, without sockets: the core and its SQLite store
+// driven in-process a turn at a time, as the reactor drives them (requests in, cursors
+// flushed, one commit, outputs taken). Its CPU per cycle leaves out system calls and
+// the load generator; under `valgrind --tool=callgrind` its instruction counts repeat
+// from run to run, which timings on a shared machine do not.
+
+import Foundation
+import Glibc
+import RelayCore
+import RelayProtocol
+import RelayServer
+import RelayStore
+
+struct CoreDriveResult {
+    var cycles = 0
+    var seconds = 0.0
+    /// CPU time of the whole process (both of the store's threads) while the rounds ran.
+    var cpuSeconds = 0.0
+    var errors = 0
+    /// Questions whose response the child was not sent.
+    var lost = 0
+}
+
+final class CoreDrive {
+    private let families: Int
+    private let window: Int
+    private let store: SQLiteStore
+    private let core: RelayCore
+    private let frames = BenchFrames(avatarBytes: 0)
+    /// The highest event seq each connection has been sent, acked at its next turn.
+    private var seen: [ConnectionID: Int] = [:]
+    private var errors = 0
+    private var responses = 0
+    private var lastOK: JSON?
+
+    private static let admin: ConnectionID = 1
+    private func child(_ f: Int) -> ConnectionID { 2 + 2 * f }
+    private func guardian(_ f: Int) -> ConnectionID { 3 + 2 * f }
+
+    /// A store in `directory` with F families provisioned and their sessions open.
+    init(families: Int, window: Int, directory: String, sync: SyncMode) throws {
+        self.families = families
+        self.window = window
+        store = try SQLiteStore(path: directory + "/relay.db", sync: sync)
+        var config = CoreConfig()
+        config.askRateLimit = 0
+        config.maxPendingPerChild = 0
+        config.relayUID = getuid()
+        core = try RelayCore(config: config, store: store, now: .now())
+
+        core.connected(Self.admin, peerUID: getuid())
+        try request(Self.admin, ["type": "hello", "protocol": 1, "admin": true])
+        for f in 0..<families {
+            try request(Self.admin, ["type": "createFamily", "id": "f", "family": .string("b\(f)")])
+            for (conn, member, role) in [(child(f), "c\(f)", "child"), (guardian(f), "g\(f)", "guardian")] {
+                try request(
+                    Self.admin,
+                    ["type": "addMember", "id": "m", "family": .string("b\(f)"), "member": .string(member), "role": .string(role)])
+                guard let token = lastOK?["token"]?.string else { throw DriveError("addMember gave no token") }
+                core.connected(conn, peerUID: getuid() &+ 1)
+                try request(
+                    conn,
+                    ["type": "hello", "id": "h", "protocol": 1, "member": .string(member), "token": .string(token), "session": "bench"])
+                if role == "child" { try request(conn, ["type": "subscribe", "id": "s", "topics": ["communication"]]) }
+            }
+        }
+    }
+
+    struct DriveError: Error, CustomStringConvertible {
+        let description: String
+        init(_ d: String) { description = d }
+    }
+
+    /// One provisioning request and its turn; the last reply is kept in `lastOK`.
+    private func request(_ conn: ConnectionID, _ frame: JSONObject) throws {
+        core.receive(conn, body: frame.encoded, now: .now())
+        for body in turn() {
+            let reply = try JSON.parse(body.dropFirst(4))
+            if reply["type"]?.string == "error" { throw DriveError("\(frame["type"]?.string ?? "?") failed: \(reply.text)") }
+            if reply["type"]?.string == "ok" || reply["type"]?.string == "welcome" { lastOK = reply }
+        }
+    }
+
+    /// Flushes cursors, commits, and takes the frames sent (noting seqs and errors).
+    @discardableResult
+    private func turn() -> [[UInt8]] {
+        core.flushCursors()
+        if store.hasChanges {
+            do { try store.commit() } catch { errors += 1 }
+        }
+        var sent: [[UInt8]] = []
+        for case .send(let conn, let bytes) in core.takeOutputs() {
+            if let seq = BenchFrames.seq(in: bytes, from: 4) { seen[conn] = max(seen[conn] ?? 0, seq) }
+            if find(Self.typeError, in: bytes, from: 4, within: 28) != nil { errors += 1 }
+            if find(Self.typeResponse, in: bytes, from: 4, within: 28) != nil { responses += 1 }
+            sent.append(bytes)
+        }
+        return sent
+    }
+    private static let typeError = Array(#""type":"error""#.utf8), typeResponse = Array(#""type":"response""#.utf8)
+
+    /// Runs `rounds` rounds of W cycles per family: children ack and ask (one turn), then
+    /// guardians ack and answer (another), as a relay sees them under steady load.
+    func run(rounds: Int) -> CoreDriveResult {
+        // Every frame is made first, so the measured part is the relay's work.
+        var asks: [[UInt8]] = [], answers: [[UInt8]] = []
+        asks.reserveCapacity(rounds * families * window)
+        answers.reserveCapacity(rounds * families * window)
+        for r in 0..<rounds {
+            for f in 0..<families {
+                for w in 0..<window {
+                    var id: [UInt8] = []
+                    BenchFrames.appendID(family: f, number: r * window + w, to: &id)
+                    asks.append(frames.ask(family: f, number: r * window + w))
+                    answers.append(BenchFrames.answer(id: id))
+                }
+            }
+        }
+        let cpu0 = processCPUSeconds(), t0 = now()
+        var i = 0
+        for _ in 0..<rounds {
+            let at = Timestamp.now()
+            var k = i
+            for f in 0..<families {
+                ackSeen(child(f), at)
+                for _ in 0..<window {
+                    core.receive(child(f), body: asks[k], now: at)
+                    k += 1
+                }
+            }
+            turn()
+            k = i
+            for f in 0..<families {
+                ackSeen(guardian(f), at)
+                for _ in 0..<window {
+                    core.receive(guardian(f), body: answers[k], now: at)
+                    k += 1
+                }
+            }
+            turn()
+            i = k
+        }
+        do { try store.checkpoint() } catch { errors += 1 }
+        return CoreDriveResult(
+            cycles: rounds * families * window, seconds: Double(now() - t0) / 1e9, cpuSeconds: processCPUSeconds() - cpu0,
+            errors: errors, lost: rounds * families * window - responses)
+    }
+
+    private func ackSeen(_ conn: ConnectionID, _ at: Timestamp) {
+        if let seq = seen[conn] { core.receive(conn, body: BenchFrames.ack(seq), now: at) }
+    }
+}

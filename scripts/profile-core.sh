@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Counts the relay's instructions per cycle with callgrind, which repeat from run to run
+# where timings do not: `permission-bench core` drives the core and its store in-process
+# (no sockets) for two run lengths, and the difference per cycle leaves out start-up and
+# provisioning. Usage: scripts/profile-core.sh [F] [W]  (default 100 8). Needs valgrind.
+# The C targets are built with DWARF 4 debug info: valgrind 3.19 cannot read clang's DWARF 5.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+families=${1:-100}
+window=${2:-8}
+command -v valgrind > /dev/null || { echo "valgrind is needed: apt-get install valgrind" >&2; exit 1; }
+swift build -c release --scratch-path .build/profile -Xcc -gdwarf-4 --product permission-bench
+bench=.build/profile/release/permission-bench
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for rounds in 5 15; do
+    echo "callgrind over $rounds rounds of (F, W) = ($families, $window)…" >&2
+    valgrind --tool=callgrind --callgrind-out-file="$out/cg.$rounds" "$bench" core \
+        --families "$families" --window "$window" --rounds "$rounds" > /dev/null 2> "$out/log.$rounds" \
+        || { cat "$out/log.$rounds" >&2; exit 1; }
+done
+short=$(awk '/^summary:/ {print $2}' "$out/cg.5")
+long=$(awk '/^summary:/ {print $2}' "$out/cg.15")
+echo "instructions per cycle (core, store and its writer thread): $(( (long - short) / (10 * families * window) ))"
+echo "where they go (the longer run, inclusive, the relay's own functions):"
+callgrind_annotate --inclusive=yes "$out/cg.15" 2> /dev/null | grep -E '^ *[0-9,]+ .*Sources/Relay' | grep -v '^ *[0-9,]+ ([ .0-9]+%) */' \
+    | head -30 | cut -c1-170
