@@ -239,6 +239,7 @@ private struct Parser {
         try enter()
         i += 1
         var items: [JSON] = []
+        items.reserveCapacity(4)  // one allocation for the short lists frames hold, not three
         skipSpace()
         if i < buf.count, buf[i] == UInt8(ascii: "]") {
             i += 1
@@ -286,7 +287,10 @@ private struct Parser {
                 i += 1
                 // ASCII is valid UTF-8 as it stands; String(validating:) is generic at run time
                 // and cost more than the rest of a frame's parse together.
-                if highBits & 0x8080_8080_8080_8080 == 0 { return String(decoding: bytes, as: UTF8.self) }
+                if highBits & 0x8080_8080_8080_8080 == 0 {
+                    return JSONWords.lookup(buf.baseAddress! + start, count: bytes.count, readable: buf.count - start)
+                        ?? String(decoding: bytes, as: UTF8.self)
+                }
                 guard let s = String(validating: bytes, as: UTF8.self) else {
                     throw JSONParseError(reason: "invalid UTF-8 in a string", offset: start)
                 }
@@ -514,5 +518,91 @@ extension JSONObject {
         out.reserveCapacity(256)
         encode(into: &out)
         return out
+    }
+}
+
+/// The protocol's field names and common values, made once: a parsed string that is one
+/// of them is taken from here instead of being built again (making a string from bytes
+/// costs several times this lookup, and every frame repeats them).
+enum JSONWords {
+    /// An open-addressed hash table of words up to 24 bytes, each held as its length and
+    /// three little-endian, zero-padded 8-byte chunks; a lookup hashes the chunks and
+    /// compares about one slot.
+    private struct Table: @unchecked Sendable {
+        /// Four words per slot: length (0 for an empty slot), then the three chunks.
+        let slots: UnsafeMutablePointer<UInt64>
+        let strings: UnsafeMutablePointer<String>
+    }
+
+    private static let maxLength = 24
+    private static let slotBits: UInt64 = 8
+    private static let mask = (1 << Int(slotBits)) - 1
+
+    private static let table: Table = {
+        let words = [
+            // Frames and requests.
+            "type", "id", "re", "seq", "ack", "ok", "error", "code", "message", "ask", "answer", "cancel", "hello",
+            "welcome", "protocol", "member", "token", "session", "resume", "subscribe", "topics", "questionId",
+            "choice", "status", "attempt", "child", "family", "role", "ping", "pong", "pending", "history", "limit",
+            "handles", "knownHandles", "question", "response", "questionClosed", "reason", "by", "cursor", "head",
+            "gap", "enabled", "createdAt", "outcome", "guardian", "answeredAt", "questions",
+            // Questions.
+            "topic", "kind", "communication", "significantAppUpdate", "description", "personInformation", "handle",
+            "value", "phoneNumber", "emailAddress", "custom", "nameComponents", "givenName", "familyName",
+            "middleName", "nickname", "namePrefix", "nameSuffix", "avatarImage", "actions", "audioCall",
+            "videoCall", "communicate", "choices", "title", "approval", "denial", "durationSeconds",
+            "defaultChoice", "expirationDate", "approve", "decline", "answered", "cancelled", "expired",
+        ]
+        let slots = UnsafeMutablePointer<UInt64>.allocate(capacity: 4 * (mask + 1))
+        slots.initialize(repeating: 0, count: 4 * (mask + 1))
+        let strings = UnsafeMutablePointer<String>.allocate(capacity: mask + 1)
+        strings.initialize(repeating: "", count: mask + 1)
+        for w in Set(words) {
+            let b = Array(w.utf8)
+            precondition(b.count <= maxLength && words.count * 3 < mask)
+            let c = b.withUnsafeBufferPointer { p in (0..<3).map { chunk(p.baseAddress! + 8 * $0, b.count - 8 * $0, readable: 0) } }
+            var k = slot(c[0], c[1], c[2])
+            while slots[4 * k] != 0 { k = (k + 1) & mask }
+            slots[4 * k] = UInt64(b.count)
+            for j in 0..<3 { slots[4 * k + 1 + j] = c[j] }
+            strings[k] = w
+        }
+        return Table(slots: slots, strings: strings)
+    }()
+
+    @inline(__always)
+    private static func slot(_ c0: UInt64, _ c1: UInt64, _ c2: UInt64) -> Int {
+        Int(truncatingIfNeeded: ((c0 ^ (c1 &* 0x9E37_79B9_7F4A_7C15) ^ (c2 >> 3)) &* 0xFF51_AFD7_ED55_8CCD) >> (64 - slotBits))
+    }
+
+    /// Eight bytes from `p` as one word, of which only the first `n` (up to eight) count;
+    /// `readable` says how many bytes may be read from `p`.
+    @inline(__always)
+    private static func chunk(_ p: UnsafePointer<UInt8>, _ n: Int, readable: Int) -> UInt64 {
+        if n <= 0 { return 0 }
+        if readable >= 8 {
+            let v = UnsafeRawPointer(p).loadUnaligned(as: UInt64.self)
+            return n >= 8 ? v : v & ((1 << UInt64(8 * n)) &- 1)
+        }
+        var v: UInt64 = 0
+        for j in 0..<min(n, 8) { v |= UInt64(p[j]) << (8 * UInt64(j)) }
+        return v
+    }
+
+    /// The stored string equal to the `count` bytes at `p`, or nil; `readable` (at least
+    /// `count`) says how many bytes may be read from `p`, so that short words load whole.
+    static func lookup(_ p: UnsafePointer<UInt8>, count: Int, readable: Int) -> String? {
+        guard count > 0 && count <= maxLength else { return nil }
+        let c0 = chunk(p, count, readable: readable)
+        let c1 = chunk(p + 8, count - 8, readable: readable - 8)
+        let c2 = chunk(p + 16, count - 16, readable: readable - 16)
+        let slots = table.slots
+        var k = slot(c0, c1, c2)
+        while true {
+            let s = slots + 4 * k
+            if s[0] == 0 { return nil }
+            if s[0] == UInt64(count) && s[1] == c0 && s[2] == c1 && s[3] == c2 { return table.strings[k] }
+            k = (k + 1) & mask
+        }
     }
 }

@@ -56,6 +56,31 @@ final class JSONTests: XCTestCase {
         XCTAssertGreaterThan(accepted, 1500)
     }
 
+    /// Field names and common values come from a table of made strings; near misses
+    /// (a byte more, a byte less, one byte changed, at the end of the input or not) must
+    /// still read as themselves.
+    func testWordsAndNearMissesReadAsWritten() throws {
+        let words = [
+            "type", "id", "seq", "ask", "questionId", "question", "questions", "questionClosed", "personInformation",
+            "significantAppUpdate", "expirationDate", "durationSeconds", "phoneNumber", "communication", "approve", "a",
+            "abcdefgh", "abcdefghijklmnop", "abcdefghijklmnopqrstuvwx", "abcdefghijklmnopqrstuvwxy",
+        ]
+        var cases: [String] = []
+        for w in words {
+            cases += [w, w + "x", String(w.dropLast()), "x" + w, w.uppercased(), String(w.dropFirst())]
+            for k in [0, w.utf8.count / 2, w.utf8.count - 1] {
+                var b = Array(w.utf8)
+                b[k] ^= 0x01
+                cases.append(String(decoding: b, as: UTF8.self))
+            }
+        }
+        for c in cases where !c.isEmpty {
+            XCTAssertEqual(try JSON.parse("\"\(c)\""), .string(c), "alone: \(c)")
+            XCTAssertEqual(try JSON.parse("{\"\(c)\":\"\(c)\",\"next\":[\"\(c)\"]}")["\(c)"], .string(c), "in an object: \(c)")
+            XCTAssertEqual(try JSON.parse("{\"next\":[\"\(c)\"]}")["next"], .array([.string(c)]), "in a list: \(c)")
+        }
+    }
+
     func testIntegersAreWrittenAsSwiftWritesThem() {
         var rng = SplitMix(seed: 7)
         let edges: [Int64] = [0, 1, -1, 9, 10, -10, 99, 100, Int64.max, Int64.min, Int64.max - 1, Int64.min + 1]
