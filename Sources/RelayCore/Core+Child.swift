@@ -100,7 +100,7 @@ extension RelayCore {
         ok.appendJSONField("attempt", record.attempt)
         if content.kind == .communication && content.handles.allSatisfy({ isKnown($0, child: child, now: r.now) }) {
             ok.appendJSONKey("allKnown")
-            ok.append(contentsOf: "true".utf8)
+            ok.append(literal: "true")
         }
         return .encoded(ok)
     }

@@ -129,12 +129,11 @@ extension RelayCore {
     func appendEvent(
         to member: String, topic: TopicKind?, type: String, encodedFields: some Collection<UInt8>, now: Timestamp
     ) {
-        let seq = (heads[member] ?? 0) + 1
-        heads[member] = seq
+        let seq = Self.increment(&heads[member, default: 0])  // one lookup, not two
         let bytes = frame(capacity: encodedFields.count + 48) { out in
-            out.append(contentsOf: #"{"type":"#.utf8)
+            out.append(literal: #"{"type":"#)
             JSON.string(type).encode(into: &out)
-            out.append(contentsOf: #","seq":"#.utf8)
+            out.append(literal: #","seq":"#)
             out.appendJSONInteger(seq)
             if !encodedFields.isEmpty {
                 out.append(UInt8(ascii: ","))
@@ -147,18 +146,24 @@ extension RelayCore {
         deferred.append(event)
     }
 
+    private static func increment(_ v: inout Int64) -> Int64 {
+        v += 1
+        return v
+    }
+
     /// Sends the events recorded so far to the live sessions that should get them.
     func flushDeferred() {
         guard !deferred.isEmpty else { return }
-        let events = deferred
-        deferred.removeAll(keepingCapacity: true)
-        for e in events {
+        // Sending records nothing new, so the list is read in place and then emptied (a
+        // copy taken first would make the emptying allocate a new buffer every time).
+        for e in deferred {
             for conn in live[e.member] ?? [] {
                 guard let c = connections[conn], c.session != nil, c.session?.replayAfter == nil else { continue }
                 if let t = e.topic, c.session?.topics.contains(t) != true { continue }
                 send(conn, e.frame)
             }
         }
+        deferred.removeAll(keepingCapacity: true)
     }
 
     /// Sends the next step of a replaying session's events (at most `replayBatch` events

@@ -255,9 +255,9 @@ public final class RelayCore {
             send(
                 conn,
                 frame { out in
-                    out.append(contentsOf: #"{"type":"ok""#.utf8)
+                    out.append(literal: #"{"type":"ok""#)
                     if let id {
-                        out.append(contentsOf: #","re":"#.utf8)
+                        out.append(literal: #","re":"#)
                         JSON.string(id).encode(into: &out)
                     }
                     switch fields {

@@ -407,8 +407,8 @@ extension JSON {
     /// Appends the compact encoding of this value to `out`.
     public func encode(into out: inout [UInt8]) {
         switch self {
-        case .null: out.append(contentsOf: "null".utf8)
-        case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
+        case .null: out.append(literal: "null")
+        case .bool(let b): out.append(literal: b ? "true" : "false")
         case .int(let v): out.appendJSONInteger(v)
         case .double(let d):
             if d.rounded() == d && abs(d) < 1e15 {

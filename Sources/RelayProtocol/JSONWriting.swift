@@ -3,12 +3,24 @@
 // without building the values first.
 
 extension Array where Element == UInt8 {
+    /// Appends the bytes of a literal (appending a string's `utf8` view goes through a
+    /// generic path that costs several times this copy).
+    public mutating func append(literal: StaticString) {
+        append(contentsOf: UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+    }
+
+    /// Appends a string's UTF-8 bytes in one copy.
+    public mutating func append(utf8 s: String) {
+        var s = s
+        s.withUTF8 { append(contentsOf: $0) }
+    }
+
     /// Appends `"key":`, after a comma unless it is the first field (the bytes are empty or
     /// end with the object's `{`). `key` must need no escaping.
     public mutating func appendJSONKey(_ key: StaticString) {
         if let last, last != UInt8(ascii: "{") { append(UInt8(ascii: ",")) }
         append(UInt8(ascii: "\""))
-        append(contentsOf: UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
+        append(literal: key)
         append(UInt8(ascii: "\""))
         append(UInt8(ascii: ":"))
     }

@@ -229,7 +229,7 @@ extension QuestionContent {
                 switch person["avatarImage"] {
                 case nil, .null?:
                     out.appendJSONKey("avatarImage")
-                    out.append(contentsOf: "null".utf8)
+                    out.append(literal: "null")
                 case .string(let b64)?:
                     guard let data = Data(base64Encoded: b64) else {
                         throw invalid("personInformation[\(n)].avatarImage is not valid base64")

@@ -376,8 +376,10 @@ public final class RelayServer {
                 touch(c, id)
             }
         }
-        for id in touched { flush(id) }
-        for id in touched { conns[id]?.touched = false }
+        for id in touched {
+            conns[id]?.touched = false
+            flush(id)
+        }
         touched.removeAll(keepingCapacity: true)
     }
 

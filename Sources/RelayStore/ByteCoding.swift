@@ -1,6 +1,8 @@
 // The compact binary form the journal and the event batches are written in: zigzag
 // varints and length-prefixed bytes, read back with every length checked.
 
+import RelayProtocol
+
 /// A journal entry could not be read back.
 struct JournalError: Error, CustomStringConvertible {
     let description: String
@@ -28,7 +30,7 @@ struct ByteWriter {
 
     mutating func string(_ s: String) {
         int(Int64(s.utf8.count))
-        bytes.append(contentsOf: s.utf8)
+        bytes.append(utf8: s)
     }
 }
 

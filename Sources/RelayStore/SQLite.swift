@@ -17,6 +17,8 @@ let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 final class SQLiteDatabase {
     private var db: OpaquePointer?
     private var cache: [String: OpaquePointer] = [:]
+    /// The same statements, by the address of their literal SQL.
+    private var literals: [(UnsafeRawPointer, OpaquePointer)] = []
 
     init(path: String) throws {
         let rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
@@ -43,9 +45,19 @@ final class SQLiteDatabase {
         guard rc == SQLITE_OK else { throw error(rc) }
     }
 
-    /// Runs `sql` with `args`, calling `row` for every result row.
-    func run(_ sql: String, _ args: [SQLValue] = [], row: ((Row) throws -> Void)? = nil) throws {
-        let stmt = try prepared(sql)
+    /// Runs `sql` with `args`, calling `row` for every result row. The statement is found
+    /// by the literal's address: hashing the text of a long statement on every run cost
+    /// more than binding its values.
+    func run(_ sql: StaticString, _ args: [SQLValue] = [], row: ((Row) throws -> Void)? = nil) throws {
+        try run(statement: try prepared(sql), args, row: row)
+    }
+
+    /// Runs SQL made at run time (its statement is cached by its text).
+    func run(dynamic sql: String, _ args: [SQLValue] = [], row: ((Row) throws -> Void)? = nil) throws {
+        try run(statement: try prepared(sql), args, row: row)
+    }
+
+    private func run(statement stmt: OpaquePointer, _ args: [SQLValue], row: ((Row) throws -> Void)?) throws {
         defer {
             sqlite3_reset(stmt)
             sqlite3_clear_bindings(stmt)
@@ -76,15 +88,21 @@ final class SQLiteDatabase {
         }
     }
 
-    func scalar(_ sql: String, _ args: [SQLValue] = []) throws -> Int64? {
+    func scalar(_ sql: StaticString, _ args: [SQLValue] = []) throws -> Int64? {
         var result: Int64?
         try run(sql, args) { r in result = r.isNull(0) ? nil : r.int(0) }
         return result
     }
 
+    func scalar(dynamic sql: String, _ args: [SQLValue] = []) throws -> Int64? {
+        var result: Int64?
+        try run(dynamic: sql, args) { r in result = r.isNull(0) ? nil : r.int(0) }
+        return result
+    }
+
     func text(_ sql: String) throws -> String? {
         var result: String?
-        try run(sql) { r in result = r.text(0) }
+        try run(dynamic: sql) { r in result = r.text(0) }
         return result
     }
 
@@ -100,6 +118,14 @@ final class SQLiteDatabase {
             try? exec("ROLLBACK")
             throw error
         }
+    }
+
+    private func prepared(_ sql: StaticString) throws -> OpaquePointer {
+        let key = UnsafeRawPointer(sql.utf8Start)
+        for (literal, stmt) in literals where literal == key { return stmt }  // a few dozen: a scan beats a hash
+        let stmt = try prepared(sql.description)
+        literals.append((key, stmt))
+        return stmt
     }
 
     private func prepared(_ sql: String) throws -> OpaquePointer {

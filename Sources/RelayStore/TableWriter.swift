@@ -258,10 +258,10 @@ final class TableWriter: @unchecked Sendable {
     private func dropBatches(
         where whole: String, _ args: [SQLValue], straddling: String, keep: (EventRecord) -> Bool
     ) throws -> Int {
-        var dropped = Int(try db.scalar("SELECT coalesce(sum(count), 0) FROM eventBatches WHERE \(whole)", args) ?? 0)
-        try db.run("DELETE FROM eventBatches WHERE \(whole)", args)
+        var dropped = Int(try db.scalar(dynamic: "SELECT coalesce(sum(count), 0) FROM eventBatches WHERE \(whole)", args) ?? 0)
+        try db.run(dynamic: "DELETE FROM eventBatches WHERE \(whole)", args)
         var rewrites: [(id: Int64, member: String, events: [EventRecord])] = []
-        try db.run("SELECT id, member, events FROM eventBatches WHERE \(straddling)", args) { r in
+        try db.run(dynamic: "SELECT id, member, events FROM eventBatches WHERE \(straddling)", args) { r in
             rewrites.append((r.int(0), r.text(1), try EventBatch.decode(r.blob(2), member: r.text(1))))
         }
         for batch in rewrites {

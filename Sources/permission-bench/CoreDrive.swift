@@ -74,16 +74,17 @@ final class CoreDrive {
     /// One provisioning request and its turn; the last reply is kept in `lastOK`.
     private func request(_ conn: ConnectionID, _ frame: JSONObject) throws {
         core.receive(conn, body: frame.encoded, now: .now())
-        for body in turn() {
+        for body in turn(keeping: true) {
             let reply = try JSON.parse(body.dropFirst(4))
             if reply["type"]?.string == "error" { throw DriveError("\(frame["type"]?.string ?? "?") failed: \(reply.text)") }
             if reply["type"]?.string == "ok" || reply["type"]?.string == "welcome" { lastOK = reply }
         }
     }
 
-    /// Flushes cursors, commits, and takes the frames sent (noting seqs and errors).
+    /// Flushes cursors, commits, and takes the frames sent, noting seqs and errors (and
+    /// returning the frames when `keeping`).
     @discardableResult
-    private func turn() -> [[UInt8]] {
+    private func turn(keeping: Bool = false) -> [[UInt8]] {
         core.flushCursors()
         if store.hasChanges {
             do { try store.commit() } catch { errors += 1 }
@@ -93,7 +94,7 @@ final class CoreDrive {
             if let seq = BenchFrames.seq(in: bytes, from: 4) { seen[conn] = max(seen[conn] ?? 0, seq) }
             if find(Self.typeError, in: bytes, from: 4, within: 28) != nil { errors += 1 }
             if find(Self.typeResponse, in: bytes, from: 4, within: 28) != nil { responses += 1 }
-            sent.append(bytes)
+            if keeping { sent.append(bytes) }
         }
         return sent
     }
