@@ -23,5 +23,6 @@ short=$(awk '/^summary:/ {print $2}' "$out/cg.5")
 long=$(awk '/^summary:/ {print $2}' "$out/cg.15")
 echo "instructions per cycle (core, store and its writer thread): $(( (long - short) / (10 * families * window) ))"
 echo "where they go (the longer run, inclusive, the relay's own functions):"
-callgrind_annotate --inclusive=yes "$out/cg.15" 2> /dev/null | grep -E '^ *[0-9,]+ .*Sources/Relay' | grep -v '^ *[0-9,]+ ([ .0-9]+%) */' \
-    | head -30 | cut -c1-170
+callgrind_annotate --inclusive=yes "$out/cg.15" 2> /dev/null | grep -E '^ *[0-9,]+ .*Sources/Relay' \
+    | sed -E 's/ \[[^]]*\]$//; s/^( *[0-9,]+ +\([ .0-9]+%\)) +[^:]*:/\1  /' | swift demangle --simplified \
+    | awk '!seen[substr($0, index($0, "%)") + 2)]++' | head -25 | cut -c1-150
