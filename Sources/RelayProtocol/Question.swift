@@ -258,7 +258,12 @@ extension QuestionContent {
             }
             if actions.isEmpty { actions = ["communicate"] }
             out.appendJSONKey("actions")
-            JSON.array(actions.map(JSON.string)).encode(into: &out)
+            out.append(UInt8(ascii: "["))
+            for (k, a) in actions.enumerated() {
+                if k > 0 { out.append(UInt8(ascii: ",")) }
+                JSON.encodeString(a, into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
         case .significantAppUpdate:
             guard let d = topicObj["description"]?.string, !d.trimmingWhitespace().isEmpty else {
                 throw invalid("a significantAppUpdate topic needs a non-empty description")
