@@ -39,7 +39,11 @@ public struct JSONObject: Sendable, Equatable, ExpressibleByDictionaryLiteral {
     /// The value of `key`, or nil. Setting nil removes the field.
     public subscript(key: String) -> JSON? {
         get {
-            for i in fields.indices.reversed() where fields[i].key == key { return fields[i].value }
+            // Lengths first: they are stored, and most keys passed over differ in length.
+            let n = key.utf8.count
+            for i in fields.indices.reversed() where fields[i].key.utf8.count == n && fields[i].key == key {
+                return fields[i].value
+            }
             return nil
         }
         set {
