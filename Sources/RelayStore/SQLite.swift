@@ -89,14 +89,16 @@ final class SQLiteDatabase {
     }
 
     func scalar(_ sql: StaticString, _ args: [SQLValue] = []) throws -> Int64? {
-        var result: Int64?
-        try run(sql, args) { r in result = r.isNull(0) ? nil : r.int(0) }
-        return result
+        try scalar(statement: try prepared(sql), args)
     }
 
     func scalar(dynamic sql: String, _ args: [SQLValue] = []) throws -> Int64? {
+        try scalar(statement: try prepared(sql), args)
+    }
+
+    private func scalar(statement: OpaquePointer, _ args: [SQLValue]) throws -> Int64? {
         var result: Int64?
-        try run(dynamic: sql, args) { r in result = r.isNull(0) ? nil : r.int(0) }
+        try run(statement: statement, args) { r in result = r.isNull(0) ? nil : r.int(0) }
         return result
     }
 

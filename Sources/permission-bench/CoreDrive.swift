@@ -118,33 +118,30 @@ final class CoreDrive {
             }
         }
         let cpu0 = processCPUSeconds(), t0 = now()
-        var i = 0
-        for _ in 0..<rounds {
+        let perRound = families * window
+        for r in 0..<rounds {
             let at = Timestamp.now()
-            var k = i
-            for f in 0..<families {
-                ackSeen(child(f), at)
-                for _ in 0..<window {
-                    core.receive(child(f), body: asks[k], now: at)
-                    k += 1
-                }
-            }
-            turn()
-            k = i
-            for f in 0..<families {
-                ackSeen(guardian(f), at)
-                for _ in 0..<window {
-                    core.receive(guardian(f), body: answers[k], now: at)
-                    k += 1
-                }
-            }
-            turn()
-            i = k
+            play(asks[(r * perRound)..<((r + 1) * perRound)], from: child, at: at)
+            play(answers[(r * perRound)..<((r + 1) * perRound)], from: guardian, at: at)
         }
         do { try store.checkpoint() } catch { errors += 1 }
         return CoreDriveResult(
             cycles: rounds * families * window, seconds: Double(now() - t0) / 1e9, cpuSeconds: processCPUSeconds() - cpu0,
             errors: errors, lost: rounds * families * window - responses)
+    }
+
+    /// One turn: every family's child (or guardian) acks what it was sent, then sends its
+    /// W frames of `frames`.
+    private func play(_ frames: ArraySlice<[UInt8]>, from member: (Int) -> ConnectionID, at: Timestamp) {
+        var k = frames.startIndex
+        for f in 0..<families {
+            ackSeen(member(f), at)
+            for _ in 0..<window {
+                core.receive(member(f), body: frames[k], now: at)
+                k += 1
+            }
+        }
+        turn()
     }
 
     private func ackSeen(_ conn: ConnectionID, _ at: Timestamp) {
