@@ -181,7 +181,8 @@ extension QuestionContent {
         }
 
         // The canonical form is written as it is validated: known fields only, in a fixed order.
-        let id = key.description
+        // A UUID already in upper case is the canonical form as it stands (no new string).
+        let id = rawID.utf8.contains(where: { $0 >= UInt8(ascii: "a") }) ? key.description : rawID
         var out: [UInt8] = [UInt8(ascii: "{")]
         out.reserveCapacity(512)
         out.appendJSONField("id", id)

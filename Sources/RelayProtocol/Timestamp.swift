@@ -25,56 +25,59 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Appends `rfc3339`'s bytes: it is formatted for every event that carries a time.
+    /// Appends `rfc3339`'s bytes: it is formatted for every event that carries a time, so
+    /// it is written into a small buffer first and appended in one copy (appending byte by
+    /// byte checked the array's capacity and uniqueness some thirty times).
     public func appendRFC3339(to out: inout [UInt8]) {
         let days = Int64((Double(milliseconds) / 86_400_000).rounded(.down))
         let msOfDay = milliseconds - days * 86_400_000
         let (y, m, d) = Timestamp.civil(fromDays: days)
         let secs = msOfDay / 1000
         let ms = msOfDay % 1000
-        /// `v` (non-negative) in decimal, zero-padded to at least `width` digits.
-        func digits(_ v: Int64, _ width: Int) {
-            var div: Int64 = 1
-            var n = 1
-            while n < width || div <= v / 10 {
-                div *= 10
+        // At most 31 bytes: a sign, 19 digits of year, "-MM-DDTHH:MM:SS.mmmZ".
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 40) { buf in
+            var n = 0
+            func put(_ c: UInt8) {
+                buf[n] = c
                 n += 1
             }
-            var v = v
-            while div > 0 {
-                out.append(UInt8(48 + v / div))
-                v %= div
-                div /= 10
+            /// `v` in 0...99 as two digits.
+            func two(_ v: Int64) {
+                put(UInt8(truncatingIfNeeded: 48 + v / 10))
+                put(UInt8(truncatingIfNeeded: 48 + v % 10))
             }
+            if (0...9999).contains(y) {
+                two(y / 100)
+                two(y % 100)
+            } else {
+                if y < 0 { put(UInt8(ascii: "-")) }
+                // abs(y) in decimal, zero-padded to at least four digits.
+                var digits: [UInt8] = []
+                var v = y.magnitude
+                while v > 0 || digits.count < 4 {
+                    digits.append(UInt8(48 + v % 10))
+                    v /= 10
+                }
+                for c in digits.reversed() { put(c) }
+            }
+            put(UInt8(ascii: "-"))
+            two(m)
+            put(UInt8(ascii: "-"))
+            two(d)
+            put(UInt8(ascii: "T"))
+            two(secs / 3600)
+            put(UInt8(ascii: ":"))
+            two(secs / 60 % 60)
+            put(UInt8(ascii: ":"))
+            two(secs % 60)
+            if ms != 0 {
+                put(UInt8(ascii: "."))
+                put(UInt8(truncatingIfNeeded: 48 + ms / 100))
+                two(ms % 100)
+            }
+            put(UInt8(ascii: "Z"))
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: buf[0..<n]))
         }
-        /// `v` in 0...99 as two digits.
-        func two(_ v: Int64) {
-            out.append(UInt8(truncatingIfNeeded: 48 + v / 10))
-            out.append(UInt8(truncatingIfNeeded: 48 + v % 10))
-        }
-        if (0...9999).contains(y) {
-            two(y / 100)
-            two(y % 100)
-        } else {
-            if y < 0 { out.append(UInt8(ascii: "-")) }
-            digits(abs(y), 4)
-        }
-        out.append(UInt8(ascii: "-"))
-        two(m)
-        out.append(UInt8(ascii: "-"))
-        two(d)
-        out.append(UInt8(ascii: "T"))
-        two(secs / 3600)
-        out.append(UInt8(ascii: ":"))
-        two(secs / 60 % 60)
-        out.append(UInt8(ascii: ":"))
-        two(secs % 60)
-        if ms != 0 {
-            out.append(UInt8(ascii: "."))
-            out.append(UInt8(truncatingIfNeeded: 48 + ms / 100))
-            two(ms % 100)
-        }
-        out.append(UInt8(ascii: "Z"))
     }
 
     /// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`; nil when the text is not such a timestamp.

@@ -92,13 +92,19 @@ final class CoreDrive {
         var sent: [[UInt8]] = []
         for case .send(let conn, let bytes) in core.takeOutputs() {
             if let seq = BenchFrames.seq(in: bytes, from: 4) { seen[conn] = max(seen[conn] ?? 0, seq) }
-            if find(Self.typeError, in: bytes, from: 4, within: 28) != nil { errors += 1 }
-            if find(Self.typeResponse, in: bytes, from: 4, within: 28) != nil { responses += 1 }
+            if Self.starts(bytes, with: Self.typeError) { errors += 1 }
+            if Self.starts(bytes, with: Self.typeResponse) { responses += 1 }
             if keeping { sent.append(bytes) }
         }
         return sent
     }
-    private static let typeError = Array(#""type":"error""#.utf8), typeResponse = Array(#""type":"response""#.utf8)
+    private static let typeError = Array(#"{"type":"error""#.utf8), typeResponse = Array(#"{"type":"response""#.utf8)
+
+    /// Whether a frame's body (after its 4-byte header) starts with `prefix`: the relay
+    /// writes every frame's type first.
+    private static func starts(_ frame: [UInt8], with prefix: [UInt8]) -> Bool {
+        frame.count >= 4 + prefix.count && frame[4..<(4 + prefix.count)].elementsEqual(prefix)
+    }
 
     /// Runs `rounds` rounds of W cycles per family: children ack and ask (one turn), then
     /// guardians ack and answer (another), as a relay sees them under steady load.
