@@ -561,9 +561,11 @@ enum JSONWords {
         slots.initialize(repeating: 0, count: 4 * (mask + 1))
         let strings = UnsafeMutablePointer<String>.allocate(capacity: mask + 1)
         strings.initialize(repeating: "", count: mask + 1)
-        for w in Set(words) {
+        let unique = Set(words)
+        precondition(unique.count * 3 < mask, "the table must stay at most a third full")
+        for w in unique {
             let b = Array(w.utf8)
-            precondition(b.count <= maxLength && words.count * 3 < mask)
+            precondition(b.count <= maxLength)
             let c = b.withUnsafeBufferPointer { p in (0..<3).map { chunk(p.baseAddress! + 8 * $0, b.count - 8 * $0, readable: 0) } }
             var k = slot(c[0], c[1], c[2])
             while slots[4 * k] != 0 { k = (k + 1) & mask }
@@ -600,12 +602,12 @@ enum JSONWords {
         let c0 = chunk(p, count, readable: readable)
         let c1 = chunk(p + 8, count - 8, readable: readable - 8)
         let c2 = chunk(p + 16, count - 16, readable: readable - 16)
-        let slots = table.slots
+        let t = table
         var k = slot(c0, c1, c2)
         while true {
-            let s = slots + 4 * k
+            let s = t.slots + 4 * k
             if s[0] == 0 { return nil }
-            if s[0] == UInt64(count) && s[1] == c0 && s[2] == c1 && s[3] == c2 { return table.strings[k] }
+            if s[0] == UInt64(count) && s[1] == c0 && s[2] == c1 && s[3] == c2 { return t.strings[k] }
             k = (k + 1) & mask
         }
     }

@@ -110,9 +110,10 @@ final class CoreDrive {
     /// guardians ack and answer (another), as a relay sees them under steady load.
     func run(rounds: Int) -> CoreDriveResult {
         // Every frame is made first, so the measured part is the relay's work.
+        let perRound = families * window
         var asks: [[UInt8]] = [], answers: [[UInt8]] = []
-        asks.reserveCapacity(rounds * families * window)
-        answers.reserveCapacity(rounds * families * window)
+        asks.reserveCapacity(rounds * perRound)
+        answers.reserveCapacity(rounds * perRound)
         for r in 0..<rounds {
             for f in 0..<families {
                 for w in 0..<window {
@@ -124,7 +125,6 @@ final class CoreDrive {
             }
         }
         let cpu0 = processCPUSeconds(), t0 = now()
-        let perRound = families * window
         for r in 0..<rounds {
             let at = Timestamp.now()
             play(asks[(r * perRound)..<((r + 1) * perRound)], from: child, at: at)
@@ -132,18 +132,18 @@ final class CoreDrive {
         }
         do { try store.checkpoint() } catch { errors += 1 }
         return CoreDriveResult(
-            cycles: rounds * families * window, seconds: Double(now() - t0) / 1e9, cpuSeconds: processCPUSeconds() - cpu0,
-            errors: errors, lost: rounds * families * window - responses)
+            cycles: rounds * perRound, seconds: Double(now() - t0) / 1e9, cpuSeconds: processCPUSeconds() - cpu0,
+            errors: errors, lost: rounds * perRound - responses)
     }
 
     /// One turn: every family's child (or guardian) acks what it was sent, then sends its
-    /// W frames of `frames`.
-    private func play(_ frames: ArraySlice<[UInt8]>, from member: (Int) -> ConnectionID, at: Timestamp) {
-        var k = frames.startIndex
+    /// W frames of `sent`.
+    private func play(_ sent: ArraySlice<[UInt8]>, from member: (Int) -> ConnectionID, at: Timestamp) {
+        var k = sent.startIndex
         for f in 0..<families {
             ackSeen(member(f), at)
             for _ in 0..<window {
-                core.receive(member(f), body: frames[k], now: at)
+                core.receive(member(f), body: sent[k], now: at)
                 k += 1
             }
         }
