@@ -91,7 +91,7 @@ extension RelayCore {
         fields.appendJSONKey("question")
         appendQuestion(record, to: &fields)
         for g in families[member.family]?.guardians ?? [] {
-            appendEvent(to: g, topic: nil, type: "question", encodedFields: fields, now: r.now)
+            appendEvent(to: g, topic: nil, type: "question", encodedFields: fields[...], now: r.now)
         }
         var ok: [UInt8] = []
         ok.reserveCapacity(112)
@@ -178,7 +178,7 @@ extension RelayCore {
     /// The question as sent on — its content plus child, createdAt, status, attempt and
     /// outcome — spliced onto the content's encoded bytes instead of re-encoding them.
     func appendQuestion(_ q: QuestionRecord, to out: inout [UInt8]) {
-        out.append(contentsOf: q.content.encoded.dropLast())  // all but the closing brace
+        out.append(bytes: q.content.encoded.dropLast())  // all but the closing brace
         out.appendJSONField("child", q.child)
         out.appendJSONField("createdAt", q.createdAt)
         out.appendJSONField("status", q.status.rawValue)
@@ -244,7 +244,7 @@ extension RelayCore {
         fields.appendJSONField("reason", reason.rawValue)
         if let guardian { fields.appendJSONField("by", guardian) }
         for g in families[q.family]?.guardians ?? [] {
-            appendEvent(to: g, topic: nil, type: "questionClosed", encodedFields: fields, now: now)
+            appendEvent(to: g, topic: nil, type: "questionClosed", encodedFields: fields[...], now: now)
         }
     }
 }

@@ -34,7 +34,7 @@ extension RelayCore {
         pendingByChild[q.child, default: 1] -= 1
         store.saveQuestionState(q)
         if members[q.child]?.removed == false {
-            appendEvent(to: q.child, topic: q.content.kind, type: "response", encodedFields: responseFields(q), now: r.now)
+            appendEvent(to: q.child, topic: q.content.kind, type: "response", encodedFields: responseFields(q)[...], now: r.now)
         }
         tellGuardiansClosed(q, reason: .answered, by: r.member, now: r.now)
         if choice.answer == .approval && q.content.kind == .communication {

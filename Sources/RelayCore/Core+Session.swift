@@ -127,7 +127,7 @@ extension RelayCore {
     /// Appends an event whose fields after `type` and `seq` are already encoded
     /// (`"key":value,…` without braces), so one encoding serves every recipient.
     func appendEvent(
-        to member: String, topic: TopicKind?, type: String, encodedFields: some Collection<UInt8>, now: Timestamp
+        to member: String, topic: TopicKind?, type: String, encodedFields: ArraySlice<UInt8>, now: Timestamp
     ) {
         let seq = Self.increment(&heads[member, default: 0])  // one lookup, not two
         let bytes = frame(capacity: encodedFields.count + 48) { out in
@@ -137,7 +137,7 @@ extension RelayCore {
             out.appendJSONInteger(seq)
             if !encodedFields.isEmpty {
                 out.append(UInt8(ascii: ","))
-                out.append(contentsOf: encodedFields)
+                out.append(bytes: encodedFields)
             }
             out.append(UInt8(ascii: "}"))
         }

@@ -264,7 +264,7 @@ public final class RelayCore {
                     case .object(let o): o.encodeFields(into: &out)
                     case .encoded(let bytes):
                         out.append(UInt8(ascii: ","))
-                        out.append(contentsOf: bytes)
+                        out.append(bytes: bytes)
                     }
                     out.append(UInt8(ascii: "}"))
                 })

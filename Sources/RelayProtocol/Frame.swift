@@ -69,7 +69,7 @@ public func framed(_ body: [UInt8]) -> [UInt8] {
     out.append(UInt8(n >> 16 & 0xFF))
     out.append(UInt8(n >> 8 & 0xFF))
     out.append(UInt8(n & 0xFF))
-    out.append(contentsOf: body)
+    out.append(bytes: body)
     return out
 }
 

@@ -9,6 +9,16 @@ extension Array where Element == UInt8 {
         append(contentsOf: UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
     }
 
+    /// Appends other bytes in one copy, without the retain and release of the generic
+    /// `append(contentsOf:)`.
+    @inlinable public mutating func append(bytes: [UInt8]) {
+        bytes.withUnsafeBufferPointer { append(contentsOf: $0) }
+    }
+
+    @inlinable public mutating func append(bytes: ArraySlice<UInt8>) {
+        bytes.withUnsafeBufferPointer { append(contentsOf: $0) }
+    }
+
     /// Appends a string's UTF-8 bytes in one copy.
     public mutating func append(utf8 s: String) {
         var s = s

@@ -55,7 +55,7 @@ public struct Choice: Sendable, Equatable {
     }
 
     /// Appends `json`'s encoding.
-    public func encode(into out: inout [UInt8]) { out.append(contentsOf: encoded) }
+    public func encode(into out: inout [UInt8]) { out.append(bytes: encoded) }
 
     public init?(json: JSON) {
         guard let id = json["id"]?.string, let title = json["title"]?.string,
@@ -339,7 +339,7 @@ extension QuestionContent {
 
         out.appendJSONKey("choices")
         if choices == Self.defaultChoices {
-            out.append(contentsOf: Self.defaultChoicesEncoded)
+            out.append(bytes: Self.defaultChoicesEncoded)
         } else {
             Self.encode(choices, into: &out)
         }

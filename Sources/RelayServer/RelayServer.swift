@@ -367,7 +367,7 @@ public final class RelayServer {
             switch o {
             case .send(let id, let frame):
                 guard let c = conns[id] else { continue }
-                c.out.append(contentsOf: frame)
+                c.out.append(bytes: frame)
                 touch(c, id)
             case .close(let id, let reason):
                 guard let c = conns[id] else { continue }

@@ -25,7 +25,7 @@ struct ByteWriter {
 
     mutating func data(_ b: [UInt8]) {
         int(Int64(b.count))
-        bytes.append(contentsOf: b)
+        bytes.append(bytes: b)
     }
 
     mutating func string(_ s: String) {

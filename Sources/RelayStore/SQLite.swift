@@ -58,19 +58,23 @@ final class SQLiteDatabase {
     }
 
     private func run(statement stmt: OpaquePointer, _ args: [SQLValue], row: ((Row) throws -> Void)?) throws {
-        defer {
-            sqlite3_reset(stmt)
-            sqlite3_clear_bindings(stmt)
-        }
+        // Every run binds all of a statement's parameters (checked), so none need clearing.
+        precondition(Int(sqlite3_bind_parameter_count(stmt)) == args.count, "a statement run with the wrong number of values")
+        defer { sqlite3_reset(stmt) }
         for (i, a) in args.enumerated() {
             let idx = Int32(i + 1)
             let rc: Int32
             switch a {
             case .null: rc = sqlite3_bind_null(stmt, idx)
             case .int(let v): rc = sqlite3_bind_int64(stmt, idx, v)
-            case .text(let s): rc = sqlite3_bind_text(stmt, idx, s, -1, sqliteTransient)
-            case .utf8(let b) where b.isEmpty:
-                rc = sqlite3_bind_text(stmt, idx, "", 0, sqliteTransient)  // an empty array's nil address would bind NULL
+            case .text(""), .utf8([]):
+                rc = sqlite3_bind_text(stmt, idx, "", 0, sqliteTransient)  // a nil address would bind NULL
+            case .text(var s):
+                // Bound from the string's own bytes: passing a String where C wants a pointer
+                // makes a new C string each time.
+                rc = s.withUTF8 { p in
+                    p.withMemoryRebound(to: CChar.self) { sqlite3_bind_text(stmt, idx, $0.baseAddress, Int32($0.count), sqliteTransient) }
+                }
             case .utf8(let b):
                 rc = b.withUnsafeBufferPointer { p in
                     p.withMemoryRebound(to: CChar.self) { sqlite3_bind_text(stmt, idx, $0.baseAddress, Int32($0.count), sqliteTransient) }
