@@ -1,7 +1,7 @@
-// The baseline: a minimal forwarder on the same socket machinery. It pairs each
-// child with its family's guardian by the first frame's `member` (cN ↔ gN) and then
-// moves every frame to the partner unparsed and unstored — the machine's limit for
-// the four hops of a cycle.
+// The baseline: a minimal forwarder on the same socket machinery. It links each child
+// with its family's guardians by the first frame's `member` (cN ↔ gN, gN-K) and then
+// moves every frame unparsed and unstored — a child's to all its guardians, a
+// guardian's to the child: the machine's limit for the four hops of a cycle.
 
 import CLISupport
 import CSystem
@@ -18,28 +18,34 @@ enum Forwarder {
         }
         let loop = EventLoop()
         cs_epoll_ctl(loop.epfd, 0, listener, cs_epollin, UInt64(listener))
-        var partner: [Int32: Int32] = [:]
-        var byMember: [String: Int32] = [:]
+        /// Where each member's frames go, once it has said hello.
+        var route: [Int32: [Int32]] = [:]
+        var childOf: [Substring: Int32] = [:]
+        var guardiansOf: [Substring: [Int32]] = [:]
         printOut("forwarding on \(socket)")
         while true {
             var touched: [Int32] = []
             _ = loop.poll(timeoutMs: 1000, listener: listener) { fd, body in
-                if let p = partner[fd] {
-                    loop.queue(p, framed(body))
-                    touched.append(p)
+                if let targets = route[fd] {
+                    for t in targets {
+                        loop.queue(t, framed(body))
+                        touched.append(t)
+                    }
                     return
                 }
                 guard let member = (try? JSON.parse(body))?["member"]?.string else { return }
-                byMember[member] = fd
-                let other = (member.first == "c" ? "g" : "c") + member.dropFirst()
-                if let o = byMember[other] {
-                    partner[fd] = o
-                    partner[o] = fd
-                    for x in [fd, o] {
-                        loop.queue(x, (["type": "welcome"] as JSONObject).frame)
-                        touched.append(x)
-                    }
+                let family = member.dropFirst().prefix { $0 != "-" }
+                if member.first == "c" {
+                    childOf[family] = fd
+                    route[fd] = guardiansOf[family] ?? []
+                    for g in guardiansOf[family] ?? [] { route[g] = [fd] }
+                } else {
+                    guardiansOf[family, default: []].append(fd)
+                    route[fd] = childOf[family].map { [$0] } ?? []
+                    if let c = childOf[family] { route[c, default: []].append(fd) }
                 }
+                loop.queue(fd, (["type": "welcome"] as JSONObject).frame)
+                touched.append(fd)
             }
             for fd in touched { loop.flush(fd) }
         }

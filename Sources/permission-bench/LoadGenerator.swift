@@ -1,6 +1,7 @@
-// The load: F families (a child and a guardian each), every child keeping W questions
-// in flight; a cycle is ask → question at the guardian → answer → response at the
-// child, with acks as a real client sends them (once per read batch). One epoll loop
+// The load: F families (a child and G guardians each), every child keeping W questions
+// in flight; a cycle is ask → question at the guardians → answer (by one of them, in
+// turn) → response at the child, with acks as a real client sends them (once per read
+// batch). One epoll loop
 // drives every connection; frames are classified by byte search, not parsed, so the
 // generator stays cheap.
 
@@ -24,25 +25,33 @@ final class LoadGenerator {
     let socket: String
     let families: Int
     let window: Int
+    let guardians: Int
     let avatarBytes: Int
     let baseline: Bool
 
     private let loop = EventLoop()
     private var childOf: [Int32: Int] = [:]
-    private var guardianFD: [Int32] = []
+    /// Each guardian connection's place in its family: question n is answered by guardian n mod G.
+    private var guardianIndex: [Int32: Int] = [:]
     private var childFD: [Int32] = []
     /// When each question in flight was asked, by its number.
     private var sentAt: [Int: UInt64] = [:]
     private var counter = 0
     private let frames: BenchFrames
 
-    init(socket: String, families: Int, window: Int, avatarBytes: Int, baseline: Bool) {
+    init(socket: String, families: Int, window: Int, guardians: Int = 1, avatarBytes: Int, baseline: Bool) {
         self.socket = socket
         self.families = families
         self.window = window
+        self.guardians = guardians
         self.avatarBytes = avatarBytes
         self.baseline = baseline
         frames = BenchFrames(avatarBytes: avatarBytes)
+    }
+
+    /// The family's members: the child, then the guardians (the first is `gF`, the others `gF-K`).
+    private func members(of f: Int) -> [String] {
+        ["c\(f)"] + (0..<guardians).map { $0 == 0 ? "g\(f)" : "g\(f)-\($0)" }
     }
 
     /// Connects and says hello for every family (provisioning them on a relay).
@@ -53,7 +62,8 @@ final class LoadGenerator {
             _ = try admin.request(["type": "hello", "protocol": 1, "admin": true])
             for f in 0..<families {
                 _ = try admin.request(["type": "createFamily", "family": .string("b\(f)")])
-                for (m, role) in [("c\(f)", "child"), ("g\(f)", "guardian")] {
+                for m in members(of: f) {
+                    let role = m.hasPrefix("c") ? "child" : "guardian"
                     tokens[m] = try admin.request([
                         "type": "addMember", "family": .string("b\(f)"), "member": .string(m), "role": .string(role),
                     ])["token"]?.string
@@ -61,7 +71,7 @@ final class LoadGenerator {
             }
         }
         for f in 0..<families {
-            for member in ["c\(f)", "g\(f)"] {
+            for (k, member) in members(of: f).enumerated() {
                 let fd = cs_connect_unix(socket)
                 guard fd >= 0 else { throw ServerError("cannot connect to \(socket)") }
                 var hello: JSONObject = ["type": "hello", "id": "h", "protocol": 1, "member": .string(member), "session": "bench"]
@@ -73,13 +83,13 @@ final class LoadGenerator {
                     childOf[fd] = f
                     childFD.append(fd)
                 } else {
-                    guardianFD.append(fd)
+                    guardianIndex[fd] = k - 1
                 }
                 loop.flush(fd)
             }
         }
         // Wait for every welcome (and the subscribe replies).
-        var pending = families * (baseline ? 2 : 3)
+        var pending = families * (1 + guardians + (baseline ? 0 : 1))
         while pending > 0 {
             guard
                 loop.poll(
@@ -172,6 +182,11 @@ final class LoadGenerator {
                 completed(now() - sent)
                 if reask { ask(fd) }
             } else {
+                guard let n = BenchFrames.number(inID: id) else {
+                    failed += 1
+                    return
+                }
+                guard n % guardians == guardianIndex[fd] else { return }  // another guardian's turn
                 loop.queue(fd, framed(BenchFrames.answer(id: id)))
             }
             touched.insert(fd)

@@ -17,14 +17,15 @@ let usage = """
            permission-bench startup [--events N] [--pending N]
            permission-bench core [--families F] [--window W] [--rounds N] [--sync normal|full]
 
-    A cycle is ask → question at the guardian → answer → response at the child. Each grid
-    point runs the relay (a fresh data directory) and then the baseline — a forwarder that
-    moves the same frames along the same four hops without parsing or storing them — and
-    prints both, and their ratio.
+    A cycle is ask → question at the guardians → answer (by one of them, in turn) → response
+    at the child. Each grid point runs the relay (a fresh data directory) and then the
+    baseline — a forwarder that moves the same frames along the same hops without parsing
+    or storing them — and prints both, and their ratio.
 
     OPTIONS:
       --grid standard|quick      standard: (F,W) = (1,1) (100,1) (100,8) (1000,1); quick: (1,1) (10,2)
       --families F --window W    One point instead of a grid
+      --guardians G              Guardians per family (default 1): all get each question, one answers
       --duration SECONDS         Measured time per run (default 5)
       --warmup SECONDS           Unmeasured time before it (default 1)
       --avatar-bytes N           Avatar image size in each question (default 0)
@@ -44,6 +45,7 @@ let usage = """
     EXAMPLES:
       permission-bench
       permission-bench --families 100 --window 8 --duration 10
+      permission-bench --families 100 --window 1 --guardians 3
       permission-bench --grid quick --json --svg latency.svg
       permission-bench idle --connections 10000
       permission-bench startup
@@ -53,6 +55,10 @@ let usage = """
 struct Point {
     let families: Int
     let window: Int
+    var guardians = 1
+
+    /// "(F, W)", or "(F, W, G)" with more than one guardian per family.
+    var label: String { guardians == 1 ? "(\(families), \(window))" : "(\(families), \(window), \(guardians))" }
 }
 
 struct Figures {
@@ -139,7 +145,7 @@ func rssBytes(pid: Int32) -> Int {
 
 func measure(_ point: Point, socket: String, pid: Int32?, baseline: Bool, a: Arguments) throws -> Figures {
     let gen = LoadGenerator(
-        socket: socket, families: point.families, window: point.window,
+        socket: socket, families: point.families, window: point.window, guardians: point.guardians,
         avatarBytes: try a.int("--avatar-bytes", default: 0), baseline: baseline)
     try gen.connect()
     var cpuStart = 0.0
@@ -183,7 +189,9 @@ func fmt(_ v: Double, _ digits: Int = 0) -> String { v.isNaN ? "-" : String(form
 
 func report(_ point: Point, _ r: Figures, _ b: Figures?, json: Bool) {
     if json {
-        var o: JSONObject = ["families": .int(Int64(point.families)), "window": .int(Int64(point.window))]
+        var o: JSONObject = [
+            "families": .int(Int64(point.families)), "window": .int(Int64(point.window)), "guardians": .int(Int64(point.guardians)),
+        ]
         for (name, f) in [("relay", Optional(r)), ("baseline", b)] {
             guard let f else { continue }
             o[name] = .object([
@@ -208,7 +216,7 @@ func report(_ point: Point, _ r: Figures, _ b: Figures?, json: Bool) {
             i == 0 ? s.padding(toLength: 10, withPad: " ", startingAt: 0) : String(repeating: " ", count: max(0, 10 - s.count)) + s
         }.joined()
     }
-    printOut("\n(F, W) = (\(point.families), \(point.window))")
+    printOut("\n(F, W\(point.guardians == 1 ? "" : ", G")) = \(point.label)")
     printOut(
         "          "
             + ["cycles/s", "p50 µs", "p90 µs", "p99 µs", "max µs", "cpu µs", "gen µs", "RSS MB", "err/lost"]
@@ -284,7 +292,10 @@ exit(
         }
         let a = try Arguments(
             args,
-            valueFlags: ["--grid", "--families", "--window", "--duration", "--warmup", "--avatar-bytes", "--sync", "--socket", "--svg"],
+            valueFlags: [
+                "--grid", "--families", "--window", "--duration", "--warmup", "--guardians", "--avatar-bytes", "--sync", "--socket",
+                "--svg",
+            ],
             switchFlags: ["--json"])
         var points: [Point]
         if a.value("--families") != nil || a.value("--window") != nil {
@@ -300,14 +311,16 @@ exit(
             default: throw CLIError.usage("--grid must be standard or quick")
             }
         }
+        let guardians = try a.int("--guardians", default: 1, min: 1)
+        for i in points.indices { points[i].guardians = guardians }
         var failed = false
         var series: [(label: String, micros: [Double])] = []
         for p in points {
-            if !a.has("--json") { printErr("measuring (F, W) = (\(p.families), \(p.window))…") }
+            if !a.has("--json") { printErr("measuring (F, W\(p.guardians == 1 ? "" : ", G")) = \(p.label)…") }
             let (r, b) = try runPoint(p, a)
             report(p, r, b, json: a.has("--json"))
-            series.append(("relay (\(p.families), \(p.window))", r.result.latenciesMicros))
-            if let b { series.append(("baseline (\(p.families), \(p.window))", b.result.latenciesMicros)) }
+            series.append(("relay \(p.label)", r.result.latenciesMicros))
+            if let b { series.append(("baseline \(p.label)", b.result.latenciesMicros)) }
             failed = failed || r.result.errors > 0 || r.result.lost > 0 || r.result.cycles == 0
         }
         if let file = a.value("--svg") {

@@ -6,9 +6,11 @@ import RelayProtocol
 import XCTest
 
 final class BenchTests: XCTestCase {
-    func testASmallGridPointCompletesEveryCycle() throws {
-        let p = try ProgramRun(
-            "permission-bench", ["--families", "3", "--window", "2", "--duration", "0.5", "--warmup", "0.1", "--json"], env: [:])
+    /// Runs one point with `options` and checks that both the relay and the baseline completed
+    /// cycles without errors or losses; returns the point's JSON line.
+    @discardableResult
+    private func runCleanly(_ options: [String]) throws -> JSON {
+        let p = try ProgramRun("permission-bench", options + ["--duration", "0.5", "--warmup", "0.1", "--json"], env: [:])
         let line = try JSON.parse(p.nextLine() ?? "")
         XCTAssertEqual(p.finish(), 0)
         for side in ["relay", "baseline"] {
@@ -18,6 +20,18 @@ final class BenchTests: XCTestCase {
             XCTAssertNotNil(line[side]?["p99Micros"]?.number, side)
         }
         XCTAssertNotNil(line["ratio"]?.number)
+        return line
+    }
+
+    func testASmallGridPointCompletesEveryCycle() throws {
+        try runCleanly(["--families", "3", "--window", "2"])
+    }
+
+    /// Every guardian gets each question and exactly one answers it: a second answer would
+    /// come back as an error, no answer as a lost cycle.
+    func testWithSeveralGuardiansEachQuestionIsAnsweredOnce() throws {
+        let line = try runCleanly(["--families", "2", "--window", "3", "--guardians", "3"])
+        XCTAssertEqual(line["guardians"]?.int, 3)
     }
 
     func testTheCoreAloneCompletesEveryCycle() throws {
