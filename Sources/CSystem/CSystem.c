@@ -96,6 +96,13 @@ long cs_peer_uid(int fd) {
     return (long)cred.uid;
 }
 
+long cs_peer_pid(int fd) {
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+    return (long)cred.pid;
+}
+
 int cs_pipe(int fds[2]) { return pipe2(fds, O_NONBLOCK | O_CLOEXEC); }
 
 static volatile int signal_fd = -1;

@@ -38,6 +38,8 @@ final class LoadGenerator {
     private var sentAt: [Int: UInt64] = [:]
     private var counter = 0
     private let frames: BenchFrames
+    /// The server's pid, from the first connection's peer credentials.
+    private(set) var serverPID: Int32?
 
     init(socket: String, families: Int, window: Int, guardians: Int = 1, avatarBytes: Int, baseline: Bool) {
         self.socket = socket
@@ -74,6 +76,7 @@ final class LoadGenerator {
             for (k, member) in members(of: f).enumerated() {
                 let fd = cs_connect_unix(socket)
                 guard fd >= 0 else { throw ServerError("cannot connect to \(socket)") }
+                if serverPID == nil, case let p = cs_peer_pid(fd), p > 0 { serverPID = Int32(p) }
                 var hello: JSONObject = ["type": "hello", "id": "h", "protocol": 1, "member": .string(member), "session": "bench"]
                 hello["token"] = tokens[member].map(JSON.string)
                 loop.add(fd)

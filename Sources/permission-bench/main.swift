@@ -148,6 +148,7 @@ func measure(_ point: Point, socket: String, pid: Int32?, baseline: Bool, a: Arg
         socket: socket, families: point.families, window: point.window, guardians: point.guardians,
         avatarBytes: try a.int("--avatar-bytes", default: 0), baseline: baseline)
     try gen.connect()
+    let pid = pid ?? gen.serverPID  // a running relay (--socket) is found by its socket's peer credentials
     var cpuStart = 0.0
     var result = gen.run(duration: try a.double("--duration", default: 5), warmup: try a.double("--warmup", default: 1)) {
         cpuStart = pid.map(cpuSeconds) ?? 0

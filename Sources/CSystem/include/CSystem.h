@@ -35,6 +35,8 @@ int cs_listen_unix(const char *path, int backlog);
 int cs_connect_unix(const char *path);
 /// The peer's uid of a Unix socket (SO_PEERCRED), or -1.
 long cs_peer_uid(int fd);
+/// The peer's pid of a Unix socket (SO_PEERCRED; for a connected client, the server's), or -1.
+long cs_peer_pid(int fd);
 /// pipe2 with O_NONBLOCK | O_CLOEXEC.
 int cs_pipe(int fds[2]);
 /// Routes SIGTERM, SIGINT and SIGHUP to one byte (the signal number) written to fd,
