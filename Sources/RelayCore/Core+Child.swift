@@ -50,7 +50,8 @@ extension RelayCore {
             throw RequestError(.invalidQuestion, "question id \(content.id) is already used by another question")
         }
         let member = members[child]!
-        guard !(families[member.family]?.guardians.isEmpty ?? true) else {
+        let guardians = families[member.family]?.guardians ?? []
+        guard !guardians.isEmpty else {
             throw RequestError(.contactSyncNotSetup, "the family \(member.family) has no guardian to ask")
         }
         if content.kind == .communication && !member.limitsEnabled {
@@ -90,7 +91,7 @@ extension RelayCore {
         fields.reserveCapacity(content.encoded.count + 240)
         fields.appendJSONKey("question")
         appendQuestion(record, to: &fields)
-        for g in families[member.family]?.guardians ?? [] {
+        for g in guardians {
             appendEvent(to: g, topic: nil, type: "question", encodedFields: fields[...], now: r.now)
         }
         var ok: [UInt8] = []

@@ -199,14 +199,17 @@ public final class RelayServer {
 
     private func turn() throws {
         let now = Timestamp.now()
-        var timeout = 1000
+        let idleTimeout = 1000
+        var timeout = idleTimeout
         if let d = relay.nextDeadline { timeout = max(0, min(timeout, Int(d.milliseconds - now.milliseconds) + 1)) }
         if relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) { timeout = 0 }
 
         let n = cs_epoll_wait(epfd, &ready, Int32(ready.count), Int32(timeout))
         guard n >= 0 else { throw ServerError("epoll_wait failed: \(String(cString: strerror(errno)))") }
         let t = Timestamp.now()
-        if n == 0 { checkpoint() }
+        // A quiet second is the time to write the journal into the tables; a wait cut short
+        // by a deadline is not quiet, and a busy relay hands its batches over as it goes.
+        if n == 0 && timeout == idleTimeout { checkpoint() }
 
         for k in 0..<Int(n) {
             let r = ready[k]
