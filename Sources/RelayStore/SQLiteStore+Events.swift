@@ -1,6 +1,6 @@
 // The SQLite store's event streams: batches of a member's consecutive events, one row
 // each (see EventBatch), followed by those in the writer's hands, the backlog's and this
-// turn's, in memory.
+// turn's, in memory (found by a scan: only a replaying session reads them).
 
 import RelayProtocol
 
@@ -17,18 +17,22 @@ extension SQLiteStore {
                 out.append(e)
             }
         }
-        for pending in [sealed?.events[member], backlog.events[member], turnEvents[member]] {
-            guard out.count < limit, let pending else { continue }
-            let last = out.last?.seq ?? seq
-            out.append(contentsOf: pending.lazy.filter { $0.seq > last }.prefix(limit - out.count))
+        for pending in [sealed?.events ?? [], backlog.events, turnEvents] {
+            for i in pending.indices where pending[i].member == member && pending[i].seq > (out.last?.seq ?? seq) {
+                guard out.count < limit else { return out }
+                out.append(pending[i])
+            }
         }
         return out
     }
 
     public func oldestEventSeq(member: String) throws -> Int64? {
         let stored = try db.scalar("SELECT min(firstSeq) FROM eventBatches WHERE member = ?", [.text(member)])
-        return stored ?? sealed?.events[member]?.first?.seq ?? backlog.events[member]?.first?.seq
-            ?? turnEvents[member]?.first?.seq
+        if let stored { return stored }
+        for pending in [sealed?.events ?? [], backlog.events, turnEvents] {
+            if let first = pending.first(where: { $0.member == member }) { return first.seq }
+        }
+        return nil
     }
 
     static func insertBatch(_ db: SQLiteDatabase, member: String, _ events: [EventRecord]) throws {

@@ -31,9 +31,10 @@ public final class SQLiteStore: RelayStore {
     private var appliedGeneration: Int64 = 0
     /// This turn's changes, not yet committed.
     private var changes: [Change] = []
+    /// The events among them.
+    var turnEvents: [EventRecord] = []
     /// Where a commit's journal record is built, kept from one commit to the next.
     private var record = ByteWriter()
-    var turnEvents: [String: [EventRecord]] = [:]
     /// Journaled in the current generation, not yet handed to the writer.
     var backlog = Batch(generation: 1)
     /// Handed to the writer and not yet reported written.
@@ -148,7 +149,7 @@ public final class SQLiteStore: RelayStore {
         for journal in unapplied {
             for record in journal.records { backlog.changes.append(contentsOf: try Change.decode(record)) }
         }
-        for case .event(let e) in backlog.changes { backlog.events[e.member, default: []].append(e) }
+        for case .event(let e) in backlog.changes { backlog.events.append(e) }
         if unapplied.isEmpty { try journal(for: generation).startOver(generation: generation) }
     }
 
@@ -165,7 +166,7 @@ public final class SQLiteStore: RelayStore {
     public func deleteSessions(member: String) { changes.append(.dropSessions(member)) }
     public func appendEvent(_ event: EventRecord) {
         changes.append(.event(event))
-        turnEvents[event.member, default: []].append(event)
+        turnEvents.append(event)
     }
 
     public var hasChanges: Bool { !changes.isEmpty }
@@ -186,7 +187,7 @@ public final class SQLiteStore: RelayStore {
         Change.encode(changes, into: &record)
         try journal(for: generation).append(record: &record.bytes)
         backlog.changes.append(contentsOf: changes)
-        for (member, events) in turnEvents { backlog.events[member, default: []].append(contentsOf: events) }
+        backlog.events.append(contentsOf: turnEvents)
     }
 
     public func discardChanges() {
@@ -214,7 +215,7 @@ public final class SQLiteStore: RelayStore {
         case .failure(let error):
             var merged = batch
             merged.changes.append(contentsOf: backlog.changes)
-            for (member, events) in backlog.events { merged.events[member, default: []].append(contentsOf: events) }
+            merged.events.append(contentsOf: backlog.events)
             merged.generation = backlog.generation
             backlog = merged
             throw error

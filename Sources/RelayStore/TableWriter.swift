@@ -10,8 +10,18 @@ import RelayProtocol
 /// Changes of the journal up to `generation`, to write in one transaction.
 struct Batch: Sendable {
     var changes: [Change] = []
-    var events: [String: [EventRecord]] = [:]
+    /// The events among the changes, in order.
+    var events: [EventRecord] = []
     var generation: Int64
+
+    /// The events of each member, in order: grouped by the writer, so that the loop only
+    /// appends (a list per member, made and grown every turn, cost the loop a hash and an
+    /// allocation per event).
+    var eventsByMember: [String: [EventRecord]] {
+        var grouped: [String: [EventRecord]] = [:]
+        for e in events { grouped[e.member, default: []].append(e) }
+        return grouped
+    }
 }
 
 final class TableWriter: @unchecked Sendable {
@@ -127,7 +137,7 @@ final class TableWriter: @unchecked Sendable {
                 if case .forgetQuestion(let key) = change { forgotten.append(key) }
                 try write(change)
             }
-            for (member, events) in batch.events { try SQLiteStore.insertBatch(db, member: member, events) }
+            for (member, events) in batch.eventsByMember { try SQLiteStore.insertBatch(db, member: member, events) }
             try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES('journalGeneration', ?)", [.int(batch.generation)])
         }
         for id in forgotten { questionKeys[id] = nil }  // only once their rows are surely gone
