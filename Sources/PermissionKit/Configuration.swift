@@ -70,9 +70,9 @@ public struct RelayConfiguration: Sendable {
     }
 
     static func defaultSession(member: String) -> String {
-        var name = [CChar](repeating: 0, count: 256)
+        var name = [UInt8](repeating: 0, count: 256)
         gethostname(&name, 255)
-        let host = String(cString: name).filter { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." }
+        let host = String(decoding: name.prefix { $0 != 0 }, as: UTF8.self).filter { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." }
         let s = "\(member)-\(host.isEmpty ? "app" : host)"
         return String(s.prefix(64))
     }

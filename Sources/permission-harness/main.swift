@@ -38,7 +38,7 @@ let usage = """
 
 let bin = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
 
-func runScenarios(_ a: Arguments) -> Int32 {
+func runScenarios(_ a: Arguments) throws -> Int32 {
     var results: [(name: String, file: String, seconds: Double, failure: String?)] = []
     for file in a.positionals {
         printOut("▶ \(file)")
@@ -55,6 +55,7 @@ func runScenarios(_ a: Arguments) -> Int32 {
         results.append((run.name.isEmpty ? file : run.name, file, seconds, failure))
     }
     let failed = results.filter { $0.failure != nil }.count
+    printOut("\(results.count - failed) passed, \(failed) failed")
     if let junit = a.value("--junit") {
         func esc(_ s: String) -> String {
             s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;").replacingOccurrences(
@@ -68,9 +69,10 @@ func runScenarios(_ a: Arguments) -> Int32 {
             xml += r.failure.map { ">\n    <failure message=\"\(esc($0))\"/>\n  </testcase>\n" } ?? "/>\n"
         }
         xml += "</testsuite>\n"
-        FileManager.default.createFile(atPath: junit, contents: Data(xml.utf8))
+        guard FileManager.default.createFile(atPath: junit, contents: Data(xml.utf8)) else {
+            throw CLIError.failure("cannot write the JUnit report to \(junit): check that its directory exists and is writable")
+        }
     }
-    printOut("\(results.count - failed) passed, \(failed) failed")
     return failed == 0 ? 0 : 1
 }
 
@@ -123,7 +125,7 @@ exit(
         case "run":
             let a = try Arguments(rest, valueFlags: ["--socket", "--junit"], switchFlags: [])
             guard !a.positionals.isEmpty else { throw CLIError.usage("run needs at least one scenario file") }
-            return runScenarios(a)
+            return try runScenarios(a)
         case "guardian":
             return try await scriptedGuardian(try Arguments(rest, valueFlags: ["--family", "--policy", "--socket"], switchFlags: []))
         case "actor":

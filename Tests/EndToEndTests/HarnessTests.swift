@@ -24,6 +24,16 @@ final class HarnessTests: XCTestCase {
         XCTAssertFalse(xml.contains("<failure"))
     }
 
+    func testAReportThatCannotBeWrittenFailsTheRun() throws {
+        let scenario = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Scenarios/cancel-then-reask.json")
+        let run = try ProgramRun("permission-harness", ["run", scenario.path, "--junit", "/nonexistent-dir/report.xml"], env: [:])
+        var lines: [String] = []
+        while let l = run.nextLine() { lines.append(l) }
+        XCTAssertEqual(lines.last, "1 passed, 0 failed")
+        XCTAssertNotEqual(run.finish(), 0, "the scenarios passed, but the report asked for was not written")
+    }
+
     func testAFailingStepSaysWhatWasExpectedAndWhatCame() throws {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("wrong-\(UUID().uuidString).json")
         defer { try? FileManager.default.removeItem(at: file) }
