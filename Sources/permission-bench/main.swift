@@ -28,6 +28,8 @@ let usage = """
       --guardians G              Guardians per family (default 1): all get each question, one answers
       --duration SECONDS         Measured time per run (default 5)
       --warmup SECONDS           Unmeasured time before it (default 1)
+      --runs N                   Measure each point N times, relay and baseline side by side,
+                                 and print the medians (default 1)
       --avatar-bytes N           Avatar image size in each question (default 0)
       --sync normal|full         The relay's durability mode (default normal)
       --socket PATH              Measure a running relay instead of starting one (no baseline)
@@ -46,6 +48,7 @@ let usage = """
       permission-bench
       permission-bench --families 100 --window 8 --duration 10
       permission-bench --families 100 --window 1 --guardians 3
+      permission-bench --runs 3
       permission-bench --grid quick --json --svg latency.svg
       permission-bench idle --connections 10000
       permission-bench startup
@@ -67,13 +70,47 @@ struct Figures {
     var serverRSSBytes: Int
     var cyclesPerSecond: Double { Double(result.cycles) / result.seconds }
     var sorted: [Double] { result.latenciesMicros.sorted() }
-    func percentile(_ p: Double) -> Double {
-        let s = sorted
-        guard !s.isEmpty else { return .nan }
-        return s[min(s.count - 1, Int((Double(s.count) * p).rounded(.down)))]
-    }
     var cpuPerCycleMicros: Double { result.cycles == 0 ? .nan : serverCPUSeconds / Double(result.cycles) * 1e6 }
     var generatorPerCycleMicros: Double { result.cycles == 0 ? .nan : result.generatorCPUSeconds / Double(result.cycles) * 1e6 }
+}
+
+/// A run's figures as plain numbers, or the medians of several runs' figures.
+struct Summary {
+    var cyclesPerSecond, p50, p90, p99, max, serverCPUPerCycle, generatorCPUPerCycle: Double
+    var serverRSSBytes: Int
+    var errors, lost, cycles: Int
+
+    init(_ f: Figures) {
+        let s = f.sorted
+        func at(_ p: Double) -> Double { s.isEmpty ? .nan : s[min(s.count - 1, Int((Double(s.count) * p).rounded(.down)))] }
+        cyclesPerSecond = f.cyclesPerSecond
+        (p50, p90, p99, max) = (at(0.5), at(0.9), at(0.99), s.last ?? .nan)
+        serverCPUPerCycle = f.cpuPerCycleMicros
+        generatorCPUPerCycle = f.generatorPerCycleMicros
+        serverRSSBytes = f.serverRSSBytes
+        (errors, lost, cycles) = (f.result.errors, f.result.lost, f.result.cycles)
+    }
+
+    /// Each figure's median over `runs`; errors, losses and cycles are totals.
+    init(medianOf runs: [Summary]) {
+        self = runs[0]
+        cyclesPerSecond = median(runs.map(\.cyclesPerSecond))
+        p50 = median(runs.map(\.p50))
+        p90 = median(runs.map(\.p90))
+        p99 = median(runs.map(\.p99))
+        max = median(runs.map(\.max))
+        serverCPUPerCycle = median(runs.map(\.serverCPUPerCycle))
+        generatorCPUPerCycle = median(runs.map(\.generatorCPUPerCycle))
+        serverRSSBytes = Int(median(runs.map { Double($0.serverRSSBytes) }))
+        (errors, lost, cycles) = runs.reduce((0, 0, 0)) { ($0.0 + $1.errors, $0.1 + $1.lost, $0.2 + $1.cycles) }
+    }
+}
+
+/// The middle value (the mean of the two middle ones for an even count).
+func median(_ values: [Double]) -> Double {
+    let s = values.sorted()
+    guard !s.isEmpty else { return .nan }
+    return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
 }
 
 let bin = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
@@ -188,46 +225,45 @@ func runPoint(_ point: Point, _ a: Arguments) throws -> (relay: Figures, baselin
 
 func fmt(_ v: Double, _ digits: Int = 0) -> String { v.isNaN ? "-" : String(format: "%.\(digits)f", v) }
 
-func report(_ point: Point, _ r: Figures, _ b: Figures?, json: Bool) {
+/// Prints a point's figures (medians when there were several runs); `ratio` is the
+/// median of the runs' relay-to-baseline ratios of cycles per second.
+func report(_ point: Point, _ r: Summary, _ b: Summary?, ratio: Double?, runs: Int, json: Bool) {
     if json {
         var o: JSONObject = [
             "families": .int(Int64(point.families)), "window": .int(Int64(point.window)), "guardians": .int(Int64(point.guardians)),
+            "runs": .int(Int64(runs)),
         ]
         for (name, f) in [("relay", Optional(r)), ("baseline", b)] {
             guard let f else { continue }
             o[name] = .object([
-                "cyclesPerSecond": .double(f.cyclesPerSecond), "p50Micros": .double(f.percentile(0.5)),
-                "p90Micros": .double(f.percentile(0.9)), "p99Micros": .double(f.percentile(0.99)),
-                "maxMicros": .double(f.sorted.last ?? .nan), "serverCPUMicrosPerCycle": .double(f.cpuPerCycleMicros),
-                "generatorCPUMicrosPerCycle": .double(f.generatorPerCycleMicros), "serverRSSBytes": .int(Int64(f.serverRSSBytes)),
-                "errors": .int(Int64(f.result.errors)), "lost": .int(Int64(f.result.lost)), "cycles": .int(Int64(f.result.cycles)),
+                "cyclesPerSecond": .double(f.cyclesPerSecond), "p50Micros": .double(f.p50), "p90Micros": .double(f.p90),
+                "p99Micros": .double(f.p99), "maxMicros": .double(f.max), "serverCPUMicrosPerCycle": .double(f.serverCPUPerCycle),
+                "generatorCPUMicrosPerCycle": .double(f.generatorCPUPerCycle), "serverRSSBytes": .int(Int64(f.serverRSSBytes)),
+                "errors": .int(Int64(f.errors)), "lost": .int(Int64(f.lost)), "cycles": .int(Int64(f.cycles)),
             ])
         }
-        if let b { o["ratio"] = .double(r.cyclesPerSecond / b.cyclesPerSecond) }
+        if let ratio { o["ratio"] = .double(ratio) }
         printOut(JSON.object(o).text)
         return
     }
-    func row(_ name: String, _ f: Figures) -> String {
+    func row(_ name: String, _ f: Summary) -> String {
         [
-            name, fmt(f.cyclesPerSecond), fmt(f.percentile(0.5)), fmt(f.percentile(0.9)), fmt(f.percentile(0.99)),
-            fmt(f.sorted.last ?? .nan),
-            fmt(f.cpuPerCycleMicros, 1), fmt(f.generatorPerCycleMicros, 1), fmt(Double(f.serverRSSBytes) / 1_048_576, 1),
-            "\(f.result.errors)/\(f.result.lost)",
+            name, fmt(f.cyclesPerSecond), fmt(f.p50), fmt(f.p90), fmt(f.p99), fmt(f.max),
+            fmt(f.serverCPUPerCycle, 1), fmt(f.generatorCPUPerCycle, 1), fmt(Double(f.serverRSSBytes) / 1_048_576, 1),
+            "\(f.errors)/\(f.lost)",
         ].enumerated().map { i, s in
             i == 0 ? s.padding(toLength: 10, withPad: " ", startingAt: 0) : String(repeating: " ", count: max(0, 10 - s.count)) + s
         }.joined()
     }
-    printOut("\n(F, W\(point.guardians == 1 ? "" : ", G")) = \(point.label)")
+    printOut("\n(F, W\(point.guardians == 1 ? "" : ", G")) = \(point.label)\(runs > 1 ? ", medians of \(runs) runs" : "")")
     printOut(
         "          "
             + ["cycles/s", "p50 µs", "p90 µs", "p99 µs", "max µs", "cpu µs", "gen µs", "RSS MB", "err/lost"]
             .map { String(repeating: " ", count: max(0, 10 - $0.count)) + $0 }.joined())
     printOut(row("relay", r))
-    if let b {
+    if let b, let ratio {
         printOut(row("baseline", b))
-        printOut(
-            "ratio     cycles/s \(fmt(r.cyclesPerSecond / b.cyclesPerSecond * 100))% of baseline; p50 \(fmt(r.percentile(0.5) / b.percentile(0.5), 2))× baseline"
-        )
+        printOut("ratio     cycles/s \(fmt(ratio * 100))% of baseline; p50 \(fmt(r.p50 / b.p50, 2))× baseline")
     }
 }
 
@@ -294,7 +330,8 @@ exit(
         let a = try Arguments(
             args,
             valueFlags: [
-                "--grid", "--families", "--window", "--duration", "--warmup", "--guardians", "--avatar-bytes", "--sync", "--socket",
+                "--grid", "--families", "--window", "--duration", "--warmup", "--guardians", "--runs", "--avatar-bytes", "--sync",
+                "--socket",
                 "--svg",
             ],
             switchFlags: ["--json"])
@@ -314,15 +351,32 @@ exit(
         }
         let guardians = try a.int("--guardians", default: 1, min: 1)
         for i in points.indices { points[i].guardians = guardians }
+        let runs = try a.int("--runs", default: 1, min: 1)
         var failed = false
         var series: [(label: String, micros: [Double])] = []
         for p in points {
-            if !a.has("--json") { printErr("measuring (F, W\(p.guardians == 1 ? "" : ", G")) = \(p.label)…") }
-            let (r, b) = try runPoint(p, a)
-            report(p, r, b, json: a.has("--json"))
-            series.append(("relay \(p.label)", r.result.latenciesMicros))
-            if let b { series.append(("baseline \(p.label)", b.result.latenciesMicros)) }
-            failed = failed || r.result.errors > 0 || r.result.lost > 0 || r.result.cycles == 0
+            var relayRuns: [Summary] = [], baseRuns: [Summary] = [], ratios: [Double] = []
+            var relayMicros: [Double] = [], baseMicros: [Double] = []
+            for k in 1...runs {
+                if !a.has("--json") {
+                    printErr("measuring (F, W\(p.guardians == 1 ? "" : ", G")) = \(p.label)\(runs > 1 ? ", run \(k) of \(runs)" : "")…")
+                }
+                let (r, b) = try runPoint(p, a)
+                relayRuns.append(Summary(r))
+                relayMicros += r.result.latenciesMicros
+                if let b {
+                    baseRuns.append(Summary(b))
+                    baseMicros += b.result.latenciesMicros
+                    ratios.append(r.cyclesPerSecond / b.cyclesPerSecond)
+                }
+            }
+            let relay = Summary(medianOf: relayRuns)
+            report(
+                p, relay, baseRuns.isEmpty ? nil : Summary(medianOf: baseRuns), ratio: ratios.isEmpty ? nil : median(ratios),
+                runs: runs, json: a.has("--json"))
+            series.append(("relay \(p.label)", relayMicros))
+            if !baseMicros.isEmpty { series.append(("baseline \(p.label)", baseMicros)) }
+            failed = failed || relay.errors > 0 || relay.lost > 0 || relayRuns.contains { $0.cycles == 0 }
         }
         if let file = a.value("--svg") {
             guard FileManager.default.createFile(atPath: file, contents: Data(Extras.svg(series).utf8)) else {

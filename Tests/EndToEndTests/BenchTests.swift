@@ -23,8 +23,9 @@ final class BenchTests: XCTestCase {
         return line
     }
 
-    func testASmallGridPointCompletesEveryCycle() throws {
-        try runCleanly(["--families", "3", "--window", "2"])
+    func testASmallGridPointCompletesEveryCycleInEveryRun() throws {
+        let line = try runCleanly(["--families", "3", "--window", "2", "--runs", "2"])
+        XCTAssertEqual(line["runs"]?.int, 2, "the figures are the medians of two runs")
     }
 
     /// Every guardian gets each question and exactly one answers it: a second answer would
