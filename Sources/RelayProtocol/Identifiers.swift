@@ -30,25 +30,25 @@ public struct QuestionID: Hashable, Sendable, CustomStringConvertible {
     }
 
     private static func bits(_ u: UnsafeBufferPointer<UInt8>) -> (UInt64, UInt64)? {
+        let dash = UInt8(ascii: "-")
+        guard u[8] == dash, u[13] == dash, u[18] == dash, u[23] == dash else { return nil }
+        // Two runs of 16 hex digits (8-4-4 | 4-12); any byte that is not one leaves 0x10 in `bad`.
         var words: (UInt64, UInt64) = (0, 0)
-        var digits = 0
-        for index in 0..<36 {
-            let c = u[index]
-            if index == 8 || index == 13 || index == 18 || index == 23 {
-                guard c == UInt8(ascii: "-") else { return nil }
-                continue
-            }
-            let v: UInt8
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = c &- UInt8(ascii: "0")
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): v = c &- UInt8(ascii: "A") &+ 10
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): v = c &- UInt8(ascii: "a") &+ 10
-            default: return nil
-            }
-            if digits < 16 { words.0 = words.0 << 4 | UInt64(v) } else { words.1 = words.1 << 4 | UInt64(v) }
-            digits += 1
+        var bad: UInt8 = 0
+        for index in 0..<36 where index != 8 && index != 13 && index != 18 && index != 23 {
+            let v = hexValue(u[index])
+            bad |= v
+            if index < 19 { words.0 = words.0 << 4 | UInt64(v & 0xF) } else { words.1 = words.1 << 4 | UInt64(v & 0xF) }
         }
-        return words
+        return bad & 0x10 == 0 ? words : nil
+    }
+
+    /// A hex digit's value, or 0x10 for any other byte.
+    @inline(__always) private static func hexValue(_ c: UInt8) -> UInt8 {
+        let digit = c &- UInt8(ascii: "0")
+        if digit < 10 { return digit }
+        let letter = (c | 0x20) &- UInt8(ascii: "a")  // either case
+        return letter < 6 ? letter &+ 10 : 0x10
     }
 
     /// The canonical upper-case form.
