@@ -1,7 +1,7 @@
 // The baseline: a minimal forwarder on the same socket machinery. It links each child
 // with its family's guardians by the first frame's `member` (cN ↔ gN, gN-K) and then
 // moves every frame unparsed and unstored — a child's to all its guardians, a
-// guardian's to the child: the machine's limit for the four hops of a cycle.
+// guardian's to the child: the machine's limit for the hops of a cycle.
 
 import CLISupport
 import CSystem

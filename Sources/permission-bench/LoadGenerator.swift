@@ -1,9 +1,8 @@
 // The load: F families (a child and G guardians each), every child keeping W questions
 // in flight; a cycle is ask → question at the guardians → answer (by one of them, in
 // turn) → response at the child, with acks as a real client sends them (once per read
-// batch). One epoll loop
-// drives every connection; frames are classified by byte search, not parsed, so the
-// generator stays cheap.
+// batch). One epoll loop drives every connection; frames are classified by byte search,
+// not parsed, so the generator stays cheap.
 
 import CSystem
 import Foundation

@@ -62,6 +62,8 @@ struct Point {
 
     /// "(F, W)", or "(F, W, G)" with more than one guardian per family.
     var label: String { guardians == 1 ? "(\(families), \(window))" : "(\(families), \(window), \(guardians))" }
+    /// "(F, W) = (…)", or "(F, W, G) = (…)".
+    var heading: String { "(F, W\(guardians == 1 ? "" : ", G")) = \(label)" }
 }
 
 struct Figures {
@@ -255,7 +257,7 @@ func report(_ point: Point, _ r: Summary, _ b: Summary?, ratio: Double?, runs: I
             i == 0 ? s.padding(toLength: 10, withPad: " ", startingAt: 0) : String(repeating: " ", count: max(0, 10 - s.count)) + s
         }.joined()
     }
-    printOut("\n(F, W\(point.guardians == 1 ? "" : ", G")) = \(point.label)\(runs > 1 ? ", medians of \(runs) runs" : "")")
+    printOut("\n\(point.heading)\(runs > 1 ? ", medians of \(runs) runs" : "")")
     printOut(
         "          "
             + ["cycles/s", "p50 µs", "p90 µs", "p99 µs", "max µs", "cpu µs", "gen µs", "RSS MB", "err/lost"]
@@ -330,9 +332,8 @@ exit(
         let a = try Arguments(
             args,
             valueFlags: [
-                "--grid", "--families", "--window", "--duration", "--warmup", "--guardians", "--runs", "--avatar-bytes", "--sync",
-                "--socket",
-                "--svg",
+                "--grid", "--families", "--window", "--guardians", "--runs", "--duration", "--warmup", "--avatar-bytes", "--sync",
+                "--socket", "--svg",
             ],
             switchFlags: ["--json"])
         var points: [Point]
@@ -359,7 +360,7 @@ exit(
             var relayMicros: [Double] = [], baseMicros: [Double] = []
             for k in 1...runs {
                 if !a.has("--json") {
-                    printErr("measuring (F, W\(p.guardians == 1 ? "" : ", G")) = \(p.label)\(runs > 1 ? ", run \(k) of \(runs)" : "")…")
+                    printErr("measuring \(p.heading)\(runs > 1 ? ", run \(k) of \(runs)" : "")…")
                 }
                 let (r, b) = try runPoint(p, a)
                 relayRuns.append(Summary(r))
