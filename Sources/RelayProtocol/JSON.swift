@@ -444,13 +444,25 @@ extension JSON {
     public var text: String { String(decoding: encoded, as: UTF8.self) }
 
     static func encodeString(_ s: String, into out: inout [UInt8]) {
-        out.append(UInt8(ascii: "\""))
         var s = s
         s.withUTF8 { bytes in
             guard needsEscaping(bytes) else {
-                out.append(contentsOf: bytes)
+                // Quoted in one append when short (most are: ids, names, choices).
+                guard bytes.count <= 62 else {
+                    out.append(UInt8(ascii: "\""))
+                    out.append(contentsOf: bytes)
+                    out.append(UInt8(ascii: "\""))
+                    return
+                }
+                withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { buf in
+                    buf[0] = UInt8(ascii: "\"")
+                    if let base = bytes.baseAddress { (buf.baseAddress! + 1).initialize(from: base, count: bytes.count) }
+                    buf[bytes.count + 1] = UInt8(ascii: "\"")
+                    out.append(contentsOf: UnsafeBufferPointer(rebasing: buf[..<(bytes.count + 2)]))
+                }
                 return
             }
+            out.append(UInt8(ascii: "\""))
             // Runs that need no escaping are copied whole.
             var runStart = 0
             for (i, c) in bytes.enumerated() where c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") {
@@ -469,8 +481,8 @@ extension JSON {
                 }
             }
             out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...]))
+            out.append(UInt8(ascii: "\""))
         }
-        out.append(UInt8(ascii: "\""))
     }
 
     /// The eight bytes in `x` (little-endian) that are a control character, a quote or a

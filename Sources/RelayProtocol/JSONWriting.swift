@@ -26,23 +26,54 @@ extension Array where Element == UInt8 {
     }
 
     /// Appends `"key":`, after a comma unless it is the first field (the bytes are empty or
-    /// end with the object's `{`). `key` must need no escaping.
-    public mutating func appendJSONKey(_ key: StaticString) {
-        if let last, last != UInt8(ascii: "{") { append(UInt8(ascii: ",")) }
-        append(UInt8(ascii: "\""))
-        append(literal: key)
-        append(UInt8(ascii: "\""))
-        append(UInt8(ascii: ":"))
-    }
+    /// end with the object's `{`). `key` must need no escaping. Written in one append: each
+    /// append checks the array's uniqueness and capacity again.
+    public mutating func appendJSONKey(_ key: StaticString) { appendKey(key, then: nil) }
 
     public mutating func appendJSONField(_ key: StaticString, _ value: String) {
-        appendJSONKey(key)
-        JSON.encodeString(value, into: &self)
+        var value = value
+        let written = value.withUTF8 { v in
+            guard v.count <= 64, !JSON.needsEscaping(v) else { return false }
+            appendKey(key, then: v, quoted: true)
+            return true
+        }
+        if !written {
+            appendJSONKey(key)
+            JSON.encodeString(value, into: &self)
+        }
+    }
+
+    /// `"key":` as `appendJSONKey` writes it, then `value` if there is one (in quotes if
+    /// `quoted`; it must need no escaping), in one append.
+    private mutating func appendKey(_ key: StaticString, then value: UnsafeBufferPointer<UInt8>?, quoted: Bool = false) {
+        let comma = last.map { $0 != UInt8(ascii: "{") } ?? false
+        let n = key.utf8CodeUnitCount
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: n + 6 + (value?.count ?? 0)) { buf in
+            var at = 0
+            func put(_ c: UInt8) {
+                buf[at] = c
+                at += 1
+            }
+            func put(_ p: UnsafePointer<UInt8>?, _ count: Int) {
+                if let p, count > 0 { (buf.baseAddress! + at).initialize(from: p, count: count) }
+                at += count
+            }
+            if comma { put(UInt8(ascii: ",")) }
+            put(UInt8(ascii: "\""))
+            put(key.utf8Start, n)
+            put(UInt8(ascii: "\""))
+            put(UInt8(ascii: ":"))
+            if let value {
+                if quoted { put(UInt8(ascii: "\"")) }
+                put(value.baseAddress, value.count)
+                if quoted { put(UInt8(ascii: "\"")) }
+            }
+            append(contentsOf: UnsafeBufferPointer(rebasing: buf[..<at]))
+        }
     }
 
     public mutating func appendJSONField(_ key: StaticString, _ value: Int64) {
-        appendJSONKey(key)
-        appendJSONInteger(value)
+        Self.withDecimal(value) { appendKey(key, then: $0) }
     }
 
     /// A time, as its RFC 3339 string.
@@ -55,17 +86,26 @@ extension Array where Element == UInt8 {
 
     /// `value` in decimal, as `String(value)` writes it.
     public mutating func appendJSONInteger(_ value: Int64) {
-        if value < 0 { append(UInt8(ascii: "-")) }
+        Self.withDecimal(value) { append(contentsOf: $0) }
+    }
+
+    /// Calls `body` with `value` in decimal, as `String(value)` writes it.
+    private static func withDecimal<R>(_ value: Int64, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         var magnitude = value.magnitude
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // up to 20 digits, as 24 bytes
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // a sign and up to 19 digits, in 24 bytes
         var count = 0
-        Swift.withUnsafeMutableBytes(of: &digits) { buf in
+        return Swift.withUnsafeMutableBytes(of: &digits) { raw in
+            let buf = raw.bindMemory(to: UInt8.self)
             repeat {
                 buf[23 - count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
                 magnitude /= 10
                 count += 1
             } while magnitude > 0
-            append(contentsOf: UnsafeRawBufferPointer(rebasing: buf[(24 - count)...]))
+            if value < 0 {
+                count += 1
+                buf[24 - count] = UInt8(ascii: "-")
+            }
+            return body(UnsafeBufferPointer(rebasing: buf[(24 - count)...]))
         }
     }
 }

@@ -86,7 +86,38 @@ final class JSONTests: XCTestCase {
         let edges: [Int64] = [0, 1, -1, 9, 10, -10, 99, 100, Int64.max, Int64.min, Int64.max - 1, Int64.min + 1]
         for v in edges + (0..<2000).map({ _ in Int64(bitPattern: rng.next()) >> Int64(rng.next() % 64) }) {
             XCTAssertEqual(String(decoding: JSON.int(v).encoded, as: UTF8.self), String(v))
+            var field: [UInt8] = [UInt8(ascii: "{")]
+            field.appendJSONField("n", v)
+            XCTAssertEqual(String(decoding: field, as: UTF8.self), #"{"n":"# + String(v))
         }
+    }
+
+    /// Short strings are quoted in one append and long ones in three: every length on both
+    /// sides of the line comes out the same.
+    func testStringsOfEveryLengthAreQuotedWhole() throws {
+        for filler in ["a", "é"] {
+            for length in 0...140 {
+                let s = String(repeating: filler, count: length)
+                let encoded = JSON.string(s).encoded
+                XCTAssertEqual(encoded, [0x22] + Array(s.utf8) + [0x22], "\(length) × \(filler)")
+                for value in [s, s + "\"\n"] {  // as it stands, and needing escapes
+                    var field: [UInt8] = [UInt8(ascii: "{")]
+                    field.appendJSONField("k", value)
+                    XCTAssertEqual(try JSON.parse(field + [UInt8(ascii: "}")])["k"]?.string, value)
+                }
+            }
+        }
+    }
+
+    func testKeysTakeACommaAfterAFieldOnly() {
+        var out: [UInt8] = []
+        out.appendJSONKey("a")
+        XCTAssertEqual(String(decoding: out, as: UTF8.self), #""a":"#)
+        out = Array("{".utf8)
+        out.appendJSONKey("key")
+        out.appendJSONInteger(1)
+        out.appendJSONKey("b")
+        XCTAssertEqual(String(decoding: out, as: UTF8.self), #"{"key":1,"b":"#)
     }
 
     /// The encoder checks strings for bytes to escape eight at a time: every ASCII byte, at
