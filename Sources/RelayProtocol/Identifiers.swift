@@ -32,15 +32,24 @@ public struct QuestionID: Hashable, Sendable, CustomStringConvertible {
     private static func bits(_ u: UnsafeBufferPointer<UInt8>) -> (UInt64, UInt64)? {
         let dash = UInt8(ascii: "-")
         guard u[8] == dash, u[13] == dash, u[18] == dash, u[23] == dash else { return nil }
-        // Two runs of 16 hex digits (8-4-4 | 4-12); any byte that is not one leaves 0x10 in `bad`.
-        var words: (UInt64, UInt64) = (0, 0)
+        // Two words of 16 hex digits (8-4-4 | 4-12), read in fixed runs the compiler unrolls;
+        // any byte that is not a hex digit leaves 0x10 in `bad`.
+        var high: UInt64 = 0
+        var low: UInt64 = 0
         var bad: UInt8 = 0
-        for index in 0..<36 where index != 8 && index != 13 && index != 18 && index != 23 {
-            let v = hexValue(u[index])
-            bad |= v
-            if index < 19 { words.0 = words.0 << 4 | UInt64(v & 0xF) } else { words.1 = words.1 << 4 | UInt64(v & 0xF) }
+        @inline(__always) func read(_ run: Range<Int>, into word: inout UInt64) {
+            for i in run {
+                let v = hexValue(u[i])
+                bad |= v
+                word = word << 4 | UInt64(v & 0xF)
+            }
         }
-        return bad & 0x10 == 0 ? words : nil
+        read(0..<8, into: &high)
+        read(9..<13, into: &high)
+        read(14..<18, into: &high)
+        read(19..<23, into: &low)
+        read(24..<36, into: &low)
+        return bad & 0x10 == 0 ? (high, low) : nil
     }
 
     /// A hex digit's value, or 0x10 for any other byte.
