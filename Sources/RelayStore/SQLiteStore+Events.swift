@@ -1,6 +1,6 @@
 // The SQLite store's event streams: batches of a member's consecutive events, one row
 // each (see EventBatch), followed by those in the writer's hands, the backlog's and this
-// turn's, in memory (found by a scan: only a replaying session reads them).
+// turn's, in memory (found by a scan of the changes: only a resuming session reads them).
 
 import RelayProtocol
 
@@ -17,10 +17,10 @@ extension SQLiteStore {
                 out.append(e)
             }
         }
-        for pending in [sealed?.events ?? [], backlog.events, turnEvents] {
-            for i in pending.indices where pending[i].member == member && pending[i].seq > (out.last?.seq ?? seq) {
+        for pending in [sealed?.changes ?? [], backlog.changes, changes] {
+            for case .event(let e) in pending where e.member == member && e.seq > (out.last?.seq ?? seq) {
                 guard out.count < limit else { return out }
-                out.append(pending[i])
+                out.append(e)
             }
         }
         return out
@@ -29,8 +29,8 @@ extension SQLiteStore {
     public func oldestEventSeq(member: String) throws -> Int64? {
         let stored = try db.scalar("SELECT min(firstSeq) FROM eventBatches WHERE member = ?", [.text(member)])
         if let stored { return stored }
-        for pending in [sealed?.events ?? [], backlog.events, turnEvents] {
-            if let first = pending.first(where: { $0.member == member }) { return first.seq }
+        for pending in [sealed?.changes ?? [], backlog.changes, changes] {
+            for case .event(let e) in pending where e.member == member { return e.seq }
         }
         return nil
     }

@@ -30,9 +30,7 @@ public final class SQLiteStore: RelayStore {
     private var generation: Int64 = 1
     private var appliedGeneration: Int64 = 0
     /// This turn's changes, not yet committed.
-    private var changes: [Change] = []
-    /// The events among them.
-    var turnEvents: [EventRecord] = []
+    var changes: [Change] = []
     /// Where a commit's journal record is built, kept from one commit to the next.
     private var record = ByteWriter()
     /// Journaled in the current generation, not yet handed to the writer.
@@ -149,7 +147,6 @@ public final class SQLiteStore: RelayStore {
         for journal in unapplied {
             for record in journal.records { backlog.changes.append(contentsOf: try Change.decode(record)) }
         }
-        for case .event(let e) in backlog.changes { backlog.events.append(e) }
         if unapplied.isEmpty { try journal(for: generation).startOver(generation: generation) }
     }
 
@@ -164,10 +161,7 @@ public final class SQLiteStore: RelayStore {
     public func deleteKnownHandle(child: String, handle: NormalizedHandle) { changes.append(.unknown(child, handle)) }
     public func saveSession(_ session: SessionRecord) { changes.append(.session(session)) }
     public func deleteSessions(member: String) { changes.append(.dropSessions(member)) }
-    public func appendEvent(_ event: EventRecord) {
-        changes.append(.event(event))
-        turnEvents.append(event)
-    }
+    public func appendEvent(_ event: EventRecord) { changes.append(.event(event)) }
 
     public var hasChanges: Bool { !changes.isEmpty }
 
@@ -187,12 +181,10 @@ public final class SQLiteStore: RelayStore {
         Change.encode(changes, into: &record)
         try journal(for: generation).append(record: &record.bytes)
         backlog.changes.append(contentsOf: changes)
-        backlog.events.append(contentsOf: turnEvents)
     }
 
     public func discardChanges() {
         changes.removeAll(keepingCapacity: true)
-        turnEvents.removeAll(keepingCapacity: true)
     }
 
     /// Hands the backlog to the writer and starts the next generation in the other journal.
@@ -215,7 +207,6 @@ public final class SQLiteStore: RelayStore {
         case .failure(let error):
             var merged = batch
             merged.changes.append(contentsOf: backlog.changes)
-            merged.events.append(contentsOf: backlog.events)
             merged.generation = backlog.generation
             backlog = merged
             throw error

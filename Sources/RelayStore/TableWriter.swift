@@ -10,16 +10,14 @@ import RelayProtocol
 /// Changes of the journal up to `generation`, to write in one transaction.
 struct Batch: Sendable {
     var changes: [Change] = []
-    /// The events among the changes, in order.
-    var events: [EventRecord] = []
     var generation: Int64
 
     /// The events of each member, in order: grouped by the writer, so that the loop only
-    /// appends (a list per member, made and grown every turn, cost the loop a hash and an
-    /// allocation per event).
+    /// appends changes (a list per member, made and grown every turn, cost the loop a hash
+    /// and an allocation per event).
     var eventsByMember: [String: [EventRecord]] {
         var grouped: [String: [EventRecord]] = [:]
-        for e in events { grouped[e.member, default: []].append(e) }
+        for case .event(let e) in changes { grouped[e.member, default: []].append(e) }
         return grouped
     }
 }
