@@ -10,8 +10,12 @@ struct BenchFrames {
     private let askPrefix: [UInt8]
     private let askMiddle: [UInt8]
     private let askSuffix: [UInt8]
+    /// Written into every question id, so that runs against the same relay ask new questions.
+    let run: Int
 
-    init(avatarBytes: Int) {
+    /// `run` must be below 2^28.
+    init(avatarBytes: Int, run: Int = 0) {
+        self.run = run
         var person: JSONObject = [
             "handle": .object(["value": "+1 (555) 010-0199", "kind": "phoneNumber"]),
             "nameComponents": .object(["givenName": "Kim", "familyName": "Lee"]),
@@ -39,9 +43,9 @@ struct BenchFrames {
         var body: [UInt8] = []
         body.reserveCapacity(askPrefix.count + askMiddle.count + askSuffix.count + 72)
         body += askPrefix
-        Self.appendID(family: family, number: number, to: &body)
+        appendID(family: family, number: number, to: &body)
         body += askMiddle
-        Self.appendID(family: family, number: number, to: &body)
+        appendID(family: family, number: number, to: &body)
         body += askSuffix
         return body
     }
@@ -64,8 +68,9 @@ struct BenchFrames {
     /// The body of an ack up to `seq`.
     static func ack(_ seq: Int) -> [UInt8] { ackStart + Array(String(seq).utf8) + [UInt8(ascii: "}")] }
 
-    /// `FFFFFFFF-0000-4000-8000-NNNNNNNNNNNN`: the family and the question's number in hex.
-    static func appendID(family: Int, number: Int, to out: inout [UInt8]) {
+    /// `FFFFFFFF-RRRR-4RRR-8000-NNNNNNNNNNNN`: the family, the run and the question's number
+    /// in hex.
+    func appendID(family: Int, number: Int, to out: inout [UInt8]) {
         func hex(_ v: Int, _ digits: Int) {
             for k in stride(from: digits - 1, through: 0, by: -1) {
                 let nibble = UInt8((v >> (4 * k)) & 0xF)
@@ -73,7 +78,11 @@ struct BenchFrames {
             }
         }
         hex(family, 8)
-        out.append(contentsOf: "-0000-4000-8000-".utf8)
+        out.append(UInt8(ascii: "-"))
+        hex(run >> 12, 4)
+        out.append(contentsOf: "-4".utf8)
+        hex(run, 3)
+        out.append(contentsOf: "-8000-".utf8)
         hex(number, 12)
     }
 

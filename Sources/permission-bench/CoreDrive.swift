@@ -118,7 +118,7 @@ final class CoreDrive {
             for f in 0..<families {
                 for w in 0..<window {
                     var id: [UInt8] = []
-                    BenchFrames.appendID(family: f, number: r * window + w, to: &id)
+                    frames.appendID(family: f, number: r * window + w, to: &id)
                     asks.append(frames.ask(family: f, number: r * window + w))
                     answers.append(BenchFrames.answer(id: id))
                 }

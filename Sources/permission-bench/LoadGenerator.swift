@@ -47,12 +47,17 @@ final class LoadGenerator {
         self.guardians = guardians
         self.avatarBytes = avatarBytes
         self.baseline = baseline
-        frames = BenchFrames(avatarBytes: avatarBytes)
+        frames = BenchFrames(avatarBytes: avatarBytes, run: Int.random(in: 0..<(1 << 28)))
+        name = "x" + String(frames.run, radix: 16)
     }
 
-    /// The family's members: the child, then the guardians (the first is `gF`, the others `gF-K`).
+    /// Family and member names end in the run's tag, so that runs against the same relay
+    /// provision their own.
+    private let name: String
+
+    /// The family's members: the child, then the guardians (the first is `gF…`, the others `gF…-K`).
     private func members(of f: Int) -> [String] {
-        ["c\(f)"] + (0..<guardians).map { $0 == 0 ? "g\(f)" : "g\(f)-\($0)" }
+        ["c\(f)\(name)"] + (0..<guardians).map { $0 == 0 ? "g\(f)\(name)" : "g\(f)\(name)-\($0)" }
     }
 
     /// Connects and says hello for every family (provisioning them on a relay).
@@ -62,11 +67,11 @@ final class LoadGenerator {
             let admin = try BlockingConnection(path: socket)
             _ = try admin.request(["type": "hello", "protocol": 1, "admin": true])
             for f in 0..<families {
-                _ = try admin.request(["type": "createFamily", "family": .string("b\(f)")])
+                _ = try admin.request(["type": "createFamily", "family": .string("b\(f)\(name)")])
                 for m in members(of: f) {
                     let role = m.hasPrefix("c") ? "child" : "guardian"
                     tokens[m] = try admin.request([
-                        "type": "addMember", "family": .string("b\(f)"), "member": .string(m), "role": .string(role),
+                        "type": "addMember", "family": .string("b\(f)\(name)"), "member": .string(m), "role": .string(role),
                     ])["token"]?.string
                 }
             }

@@ -32,7 +32,8 @@ let usage = """
                                  and print the medians (default 1)
       --avatar-bytes N           Avatar image size in each question (default 0)
       --sync normal|full         The relay's durability mode (default normal)
-      --socket PATH              Measure a running relay instead of starting one (no baseline)
+      --socket PATH              Measure a running relay instead of starting one (no baseline;
+                                 each run provisions families of its own)
       --json                     One JSON object per grid point
       --svg FILE                 Also draw the latency distributions of every run
 

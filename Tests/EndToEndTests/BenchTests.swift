@@ -35,18 +35,23 @@ final class BenchTests: XCTestCase {
         XCTAssertEqual(line["guardians"]?.int, 3)
     }
 
-    /// A running relay is measured too, its CPU and memory found through the socket's peer.
-    func testARunningRelayIsMeasuredWithItsCPUAndMemory() throws {
+    /// A running relay is measured too, its CPU and memory found through the socket's peer,
+    /// and again: every run provisions families of its own and asks new questions.
+    func testARunningRelayIsMeasuredWithItsCPUAndMemoryRunAfterRun() throws {
         let relay = try RelayProcess(flags: ["--ask-rate-limit", "0", "--max-pending-per-child", "0"])
         try relay.start()
         defer { _ = relay.terminate() }
         let p = try ProgramRun(
             "permission-bench",
-            ["--socket", relay.socket, "--families", "2", "--window", "2", "--duration", "0.5", "--warmup", "0.1", "--json"],
+            [
+                "--socket", relay.socket, "--families", "2", "--window", "2", "--guardians", "2", "--runs", "2", "--duration", "0.5",
+                "--warmup", "0.1", "--json",
+            ],
             env: [:])
         let line = try JSON.parse(p.nextLine() ?? "")
         XCTAssertEqual(p.finish(), 0)
         XCTAssertNil(line["baseline"], "no baseline against a running relay")
+        XCTAssertEqual(line["relay"]?["errors"]?.int, 0, "the second run's families and questions are its own")
         XCTAssertGreaterThan(line["relay"]?["cycles"]?.int ?? 0, 0)
         XCTAssertEqual(line["relay"]?["lost"]?.int, 0)
         XCTAssertGreaterThan(line["relay"]?["serverCPUMicrosPerCycle"]?.number ?? 0, 0)
