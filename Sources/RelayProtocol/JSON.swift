@@ -415,7 +415,9 @@ extension JSON {
         case .bool(let b): out.append(literal: b ? "true" : "false")
         case .int(let v): out.appendJSONInteger(v)
         case .double(let d):
-            if d.rounded() == d && abs(d) < 1e15 {
+            if !d.isFinite {
+                out.append(literal: "null")  // JSON has no NaN or infinity
+            } else if d.rounded() == d && abs(d) < 1e15 {
                 out.append(contentsOf: String(Int64(d)).utf8)
             } else {
                 out.append(contentsOf: "\(d)".utf8)

@@ -193,7 +193,7 @@ func measure(_ point: Point, socket: String, pid: Int32?, baseline: Bool, a: Arg
     var result = gen.run(duration: try a.double("--duration", default: 5), warmup: try a.double("--warmup", default: 1)) {
         cpuStart = pid.map(cpuSeconds) ?? 0
     }
-    let cpu = (pid.map(cpuSeconds) ?? 0) - cpuStart
+    let cpu = pid.map { cpuSeconds(pid: $0) - cpuStart } ?? .nan  // unknown, not zero, when no server process is found
     let rss = pid.map(rssBytes) ?? 0
     result.lost = gen.drain(timeout: 10)
     return Figures(result: result, serverCPUSeconds: cpu, serverRSSBytes: rss)

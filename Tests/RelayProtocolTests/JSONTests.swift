@@ -109,6 +109,14 @@ final class JSONTests: XCTestCase {
         }
     }
 
+    func testNumbersJSONCannotHoldAreWrittenAsNull() throws {
+        for d in [Double.nan, .infinity, -.infinity] {
+            let encoded = JSON.object(["x": .double(d)]).encoded
+            XCTAssertEqual(String(decoding: encoded, as: UTF8.self), #"{"x":null}"#)
+            XCTAssertNoThrow(try JSONSerialization.jsonObject(with: Data(encoded)))
+        }
+    }
+
     func testKeysTakeACommaAfterAFieldOnly() {
         var out: [UInt8] = []
         out.appendJSONKey("a")
