@@ -450,18 +450,13 @@ extension JSON {
         s.withUTF8 { bytes in
             guard needsEscaping(bytes) else {
                 // Quoted in one append when short (most are: ids, names, choices).
-                guard bytes.count <= 62 else {
+                guard bytes.count <= [UInt8].shortValue else {
                     out.append(UInt8(ascii: "\""))
                     out.append(contentsOf: bytes)
                     out.append(UInt8(ascii: "\""))
                     return
                 }
-                withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { buf in
-                    buf[0] = UInt8(ascii: "\"")
-                    if let base = bytes.baseAddress { (buf.baseAddress! + 1).initialize(from: base, count: bytes.count) }
-                    buf[bytes.count + 1] = UInt8(ascii: "\"")
-                    out.append(contentsOf: UnsafeBufferPointer(rebasing: buf[..<(bytes.count + 2)]))
-                }
+                out.appendInOne(key: nil, bytes, quoted: true)
                 return
             }
             out.append(UInt8(ascii: "\""))

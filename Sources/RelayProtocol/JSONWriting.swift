@@ -28,13 +28,13 @@ extension Array where Element == UInt8 {
     /// Appends `"key":`, after a comma unless it is the first field (the bytes are empty or
     /// end with the object's `{`). `key` must need no escaping. Written in one append: each
     /// append checks the array's uniqueness and capacity again.
-    public mutating func appendJSONKey(_ key: StaticString) { appendKey(key, then: nil) }
+    public mutating func appendJSONKey(_ key: StaticString) { appendInOne(key: key, nil) }
 
     public mutating func appendJSONField(_ key: StaticString, _ value: String) {
         var value = value
         let written = value.withUTF8 { v in
-            guard v.count <= 64, !JSON.needsEscaping(v) else { return false }
-            appendKey(key, then: v, quoted: true)
+            guard v.count <= Self.shortValue, !JSON.needsEscaping(v) else { return false }
+            appendInOne(key: key, v, quoted: true)
             return true
         }
         if !written {
@@ -43,11 +43,14 @@ extension Array where Element == UInt8 {
         }
     }
 
-    /// `"key":` as `appendJSONKey` writes it, then `value` if there is one (in quotes if
-    /// `quoted`; it must need no escaping), in one append.
-    private mutating func appendKey(_ key: StaticString, then value: UnsafeBufferPointer<UInt8>?, quoted: Bool = false) {
-        let comma = last.map { $0 != UInt8(ascii: "{") } ?? false
-        let n = key.utf8CodeUnitCount
+    /// The longest value written together with its key (or its quotes) in one append.
+    static var shortValue: Int { 64 }
+
+    /// `"key":` as `appendJSONKey` writes it (if there is a key), then `value` if there is
+    /// one (in quotes if `quoted`; it must need no escaping), in one append.
+    @inline(__always) mutating func appendInOne(key: StaticString?, _ value: UnsafeBufferPointer<UInt8>?, quoted: Bool = false) {
+        let comma = key != nil && (last.map { $0 != UInt8(ascii: "{") } ?? false)
+        let n = key?.utf8CodeUnitCount ?? 0
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: n + 6 + (value?.count ?? 0)) { buf in
             var at = 0
             func put(_ c: UInt8) {
@@ -58,11 +61,13 @@ extension Array where Element == UInt8 {
                 if let p, count > 0 { (buf.baseAddress! + at).initialize(from: p, count: count) }
                 at += count
             }
-            if comma { put(UInt8(ascii: ",")) }
-            put(UInt8(ascii: "\""))
-            put(key.utf8Start, n)
-            put(UInt8(ascii: "\""))
-            put(UInt8(ascii: ":"))
+            if let key {
+                if comma { put(UInt8(ascii: ",")) }
+                put(UInt8(ascii: "\""))
+                put(key.utf8Start, n)
+                put(UInt8(ascii: "\""))
+                put(UInt8(ascii: ":"))
+            }
             if let value {
                 if quoted { put(UInt8(ascii: "\"")) }
                 put(value.baseAddress, value.count)
@@ -73,7 +78,7 @@ extension Array where Element == UInt8 {
     }
 
     public mutating func appendJSONField(_ key: StaticString, _ value: Int64) {
-        Self.withDecimal(value) { appendKey(key, then: $0) }
+        Self.withDecimal(value) { appendInOne(key: key, $0) }
     }
 
     /// A time, as its RFC 3339 string.

@@ -25,7 +25,6 @@ final class LoadGenerator {
     let families: Int
     let window: Int
     let guardians: Int
-    let avatarBytes: Int
     let baseline: Bool
 
     private let loop = EventLoop()
@@ -37,6 +36,9 @@ final class LoadGenerator {
     private var sentAt: [Int: UInt64] = [:]
     private var counter = 0
     private let frames: BenchFrames
+    /// Family and member names end in the run's tag, so that runs against the same relay
+    /// provision their own.
+    private let name: String
     /// The server's pid, from the first connection's peer credentials.
     private(set) var serverPID: Int32?
 
@@ -45,15 +47,10 @@ final class LoadGenerator {
         self.families = families
         self.window = window
         self.guardians = guardians
-        self.avatarBytes = avatarBytes
         self.baseline = baseline
         frames = BenchFrames(avatarBytes: avatarBytes, run: Int.random(in: 0..<(1 << 28)))
         name = "x" + String(frames.run, radix: 16)
     }
-
-    /// Family and member names end in the run's tag, so that runs against the same relay
-    /// provision their own.
-    private let name: String
 
     /// The family's members: the child, then the guardians (the first is `gF…`, the others `gF…-K`).
     private func members(of f: Int) -> [String] {
