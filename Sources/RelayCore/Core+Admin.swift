@@ -10,7 +10,7 @@ extension RelayCore {
             throw RequestError(.badRequest, "family id must match [A-Za-z0-9._-]{1,64}")
         }
         guard families[family] == nil else { throw RequestError(.conflict, "family \(family) already exists") }
-        families[family] = Family()
+        families[family] = Family(id: family)
         store.saveFamily(family)
         return ["family": .string(family)]
     }
@@ -25,43 +25,41 @@ extension RelayCore {
         guard let role = Role(rawValue: roleName), role != .admin else {
             throw RequestError(.badRequest, "role must be child or guardian")
         }
-        guard families[family] != nil else { throw RequestError(.notFound, "no family \(family)") }
+        guard let f = families[family] else { throw RequestError(.notFound, "no family \(family)") }
         guard members[member] == nil else {
             throw RequestError(.conflict, "member id \(member) is taken (ids of removed members are never reused)")
         }
         let token = Token.generate()
         let record = MemberRecord(id: member, family: family, role: role, tokenHash: Token.hash(token))
-        members[member] = record
+        let m = Member(record, family: f)
+        add(m)
         store.saveMember(record)
         if role == .guardian {
-            families[family]?.guardians.append(member)
             // A new guardian learns of every question of the family pending now (§6).
-            for child in families[family]?.children ?? [] {
-                for id in questionsByChild[child] ?? QuestionOrder() {
+            for child in f.children {
+                for id in child.questionOrder {
                     guard let q = questions[id], q.status == .pending else { continue }
-                    appendEvent(to: member, topic: nil, ["type": "question", "question": questionJSON(q)], now: r.now)
+                    appendEvent(to: m, topic: nil, ["type": "question", "question": questionJSON(q)], now: r.now)
                 }
             }
-        } else {
-            families[family]?.children.append(member)
         }
         return ["member": .string(member), "role": .string(role.rawValue), "family": .string(family), "token": .string(token)]
     }
 
     func removeMember(_ r: Request) throws(RequestError) -> ReplyFields {
         let id = try r.string("member")
-        guard var m = members[id], !m.removed else { throw RequestError(.notFound, "no member \(id)") }
-        m.removed = true
-        members[id] = m
-        store.saveMember(m)
-        for conn in live[id] ?? [] { close(conn, .memberRemoved) }
-        durable[id] = nil
+        guard let m = members[id], !m.isRemoved else { throw RequestError(.notFound, "no member \(id)") }
+        m.record.removed = true
+        store.saveMember(m.record)
+        for conn in m.live { close(conn, .memberRemoved) }
+        for durable in m.sessions.values { durable.dirty = false }  // their rows go now: no late cursor write
+        m.sessions = [:]
         store.deleteSessions(member: id)
-        if m.role == .guardian {
-            families[m.family]?.guardians.removeAll { $0 == id }
+        if m.record.role == .guardian {
+            m.family.guardians.removeAll { $0 === m }
         } else {
-            families[m.family]?.children.removeAll { $0 == id }
-            for qid in questionsByChild[id] ?? QuestionOrder() {
+            m.family.children.removeAll { $0 === m }
+            for qid in m.questionOrder {
                 if let q = questions[qid], q.status == .pending { close(question: q, reason: .cancelled, now: r.now) }
             }
         }
@@ -70,12 +68,11 @@ extension RelayCore {
 
     func rotateToken(_ r: Request) throws(RequestError) -> ReplyFields {
         let id = try r.string("member")
-        guard var m = members[id], !m.removed else { throw RequestError(.notFound, "no member \(id)") }
+        guard let m = members[id], !m.isRemoved else { throw RequestError(.notFound, "no member \(id)") }
         let token = Token.generate()
-        m.tokenHash = Token.hash(token)
-        members[id] = m
-        store.saveMember(m)
-        for conn in live[id] ?? [] { close(conn, .tokenRotated) }
+        m.record.tokenHash = Token.hash(token)
+        store.saveMember(m.record)
+        for conn in m.live { close(conn, .tokenRotated) }
         return ["member": .string(id), "token": .string(token)]
     }
 
@@ -84,8 +81,8 @@ extension RelayCore {
             "connections": .int(Int64(connections.count)),
             "sessions": .int(Int64(connections.values.filter { $0.session != nil }.count)),
             "families": .int(Int64(families.count)),
-            "members": .int(Int64(members.values.filter { !$0.removed }.count)),
-            "pendingQuestions": .int(Int64(pendingByChild.values.reduce(0, +))),
+            "members": .int(Int64(members.values.filter { !$0.isRemoved }.count)),
+            "pendingQuestions": .int(Int64(members.values.reduce(0) { $0 + $1.pendingQuestions })),
             "framesIn": .int(Int64(framesIn)),
             "framesOut": .int(Int64(framesOut)),
             "uptimeSeconds": .int((r.now.milliseconds - startedAt.milliseconds) / 1000),

@@ -16,10 +16,9 @@ extension RelayCore {
             topics.insert(kind)
         }
         connections[r.conn]?.session?.topics = topics
-        if let name = r.session.name, var record = durable[r.member]?[name] {
-            record.topics = topics
-            durable[r.member]?[name] = record
-            store.saveSession(record)
+        if let durable = r.session.durable {
+            durable.record.topics = topics
+            store.saveSession(durable.record)
         }
         return ["topics": .array(TopicKind.allCases.filter(topics.contains).map { .string($0.rawValue) })]
     }
@@ -32,7 +31,7 @@ extension RelayCore {
         // The question already filed under this id, if any (validation reads the same id).
         let previous = q["id"]?.string.flatMap(QuestionID.init).flatMap { questions[$0] }
         // A resend of a pending or answered question is answered as the first time (§12).
-        if let existing = previous, existing.child == child {
+        if let existing = previous, existing.child == child.id {
             switch existing.status {
             case .pending:
                 return ["questionId": .string(existing.id), "status": "pending", "attempt": .int(existing.attempt)]
@@ -46,45 +45,44 @@ extension RelayCore {
             }
         }
         let content = try QuestionContent.validate(q, now: r.now)
-        if let previous, previous.child != child {
+        if let previous, previous.child != child.id {
             throw RequestError(.invalidQuestion, "question id \(content.id) is already used by another question")
         }
-        let member = members[child]!
-        let guardians = families[member.family]?.guardians ?? []
+        let guardians = child.family.guardians
         guard !guardians.isEmpty else {
-            throw RequestError(.contactSyncNotSetup, "the family \(member.family) has no guardian to ask")
+            throw RequestError(.contactSyncNotSetup, "the family \(child.family.id) has no guardian to ask")
         }
-        if content.kind == .communication && !member.limitsEnabled {
+        if content.kind == .communication && !child.record.limitsEnabled {
             throw RequestError(
                 .communicationLimitsNotEnabled,
-                "communication limits are off for \(child): the app may allow the contact without asking")
+                "communication limits are off for \(child.id): the app may allow the contact without asking")
         }
-        let pendingNow = pendingByChild[child] ?? 0
+        let pendingNow = child.pendingQuestions
         if config.maxPendingPerChild > 0 && pendingNow >= config.maxPendingPerChild {
             throw RequestError(
                 .tooManyPending,
-                "\(child) already has \(pendingNow) pending questions (the limit is \(config.maxPendingPerChild)); cancel some or wait for answers"
+                "\(child.id) already has \(pendingNow) pending questions (the limit is \(config.maxPendingPerChild)); cancel some or wait for answers"
             )
         }
         if config.askRateLimit > 0 {
             let capacity = max(2 * config.askRateLimit, 1)
-            var bucket = askBuckets[child] ?? TokenBucket(tokens: capacity, last: r.now)
+            var bucket = child.askBucket ?? TokenBucket(tokens: capacity, last: r.now)
             let allowed = bucket.take(rate: config.askRateLimit, capacity: capacity, now: r.now)
-            askBuckets[child] = bucket
+            child.askBucket = bucket
             guard allowed else {
                 throw RequestError(.rateLimited, "too many asks: at most \(config.askRateLimit) per second; try again shortly")
             }
         }
 
         let record = QuestionRecord(
-            content: content, child: child, family: member.family, status: .pending,
+            content: content, child: child.id, family: child.family.id, status: .pending,
             attempt: (previous?.attempt ?? 0) + 1, createdAt: previous?.createdAt ?? r.now)
         questions[record.key] = record
         if previous == nil {
-            questionsByChild[child, default: QuestionOrder()].append(record.key)
+            child.questionOrder.append(record.key)
             forgetOldQuestions(of: child)
         }
-        pendingByChild[child] = pendingNow + 1
+        child.pendingQuestions = pendingNow + 1
         store.saveQuestion(record)
         if let e = content.expiration { questionDeadlines.push((e, record.key)) }
         var fields: [UInt8] = []
@@ -99,7 +97,7 @@ extension RelayCore {
         ok.appendJSONField("questionId", record.id)
         ok.appendJSONField("status", "pending")
         ok.appendJSONField("attempt", record.attempt)
-        if content.kind == .communication && content.handles.allSatisfy({ isKnown($0, child: child, now: r.now) }) {
+        if content.kind == .communication && content.handles.allSatisfy({ child.isKnown($0, at: r.now) }) {
             ok.appendJSONKey("allKnown")
             ok.append(literal: "true")
         }
@@ -108,7 +106,7 @@ extension RelayCore {
 
     func cancel(_ r: Request) throws(RequestError) -> ReplyFields {
         let raw = try r.string("questionId")
-        guard let key = QuestionID(raw), var q = questions[key], q.child == r.member else {
+        guard let key = QuestionID(raw), var q = questions[key], q.child == r.member.id else {
             throw RequestError(.notFound, "no question \(raw) of yours")
         }
         let id = q.id
@@ -136,36 +134,32 @@ extension RelayCore {
             }
             filter = st
         }
-        let list = (questionsByChild[r.member] ?? QuestionOrder()).reversed().compactMap { questions[$0] }
+        let list = r.member.questionOrder.reversed().compactMap { questions[$0] }
             .filter { filter == nil || $0.status == filter }
         return ["questions": .array(list.map(questionJSON))]
     }
 
     func limits(_ r: Request) throws(RequestError) -> ReplyFields {
-        ["enabled": .bool(members[r.member]?.limitsEnabled ?? true)]
+        ["enabled": .bool(r.member.record.limitsEnabled)]
     }
 
     func knownHandles(_ r: Request) throws(RequestError) -> ReplyFields {
         let asked = try r.handles("handles")
-        return ["known": .array(asked.filter { isKnown($0, child: r.member, now: r.now) }.map(\.json))]
+        return ["known": .array(asked.filter { r.member.isKnown($0, at: r.now) }.map(\.json))]
     }
 
     // MARK: - Shared by several requests
 
     /// Keeps at most `maxQuestionsPerChild` questions of a child by forgetting the oldest
     /// finished ones (a resend of a forgotten id is taken as a new question).
-    private func forgetOldQuestions(of child: String) {
-        let forgotten = questionsByChild[child]?.forgetOldest(keeping: config.maxQuestionsPerChild) { key in
+    private func forgetOldQuestions(of child: Member) {
+        let forgotten = child.questionOrder.forgetOldest(keeping: config.maxQuestionsPerChild) { key in
             questions[key]?.status != .pending  // read in place: copying the record out costs more than the test
         }
-        for key in forgotten ?? [] {
+        for key in forgotten {
             questions.removeValue(forKey: key)
             store.deleteQuestion(key)
         }
-    }
-
-    func isKnown(_ h: NormalizedHandle, child: String, now: Timestamp) -> Bool {
-        known[child]?[h]?.isKnown(at: now) ?? false
     }
 
     /// The question as a value, for replies that list or embed questions: one rendering
@@ -226,25 +220,28 @@ extension RelayCore {
         var q = q
         q.status = reason
         questions[q.key] = q
-        pendingByChild[q.child, default: 1] -= 1
+        let child = members[q.child]
+        child?.pendingQuestions -= 1
         store.saveQuestionState(q)
         var toChild: JSONObject = ["type": "questionClosed", "questionId": .string(q.id), "reason": .string(reason.rawValue)]
         if reason == .expired, let d = q.content.choice(q.content.defaultChoice) { toChild["defaultChoice"] = d.json }
-        if members[q.child]?.removed == false {
-            appendEvent(to: q.child, topic: q.content.kind, toChild, now: now)
+        if let child, !child.isRemoved {
+            appendEvent(to: child, topic: q.content.kind, toChild, now: now)
         }
-        tellGuardiansClosed(q, reason: reason, by: nil, now: now)
+        tellGuardiansClosed(q, in: child?.family ?? families[q.family], reason: reason, by: nil, now: now)
     }
 
     /// Appends `questionClosed` to every guardian's stream of the question's family.
-    func tellGuardiansClosed(_ q: QuestionRecord, reason: QuestionStatus, by guardian: String?, now: Timestamp) {
+    func tellGuardiansClosed(
+        _ q: QuestionRecord, in family: Family?, reason: QuestionStatus, by guardian: String?, now: Timestamp
+    ) {
         var fields: [UInt8] = []
         fields.reserveCapacity(160)
         fields.appendJSONField("questionId", q.id)
         fields.appendJSONField("child", q.child)
         fields.appendJSONField("reason", reason.rawValue)
         if let guardian { fields.appendJSONField("by", guardian) }
-        for g in families[q.family]?.guardians ?? [] {
+        for g in family?.guardians ?? [] {
             appendEvent(to: g, topic: nil, type: "questionClosed", encodedFields: fields[...], now: now)
         }
     }

@@ -28,14 +28,15 @@ extension RelayCore {
         }
         while let top = knownDeadlines.top, top.at <= now {
             _ = knownDeadlines.pop()
-            guard var record = known[top.child]?[top.handle], let until = record.until, until <= now else { continue }
+            let child = top.child
+            guard var record = child.known[top.handle], let until = record.until, until <= now else { continue }
             record.until = nil
             if record.permanent {
-                known[top.child]?[top.handle] = record
+                child.known[top.handle] = record
                 store.saveKnownHandle(record)
             } else {
-                known[top.child]?[top.handle] = nil
-                store.deleteKnownHandle(child: top.child, handle: top.handle)
+                child.known[top.handle] = nil
+                store.deleteKnownHandle(child: child.id, handle: top.handle)
                 announceKnown(child: top.child, added: [], removed: [top.handle], now: now)
             }
         }

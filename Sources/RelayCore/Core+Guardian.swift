@@ -9,13 +9,14 @@ extension RelayCore {
     func answer(_ r: Request) throws(RequestError) -> ReplyFields {
         let raw = try r.string("questionId")
         let choiceID = try r.string("choice")
-        guard let key = QuestionID(raw), var q = questions[key], q.family == r.session.family else {
+        let family = r.member.family
+        guard let key = QuestionID(raw), var q = questions[key], q.family == family.id else {
             throw RequestError(.notFound, "no question \(raw) in your family")
         }
         let id = q.id
         switch q.status {
         case .answered:
-            if let o = q.outcome, o.guardian == r.member, o.choice.id == choiceID {
+            if let o = q.outcome, o.guardian == r.member.id, o.choice.id == choiceID {
                 return ["questionId": .string(id), "status": "answered"]
             }
             throw alreadyAnswered(q)
@@ -29,17 +30,18 @@ extension RelayCore {
                 "\"\(choiceID)\" is not a choice of question \(id); its choices are \(q.content.choices.map(\.id).joined(separator: ", "))")
         }
         q.status = .answered
-        q.outcome = Outcome(choice: choice, guardian: r.member, answeredAt: r.now)
+        q.outcome = Outcome(choice: choice, guardian: r.member.id, answeredAt: r.now)
         questions[key] = q
-        pendingByChild[q.child, default: 1] -= 1
+        let child = members[q.child]
+        child?.pendingQuestions -= 1
         store.saveQuestionState(q)
-        if members[q.child]?.removed == false {
-            appendEvent(to: q.child, topic: q.content.kind, type: "response", encodedFields: responseFields(q)[...], now: r.now)
+        if let child, !child.isRemoved {
+            appendEvent(to: child, topic: q.content.kind, type: "response", encodedFields: responseFields(q)[...], now: r.now)
         }
-        tellGuardiansClosed(q, reason: .answered, by: r.member, now: r.now)
-        if choice.answer == .approval && q.content.kind == .communication {
+        tellGuardiansClosed(q, in: family, reason: .answered, by: r.member.id, now: r.now)
+        if let child, choice.answer == .approval && q.content.kind == .communication {
             let until = choice.durationSeconds.map { r.now.adding(seconds: $0) }
-            learn(q.content.handles, child: q.child, until: until, actions: q.content.actions, now: r.now)
+            learn(q.content.handles, child: child, until: until, actions: q.content.actions, now: r.now)
         }
         var ok: [UInt8] = []
         ok.reserveCapacity(80)
@@ -50,7 +52,7 @@ extension RelayCore {
 
     func pending(_ r: Request) throws(RequestError) -> ReplyFields {
         let children = try childrenInScope(r)
-        let list = children.flatMap { questionsByChild[$0] ?? QuestionOrder() }.compactMap { questions[$0] }
+        let list = children.flatMap(\.questionOrder).compactMap { questions[$0] }
             .filter { $0.status == .pending }.sorted { $0.createdAt < $1.createdAt }
         return ["questions": .array(list.map(questionJSON))]
     }
@@ -64,30 +66,29 @@ extension RelayCore {
             guard let n = v.int, n > 0 else { throw RequestError(.badRequest, "\"limit\" must be a positive integer") }
             limit = Int(min(n, 10_000))
         }
-        let list = children.flatMap { questionsByChild[$0] ?? QuestionOrder() }.compactMap { questions[$0] }
+        let list = children.flatMap(\.questionOrder).compactMap { questions[$0] }
             .sorted { $0.createdAt > $1.createdAt }.prefix(limit)
         return ["questions": .array(list.map(questionJSON))]
     }
 
     func setLimits(_ r: Request) throws(RequestError) -> ReplyFields {
-        let child = try r.string("child")
+        let id = try r.string("child")
         let enabled = try r.bool("enabled")
-        guard var m = members[child], !m.removed, m.role == .child,
-            r.session.role == .admin || m.family == r.session.family
-        else { throw RequestError(.notFound, "no child \(child)\(r.session.role == .admin ? "" : " in your family")") }
-        if m.limitsEnabled != enabled {
-            m.limitsEnabled = enabled
-            members[child] = m
-            store.saveMember(m)
+        guard let child = members[id], !child.isRemoved, child.record.role == .child,
+            r.session.role == .admin || child.family === r.session.family
+        else { throw RequestError(.notFound, "no child \(id)\(r.session.role == .admin ? "" : " in your family")") }
+        if child.record.limitsEnabled != enabled {
+            child.record.limitsEnabled = enabled
+            store.saveMember(child.record)
             appendEvent(to: child, topic: nil, ["type": "limitsChanged", "enabled": .bool(enabled)], now: r.now)
         }
-        return ["child": .string(child), "enabled": .bool(enabled)]
+        return ["child": .string(id), "enabled": .bool(enabled)]
     }
 
     func changeKnownHandles(_ r: Request, add: Bool) throws(RequestError) -> ReplyFields {
-        let child = try r.string("child")
-        guard let m = members[child], !m.removed, m.role == .child, m.family == r.session.family else {
-            throw RequestError(.notFound, "no child \(child) in your family")
+        let id = try r.string("child")
+        guard let child = members[id], !child.isRemoved, child.record.role == .child, child.family === r.member.family else {
+            throw RequestError(.notFound, "no child \(id) in your family")
         }
         let handles = try r.handles("handles")
         if add {
@@ -95,37 +96,37 @@ extension RelayCore {
         } else {
             var removed: [NormalizedHandle] = []
             for h in handles {
-                guard let record = known[child]?.removeValue(forKey: h) else { continue }
-                store.deleteKnownHandle(child: child, handle: h)
+                guard let record = child.known.removeValue(forKey: h) else { continue }
+                store.deleteKnownHandle(child: id, handle: h)
                 if record.isKnown(at: r.now) { removed.append(h) }
             }
             announceKnown(child: child, added: [], removed: removed, now: r.now)
         }
-        let count = known[child]?.values.filter { $0.isKnown(at: r.now) }.count ?? 0
-        return ["child": .string(child), "known": .int(Int64(count))]
+        let count = child.known.values.filter { $0.isKnown(at: r.now) }.count
+        return ["child": .string(id), "known": .int(Int64(count))]
     }
 
     /// The children a guardian request covers: the one named in `child`, or all of the family.
-    private func childrenInScope(_ r: Request, includeRemoved: Bool = false) throws(RequestError) -> [String] {
-        guard let family = r.session.family else { return [] }
-        if let child = try r.optionalString("child") {
-            guard let m = members[child], m.role == .child, m.family == family, includeRemoved || !m.removed else {
-                throw RequestError(.notFound, "no child \(child) in your family")
-            }
+    private func childrenInScope(_ r: Request, includeRemoved: Bool = false) throws(RequestError) -> [Member] {
+        let family = r.member.family
+        if let id = try r.optionalString("child") {
+            guard let child = members[id], child.record.role == .child, child.family === family,
+                includeRemoved || !child.isRemoved
+            else { throw RequestError(.notFound, "no child \(id) in your family") }
             return [child]
         }
         if includeRemoved {
-            return members.values.filter { $0.family == family && $0.role == .child }.map(\.id).sorted()
+            return members.values.filter { $0.family === family && $0.record.role == .child }.sorted { $0.id < $1.id }
         }
-        return families[family]?.children ?? []
+        return family.children
     }
 
     /// Makes handles known for a child, permanently (`until` nil) or until an instant.
-    func learn(_ handles: [NormalizedHandle], child: String, until: Timestamp?, actions: [String], now: Timestamp) {
+    func learn(_ handles: [NormalizedHandle], child: Member, until: Timestamp?, actions: [String], now: Timestamp) {
         var added: [NormalizedHandle] = []
         for h in handles {
-            let before = known[child]?[h]
-            var record = before ?? KnownHandleRecord(child: child, handle: h, permanent: false, until: nil, actions: [])
+            let before = child.known[h]
+            var record = before ?? KnownHandleRecord(child: child.id, handle: h, permanent: false, until: nil, actions: [])
             if let until {
                 record.until = max(record.until ?? until, until)
                 knownDeadlines.push((until, child, h))
@@ -134,14 +135,14 @@ extension RelayCore {
             }
             for a in actions where !record.actions.contains(a) { record.actions.append(a) }
             guard record != before else { continue }
-            known[child, default: [:]][h] = record
+            child.known[h] = record
             store.saveKnownHandle(record)
             if !(before?.isKnown(at: now) ?? false) { added.append(h) }
         }
         announceKnown(child: child, added: added, removed: [], now: now)
     }
 
-    func announceKnown(child: String, added: [NormalizedHandle], removed: [NormalizedHandle], now: Timestamp) {
+    func announceKnown(child: Member, added: [NormalizedHandle], removed: [NormalizedHandle], now: Timestamp) {
         guard !added.isEmpty || !removed.isEmpty else { return }
         appendEvent(
             to: child, topic: nil,

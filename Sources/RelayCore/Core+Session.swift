@@ -31,7 +31,7 @@ extension RelayCore {
 
         let denied = "unknown member or wrong token"
         guard let memberID = f["member"]?.string, let token = f["token"]?.string,
-            let m = members[memberID], !m.removed, Token.matches(token, m.tokenHash)
+            let m = members[memberID], !m.isRemoved, Token.matches(token, m.record.tokenHash)
         else { return refuse(.unauthorized, denied) }
 
         var sessionName: String?
@@ -47,30 +47,32 @@ extension RelayCore {
         default: return refuse(.unauthorized, "resume must be a non-negative integer seq")
         }
 
-        let head = heads[memberID] ?? 0
-        var session = Session(role: m.role, member: memberID, family: m.family)
+        let head = m.head
+        var session = Session(role: m.record.role, member: m)
         var welcome: JSONObject = ["type": "welcome"]
         welcome["re"] = id.map(JSON.string)
         welcome["member"] = .string(memberID)
-        welcome["role"] = .string(m.role.rawValue)
-        welcome["family"] = .string(m.family)
+        welcome["role"] = .string(m.record.role.rawValue)
+        welcome["family"] = .string(m.family.id)
         welcome["head"] = .int(head)
         welcome["heartbeatSeconds"] = .int(Int64(config.heartbeatSeconds))
         welcome["maxFrameBytes"] = .int(Int64(config.maxFrameBytes))
         if let name = sessionName {
             // A second connection of the same durable session replaces the first.
-            for other in live[memberID] ?? [] where connections[other]?.session?.name == name {
+            for other in m.live where connections[other]?.session?.durable?.record.name == name {
                 close(other, .sessionReplaced)
             }
-            var record = durable[memberID]?[name] ?? SessionRecord(member: memberID, name: name, cursor: head, topics: [])
-            let isNew = durable[memberID]?[name] == nil
+            let existing = m.sessions[name]
+            var record = existing?.record ?? SessionRecord(member: memberID, name: name, cursor: head, topics: [])
             var start = record.cursor
             if let resume {
                 start = min(resume, head)
-                if start > record.cursor || isNew { record.cursor = start }
+                if start > record.cursor || existing == nil { record.cursor = start }
             }
-            if isNew || record.cursor != durable[memberID]?[name]?.cursor {
-                durable[memberID, default: [:]][name] = record
+            let durable = existing ?? DurableSession(record)
+            if existing == nil || record.cursor != durable.record.cursor {
+                durable.record = record
+                m.sessions[name] = durable
                 store.saveSession(record)
             }
             var gap = false
@@ -82,7 +84,7 @@ extension RelayCore {
                     start = firstKept - 1
                 }
             }
-            session.name = name
+            session.durable = durable
             session.topics = record.topics
             session.replayAfter = start < head ? start : nil
             welcome["session"] = .string(name)
@@ -91,7 +93,7 @@ extension RelayCore {
         }
         connections[conn]?.session = session
         if session.replayAfter != nil { replaying.insert(conn) }
-        live[memberID, default: []].append(conn)
+        m.live.append(conn)
         send(conn, welcome)
         continueReplay(conn)
     }
@@ -101,24 +103,27 @@ extension RelayCore {
             send(conn, RequestError(.badRequest, "ack needs a non-negative integer \"seq\"").frame(re: id))
             return
         }
-        guard let member = session.member, let name = session.name, var record = durable[member]?[name] else { return }
-        let target = min(seq, heads[member] ?? 0)
-        guard target > record.cursor else { return }
-        record.cursor = target
-        durable[member]?[name] = record
-        dirtySessions.insert(SessionKey(member: member, name: name))
+        guard let member = session.member, let durable = session.durable else { return }
+        let target = min(seq, member.head)
+        guard target > durable.record.cursor else { return }
+        durable.record.cursor = target
+        if !durable.dirty {
+            durable.dirty = true
+            dirtySessions.append(durable)
+        }
     }
 
     /// Writes the cursors moved by acks since the last call; acks are stored lazily, once a turn.
     public func flushCursors() {
-        for key in dirtySessions {
-            if let record = durable[key.member]?[key.name] { store.saveSession(record) }
+        for durable in dirtySessions where durable.dirty {
+            durable.dirty = false
+            store.saveSession(durable.record)
         }
         dirtySessions.removeAll(keepingCapacity: true)
     }
 
     /// Appends an event to `member`'s stream; it is delivered after the current reply.
-    func appendEvent(to member: String, topic: TopicKind?, _ fields: JSONObject, now: Timestamp) {
+    func appendEvent(to member: Member, topic: TopicKind?, _ fields: JSONObject, now: Timestamp) {
         var rest: [UInt8] = []
         JSONObject(fields.fields.filter { $0.key != "type" }).encodeFields(into: &rest)
         appendEvent(to: member, topic: topic, type: fields["type"]?.string ?? "", encodedFields: rest.dropFirst(), now: now)
@@ -127,9 +132,10 @@ extension RelayCore {
     /// Appends an event whose fields after `type` and `seq` are already encoded
     /// (`"key":value,…` without braces), so one encoding serves every recipient.
     func appendEvent(
-        to member: String, topic: TopicKind?, type: String, encodedFields: ArraySlice<UInt8>, now: Timestamp
+        to member: Member, topic: TopicKind?, type: String, encodedFields: ArraySlice<UInt8>, now: Timestamp
     ) {
-        let seq = Self.increment(&heads[member, default: 0])  // one lookup, not two
+        member.head += 1
+        let seq = member.head
         let bytes = frame(capacity: encodedFields.count + 48) { out in
             out.append(literal: #"{"type":"#)
             JSON.string(type).encode(into: &out)
@@ -141,14 +147,9 @@ extension RelayCore {
             }
             out.append(UInt8(ascii: "}"))
         }
-        let event = EventRecord(member: member, seq: seq, at: now, topic: topic, frame: bytes)
+        let event = EventRecord(member: member.id, seq: seq, at: now, topic: topic, frame: bytes)
         store.appendEvent(event)
-        deferred.append(event)
-    }
-
-    private static func increment(_ v: inout Int64) -> Int64 {
-        v += 1
-        return v
+        deferred.append((member, event))
     }
 
     /// Sends the events recorded so far to the live sessions that should get them.
@@ -156,8 +157,8 @@ extension RelayCore {
         guard !deferred.isEmpty else { return }
         // Sending records nothing new, so the list is read in place and then emptied (a
         // copy taken first would make the emptying allocate a new buffer every time).
-        for e in deferred {
-            for conn in live[e.member] ?? [] {
+        for (member, e) in deferred {
+            for conn in member.live {
                 guard let c = connections[conn], c.session != nil, c.session?.replayAfter == nil else { continue }
                 if let t = e.topic, c.session?.topics.contains(t) != true { continue }
                 send(conn, e.frame)
@@ -170,8 +171,8 @@ extension RelayCore {
     /// or about `replayBudgetBytes`); the session goes live once it has caught up.
     public func continueReplay(_ conn: ConnectionID) {
         guard var s = connections[conn]?.session, let after = s.replayAfter, let member = s.member else { return }
-        let head = heads[member] ?? 0
-        let batch = (try? store.events(member: member, after: after, limit: config.replayBatch)) ?? []
+        let head = member.head
+        let batch = (try? store.events(member: member.id, after: after, limit: config.replayBatch)) ?? []
         var last = after
         var bytes = 0
         for e in batch {
@@ -191,8 +192,8 @@ extension RelayCore {
     /// Events that a durable session of every member has acknowledged: prunable early (§6).
     public func acknowledgedByAllSessions() -> [String: Int64] {
         var out: [String: Int64] = [:]
-        for (member, sessions) in durable where !sessions.isEmpty {
-            out[member] = sessions.values.map(\.cursor).min()
+        for (id, member) in members where !member.sessions.isEmpty {
+            out[id] = member.sessions.values.map(\.record.cursor).min()
         }
         return out
     }

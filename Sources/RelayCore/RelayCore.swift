@@ -3,9 +3,10 @@
 // to send and connections to close out (`takeOutputs`). Every change is recorded in
 // the store as it is made; the reactor commits the store before it sends anything.
 //
-// Layout: this file holds the state and the dispatch of a frame; Core+Session.swift
-// the handshake, acks, delivery and replay; Core+Child.swift, Core+Guardian.swift and
-// Core+Admin.swift one handler per request type; Core+Expiry.swift the timers.
+// Layout: this file holds the state and the dispatch of a frame; Member.swift what is
+// kept per member and per family; Core+Session.swift the handshake, acks, delivery and
+// replay; Core+Child.swift, Core+Guardian.swift and Core+Admin.swift one handler per
+// request type; Core+Expiry.swift the timers.
 
 import RelayProtocol
 import RelayStore
@@ -54,43 +55,26 @@ public final class RelayCore {
     let store: RelayStore
     let startedAt: Timestamp
 
-    // Identity.
+    // Identity, and each member's streams, sessions, questions and contacts.
     var families: [String: Family] = [:]
-    var members: [String: MemberRecord] = [:]
-    // Questions, all of them, and per child in order of first ask.
+    var members: [String: Member] = [:]
+    // Questions, all of them (a child's in order of asking are in its `Member`).
     var questions: [QuestionID: QuestionRecord] = [:]
-    var questionsByChild: [String: QuestionOrder] = [:]
-    var pendingByChild: [String: Int] = [:]
-    var known: [String: [NormalizedHandle: KnownHandleRecord]] = [:]
-    // Streams and sessions.
-    var heads: [String: Int64] = [:]
-    var durable: [String: [String: SessionRecord]] = [:]
-    var dirtySessions: Set<SessionKey> = []
+    /// Sessions whose cursor an ack moved since the last `flushCursors`.
+    var dirtySessions: [DurableSession] = []
     var connections: [ConnectionID: Connection] = [:]
-    var live: [String: [ConnectionID]] = [:]
     /// Connections whose session is replaying stored events.
     public internal(set) var replaying: Set<ConnectionID> = []
     // Timers.
     var questionDeadlines = Heap<(at: Timestamp, id: QuestionID)>(by: { $0.at < $1.at })
-    var knownDeadlines = Heap<(at: Timestamp, child: String, handle: NormalizedHandle)>(by: { $0.at < $1.at })
-    var askBuckets: [String: TokenBucket] = [:]
+    var knownDeadlines = Heap<(at: Timestamp, child: Member, handle: NormalizedHandle)>(by: { $0.at < $1.at })
     // Statistics for `status`.
     var framesIn = 0
     var framesOut = 0
 
     private var outputs: [CoreOutput] = []
     /// Events recorded while a request is handled, delivered after its reply.
-    var deferred: [EventRecord] = []
-
-    struct Family {
-        var guardians: [String] = []
-        var children: [String] = []
-    }
-
-    struct SessionKey: Hashable {
-        var member: String
-        var name: String
-    }
+    var deferred: [(to: Member, event: EventRecord)] = []
 
     /// Builds the core over `store`, loading its state.
     public init(config: CoreConfig, store: RelayStore, now: Timestamp) throws {
@@ -98,33 +82,50 @@ public final class RelayCore {
         self.store = store
         self.startedAt = now
         let s = try store.load()
-        for f in s.families { families[f] = Family() }
-        for m in s.members {
-            members[m.id] = m
-            guard !m.removed else { continue }
-            if m.role == .guardian {
-                families[m.family, default: Family()].guardians.append(m.id)
-            } else {
-                families[m.family, default: Family()].children.append(m.id)
-            }
-        }
+        for f in s.families { families[f] = Family(id: f) }
+        for m in s.members { add(Member(m, family: family(m.family))) }
         questions.reserveCapacity(s.questions.count)
         // The store reads them in order of asking, so this sort rarely moves anything.
         let inOrder = zip(s.questions, s.questions.dropFirst()).allSatisfy { $0.createdAt <= $1.createdAt }
         for q in inOrder ? s.questions : s.questions.sorted(by: { $0.createdAt < $1.createdAt }) {
             questions[q.key] = q
-            questionsByChild[q.child, default: QuestionOrder()].append(q.key)
+            guard let child = members[q.child] else { continue }
+            child.questionOrder.append(q.key)
             if q.status == .pending {
-                pendingByChild[q.child, default: 0] += 1
+                child.pendingQuestions += 1
                 if let e = q.content.expiration { questionDeadlines.push((e, q.key)) }
             }
         }
         for k in s.knownHandles {
-            known[k.child, default: [:]][k.handle] = k
-            if let u = k.until { knownDeadlines.push((u, k.child, k.handle)) }
+            guard let child = members[k.child] else { continue }
+            child.known[k.handle] = k
+            if let u = k.until { knownDeadlines.push((u, child, k.handle)) }
         }
-        for sess in s.sessions { durable[sess.member, default: [:]][sess.name] = sess }
-        heads = s.heads
+        for sess in s.sessions { members[sess.member]?.sessions[sess.name] = DurableSession(sess) }
+        for (id, head) in s.heads { members[id]?.head = head }
+    }
+
+    deinit {
+        // Families and their members refer to each other.
+        for f in families.values {
+            f.guardians = []
+            f.children = []
+        }
+    }
+
+    /// The family `id`, made if it is not known yet.
+    func family(_ id: String) -> Family {
+        if let f = families[id] { return f }
+        let f = Family(id: id)
+        families[id] = f
+        return f
+    }
+
+    /// Files a member under its id and, unless removed, in its family.
+    func add(_ m: Member) {
+        members[m.id] = m
+        guard !m.isRemoved else { return }
+        if m.record.role == .guardian { m.family.guardians.append(m) } else { m.family.children.append(m) }
     }
 
     /// Frames to send and connections to close, in order, since the last call.
@@ -161,10 +162,7 @@ public final class RelayCore {
     private func forget(_ conn: ConnectionID) {
         guard let c = connections.removeValue(forKey: conn) else { return }
         replaying.remove(conn)
-        if let s = c.session, let m = s.member {
-            live[m]?.removeAll { $0 == conn }
-            if live[m]?.isEmpty == true { live[m] = nil }
-        }
+        c.session?.member?.live.removeAll { $0 == conn }
     }
 
     /// Whether the connection's session is still replaying; the reactor holds back its
@@ -282,7 +280,8 @@ public final class RelayCore {
         let frame: JSONObject
         let now: Timestamp
 
-        var member: String { session.member ?? "" }
+        /// The sender: every request but an admin's has one.
+        var member: Member { session.member! }
 
         func string(_ key: String) throws(RequestError) -> String {
             guard let s = frame[key]?.string else { throw RequestError(.badRequest, "\"\(key)\" must be a string") }
@@ -372,10 +371,10 @@ final class Connection {
 struct Session {
     var role: Role
     /// nil for admin sessions.
-    var member: String?
-    var family: String?
-    /// The durable session name, or nil for an ephemeral session.
-    var name: String?
+    var member: Member?
+    /// The durable session, or nil for an ephemeral one.
+    var durable: DurableSession?
+    var family: Family? { member?.family }
     var topics: Set<TopicKind> = []
     /// While replaying: the last seq considered; nil once live.
     var replayAfter: Int64?

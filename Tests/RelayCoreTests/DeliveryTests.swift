@@ -196,4 +196,18 @@ final class AckTests: XCTestCase {
         XCTAssertTrue(store.hasChanges)
         XCTAssertEqual(try store.load().sessions.first { $0.name == "tab" }?.cursor, 1)
     }
+
+    func testACursorMovedBeforeItsMemberIsRemovedIsNotWrittenBack() throws {
+        let store = MemoryStore()
+        let h = try CoreHarness(store: store)
+        h.standardFamilies()
+        let (g, _) = h.login("g1", session: "tab")
+        let (c, _) = h.login("c1")
+        h.ok(c, ["type": "ask", "question": .object(h.question())])
+        h.send(g, ["type": "ack", "seq": 1])
+        h.ok(h.admin(), ["type": "removeMember", "member": "g1"])
+        h.core.flushCursors()
+        try store.commit()
+        XCTAssertEqual(try store.load().sessions.filter { $0.member == "g1" }.map(\.name), [], "the removed member's sessions stay gone")
+    }
 }
