@@ -13,6 +13,7 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
 }
 
 let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+let sqliteStatic: sqlite3_destructor_type? = nil
 
 final class SQLiteDatabase {
     private var db: OpaquePointer?
@@ -61,35 +62,47 @@ final class SQLiteDatabase {
         // Every run binds all of a statement's parameters (checked), so none need clearing.
         precondition(Int(sqlite3_bind_parameter_count(stmt)) == args.count, "a statement run with the wrong number of values")
         defer { sqlite3_reset(stmt) }
-        for (i, a) in args.enumerated() {
-            let idx = Int32(i + 1)
-            let rc: Int32
-            switch a {
-            case .null: rc = sqlite3_bind_null(stmt, idx)
-            case .int(let v): rc = sqlite3_bind_int64(stmt, idx, v)
-            case .text(""), .utf8([]):
-                rc = sqlite3_bind_text(stmt, idx, "", 0, sqliteTransient)  // a nil address would bind NULL
-            case .text(var s):
-                // Bound from the string's own bytes: passing a String where C wants a pointer
-                // makes a new C string each time.
-                rc = s.withUTF8 { p in
-                    p.withMemoryRebound(to: CChar.self) { sqlite3_bind_text(stmt, idx, $0.baseAddress, Int32($0.count), sqliteTransient) }
-                }
-            case .utf8(let b):
-                rc = b.withUnsafeBufferPointer { p in
-                    p.withMemoryRebound(to: CChar.self) { sqlite3_bind_text(stmt, idx, $0.baseAddress, Int32($0.count), sqliteTransient) }
-                }
-            case .blob(let b):
-                rc = b.withUnsafeBytes { sqlite3_bind_blob(stmt, idx, $0.baseAddress, Int32($0.count), sqliteTransient) }
+        try bindThenStep(stmt, args, from: 0, row: row)
+    }
+
+    /// Binds `args[i...]`, then steps. Text and blobs are bound where they stand, without
+    /// SQLite's copy (SQLITE_STATIC): each is bound inside its own access to the bytes and
+    /// the steps run innermost, so the bytes outlive every read; they are unbound before
+    /// the access ends.
+    private func bindThenStep(_ stmt: OpaquePointer, _ args: [SQLValue], from i: Int, row: ((Row) throws -> Void)?) throws {
+        guard i < args.count else {
+            while true {
+                let rc = sqlite3_step(stmt)
+                if rc == SQLITE_DONE { return }
+                guard rc == SQLITE_ROW else { throw error(rc) }
+                try row?(Row(stmt: stmt))
             }
-            guard rc == SQLITE_OK else { throw error(rc) }
         }
-        while true {
-            let rc = sqlite3_step(stmt)
-            if rc == SQLITE_DONE { return }
-            guard rc == SQLITE_ROW else { throw error(rc) }
-            try row?(Row(stmt: stmt))
+        let idx = Int32(i + 1)
+        func check(_ rc: Int32) throws { guard rc == SQLITE_OK else { throw error(rc) } }
+        func bound(_ p: UnsafeRawBufferPointer, asText: Bool) throws {
+            try check(
+                asText
+                    ? sqlite3_bind_text(stmt, idx, p.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(p.count), sqliteStatic)
+                    : sqlite3_bind_blob(stmt, idx, p.baseAddress, Int32(p.count), sqliteStatic))
+            defer { sqlite3_bind_null(stmt, idx) }
+            try bindThenStep(stmt, args, from: i + 1, row: row)
         }
+        switch args[i] {
+        case .null:
+            try check(sqlite3_bind_null(stmt, idx))
+        case .int(let v):
+            try check(sqlite3_bind_int64(stmt, idx, v))
+        case .text(""), .utf8([]):
+            try check(sqlite3_bind_text(stmt, idx, "", 0, sqliteTransient))  // a nil address would bind NULL
+        case .text(var s):
+            return try s.withUTF8 { try bound(UnsafeRawBufferPointer($0), asText: true) }
+        case .utf8(let b):
+            return try b.withUnsafeBytes { try bound($0, asText: true) }
+        case .blob(let b):
+            return try b.withUnsafeBytes { try bound($0, asText: false) }
+        }
+        try bindThenStep(stmt, args, from: i + 1, row: row)
     }
 
     func scalar(_ sql: StaticString, _ args: [SQLValue] = []) throws -> Int64? {
