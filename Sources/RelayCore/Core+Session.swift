@@ -137,10 +137,9 @@ extension RelayCore {
         member.head += 1
         let seq = member.head
         let bytes = frame(capacity: encodedFields.count + 48) { out in
-            out.append(literal: #"{"type":"#)
-            JSON.string(type).encode(into: &out)
-            out.append(literal: #","seq":"#)
-            out.appendJSONInteger(seq)
+            out.append(UInt8(ascii: "{"))
+            out.appendJSONField("type", type)
+            out.appendJSONField("seq", seq)
             if !encodedFields.isEmpty {
                 out.append(UInt8(ascii: ","))
                 out.append(bytes: encodedFields)

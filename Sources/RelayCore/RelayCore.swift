@@ -254,10 +254,7 @@ public final class RelayCore {
                 conn,
                 frame { out in
                     out.append(literal: #"{"type":"ok""#)
-                    if let id {
-                        out.append(literal: #","re":"#)
-                        JSON.string(id).encode(into: &out)
-                    }
+                    if let id { out.appendJSONField("re", id) }
                     switch fields {
                     case .object(let o): o.encodeFields(into: &out)
                     case .encoded(let bytes):

@@ -83,10 +83,7 @@ extension Array where Element == UInt8 {
 
     /// A time, as its RFC 3339 string.
     public mutating func appendJSONField(_ key: StaticString, _ value: Timestamp) {
-        appendJSONKey(key)
-        append(UInt8(ascii: "\""))
-        value.appendRFC3339(to: &self)
-        append(UInt8(ascii: "\""))
+        value.withRFC3339 { appendInOne(key: key, $0, quoted: true) }
     }
 
     /// `value` in decimal, as `String(value)` writes it.

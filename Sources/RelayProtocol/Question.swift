@@ -65,8 +65,9 @@ public struct Choice: Sendable, Equatable {
     }
 }
 
-/// The communication actions of the contract; absent or empty means `communicate`.
-public let communicationActions: Set<String> = [
+/// The communication actions of the contract; absent or empty means `communicate`. A list:
+/// a scan of ten short strings costs less than hashing the one looked for.
+public let communicationActions: [String] = [
     "message", "audioCall", "videoCall", "call", "chat", "follow", "beFollowed", "friend", "connect", "communicate",
 ]
 
@@ -182,7 +183,8 @@ extension QuestionContent {
 
         // The canonical form is written as it is validated: known fields only, in a fixed order.
         // A UUID already in upper case is the canonical form as it stands (no new string).
-        let id = rawID.utf8.contains(where: { $0 >= UInt8(ascii: "a") }) ? key.description : rawID
+        var raw = rawID
+        let id = raw.withUTF8 { $0.contains { $0 >= UInt8(ascii: "a") } } ? key.description : rawID
         var out: [UInt8] = [UInt8(ascii: "{")]
         out.reserveCapacity(512)
         out.appendJSONField("id", id)

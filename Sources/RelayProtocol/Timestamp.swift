@@ -25,17 +25,21 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Appends `rfc3339`'s bytes: it is formatted for every event that carries a time, so
-    /// it is written into a small buffer first and appended in one copy (appending byte by
-    /// byte checked the array's capacity and uniqueness some thirty times).
-    public func appendRFC3339(to out: inout [UInt8]) {
+    /// Appends `rfc3339`'s bytes.
+    public func appendRFC3339(to out: inout [UInt8]) { withRFC3339 { out.append(contentsOf: $0) } }
+
+    /// Calls `body` with `rfc3339`'s bytes: it is formatted for every event that carries a
+    /// time, so it is written into a small buffer that the caller copies whole, with what
+    /// goes around it (appending byte by byte checked the array's capacity and uniqueness
+    /// some thirty times).
+    func withRFC3339<R>(_ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         let days = Int64((Double(milliseconds) / 86_400_000).rounded(.down))
         let msOfDay = milliseconds - days * 86_400_000
         let (y, m, d) = Timestamp.civil(fromDays: days)
         let secs = msOfDay / 1000
         let ms = msOfDay % 1000
         // At most 31 bytes: a sign, 19 digits of year, "-MM-DDTHH:MM:SS.mmmZ".
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 40) { buf in
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 40) { buf in
             var n = 0
             func put(_ c: UInt8) {
                 buf[n] = c
@@ -76,7 +80,7 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
                 two(ms % 100)
             }
             put(UInt8(ascii: "Z"))
-            out.append(contentsOf: UnsafeBufferPointer(rebasing: buf[0..<n]))
+            return body(UnsafeBufferPointer(rebasing: buf[0..<n]))
         }
     }
 
