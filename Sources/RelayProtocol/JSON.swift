@@ -518,12 +518,29 @@ extension JSONObject {
     public func encode(into out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))
         for (k, field) in fields.enumerated() {
+            if case .string(let value) = field.value, Self.appendShortStringField(field.key, value, into: &out) { continue }
             if k > 0 { out.append(UInt8(ascii: ",")) }
             JSON.encodeString(field.key, into: &out)
             out.append(UInt8(ascii: ":"))
             field.value.encode(into: &out)
         }
         out.append(UInt8(ascii: "}"))
+    }
+
+    /// Writes `"key":"value"` (after a comma unless first) in one append when both are
+    /// short and need no escaping, as most string fields are; false if it wrote nothing.
+    private static func appendShortStringField(_ key: String, _ value: String, into out: inout [UInt8]) -> Bool {
+        var key = key
+        var value = value
+        return key.withUTF8 { k in
+            value.withUTF8 { v in
+                guard k.count + v.count <= [UInt8].shortValue, !JSON.needsEscaping(k), !JSON.needsEscaping(v) else {
+                    return false
+                }
+                out.appendInOne(keyBytes: k, v, quoted: true)
+                return true
+            }
+        }
     }
 
     public var encoded: [UInt8] {

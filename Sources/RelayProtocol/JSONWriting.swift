@@ -49,8 +49,15 @@ extension Array where Element == UInt8 {
     /// `"key":` as `appendJSONKey` writes it (if there is a key), then `value` if there is
     /// one (in quotes if `quoted`; it must need no escaping), in one append.
     @inline(__always) mutating func appendInOne(key: StaticString?, _ value: UnsafeBufferPointer<UInt8>?, quoted: Bool = false) {
+        appendInOne(keyBytes: key.map { UnsafeBufferPointer(start: $0.utf8Start, count: $0.utf8CodeUnitCount) }, value, quoted: quoted)
+    }
+
+    /// The same, with the key given as bytes (it must need no escaping).
+    @inline(__always) mutating func appendInOne(
+        keyBytes key: UnsafeBufferPointer<UInt8>?, _ value: UnsafeBufferPointer<UInt8>?, quoted: Bool = false
+    ) {
         let comma = key != nil && (last.map { $0 != UInt8(ascii: "{") } ?? false)
-        let n = key?.utf8CodeUnitCount ?? 0
+        let n = key?.count ?? 0
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: n + 6 + (value?.count ?? 0)) { buf in
             var at = 0
             func put(_ c: UInt8) {
@@ -64,7 +71,7 @@ extension Array where Element == UInt8 {
             if let key {
                 if comma { put(UInt8(ascii: ",")) }
                 put(UInt8(ascii: "\""))
-                put(key.utf8Start, n)
+                put(key.baseAddress, n)
                 put(UInt8(ascii: "\""))
                 put(UInt8(ascii: ":"))
             }

@@ -109,6 +109,25 @@ final class JSONTests: XCTestCase {
         }
     }
 
+    /// An object's short string fields are written in one append each: keys and values of
+    /// lengths about the limit, plain and needing escapes, first and later, read back whole.
+    func testObjectStringFieldsOfEveryLengthReadBack() throws {
+        for keyLength in 1...70 {
+            for valueLength in [0, 1, 30, 62, 63, 64, 65, 100] {
+                for escaped in [false, true] {
+                    let key = String(repeating: "k", count: keyLength) + (escaped ? "\\" : "")
+                    let value = String(repeating: "é", count: valueLength) + (escaped ? "\"\n" : "")
+                    let object: JSONObject = [key: .string(value), "n": 1, "z": .string(value)]
+                    let encoded = JSON.object(object).encoded
+                    XCTAssertEqual(try JSON.parse(encoded), .object(object), "key \(keyLength), value \(valueLength)")
+                    let theirs = try JSONSerialization.jsonObject(with: Data(encoded)) as? [String: Any]
+                    XCTAssertEqual(theirs?[key] as? String, value)
+                    XCTAssertEqual(theirs?["z"] as? String, value)
+                }
+            }
+        }
+    }
+
     func testNumbersJSONCannotHoldAreWrittenAsNull() throws {
         for d in [Double.nan, .infinity, -.infinity] {
             let encoded = JSON.object(["x": .double(d)]).encoded
