@@ -182,7 +182,8 @@ final class AckTests: XCTestCase {
         XCTAssertTrue(h.drain(e).isEmpty, "an ack on an ephemeral session is ignored")
     }
 
-    func testCursorsAreStoredOncePerTurn() throws {
+    /// g1 on durable session "tab" with one event (a question) to acknowledge, committed.
+    private func guardianWithOneEvent() throws -> (MemoryStore, CoreHarness, guardian: ConnectionID) {
         let store = MemoryStore()
         let h = try CoreHarness(store: store)
         h.standardFamilies()
@@ -190,6 +191,11 @@ final class AckTests: XCTestCase {
         let (c, _) = h.login("c1")
         h.ok(c, ["type": "ask", "question": .object(h.question())])
         try store.commit()
+        return (store, h, g)
+    }
+
+    func testCursorsAreStoredOncePerTurn() throws {
+        let (store, h, g) = try guardianWithOneEvent()
         h.send(g, ["type": "ack", "seq": 1])
         XCTAssertFalse(store.hasChanges, "an ack alone writes nothing until the turn ends")
         h.core.flushCursors()
@@ -198,12 +204,7 @@ final class AckTests: XCTestCase {
     }
 
     func testACursorMovedBeforeItsMemberIsRemovedIsNotWrittenBack() throws {
-        let store = MemoryStore()
-        let h = try CoreHarness(store: store)
-        h.standardFamilies()
-        let (g, _) = h.login("g1", session: "tab")
-        let (c, _) = h.login("c1")
-        h.ok(c, ["type": "ask", "question": .object(h.question())])
+        let (store, h, g) = try guardianWithOneEvent()
         h.send(g, ["type": "ack", "seq": 1])
         h.ok(h.admin(), ["type": "removeMember", "member": "g1"])
         h.core.flushCursors()
