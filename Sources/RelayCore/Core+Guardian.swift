@@ -126,15 +126,21 @@ extension RelayCore {
         var added: [NormalizedHandle] = []
         for h in handles {
             let before = child.known[h]
+            // Known already for at least as long, with these actions (a contact approved
+            // again, the usual case): nothing would change, and no deadline is added.
+            if let b = before, until.map({ u in b.until.map { $0 >= u } ?? false }) ?? b.permanent,
+                actions.allSatisfy(b.actions.contains)
+            {
+                continue
+            }
             var record = before ?? KnownHandleRecord(child: child.id, handle: h, permanent: false, until: nil, actions: [])
             if let until {
                 record.until = max(record.until ?? until, until)
-                knownDeadlines.push((until, child, h))
+                if record.until != before?.until { knownDeadlines.push((until, child, h)) }
             } else {
                 record.permanent = true
             }
             for a in actions where !record.actions.contains(a) { record.actions.append(a) }
-            guard record != before else { continue }
             child.known[h] = record
             store.saveKnownHandle(record)
             if !(before?.isKnown(at: now) ?? false) { added.append(h) }

@@ -119,6 +119,43 @@ final class AnswerTests: XCTestCase {
         XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty)
     }
 
+    /// A later timed approval extends a contact's time; an earlier-ending one neither
+    /// shortens it nor announces anything.
+    func testTimedApprovalsExtendButNeverShortenAKnownHandle() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        let choices: JSON = [
+            .object(["id": "min", "title": "A minute", "answer": "approval", "durationSeconds": 60]),
+            .object(["id": "hour", "title": "An hour", "answer": "approval", "durationSeconds": 3600]),
+            .object(["id": "two", "title": "Two hours", "answer": "approval", "durationSeconds": 7200]),
+            .object(["id": "no", "title": "No", "answer": "denial"]),
+        ]
+        let handle: JSON = .object(["value": "+15550100", "kind": "phoneNumber"])
+        func approve(_ choice: String) {
+            let q = h.question(expiresIn: nil, choices: choices)
+            h.ok(c, ["type": "ask", "question": .object(q)])
+            h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": .string(choice)])
+        }
+        func known() -> Int? { h.ok(c, ["type": "knownHandles", "handles": [handle]])["known"]?.array?.count }
+        approve("hour")  // known until 3600
+        XCTAssertEqual(h.events(c, "knownHandlesChanged").count, 1)
+        h.advance(seconds: 10)
+        approve("min")  // would end at 70: changes nothing
+        XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty)
+        h.advance(seconds: 190)
+        XCTAssertEqual(known(), 1, "still known at 200")
+        approve("two")  // until 7400
+        XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty, "it was known already")
+        h.advance(seconds: 3500)
+        XCTAssertEqual(known(), 1, "still known at 3700: the later approval extended it")
+        XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty)
+        h.advance(seconds: 3701)
+        XCTAssertEqual(h.events(c, "knownHandlesChanged").first?["removed"], [handle])
+        XCTAssertEqual(known(), 0)
+    }
+
     func testPendingAndHistory() throws {
         let h = try CoreHarness()
         h.standardFamilies()
