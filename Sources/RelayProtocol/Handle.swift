@@ -29,12 +29,22 @@ public struct NormalizedHandle: Hashable, Sendable, Comparable {
             let plus =
                 first > 0x20 && first < 0x80
                 ? first == UInt8(ascii: "+") : rawValue.trimmingWhitespace().utf8.first == UInt8(ascii: "+")
-            var out: [UInt8] = []
-            out.reserveCapacity(utf8.count)
-            if plus { out.append(UInt8(ascii: "+")) }
-            for c in utf8 where c >= 48 && c <= 57 { out.append(c) }
-            guard out.count > (out.first == UInt8(ascii: "+") ? 1 : 0) else { return nil }
-            value = String(decoding: out, as: UTF8.self)
+            // Written into a buffer on the stack: a handle is normalized for every question asked.
+            let normalized = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: utf8.count + 1) { out -> String? in
+                var n = 0
+                if plus {
+                    out[0] = UInt8(ascii: "+")
+                    n = 1
+                }
+                for c in utf8 where c >= 48 && c <= 57 {
+                    out[n] = c
+                    n += 1
+                }
+                guard n > (plus ? 1 : 0) else { return nil }
+                return String(decoding: UnsafeBufferPointer(rebasing: out[..<n]), as: UTF8.self)
+            }
+            guard let normalized else { return nil }
+            value = normalized
         case .emailAddress:
             let v = rawValue.trimmingWhitespace().lowercased()
             guard !v.isEmpty, v.contains("@") else { return nil }

@@ -46,6 +46,9 @@ final class ValuesTests: XCTestCase {
         XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: " +1 (234) 567-890")?.value, "+1234567890")
         XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: "1234567890")?.value, "1234567890")
         XCTAssertNil(NormalizedHandle(kind: .phoneNumber, rawValue: "+()-"))
+        XCTAssertNil(NormalizedHandle(kind: .phoneNumber, rawValue: ""))
+        XCTAssertEqual(
+            NormalizedHandle(kind: .phoneNumber, rawValue: "+1 234 567 890 123 456 789 0")?.value, "+12345678901234567890")
         // A "+" counts only first, after any whitespace, Unicode's included.
         XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: "\t\u{00A0}\u{2003}+44 20")?.value, "+4420")
         XCTAssertEqual(NormalizedHandle(kind: .phoneNumber, rawValue: "\u{00A0}44 20")?.value, "4420")
