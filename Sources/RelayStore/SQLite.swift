@@ -85,7 +85,11 @@ final class SQLiteDatabase {
                 asText
                     ? sqlite3_bind_text(stmt, idx, p.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(p.count), sqliteStatic)
                     : sqlite3_bind_blob(stmt, idx, p.baseAddress, Int32(p.count), sqliteStatic))
-            defer { sqlite3_bind_null(stmt, idx) }
+            defer {
+                sqlite3_reset(stmt)  // a statement takes new bindings only once reset
+                let rc = sqlite3_bind_null(stmt, idx)
+                assert(rc == SQLITE_OK, "a parameter bound in place could not be unbound")
+            }
             try bindThenStep(stmt, args, from: i + 1, row: row)
         }
         switch args[i] {
