@@ -172,7 +172,8 @@ extension RelayCore {
 
     /// The question as sent on — its content plus child, createdAt, status, attempt and
     /// outcome — spliced onto the content's encoded bytes instead of re-encoding them.
-    func appendQuestion(_ q: QuestionRecord, to out: inout [UInt8]) {
+    /// `outcomeFields`, when given, are the outcome's fields already encoded.
+    func appendQuestion(_ q: QuestionRecord, to out: inout [UInt8], outcomeFields: [UInt8]? = nil) {
         out.append(bytes: q.content.encoded.dropLast())  // all but the closing brace
         out.appendJSONField("child", q.child)
         out.appendJSONField("createdAt", q.createdAt)
@@ -181,7 +182,7 @@ extension RelayCore {
         if let o = q.outcome {
             out.appendJSONKey("outcome")
             out.append(UInt8(ascii: "{"))
-            appendOutcomeFields(o, to: &out)
+            if let outcomeFields { out.append(bytes: outcomeFields) } else { appendOutcomeFields(o, to: &out) }
             out.append(UInt8(ascii: "}"))
         }
         out.append(UInt8(ascii: "}"))
@@ -195,14 +196,19 @@ extension RelayCore {
         out.appendJSONField("answeredAt", o.answeredAt)
     }
 
-    /// The fields of a `response` event, without `type` and `seq`, encoded.
+    /// The fields of a `response` event, without `type` and `seq`, encoded. The outcome's
+    /// fields appear twice (in the question and after it) and are encoded once.
     func responseFields(_ q: QuestionRecord) -> [UInt8] {
         guard let o = q.outcome else { return [] }
+        var outcome: [UInt8] = []
+        outcome.reserveCapacity(160)
+        appendOutcomeFields(o, to: &outcome)
         var out: [UInt8] = []
         out.reserveCapacity(q.content.encoded.count + 400)
         out.appendJSONKey("question")
-        appendQuestion(q, to: &out)
-        appendOutcomeFields(o, to: &out)
+        appendQuestion(q, to: &out, outcomeFields: outcome)
+        out.append(UInt8(ascii: ","))
+        out.append(bytes: outcome)
         return out
     }
 
