@@ -1,4 +1,4 @@
-import RelayCore
+@testable import RelayCore
 import RelayProtocol
 import XCTest
 
@@ -82,6 +82,19 @@ final class HandshakeTests: XCTestCase {
         h.pump()
         XCTAssertEqual(h.drain(c).first?["code"]?.string, "frameTooLarge")
         XCTAssertEqual(h.closed[c], .framingViolation)
+    }
+
+    /// The request table is a list: each request type must be in it exactly once.
+    func testEveryRequestTypeHasOneHandler() {
+        let names = RelayCore.handlers.map(\.key)
+        XCTAssertEqual(names.count, Set(names).count, "a request type is named twice: \(names)")
+        XCTAssertEqual(
+            Set(names),
+            [
+                "subscribe", "ask", "cancel", "questions", "limits", "knownHandles", "answer", "pending", "setLimits",
+                "addKnownHandles", "removeKnownHandles", "history", "createFamily", "addMember", "removeMember", "rotateToken",
+                "status",
+            ])
     }
 
     func testRolesAreEnforced() throws {
