@@ -51,7 +51,7 @@ extension RelayCore {
         guard let m = members[id], !m.isRemoved else { throw RequestError(.notFound, "no member \(id)") }
         m.record.removed = true
         store.saveMember(m.record)
-        for conn in m.live { close(conn, .memberRemoved) }
+        for c in m.live { close(c.id, .memberRemoved) }
         for durable in m.sessions.values { durable.dirty = false }  // their rows go now: no late cursor write
         m.sessions = [:]
         store.deleteSessions(member: id)
@@ -72,7 +72,7 @@ extension RelayCore {
         let token = Token.generate()
         m.record.tokenHash = Token.hash(token)
         store.saveMember(m.record)
-        for conn in m.live { close(conn, .tokenRotated) }
+        for c in m.live { close(c.id, .tokenRotated) }
         return ["member": .string(id), "token": .string(token)]
     }
 

@@ -59,8 +59,8 @@ extension RelayCore {
         welcome["maxFrameBytes"] = .int(Int64(config.maxFrameBytes))
         if let name = sessionName {
             // A second connection of the same durable session replaces the first.
-            for other in m.live where connections[other]?.session?.durable?.record.name == name {
-                close(other, .sessionReplaced)
+            for other in m.live where other.session?.durable?.record.name == name {
+                close(other.id, .sessionReplaced)
             }
             let existing = m.sessions[name]
             var record = existing?.record ?? SessionRecord(member: memberID, name: name, cursor: head, topics: [])
@@ -91,9 +91,10 @@ extension RelayCore {
             welcome["cursor"] = .int(start)
             if gap { welcome["gap"] = true }
         }
-        connections[conn]?.session = session
+        guard let c = connections[conn] else { return }
+        c.session = session
         if session.replayAfter != nil { replaying.insert(conn) }
-        m.live.append(conn)
+        m.live.append(c)
         send(conn, welcome)
         continueReplay(conn)
     }
@@ -157,10 +158,10 @@ extension RelayCore {
         // Sending records nothing new, so the list is read in place and then emptied (a
         // copy taken first would make the emptying allocate a new buffer every time).
         for (member, e) in deferred {
-            for conn in member.live {
-                guard let c = connections[conn], c.session != nil, c.session?.replayAfter == nil else { continue }
+            for c in member.live {
+                guard c.session != nil, c.session?.replayAfter == nil else { continue }
                 if let t = e.topic, c.session?.topics.contains(t) != true { continue }
-                send(conn, e.frame)
+                send(c.id, e.frame)
             }
         }
         deferred.removeAll(keepingCapacity: true)

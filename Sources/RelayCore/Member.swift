@@ -15,7 +15,7 @@ final class Member {
     /// Its durable sessions, by name.
     var sessions: [String: DurableSession] = [:]
     /// Its connections with an established session.
-    var live: [ConnectionID] = []
+    var live: [Connection] = []
 
     // A child's questions and contacts (empty for a guardian).
     /// Question ids in order of first ask.

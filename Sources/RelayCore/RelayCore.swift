@@ -106,11 +106,12 @@ public final class RelayCore {
     }
 
     deinit {
-        // Families and their members refer to each other.
+        // Families and their members refer to each other, and members and their connections.
         for f in families.values {
             f.guardians = []
             f.children = []
         }
+        for m in members.values { m.live = [] }
     }
 
     /// The family `id`, made if it is not known yet.
@@ -153,7 +154,7 @@ public final class RelayCore {
 
     /// A new connection from a peer with `uid`.
     public func connected(_ conn: ConnectionID, peerUID: UInt32?) {
-        connections[conn] = Connection(peerUID: peerUID)
+        connections[conn] = Connection(id: conn, peerUID: peerUID)
     }
 
     /// The peer went away (or the reactor closed the connection).
@@ -162,7 +163,7 @@ public final class RelayCore {
     private func forget(_ conn: ConnectionID) {
         guard let c = connections.removeValue(forKey: conn) else { return }
         replaying.remove(conn)
-        c.session?.member?.live.removeAll { $0 == conn }
+        c.session?.member?.live.removeAll { $0 === c }
     }
 
     /// Whether the connection's session is still replaying; the reactor holds back its
@@ -359,10 +360,14 @@ enum ReplyFields: ExpressibleByDictionaryLiteral {
 /// A connection as the core sees it. A class: it is looked at for every frame and every
 /// event delivered, and a struct would be copied out whole each time.
 final class Connection {
+    let id: ConnectionID
     let peerUID: UInt32?
     var session: Session?
 
-    init(peerUID: UInt32?) { self.peerUID = peerUID }
+    init(id: ConnectionID, peerUID: UInt32?) {
+        self.id = id
+        self.peerUID = peerUID
+    }
 }
 
 /// An established session: who it is and what it receives.
