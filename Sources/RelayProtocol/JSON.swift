@@ -448,15 +448,11 @@ extension JSON {
     static func encodeString(_ s: String, into out: inout [UInt8]) {
         var s = s
         s.withUTF8 { bytes in
+            if out.appendPlainString(keyBytes: nil, bytes) { return }
             guard needsEscaping(bytes) else {
-                // Quoted in one append when short (most are: ids, names, choices).
-                guard bytes.count <= [UInt8].shortValue else {
-                    out.append(UInt8(ascii: "\""))
-                    out.append(contentsOf: bytes)
-                    out.append(UInt8(ascii: "\""))
-                    return
-                }
-                out.appendInOne(key: nil, bytes, quoted: true)
+                out.append(UInt8(ascii: "\""))
+                out.append(contentsOf: bytes)
+                out.append(UInt8(ascii: "\""))
                 return
             }
             out.append(UInt8(ascii: "\""))
@@ -528,18 +524,13 @@ extension JSONObject {
     }
 
     /// Writes `"key":"value"` (after a comma unless first) in one append when both are
-    /// short and need no escaping, as most string fields are; false if it wrote nothing.
+    /// short and need no escaping; false if it wrote nothing.
     private static func appendShortStringField(_ key: String, _ value: String, into out: inout [UInt8]) -> Bool {
         var key = key
         var value = value
         return key.withUTF8 { k in
-            value.withUTF8 { v in
-                guard k.count + v.count <= [UInt8].shortValue, !JSON.needsEscaping(k), !JSON.needsEscaping(v) else {
-                    return false
-                }
-                out.appendInOne(keyBytes: k, v, quoted: true)
-                return true
-            }
+            guard k.count <= [UInt8].shortValue, !JSON.needsEscaping(k) else { return false }
+            return value.withUTF8 { out.appendPlainString(keyBytes: k, $0) }
         }
     }
 

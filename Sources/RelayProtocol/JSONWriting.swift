@@ -32,24 +32,33 @@ extension Array where Element == UInt8 {
 
     public mutating func appendJSONField(_ key: StaticString, _ value: String) {
         var value = value
-        let written = value.withUTF8 { v in
-            guard v.count <= Self.shortValue, !JSON.needsEscaping(v) else { return false }
-            appendInOne(key: key, v, quoted: true)
-            return true
-        }
-        if !written {
-            appendJSONKey(key)
-            JSON.encodeString(value, into: &self)
-        }
+        guard !value.withUTF8({ appendPlainString(keyBytes: Self.bytes(of: key), $0) }) else { return }
+        appendJSONKey(key)
+        JSON.encodeString(value, into: &self)
     }
 
     /// The longest value written together with its key (or its quotes) in one append.
     static var shortValue: Int { 64 }
 
+    /// `"key":"value"` (or `"value"` alone) in one append when the value is short and needs
+    /// no escaping, as most are (ids, names, choices); false if nothing was written. The key
+    /// must need no escaping.
+    @inline(__always) mutating func appendPlainString(keyBytes key: UnsafeBufferPointer<UInt8>?, _ value: UnsafeBufferPointer<UInt8>)
+        -> Bool
+    {
+        guard value.count <= Self.shortValue, !JSON.needsEscaping(value) else { return false }
+        appendInOne(keyBytes: key, value, quoted: true)
+        return true
+    }
+
+    @inline(__always) private static func bytes(of s: StaticString) -> UnsafeBufferPointer<UInt8> {
+        UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)
+    }
+
     /// `"key":` as `appendJSONKey` writes it (if there is a key), then `value` if there is
     /// one (in quotes if `quoted`; it must need no escaping), in one append.
     @inline(__always) mutating func appendInOne(key: StaticString?, _ value: UnsafeBufferPointer<UInt8>?, quoted: Bool = false) {
-        appendInOne(keyBytes: key.map { UnsafeBufferPointer(start: $0.utf8Start, count: $0.utf8CodeUnitCount) }, value, quoted: quoted)
+        appendInOne(keyBytes: key.map(Self.bytes(of:)), value, quoted: quoted)
     }
 
     /// The same, with the key given as bytes (it must need no escaping).
