@@ -27,24 +27,42 @@ extension RelayCore {
         guard let q = r.frame["question"]?.object else {
             throw RequestError(.badRequest, "\"question\" must be an object")
         }
-        let child = r.member
-        // The question already filed under this id, if any (validation reads the same id).
+        // A resend is answered before its question is validated again (§12).
         let previous = q["id"]?.string.flatMap(QuestionID.init).flatMap { questions[$0] }
-        // A resend of a pending or answered question is answered as the first time (§12).
-        if let existing = previous, existing.child == child.id {
-            switch existing.status {
-            case .pending:
-                return ["questionId": .string(existing.id), "status": "pending", "attempt": .int(existing.attempt)]
-            case .answered:
-                return [
-                    "questionId": .string(existing.id), "status": "answered", "attempt": .int(existing.attempt),
-                    "response": (try? JSON.parse(Array("{".utf8) + responseFields(existing) + Array("}".utf8))) ?? .null,
-                ]
-            case .cancelled, .expired:
-                break
-            }
+        if let resent = resent(previous, by: r.member) { return resent }
+        return try file(QuestionContent.validate(q, now: r.now), previous: previous, r)
+    }
+
+    /// An ask whose question was read straight from the frame's bytes (`QuestionContent.readAsk`).
+    func ask(_ content: QuestionContent, _ r: Request) throws(RequestError) -> ReplyFields {
+        let previous = questions[content.key]
+        if let resent = resent(previous, by: r.member) { return resent }
+        return try file(content, previous: previous, r)
+    }
+
+    /// The reply to a resend of a child's pending or answered question: the same as the
+    /// first time (§12). Nil for anything else.
+    private func resent(_ previous: QuestionRecord?, by child: Member) -> ReplyFields? {
+        guard let existing = previous, existing.child == child.id else { return nil }
+        switch existing.status {
+        case .pending:
+            return ["questionId": .string(existing.id), "status": "pending", "attempt": .int(existing.attempt)]
+        case .answered:
+            return [
+                "questionId": .string(existing.id), "status": "answered", "attempt": .int(existing.attempt),
+                "response": (try? JSON.parse(Array("{".utf8) + responseFields(existing) + Array("}".utf8))) ?? .null,
+            ]
+        case .cancelled, .expired:
+            return nil
         }
-        let content = try QuestionContent.validate(q, now: r.now)
+    }
+
+    /// Files a valid question (new, or asked again after it was cancelled or expired) and
+    /// sends it to the guardians.
+    private func file(_ content: QuestionContent, previous: QuestionRecord?, _ r: Request) throws(RequestError)
+        -> ReplyFields
+    {
+        let child = r.member
         if let previous, previous.child != child.id {
             throw RequestError(.invalidQuestion, "question id \(content.id) is already used by another question")
         }

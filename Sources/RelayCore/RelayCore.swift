@@ -181,6 +181,15 @@ public final class RelayCore {
         framesIn += 1
         expireDue(now: now)
         let established = c.session != nil
+        // Most of a child's frames are asks of the common shape: read without a tree.
+        if let session = c.session, session.role == .child, let (id, question) = QuestionContent.readAsk(body, now: now) {
+            reply(
+                conn, id,
+                Result { () throws(RequestError) in
+                    try ask(question, Request(conn: conn, session: session, frame: [:], now: now))
+                })
+            return
+        }
 
         let parsed: JSON
         do {

@@ -24,26 +24,12 @@ public struct NormalizedHandle: Hashable, Sendable, Comparable {
         case .phoneNumber:
             // Only digits are kept, so whitespace matters only before a leading "+"; the
             // Unicode-aware trim runs only when the value does not start with plain ASCII.
-            let utf8 = rawValue.utf8
-            let first = utf8.first ?? 0
+            let first = rawValue.utf8.first ?? 0
             let plus =
                 first > 0x20 && first < 0x80
                 ? first == UInt8(ascii: "+") : rawValue.trimmingWhitespace().utf8.first == UInt8(ascii: "+")
-            // Written into a buffer on the stack: a handle is normalized for every question asked.
-            let normalized = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: utf8.count + 1) { out -> String? in
-                var n = 0
-                if plus {
-                    out[0] = UInt8(ascii: "+")
-                    n = 1
-                }
-                for c in utf8 where c >= 48 && c <= 57 {
-                    out[n] = c
-                    n += 1
-                }
-                guard n > (plus ? 1 : 0) else { return nil }
-                return String(decoding: UnsafeBufferPointer(rebasing: out[..<n]), as: UTF8.self)
-            }
-            guard let normalized else { return nil }
+            var raw = rawValue
+            guard let normalized = raw.withUTF8({ Self.phoneNumber($0, plus: plus) }) else { return nil }
             value = normalized
         case .emailAddress:
             let v = rawValue.trimmingWhitespace().lowercased()
@@ -52,6 +38,36 @@ public struct NormalizedHandle: Hashable, Sendable, Comparable {
         case .custom:
             guard !rawValue.isEmpty else { return nil }
             value = rawValue
+        }
+    }
+
+    /// The same from a value of plain ASCII (no control characters), without making a
+    /// string of a phone number first.
+    init?(kind: HandleKind, plainASCII raw: UnsafeBufferPointer<UInt8>) {
+        guard kind == .phoneNumber else {
+            self.init(kind: kind, rawValue: String(decoding: raw, as: UTF8.self))
+            return
+        }
+        guard let normalized = Self.phoneNumber(raw, plus: raw.first { $0 != UInt8(ascii: " ") } == UInt8(ascii: "+"))
+        else { return nil }
+        self.init(kind: kind, value: normalized)
+    }
+
+    /// The digits of `raw`, after a `+` if `plus`; nil if there are none. Written into a
+    /// buffer on the stack: a handle is normalized for every question asked.
+    private static func phoneNumber(_ raw: UnsafeBufferPointer<UInt8>, plus: Bool) -> String? {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: raw.count + 1) { out -> String? in
+            var n = 0
+            if plus {
+                out[0] = UInt8(ascii: "+")
+                n = 1
+            }
+            for c in raw where c >= 48 && c <= 57 {
+                out[n] = c
+                n += 1
+            }
+            guard n > (plus ? 1 : 0) else { return nil }
+            return String(decoding: UnsafeBufferPointer(rebasing: out[..<n]), as: UTF8.self)
         }
     }
 

@@ -22,9 +22,14 @@ public struct QuestionID: Hashable, Sendable, CustomStringConvertible {
 
     /// Reads a UUID string (8-4-4-4-12 hex digits, either case); nil if it is not one.
     public init?(_ s: String) {
-        guard s.utf8.count == 36 else { return nil }
         var s = s
-        guard let (high, low) = s.withUTF8(Self.bits) else { return nil }
+        guard let id = s.withUTF8(Self.init(utf8:)) else { return nil }
+        self = id
+    }
+
+    /// Reads a UUID from its bytes.
+    init?(utf8 u: UnsafeBufferPointer<UInt8>) {
+        guard u.count == 36, let (high, low) = Self.bits(u) else { return nil }
         self.high = high
         self.low = low
     }

@@ -155,7 +155,7 @@ extension QuestionContent {
     /// Approve and decline, when a question names no choices: most do, so their encoding is kept.
     static let defaultChoices: [Choice] = [.approve, .decline]
     private static let defaultChoicesJSON: JSON = .array(defaultChoices.map(\.json))
-    private static let defaultChoicesEncoded: [UInt8] = {
+    static let defaultChoicesEncoded: [UInt8] = {
         var out: [UInt8] = []
         encode(defaultChoices, into: &out)
         return out

@@ -28,6 +28,32 @@ final class AskTests: XCTestCase {
         XCTAssertTrue(h.drain(og).isEmpty, "nothing reaches another family")
     }
 
+    /// The same question, written in the canonical order (read straight from the frame's
+    /// bytes) and in another order (parsed, then validated), is filed and forwarded alike.
+    func testAQuestionReadDirectlyIsFiledAsParsedAndValidated() throws {
+        var outcomes: [[JSON]] = []
+        for reordered in [false, true] {
+            let h = try CoreHarness()
+            h.standardFamilies()
+            let (c, _) = h.login("c1")
+            let (g, _) = h.login("g1")
+            var q = h.question(id: "6f9619ff-8b86-d011-b42d-00cf4fc964ff", handles: ["+1 555 0100", "+1 555 0101"])
+            if reordered { q = JSONObject(q.fields.reversed()) }
+            let ask: JSONObject = ["type": "ask", "id": "a1", "question": .object(q)]
+            let body = ask.encoded
+            XCTAssertEqual(QuestionContent.readAsk(body, now: h.now) == nil, reordered)
+            h.sendRaw(c, body)
+            let reply = try XCTUnwrap(h.drain(c).first { $0["re"]?.string == "a1" })
+            XCTAssertEqual(reply["type"]?.string, "ok")
+            let resent = h.request(c, ["type": "ask", "question": .object(q)])
+            outcomes.append([
+                .object(reply), .object(h.events(g, "question")[0]), h.ok(g, ["type": "pending"])["questions"] ?? .null,
+                .object(resent),
+            ])
+        }
+        XCTAssertEqual(outcomes[0].map(\.text), outcomes[1].map(\.text))
+    }
+
     func testAskIsIdempotentByID() throws {
         let h = try CoreHarness()
         h.standardFamilies()

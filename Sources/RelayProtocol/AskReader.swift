@@ -1,0 +1,379 @@
+// Reading an `ask` straight from its frame's bytes into a validated question: one pass,
+// no tree, the canonical form written as the bytes are read. It takes the common shape
+// only — the frame's fields in any order, the question's in the canonical order (as
+// PermissionKit and most clients write them), every string plain ASCII, the default
+// choices — and gives up on anything else, every invalid question included. The caller
+// then parses the frame and validates the question, which also says what is wrong: what
+// this reader accepts, that way accepts too, with the same result (tests hold the two
+// to it on generated and mutated frames).
+
+import Foundation
+
+extension QuestionContent {
+    /// Reads `{"type":"ask","id":…,"question":{…}}` when it has the common shape; nil
+    /// otherwise (then `JSON.parse` and `validate` decide).
+    public static func readAsk(_ body: [UInt8], now: Timestamp) -> (requestID: String, question: QuestionContent)? {
+        body.withUnsafeBufferPointer { buf in
+            var reader = AskReader(buf)
+            return reader.ask(now: now)
+        }
+    }
+}
+
+private struct AskReader {
+    let buf: UnsafeBufferPointer<UInt8>
+    var i = 0
+    /// Set when the bytes leave the shape read; a loop over fields or elements then ends.
+    var failed = false
+
+    init(_ buf: UnsafeBufferPointer<UInt8>) { self.buf = buf }
+
+    // The fields this reader knows, by object; the question's in canonical order.
+    static let frameFields: [StaticString] = ["type", "id", "question"]
+    static let questionFields: [StaticString] = ["id", "topic", "choices", "defaultChoice", "expirationDate"]
+    static let topicFields: [StaticString] = ["kind", "personInformation", "actions"]
+    static let personFields: [StaticString] = ["handle", "nameComponents", "avatarImage"]
+    static let handleFields: [StaticString] = ["value", "kind"]
+    static let handleKinds = HandleKind.allCases
+
+    mutating func ask(now: Timestamp) -> (requestID: String, question: QuestionContent)? {
+        guard take(UInt8(ascii: "{")) else { return nil }
+        var fields = Fields(ordered: false)
+        var requestID: String?
+        var question: QuestionContent?
+        while let k = nextField(of: Self.frameFields, &fields) {
+            switch k {
+            case 0:
+                guard let type = plainString(), Self.equal(type, "ask") else { return nil }
+            case 1:
+                guard let id = plainString() else { return nil }
+                requestID = String(decoding: id, as: UTF8.self)
+            default:
+                guard let q = self.question(now: now) else { return nil }
+                question = q
+            }
+        }
+        skipSpace()
+        guard !failed, i == buf.count, fields.seen == 0b111, let requestID, let question else { return nil }
+        return (requestID, question)
+    }
+
+    // MARK: - The question, in the order `QuestionContent.validate` writes it
+
+    private mutating func question(now: Timestamp) -> QuestionContent? {
+        guard take(UInt8(ascii: "{")) else { return nil }
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.reserveCapacity(buf.count + 256)  // the defaults it may add fit
+        var fields = Fields(ordered: true)
+        var key: QuestionID?
+        var id = ""
+        var handles: [NormalizedHandle] = []
+        var actions: [String] = []
+        var defaultChoice = Choice.decline.id
+        var expiration: Timestamp?
+        while let k = nextField(of: Self.questionFields, &fields) {
+            switch k {
+            case 0:
+                guard let raw = plainString(), let bits = QuestionID(utf8: raw) else { return nil }
+                key = bits
+                id = raw.contains { $0 >= UInt8(ascii: "a") } ? bits.description : String(decoding: raw, as: UTF8.self)
+                out.appendJSONField("id", id)
+            case 1:
+                guard key != nil else { return nil }
+                out.appendJSONKey("topic")
+                guard topic(into: &out, &handles, &actions) else { return nil }
+            case 2:
+                guard takeNull() || takeDefaultChoices() else { return nil }
+            case 3:
+                if takeNull() { break }
+                guard let d = plainString(),
+                    let choice = QuestionContent.defaultChoices.first(where: { Self.equal(d, $0.id) })
+                else { return nil }
+                defaultChoice = choice.id
+            default:
+                if takeNull() { break }
+                guard let s = plainString(), let t = Timestamp(rfc3339: String(decoding: s, as: UTF8.self)), t > now
+                else { return nil }
+                expiration = t
+            }
+        }
+        guard !failed, fields.seen & 0b11 == 0b11, let key else { return nil }
+        out.appendJSONKey("choices")
+        out.append(bytes: QuestionContent.defaultChoicesEncoded)
+        out.appendJSONField("defaultChoice", defaultChoice)
+        if let expiration { out.appendJSONField("expirationDate", expiration) }
+        out.append(UInt8(ascii: "}"))
+        return QuestionContent(
+            key: key, id: id, kind: .communication, handles: handles, actions: actions,
+            choices: QuestionContent.defaultChoices, defaultChoice: defaultChoice, expiration: expiration, encoded: out)
+    }
+
+    /// A communication topic.
+    private mutating func topic(into out: inout [UInt8], _ handles: inout [NormalizedHandle], _ actions: inout [String])
+        -> Bool
+    {
+        guard take(UInt8(ascii: "{")) else { return false }
+        out.append(UInt8(ascii: "{"))
+        var fields = Fields(ordered: true)
+        while let k = nextField(of: Self.topicFields, &fields) {
+            switch k {
+            case 0:  // necessarily first: nothing after it may come without it
+                guard let kind = plainString(), Self.equal(kind, "communication") else { return false }
+                out.append(literal: #""kind":"communication""#)
+            case 1:
+                guard fields.seen & 1 != 0, take(UInt8(ascii: "[")) else { return false }
+                out.appendJSONKey("personInformation")
+                out.append(UInt8(ascii: "["))
+                var n = 0
+                while nextElement(n) {
+                    guard n < QuestionLimits.maxPersons, person(n, into: &out, &handles) else { return false }
+                    n += 1
+                }
+                guard n > 0 else { return false }
+                out.append(UInt8(ascii: "]"))
+            default:  // the last field: written as read, each action once
+                if takeNull() { break }
+                guard take(UInt8(ascii: "[")) else { return false }
+                out.appendJSONKey("actions")
+                out.append(UInt8(ascii: "["))
+                actions.reserveCapacity(communicationActions.count)
+                var seen: UInt32 = 0
+                var n = 0
+                while nextElement(n) {
+                    guard let a = plainString(), let k = communicationActions.firstIndex(where: { Self.equal(a, $0) }) else {
+                        return false
+                    }
+                    if seen & (1 << k) == 0 {
+                        if seen != 0 { out.append(UInt8(ascii: ",")) }
+                        out.appendInOne(keyBytes: nil, a, quoted: true)
+                        actions.append(communicationActions[k])
+                        seen |= 1 << k
+                    }
+                    n += 1
+                }
+                if actions.isEmpty {
+                    out.append(literal: #""communicate""#)
+                    actions = ["communicate"]
+                }
+                out.append(UInt8(ascii: "]"))
+            }
+        }
+        guard !failed, fields.seen & 0b11 == 0b11 else { return false }
+        if actions.isEmpty {  // none, or null
+            out.append(literal: #","actions":["communicate"]"#)
+            actions = ["communicate"]
+        }
+        out.append(UInt8(ascii: "}"))
+        return true
+    }
+
+    /// One of `personInformation`.
+    private mutating func person(_ n: Int, into out: inout [UInt8], _ handles: inout [NormalizedHandle]) -> Bool {
+        guard take(UInt8(ascii: "{")) else { return false }
+        if n > 0 { out.append(UInt8(ascii: ",")) }
+        out.append(UInt8(ascii: "{"))
+        var fields = Fields(ordered: true)
+        var avatar: UnsafeBufferPointer<UInt8>?
+        while let k = nextField(of: Self.personFields, &fields) {
+            switch k {
+            case 0:
+                guard let handle = handle(into: &out) else { return false }
+                handles.append(handle)
+            case 1:
+                guard fields.seen & 1 != 0 else { return false }
+                if takeNull() { break }
+                guard take(UInt8(ascii: "{")) else { return false }
+                // Any names, written as `JSONObject.encode` writes them.
+                out.appendJSONKey("nameComponents")
+                out.append(UInt8(ascii: "{"))
+                var count = 0
+                while let name = nextName(count) {
+                    guard let value = plainString() else { return false }
+                    out.appendInOne(keyBytes: name, value, quoted: true)
+                    count += 1
+                }
+                guard !failed else { return false }
+                out.append(UInt8(ascii: "}"))
+            default:
+                guard fields.seen & 1 != 0 else { return false }
+                if takeNull() { break }
+                guard let b64 = plainString(), let data = Data(base64Encoded: String(decoding: b64, as: UTF8.self)),
+                    data.count <= QuestionLimits.maxAvatarBytes
+                else { return false }
+                avatar = b64
+            }
+        }
+        guard !failed, fields.seen & 1 != 0 else { return false }
+        if let avatar {
+            out.appendInOne(key: "avatarImage", avatar, quoted: true)
+        } else {
+            out.appendJSONKey("avatarImage")
+            out.append(literal: "null")
+        }
+        out.append(UInt8(ascii: "}"))
+        return true
+    }
+
+    /// `{"value":…,"kind":…}`, written as given; normalized.
+    private mutating func handle(into out: inout [UInt8]) -> NormalizedHandle? {
+        guard take(UInt8(ascii: "{")) else { return nil }
+        var fields = Fields(ordered: true)
+        var value: UnsafeBufferPointer<UInt8>?
+        var normalized: NormalizedHandle?
+        while let k = nextField(of: Self.handleFields, &fields) {
+            guard let s = plainString() else { return nil }
+            if k == 0 {
+                value = s
+            } else {
+                guard let value, let kind = Self.handleKinds.first(where: { Self.equal(s, $0.rawValue) }),
+                    let n = NormalizedHandle(kind: kind, plainASCII: value)
+                else { return nil }
+                normalized = n
+                out.appendJSONKey("handle")
+                out.append(UInt8(ascii: "{"))
+                out.appendInOne(key: "value", value, quoted: true)
+                out.appendInOne(key: "kind", s, quoted: true)
+                out.append(UInt8(ascii: "}"))
+            }
+        }
+        guard !failed, let normalized else { return nil }
+        return normalized
+    }
+
+    /// The default choices, compactly written (as PermissionKit sends them).
+    private mutating func takeDefaultChoices() -> Bool {
+        skipSpace()
+        let expected = QuestionContent.defaultChoicesEncoded
+        guard buf.count - i >= expected.count,
+            expected.withUnsafeBufferPointer({ memcmp(buf.baseAddress! + i, $0.baseAddress!, $0.count) == 0 })
+        else { return false }
+        i += expected.count
+        return true
+    }
+
+    // MARK: - Tokens
+
+    /// Which of an object's known fields were read, and the last.
+    struct Fields {
+        /// Whether the fields must come in the order of their list.
+        let ordered: Bool
+        var seen: UInt32 = 0
+        var last = -1
+        var count = 0
+    }
+
+    /// The index in `names` of the object's next field (its name and `:` read); nil at the
+    /// object's end (its `}` read) or, setting `failed`, at a field not in `names`, read
+    /// before or (if ordered) out of order.
+    mutating func nextField(of names: [StaticString], _ fields: inout Fields) -> Int? {
+        guard let name = nextName(fields.count) else { return nil }
+        guard let k = names.firstIndex(where: { Self.equal(name, $0) }), fields.seen & (1 << k) == 0,
+            !fields.ordered || k > fields.last
+        else {
+            failed = true
+            return nil
+        }
+        fields.seen |= 1 << k
+        fields.last = k
+        fields.count += 1
+        return k
+    }
+
+    /// The name of an object's next field (its `:` read), after `count` fields; nil at the
+    /// object's end (its `}` read) or, setting `failed`, at anything else.
+    mutating func nextName(_ count: Int) -> UnsafeBufferPointer<UInt8>? {
+        skipSpace()
+        guard i < buf.count else {
+            failed = true
+            return nil
+        }
+        if buf[i] == UInt8(ascii: "}") {
+            i += 1
+            return nil
+        }
+        guard count == 0 || take(UInt8(ascii: ",")), let name = plainString(), take(UInt8(ascii: ":")) else {
+            failed = true
+            return nil
+        }
+        return name
+    }
+
+    /// Whether an array has another element after `count` (its `,` read); false at its end
+    /// (its `]` read) or, setting `failed`, at anything else.
+    mutating func nextElement(_ count: Int) -> Bool {
+        skipSpace()
+        guard i < buf.count else {
+            failed = true
+            return false
+        }
+        if buf[i] == UInt8(ascii: "]") {
+            i += 1
+            return false
+        }
+        guard count == 0 || take(UInt8(ascii: ",")) else {
+            failed = true
+            return false
+        }
+        return true
+    }
+
+    /// A string of ASCII without control characters or escapes: its bytes between the quotes.
+    mutating func plainString() -> UnsafeBufferPointer<UInt8>? {
+        guard take(UInt8(ascii: "\"")) else { return nil }
+        let start = i
+        // Eight bytes at a time up to the first that is not plain (the lowest byte marked is).
+        while i + 8 <= buf.count {
+            let x = UnsafeRawPointer(buf.baseAddress! + i).loadUnaligned(as: UInt64.self)
+            let special = JSON.quoteBackslashOrControl(x) | (x & 0x8080_8080_8080_8080)
+            guard special == 0 else {
+                i += special.trailingZeroBitCount / 8
+                break
+            }
+            i += 8
+        }
+        while i < buf.count {
+            let c = buf[i]
+            i += 1
+            if c == UInt8(ascii: "\"") { return UnsafeBufferPointer(rebasing: buf[start..<(i - 1)]) }
+            if c < 0x20 || c >= 0x80 || c == UInt8(ascii: "\\") { return nil }
+        }
+        return nil
+    }
+
+    /// Reads `null` if it comes next.
+    mutating func takeNull() -> Bool {
+        skipSpace()
+        guard buf.count - i >= 4, buf[i] == UInt8(ascii: "n"), buf[i + 1] == UInt8(ascii: "u"),
+            buf[i + 2] == UInt8(ascii: "l"), buf[i + 3] == UInt8(ascii: "l")
+        else { return false }
+        i += 4
+        return true
+    }
+
+    /// Reads `c` if it comes next, after any whitespace.
+    mutating func take(_ c: UInt8) -> Bool {
+        skipSpace()
+        guard i < buf.count, buf[i] == c else { return false }
+        i += 1
+        return true
+    }
+
+    mutating func skipSpace() {
+        while i < buf.count {
+            switch buf[i] {
+            case 0x20, 0x09, 0x0A, 0x0D: i += 1
+            default: return
+            }
+        }
+    }
+
+    static func equal(_ bytes: UnsafeBufferPointer<UInt8>, _ word: StaticString) -> Bool {
+        bytes.count == word.utf8CodeUnitCount && memcmp(bytes.baseAddress!, word.utf8Start, bytes.count) == 0
+    }
+
+    static func equal(_ bytes: UnsafeBufferPointer<UInt8>, _ word: String) -> Bool {
+        var word = word
+        return word.utf8.count == bytes.count
+            && (bytes.isEmpty || word.withUTF8 { memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 })
+    }
+}
