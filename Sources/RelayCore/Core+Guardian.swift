@@ -7,8 +7,10 @@ import RelayStore
 
 extension RelayCore {
     func answer(_ r: Request) throws(RequestError) -> ReplyFields {
-        let raw = try r.string("questionId")
-        let choiceID = try r.string("choice")
+        try answer(questionID: r.string("questionId"), choice: r.string("choice"), r)
+    }
+
+    func answer(questionID raw: String, choice choiceID: String, _ r: Request) throws(RequestError) -> ReplyFields {
         let family = r.member.family
         guard let key = QuestionID(raw), var q = questions[key], q.family == family.id else {
             throw RequestError(.notFound, "no question \(raw) in your family")

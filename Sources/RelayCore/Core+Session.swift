@@ -99,11 +99,8 @@ extension RelayCore {
         continueReplay(conn)
     }
 
-    func ack(_ conn: ConnectionID, _ session: Session, _ f: JSONObject, id: String?) {
-        guard let seq = f["seq"]?.int, seq >= 0 else {
-            send(conn, RequestError(.badRequest, "ack needs a non-negative integer \"seq\"").frame(re: id))
-            return
-        }
+    /// Moves the session's cursor up to `seq` (never past its stream's head, never back).
+    func ack(_ session: Session, upTo seq: Int64) {
         guard let member = session.member, let durable = session.durable else { return }
         let target = min(seq, member.head)
         guard target > durable.record.cursor else { return }

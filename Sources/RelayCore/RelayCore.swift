@@ -181,15 +181,7 @@ public final class RelayCore {
         framesIn += 1
         expireDue(now: now)
         let established = c.session != nil
-        // Most of a child's frames are asks of the common shape: read without a tree.
-        if let session = c.session, session.role == .child, let (id, question) = QuestionContent.readAsk(body, now: now) {
-            reply(
-                conn, id,
-                Result { () throws(RequestError) in
-                    try ask(question, Request(conn: conn, session: session, frame: [:], now: now))
-                })
-            return
-        }
+        if let session = c.session, receiveCommon(conn, session, body, now: now) { return }
 
         let parsed: JSON
         do {
@@ -222,7 +214,11 @@ public final class RelayCore {
         case "pong":
             break
         case "ack":
-            ack(conn, session, frame, id: id)
+            guard let seq = frame["seq"]?.int, seq >= 0 else {
+                send(conn, RequestError(.badRequest, "ack needs a non-negative integer \"seq\"").frame(re: id))
+                return
+            }
+            ack(session, upTo: seq)
         case "hello":
             reply(conn, id, .failure(RequestError(.badRequest, "this connection has already said hello")))
         default:
@@ -244,6 +240,32 @@ public final class RelayCore {
             }
             reply(conn, id, result)
         }
+    }
+
+    /// Handles the frames of an established session that are most frequent, in their common
+    /// shape, read straight from their bytes: asks, answers, acks. False for any other frame.
+    private func receiveCommon(_ conn: ConnectionID, _ session: Session, _ body: [UInt8], now: Timestamp) -> Bool {
+        if session.role == .child, let (id, question) = QuestionContent.readAsk(body, now: now) {
+            reply(
+                conn, id,
+                Result { () throws(RequestError) in
+                    try ask(question, Request(conn: conn, session: session, frame: [:], now: now))
+                })
+            return true
+        }
+        switch FlatRequest.read(body) {
+        case .ack(let seq)?:
+            ack(session, upTo: seq)
+        case .answer(let id, let questionID, let choice)? where session.role == .guardian:
+            reply(
+                conn, id,
+                Result { () throws(RequestError) in
+                    try answer(questionID: questionID, choice: choice, Request(conn: conn, session: session, frame: [:], now: now))
+                })
+        default:
+            return false
+        }
+        return true
     }
 
     /// An error for a frame that could not be read; before hello it also ends the connection.

@@ -14,22 +14,15 @@ extension QuestionContent {
     /// otherwise (then `JSON.parse` and `validate` decide).
     public static func readAsk(_ body: [UInt8], now: Timestamp) -> (requestID: String, question: QuestionContent)? {
         body.withUnsafeBufferPointer { buf in
-            var reader = AskReader(buf)
+            var reader = PlainReader(buf)
             return reader.ask(now: now)
         }
     }
 }
 
-private struct AskReader {
-    let buf: UnsafeBufferPointer<UInt8>
-    var i = 0
-    /// Set when the bytes leave the shape read; a loop over fields or elements then ends.
-    var failed = false
-
-    init(_ buf: UnsafeBufferPointer<UInt8>) { self.buf = buf }
-
+extension PlainReader {
     // The fields this reader knows, by object; the question's in canonical order.
-    static let frameFields: [StaticString] = ["type", "id", "question"]
+    static let askFrameFields: [StaticString] = ["type", "id", "question"]
     static let questionFields: [StaticString] = ["id", "topic", "choices", "defaultChoice", "expirationDate"]
     static let topicFields: [StaticString] = ["kind", "personInformation", "actions"]
     static let personFields: [StaticString] = ["handle", "nameComponents", "avatarImage"]
@@ -41,7 +34,7 @@ private struct AskReader {
         var fields = Fields(ordered: false)
         var requestID: String?
         var question: QuestionContent?
-        while let k = nextField(of: Self.frameFields, &fields) {
+        while let k = nextField(of: Self.askFrameFields, &fields) {
             switch k {
             case 0:
                 guard let type = plainString(), Self.equal(type, "ask") else { return nil }
@@ -249,131 +242,5 @@ private struct AskReader {
         else { return false }
         i += expected.count
         return true
-    }
-
-    // MARK: - Tokens
-
-    /// Which of an object's known fields were read, and the last.
-    struct Fields {
-        /// Whether the fields must come in the order of their list.
-        let ordered: Bool
-        var seen: UInt32 = 0
-        var last = -1
-        var count = 0
-    }
-
-    /// The index in `names` of the object's next field (its name and `:` read); nil at the
-    /// object's end (its `}` read) or, setting `failed`, at a field not in `names`, read
-    /// before or (if ordered) out of order.
-    mutating func nextField(of names: [StaticString], _ fields: inout Fields) -> Int? {
-        guard let name = nextName(fields.count) else { return nil }
-        guard let k = names.firstIndex(where: { Self.equal(name, $0) }), fields.seen & (1 << k) == 0,
-            !fields.ordered || k > fields.last
-        else {
-            failed = true
-            return nil
-        }
-        fields.seen |= 1 << k
-        fields.last = k
-        fields.count += 1
-        return k
-    }
-
-    /// The name of an object's next field (its `:` read), after `count` fields; nil at the
-    /// object's end (its `}` read) or, setting `failed`, at anything else.
-    mutating func nextName(_ count: Int) -> UnsafeBufferPointer<UInt8>? {
-        skipSpace()
-        guard i < buf.count else {
-            failed = true
-            return nil
-        }
-        if buf[i] == UInt8(ascii: "}") {
-            i += 1
-            return nil
-        }
-        guard count == 0 || take(UInt8(ascii: ",")), let name = plainString(), take(UInt8(ascii: ":")) else {
-            failed = true
-            return nil
-        }
-        return name
-    }
-
-    /// Whether an array has another element after `count` (its `,` read); false at its end
-    /// (its `]` read) or, setting `failed`, at anything else.
-    mutating func nextElement(_ count: Int) -> Bool {
-        skipSpace()
-        guard i < buf.count else {
-            failed = true
-            return false
-        }
-        if buf[i] == UInt8(ascii: "]") {
-            i += 1
-            return false
-        }
-        guard count == 0 || take(UInt8(ascii: ",")) else {
-            failed = true
-            return false
-        }
-        return true
-    }
-
-    /// A string of ASCII without control characters or escapes: its bytes between the quotes.
-    mutating func plainString() -> UnsafeBufferPointer<UInt8>? {
-        guard take(UInt8(ascii: "\"")) else { return nil }
-        let start = i
-        // Eight bytes at a time up to the first that is not plain (the lowest byte marked is).
-        while i + 8 <= buf.count {
-            let x = UnsafeRawPointer(buf.baseAddress! + i).loadUnaligned(as: UInt64.self)
-            let special = JSON.quoteBackslashOrControl(x) | (x & 0x8080_8080_8080_8080)
-            guard special == 0 else {
-                i += special.trailingZeroBitCount / 8
-                break
-            }
-            i += 8
-        }
-        while i < buf.count {
-            let c = buf[i]
-            i += 1
-            if c == UInt8(ascii: "\"") { return UnsafeBufferPointer(rebasing: buf[start..<(i - 1)]) }
-            if c < 0x20 || c >= 0x80 || c == UInt8(ascii: "\\") { return nil }
-        }
-        return nil
-    }
-
-    /// Reads `null` if it comes next.
-    mutating func takeNull() -> Bool {
-        skipSpace()
-        guard buf.count - i >= 4, buf[i] == UInt8(ascii: "n"), buf[i + 1] == UInt8(ascii: "u"),
-            buf[i + 2] == UInt8(ascii: "l"), buf[i + 3] == UInt8(ascii: "l")
-        else { return false }
-        i += 4
-        return true
-    }
-
-    /// Reads `c` if it comes next, after any whitespace.
-    mutating func take(_ c: UInt8) -> Bool {
-        skipSpace()
-        guard i < buf.count, buf[i] == c else { return false }
-        i += 1
-        return true
-    }
-
-    mutating func skipSpace() {
-        while i < buf.count {
-            switch buf[i] {
-            case 0x20, 0x09, 0x0A, 0x0D: i += 1
-            default: return
-            }
-        }
-    }
-
-    static func equal(_ bytes: UnsafeBufferPointer<UInt8>, _ word: StaticString) -> Bool {
-        bytes.count == word.utf8CodeUnitCount && memcmp(bytes.baseAddress!, word.utf8Start, bytes.count) == 0
-    }
-
-    static func equal(_ bytes: UnsafeBufferPointer<UInt8>, _ word: String) -> Bool {
-        var word = word
-        return word.utf8.count == bytes.count
-            && (bytes.isEmpty || word.withUTF8 { memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 })
     }
 }

@@ -173,49 +173,8 @@ final class AskReaderTests: XCTestCase {
         return JSONObject(shuffledSometimes(fields, &rng))
     }
 
-    /// One of `good` eleven times in twelve, else one of `bad`.
-    private func pick<T>(_ good: [T], or bad: [T], _ rng: inout SplitMix) -> T {
-        let list = rng.next() % 12 == 0 ? bad : good
-        return list[Int(rng.next() % UInt64(list.count))]
-    }
-
     /// In the order given seven times in eight.
     private func shuffledSometimes(_ fields: [JSONObject.Field], _ rng: inout SplitMix) -> [JSONObject.Field] {
         rng.next() % 8 == 0 ? fields.shuffled(using: &rng) : fields
-    }
-
-    /// Compact, or with whitespace around every token.
-    private func render(_ value: JSON, spaced: Bool, _ rng: inout SplitMix) -> [UInt8] {
-        var out: [UInt8] = []
-        func space() { if spaced { out += [[0x20], [0x0A], [0x09, 0x20], []][Int(rng.next() % 4)] } }
-        func write(_ v: JSON) {
-            space()
-            switch v {
-            case .array(let items):
-                out.append(UInt8(ascii: "["))
-                for (k, item) in items.enumerated() {
-                    if k > 0 { out.append(UInt8(ascii: ",")) }
-                    write(item)
-                }
-                space()
-                out.append(UInt8(ascii: "]"))
-            case .object(let o):
-                out.append(UInt8(ascii: "{"))
-                for (k, field) in o.fields.enumerated() {
-                    if k > 0 { out.append(UInt8(ascii: ",")) }
-                    write(.string(field.key))
-                    space()
-                    out.append(UInt8(ascii: ":"))
-                    write(field.value)
-                }
-                space()
-                out.append(UInt8(ascii: "}"))
-            default:
-                v.encode(into: &out)
-            }
-            space()
-        }
-        write(value)
-        return out
     }
 }

@@ -214,30 +214,3 @@ final class JSONTests: XCTestCase {
         }
     }
 }
-
-/// A small deterministic generator so failures reproduce.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    /// One to three bytes deleted, inserted or replaced, mostly JSON's own.
-    mutating func mutate(_ bytes: inout [UInt8]) {
-        let specials = Array("{}[]\",:\\0-.eE tfn".utf8) + [0xFF, 0x00, 0xC3]
-        for _ in 0..<(1 + Int(next() % 3)) {
-            guard !bytes.isEmpty else { return }
-            let i = Int(next() % UInt64(bytes.count))
-            switch next() % 3 {
-            case 0: bytes.remove(at: i)
-            case 1: bytes.insert(specials[Int(next() % UInt64(specials.count))], at: i)
-            default: bytes[i] = specials[Int(next() % UInt64(specials.count))]
-            }
-        }
-    }
-}

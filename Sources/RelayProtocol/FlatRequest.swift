@@ -1,0 +1,52 @@
+// The frames a busy relay reads most after asks — answers and acks — read straight from
+// their bytes when every field is a plain string or a small integer (as clients write
+// them). Anything else is left to `JSON.parse`, which reads all of JSON and says what is
+// wrong; tests hold the two to the same results.
+
+/// An `answer` or an `ack` read without a tree.
+public enum FlatRequest: Equatable, Sendable {
+    case answer(id: String, questionID: String, choice: String)
+    /// An ack up to `seq` (an id it carries is not needed: a valid ack has no reply).
+    case ack(seq: Int64)
+
+    private static let fields: [StaticString] = ["type", "id", "questionId", "choice", "seq"]
+
+    /// Reads `{"type":"answer","id":…,"questionId":…,"choice":…}` or
+    /// `{"type":"ack","seq":…}` (with or without an id), fields in any order; nil for
+    /// anything else.
+    public static func read(_ body: [UInt8]) -> FlatRequest? {
+        body.withUnsafeBufferPointer { buf in
+            var r = PlainReader(buf)
+            guard r.take(UInt8(ascii: "{")) else { return nil }
+            var fields = PlainReader.Fields(ordered: false)
+            var isAnswer = false
+            var id: String?
+            var questionID: String?
+            var choice: String?
+            var seq: Int64?
+            while let k = r.nextField(of: Self.fields, &fields) {
+                switch k {
+                case 0:
+                    guard let type = r.plainString() else { return nil }
+                    isAnswer = PlainReader.equal(type, "answer")
+                    guard isAnswer || PlainReader.equal(type, "ack") else { return nil }
+                case 4:
+                    guard let n = r.plainInteger() else { return nil }
+                    seq = n
+                default:
+                    guard let s = r.plainString() else { return nil }
+                    let value = String(decoding: s, as: UTF8.self)
+                    if k == 1 { id = value } else if k == 2 { questionID = value } else { choice = value }
+                }
+            }
+            r.skipSpace()
+            guard !r.failed, r.i == buf.count, fields.seen & 1 == 1 else { return nil }
+            if isAnswer {
+                guard fields.seen == 0b01111, let id, let questionID, let choice else { return nil }
+                return .answer(id: id, questionID: questionID, choice: choice)
+            }
+            guard fields.seen & 0b01100 == 0, let seq else { return nil }
+            return .ack(seq: seq)
+        }
+    }
+}
