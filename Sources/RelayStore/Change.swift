@@ -242,18 +242,33 @@ extension StoreSnapshot {
 
 extension [Change] {
     /// The same changes with each question's successive writes folded into one, so a
-    /// question asked and answered between two checkpoints is written once. (Only these
-    /// changes touch a question's row, so folding them cannot reorder anything else.)
-    func foldingQuestions() -> [Change] {
+    /// question asked and answered between two checkpoints is written once, and likewise
+    /// each durable session's (its cursor moves with every ack). Only these changes touch
+    /// a question's row, and only a session's own changes and its member's `dropSessions`
+    /// touch a session's: folding them cannot reorder anything else.
+    func folded() -> [Change] {
         var out: [Change] = []
         out.reserveCapacity(count)
         var last: [QuestionID: Int] = [:]
+        var lastSession: [String: [String: Int]] = [:]  // by member, then name
         for change in self {
             let id: QuestionID
             switch change {
             case .question(let q): id = q.key
             case .questionState(let s): id = s.key
             case .forgetQuestion(let key): id = key
+            case .session(let s):
+                if let i = lastSession[s.member]?[s.name] {
+                    out[i] = change
+                } else {
+                    lastSession[s.member, default: [:]][s.name] = out.count
+                    out.append(change)
+                }
+                continue
+            case .dropSessions(let member):
+                lastSession[member] = nil  // a session written after this one is written after it
+                out.append(change)
+                continue
             default:
                 out.append(change)
                 continue

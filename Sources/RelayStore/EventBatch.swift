@@ -5,7 +5,7 @@
 import RelayProtocol
 
 enum EventBatch {
-    static func encode(_ events: [EventRecord]) -> [UInt8] {
+    static func encode(_ events: ArraySlice<EventRecord>) -> [UInt8] {
         var w = ByteWriter()
         w.bytes.reserveCapacity(events.reduce(0) { $0 + $1.frame.count + 16 })
         for e in events { write(e, into: &w) }

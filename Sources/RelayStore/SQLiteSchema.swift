@@ -57,12 +57,12 @@ extension SQLiteStore {
                         member: r.text(0), seq: r.int(1), at: Timestamp(milliseconds: r.int(2)),
                         topic: r.isNull(3) ? nil : TopicKind(rawValue: r.text(3)), frame: r.blob(4))
                     if let first = group.first, first.member != e.member || group.count == 256 {
-                        try insertBatch(db, member: first.member, group)
+                        try insertBatch(db, member: first.member, group[...])
                         group.removeAll()
                     }
                     group.append(e)
                 }
-                if let first = group.first { try insertBatch(db, member: first.member, group) }
+                if let first = group.first { try insertBatch(db, member: first.member, group[...]) }
                 try db.exec("DROP TABLE events")
             }
         ),

@@ -35,7 +35,7 @@ extension SQLiteStore {
         return nil
     }
 
-    static func insertBatch(_ db: SQLiteDatabase, member: String, _ events: [EventRecord]) throws {
+    static func insertBatch(_ db: SQLiteDatabase, member: String, _ events: ArraySlice<EventRecord>) throws {
         guard let first = events.first, let last = events.last else { return }
         try db.run(
             "INSERT INTO eventBatches(member, firstSeq, lastSeq, firstAt, lastAt, count, events) VALUES(?,?,?,?,?,?,?)",

@@ -121,6 +121,7 @@ public final class SQLiteStore: RelayStore {
             let topics = Set(r.text(3).split(separator: ",").compactMap { TopicKind(rawValue: String($0)) })
             s.sessions.append(SessionRecord(member: r.text(0), name: r.text(1), cursor: r.int(2), topics: topics))
         }
+        try writer.exclusive { $0.learnSessions(s.sessions) }
         try db.run("SELECT member, head FROM heads") { r in s.heads[r.text(0)] = r.int(1) }
         // One index lookup per member: a GROUP BY over the events would read them all.
         for m in s.members {

@@ -40,6 +40,10 @@ final class TableWriter: @unchecked Sendable {
     /// new questions touches the table's last pages rather than one random page each.
     private var questionKeys: [QuestionID: Int64] = [:]
     private var lastQuestionKey: Int64 = 0
+    /// The cursors of each member's durable sessions, as in the tables: an event all of
+    /// them have acknowledged is not written at all (the contract lets it be dropped; most
+    /// are acknowledged long before their batch is written), only its member's head.
+    private var cursors: [String: [String: Int64]] = [:]
 
     init(db: SQLiteDatabase, sync: SyncMode) {
         self.db = db
@@ -131,14 +135,31 @@ final class TableWriter: @unchecked Sendable {
         defer { if sync == .normal { try? db.exec("PRAGMA synchronous = NORMAL") } }
         var forgotten: [QuestionID] = []
         try db.transaction {
-            for change in batch.changes.foldingQuestions() {
+            for change in batch.changes.folded() {
                 if case .forgetQuestion(let key) = change { forgotten.append(key) }
                 try write(change)
             }
-            for (member, events) in batch.eventsByMember { try SQLiteStore.insertBatch(db, member: member, events) }
+            // After the batch's sessions: their cursors are written in the same transaction.
+            for (member, events) in batch.eventsByMember {
+                var kept = events[...]
+                if let acknowledged = cursors[member]?.values.min() { kept = kept.drop { $0.seq <= acknowledged } }
+                if kept.isEmpty {
+                    try db.run(
+                        "INSERT INTO heads(member, head) VALUES(?, ?) ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)",
+                        [.text(member), .int(events[events.count - 1].seq)])
+                } else {
+                    try SQLiteStore.insertBatch(db, member: member, kept)
+                }
+            }
             try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES('journalGeneration', ?)", [.int(batch.generation)])
         }
         for id in forgotten { questionKeys[id] = nil }  // only once their rows are surely gone
+    }
+
+    /// Learns the stored durable sessions' cursors.
+    func learnSessions(_ sessions: [SessionRecord]) {
+        cursors.removeAll()
+        for s in sessions { cursors[s.member, default: [:]][s.name] = s.cursor }
     }
 
     /// Reads the stored questions into `snapshot`, learning their row keys.
@@ -214,8 +235,10 @@ final class TableWriter: @unchecked Sendable {
             try db.run(
                 "INSERT OR REPLACE INTO sessions(member, name, cursor, topics) VALUES(?,?,?,?)",
                 [.text(s.member), .text(s.name), .int(s.cursor), .text(s.topics.map(\.rawValue).sorted().joined(separator: ","))])
+            cursors[s.member, default: [:]][s.name] = s.cursor
         case .dropSessions(let member):
             try db.run("DELETE FROM sessions WHERE member = ?", [.text(member)])
+            cursors[member] = nil
         case .event:
             break  // written per member in batches
         }
@@ -236,17 +259,21 @@ final class TableWriter: @unchecked Sendable {
     func prune(olderThan cutoff: Timestamp, acknowledged upTo: [String: Int64]) throws -> Int {
         var dropped = 0
         try db.transaction {
-            // Heads are kept apart from the events so a stream's seq never repeats once its events are gone.
+            // Heads are kept apart from the events so a stream's seq never repeats once its
+            // events are gone; a head only ever rises.
             try db.run(
                 """
-                INSERT OR REPLACE INTO heads(member, head)
+                INSERT INTO heads(member, head)
                 SELECT member, max(lastSeq) FROM eventBatches
                 WHERE member IN (SELECT DISTINCT member FROM eventBatches WHERE firstAt < ?) GROUP BY member
+                ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)
                 """, [.int(cutoff.milliseconds)])
             for member in upTo.keys {
                 try db.run(
-                    "INSERT OR REPLACE INTO heads(member, head) SELECT member, max(lastSeq) FROM eventBatches WHERE member = ? GROUP BY member",
-                    [.text(member)])
+                    """
+                    INSERT INTO heads(member, head) SELECT member, max(lastSeq) FROM eventBatches WHERE member = ? GROUP BY member
+                    ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)
+                    """, [.text(member)])
             }
             // Whole batches go at once; a batch that straddles the line keeps its newer events.
             dropped += try dropBatches(
@@ -276,7 +303,7 @@ final class TableWriter: @unchecked Sendable {
             let kept = batch.events.filter(keep)
             dropped += batch.events.count - kept.count
             try db.run("DELETE FROM eventBatches WHERE id = ?", [.int(batch.id)])
-            try SQLiteStore.insertBatch(db, member: batch.member, kept)
+            try SQLiteStore.insertBatch(db, member: batch.member, kept[...])
         }
         return dropped
     }

@@ -83,7 +83,43 @@ final class SQLiteStoreTests: XCTestCase {
         let after = try SQLiteStore(path: path)
         XCTAssertEqual(after.journaledChanges, 0, "after a checkpoint the journals hold nothing the tables lack")
         check(try after.load(), written, "from the tables")
-        XCTAssertEqual(try after.events(member: "g1", after: 0, limit: 10).map(\.frame), [Array("q1".utf8)])
+        XCTAssertEqual(try after.events(member: "c1", after: 0, limit: 10).map(\.frame), [Array("r1".utf8)])
+        XCTAssertEqual(
+            try after.events(member: "g1", after: 0, limit: 10), [], "acknowledged by g1's only durable session: not written")
+    }
+
+    /// An event that every durable session of its member has acknowledged is not written to
+    /// the tables (the contract lets it be dropped), but its member's head is, and pruning
+    /// never lowers a head.
+    func testEventsEveryDurableSessionAcknowledgedAreNotWrittenButTheirHeadIs() throws {
+        let store = try SQLiteStore(path: path)
+        _ = try store.load()
+        func event(_ member: String, _ seq: Int64) {
+            store.appendEvent(EventRecord(member: member, seq: seq, at: Timestamp(milliseconds: seq), topic: nil, frame: [UInt8(seq)]))
+        }
+        func cursor(_ member: String, _ name: String, _ seq: Int64) {
+            store.saveSession(SessionRecord(member: member, name: name, cursor: seq, topics: []))
+        }
+        event("m", 1)
+        event("m", 2)
+        try store.commit()
+        try store.checkpoint()  // m has no durable session yet: both written
+        cursor("g1", "tab", 0)
+        cursor("g1", "pad", 0)
+        cursor("m", "tab", 0)
+        for seq: Int64 in 1...5 { event("g1", seq) }
+        event("m", 3)
+        event("m", 4)
+        cursor("g1", "tab", 4)
+        cursor("g1", "pad", 2)
+        cursor("m", "tab", 4)
+        try store.commit()
+        try store.checkpoint()
+        XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [3, 4, 5], "the slower session has 2")
+        XCTAssertEqual(try store.events(member: "m", after: 0, limit: 10).map(\.seq), [1, 2])
+        XCTAssertEqual(try store.pruneEvents(olderThan: Timestamp(milliseconds: 0), acknowledged: ["m": 4]), 2)
+        let reopened = try SQLiteStore(path: path).load()
+        XCTAssertEqual(reopened.heads["m"], 4, "not the highest seq left in the tables before pruning")
     }
 
     func testACommitPastTheThresholdHandsTheBacklogToTheWriter() throws {
@@ -185,22 +221,33 @@ final class SQLiteStoreTests: XCTestCase {
         }
     }
 
-    func testFoldingWritesEachQuestionOnceWithItsLastState() throws {
+    func testFoldingWritesEachQuestionAndSessionOnceWithItsLastState() throws {
         var a = try question(5)
         let b = try question(6)
         let pendingA = a
         a.status = .answered
         a.outcome = Outcome(choice: .decline, guardian: "g1", answeredAt: Timestamp(milliseconds: 8))
-        let folded = [
-            Change.question(pendingA), .family("f"), .questionState(QuestionState(a)), .question(b), .forgetQuestion(b.key),
-            .questionState(QuestionState(b)),
-        ].foldingQuestions()
-        XCTAssertEqual(folded, [.question(a), .family("f"), .forgetQuestion(b.key)])
+        func session(_ name: String, _ cursor: Int64) -> Change {
+            .session(SessionRecord(member: "c1", name: name, cursor: cursor, topics: []))
+        }
+        let changes = [
+            Change.question(pendingA), session("phone", 1), .family("f"), .questionState(QuestionState(a)), session("pad", 1),
+            .question(b), session("phone", 4), .forgetQuestion(b.key), .questionState(QuestionState(b)), session("phone", 5),
+            .dropSessions("c1"), session("phone", 0), session("phone", 2),
+        ]
+        let folded = changes.folded()
+        XCTAssertEqual(
+            folded,
+            [
+                .question(a), session("phone", 5), .family("f"), session("pad", 1), .forgetQuestion(b.key), .dropSessions("c1"),
+                session("phone", 2),
+            ])
         var s = StoreSnapshot()
         s.apply(folded)
         var t = StoreSnapshot()
-        t.apply([.question(pendingA), .questionState(QuestionState(a)), .question(b), .forgetQuestion(b.key)])
+        t.apply(changes)
         XCTAssertEqual(s.questions, t.questions)
+        XCTAssertEqual(s.sessions, t.sessions)
     }
 
     func testBatchesPruneToTheExactEventByTimeAndByAcknowledgement() throws {
