@@ -166,6 +166,10 @@ public final class SQLiteStore: RelayStore {
 
     public var hasChanges: Bool { !changes.isEmpty }
 
+    /// The backlog with this commit's changes reaches the threshold: a coming commit hands
+    /// it to the writer, which leaves out the events acknowledged by then.
+    public var wantsCursors: Bool { backlog.changes.count + changes.count >= checkpointThreshold }
+
     public func commit() throws {
         guard !changes.isEmpty else { return }
         defer { discardChanges() }

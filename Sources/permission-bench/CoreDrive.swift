@@ -25,6 +25,7 @@ final class CoreDrive {
     private let families: Int
     private let window: Int
     private let store: SQLiteStore
+    private var lastCursorFlush = Timestamp(milliseconds: 0)
     private let core: RelayCore
     private let frames = BenchFrames(avatarBytes: 0)
     /// The highest event seq each connection has been sent, acked at its next turn.
@@ -81,11 +82,16 @@ final class CoreDrive {
         }
     }
 
-    /// Flushes cursors, commits, and takes the frames sent, noting seqs and errors (and
-    /// returning the frames when `keeping`).
+    /// Flushes cursors when the relay would (once a second, or when the store wants them),
+    /// commits, and takes the frames sent, noting seqs and errors (and returning the frames
+    /// when `keeping`).
     @discardableResult
     private func turn(keeping: Bool = false) -> [[UInt8]] {
-        core.flushCursors()
+        let now = Timestamp.now()
+        if store.wantsCursors || now.milliseconds - lastCursorFlush.milliseconds >= 1000 {
+            core.flushCursors()
+            lastCursorFlush = now
+        }
         if store.hasChanges {
             do { try store.commit() } catch { errors += 1 }
         }

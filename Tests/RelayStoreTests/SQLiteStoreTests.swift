@@ -104,12 +104,15 @@ final class SQLiteStoreTests: XCTestCase {
         event("m", 2)
         try store.commit()
         try store.checkpoint()  // m has no durable session yet: both written
+        store.checkpointThreshold = 10
         cursor("g1", "tab", 0)
         cursor("g1", "pad", 0)
         cursor("m", "tab", 0)
         for seq: Int64 in 1...5 { event("g1", seq) }
         event("m", 3)
+        XCTAssertFalse(store.wantsCursors)
         event("m", 4)
+        XCTAssertTrue(store.wantsCursors, "the backlog reaches the threshold with this commit")
         cursor("g1", "tab", 4)
         cursor("g1", "pad", 2)
         cursor("m", "tab", 4)
