@@ -96,9 +96,11 @@ extension PlainReader {
         out.appendJSONField("defaultChoice", defaultChoice)
         if let expiration { out.appendJSONField("expirationDate", expiration) }
         out.append(UInt8(ascii: "}"))
+        // A relay keeps many questions: room reserved and not used is not kept with them.
         return QuestionContent(
             key: key, id: id, kind: .communication, handles: handles, actions: actions,
-            choices: QuestionContent.defaultChoices, defaultChoice: defaultChoice, expiration: expiration, encoded: out)
+            choices: QuestionContent.defaultChoices, defaultChoice: defaultChoice, expiration: expiration,
+            encoded: out.capacity - out.count > 64 ? Array(out[...]) : out)
     }
 
     /// A communication topic.
@@ -129,7 +131,7 @@ extension PlainReader {
                 guard take(UInt8(ascii: "[")) else { return false }
                 out.appendJSONKey("actions")
                 out.append(UInt8(ascii: "["))
-                actions.reserveCapacity(communicationActions.count)
+                actions.reserveCapacity(4)
                 var seen: UInt32 = 0
                 var n = 0
                 while nextElement(n) {

@@ -266,7 +266,7 @@ extension [Change] {
                 }
                 continue
             case .dropSessions(let member):
-                lastSession[member] = nil  // a session written after this one is written after it
+                lastSession[member] = nil  // a later write of one of its sessions stays after the drop
                 out.append(change)
                 continue
             default:

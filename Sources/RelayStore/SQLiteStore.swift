@@ -166,19 +166,23 @@ public final class SQLiteStore: RelayStore {
 
     public var hasChanges: Bool { !changes.isEmpty }
 
-    /// The backlog with this commit's changes reaches the threshold: a coming commit hands
-    /// it to the writer, which leaves out the events acknowledged by then.
-    public var wantsCursors: Bool { backlog.changes.count + changes.count >= checkpointThreshold }
+    /// This commit brings the backlog to the threshold and the writer is free: the commit
+    /// hands the backlog over with this commit's changes, and the writer leaves out the
+    /// events acknowledged by then.
+    public var wantsCursors: Bool { backlog.changes.count + changes.count >= checkpointThreshold && writer.isIdle }
 
+    /// Appends the changes to the journal; a backlog that reaches the threshold with them
+    /// goes to the writer. (If that hand-over fails, the changes are committed all the same:
+    /// the error says the store needs attention, and the backlog stays in memory.)
     public func commit() throws {
         guard !changes.isEmpty else { return }
         defer { discardChanges() }
         if sealed != nil && backlog.changes.count >= 8 * checkpointThreshold { try settle(wait: true) }
         try settle(wait: false)
-        if sealed == nil && backlog.changes.count >= checkpointThreshold {
-            // A backlog that still holds the generation before (a batch the writer could
-            // not take) is written here and now: its journal cannot be started over yet.
-            if appliedGeneration >= generation - 1 { try handOver() } else { try checkpoint() }
+        // A backlog that still holds the generation before (a batch the writer could not
+        // take) is written here and now: its journal cannot be started over yet.
+        if sealed == nil && backlog.changes.count >= checkpointThreshold && appliedGeneration < generation - 1 {
+            try checkpoint()
         }
         try startNextGenerationIfWritten()
         record.bytes.removeAll(keepingCapacity: record.bytes.capacity <= 1 << 20)  // not a rare huge commit's
@@ -186,6 +190,9 @@ public final class SQLiteStore: RelayStore {
         Change.encode(changes, into: &record)
         try journal(for: generation).append(record: &record.bytes)
         backlog.changes.append(contentsOf: changes)
+        if sealed == nil && backlog.changes.count >= checkpointThreshold && appliedGeneration >= generation - 1 {
+            try handOver()
+        }
     }
 
     public func discardChanges() {

@@ -100,6 +100,13 @@ final class TableWriter: @unchecked Sendable {
         condition.unlock()
     }
 
+    /// Whether no batch is being written.
+    var isIdle: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return pending == nil
+    }
+
     /// Hands back a written batch, to be freed on the thread.
     func retire(_ batch: consuming Batch) {
         condition.lock()

@@ -128,7 +128,7 @@ final class SQLiteStoreTests: XCTestCase {
     func testACommitPastTheThresholdHandsTheBacklogToTheWriter() throws {
         let store = try SQLiteStore(path: path)
         store.checkpointThreshold = 4
-        let written = try writeTurns(store)  // the third commit finds 8 changes waiting and hands them over
+        let written = try writeTurns(store)  // the commit that brings the backlog to 8 changes hands them over
         for n in 0..<3 {
             store.appendEvent(
                 EventRecord(member: "c1", seq: Int64(n + 2), at: Timestamp(milliseconds: 9), topic: nil, frame: [UInt8(n)]))
