@@ -73,7 +73,7 @@ extension PlainReader {
                 out.appendJSONField("id", id)
             case 1:
                 guard key != nil else { return nil }
-                out.appendJSONKey("topic")
+                out.append(literal: #","topic":{"#)
                 guard topic(into: &out, &handles, &actions) else { return nil }
             case 2:
                 guard takeNull() || takeDefaultChoices() else { return nil }
@@ -91,7 +91,7 @@ extension PlainReader {
             }
         }
         guard !failed, fields.seen & 0b11 == 0b11, let key else { return nil }
-        out.appendJSONKey("choices")
+        out.append(literal: #","choices":"#)
         out.append(bytes: QuestionContent.defaultChoicesEncoded)
         out.appendJSONField("defaultChoice", defaultChoice)
         if let expiration { out.appendJSONField("expirationDate", expiration) }
@@ -103,12 +103,11 @@ extension PlainReader {
             encoded: out.capacity - out.count > 64 ? Array(out[...]) : out)
     }
 
-    /// A communication topic.
+    /// A communication topic, after its `{` is written.
     private mutating func topic(into out: inout [UInt8], _ handles: inout [NormalizedHandle], _ actions: inout [String])
         -> Bool
     {
         guard take(UInt8(ascii: "{")) else { return false }
-        out.append(UInt8(ascii: "{"))
         var fields = Fields(ordered: true)
         while let k = nextField(of: Self.topicFields, &fields) {
             switch k {
@@ -117,8 +116,7 @@ extension PlainReader {
                 out.append(literal: #""kind":"communication""#)
             case 1:
                 guard fields.seen & 1 != 0, take(UInt8(ascii: "[")) else { return false }
-                out.appendJSONKey("personInformation")
-                out.append(UInt8(ascii: "["))
+                out.append(literal: #","personInformation":["#)
                 var n = 0
                 while nextElement(n) {
                     guard n < QuestionLimits.maxPersons, person(n, into: &out, &handles) else { return false }
@@ -129,8 +127,7 @@ extension PlainReader {
             default:  // the last field: written as read, each action once
                 if takeNull() { break }
                 guard take(UInt8(ascii: "[")) else { return false }
-                out.appendJSONKey("actions")
-                out.append(UInt8(ascii: "["))
+                out.append(literal: #","actions":["#)
                 actions.reserveCapacity(4)
                 var seen: UInt32 = 0
                 var n = 0
@@ -179,8 +176,7 @@ extension PlainReader {
                 if takeNull() { break }
                 guard take(UInt8(ascii: "{")) else { return false }
                 // Any names, written as `JSONObject.encode` writes them.
-                out.appendJSONKey("nameComponents")
-                out.append(UInt8(ascii: "{"))
+                out.append(literal: #","nameComponents":{"#)
                 var count = 0
                 while let name = nextName(count) {
                     guard let value = plainString() else { return false }
@@ -202,8 +198,7 @@ extension PlainReader {
         if let avatar {
             out.appendInOne(key: "avatarImage", avatar, quoted: true)
         } else {
-            out.appendJSONKey("avatarImage")
-            out.append(literal: "null")
+            out.append(literal: #","avatarImage":null"#)
         }
         out.append(UInt8(ascii: "}"))
         return true
@@ -224,8 +219,7 @@ extension PlainReader {
                     let n = NormalizedHandle(kind: kind, plainASCII: value)
                 else { return nil }
                 normalized = n
-                out.appendJSONKey("handle")
-                out.append(UInt8(ascii: "{"))
+                out.append(literal: #""handle":{"#)
                 out.appendInOne(key: "value", value, quoted: true)
                 out.appendInOne(key: "kind", s, quoted: true)
                 out.append(UInt8(ascii: "}"))
