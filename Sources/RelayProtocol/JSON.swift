@@ -153,6 +153,20 @@ extension JSON {
     }
 }
 
+extension UnsafeBufferPointer<UInt8> {
+    /// The index of the first byte at or after `i` that is not JSON whitespace.
+    @inline(__always) func jsonSpaceEnd(from i: Int) -> Int {
+        var i = i
+        while i < count {
+            switch self[i] {
+            case 0x20, 0x09, 0x0A, 0x0D: i += 1
+            default: return i
+            }
+        }
+        return i
+    }
+}
+
 private struct Parser {
     let buf: UnsafeBufferPointer<UInt8>
     var i = 0
@@ -170,14 +184,7 @@ private struct Parser {
         return v
     }
 
-    mutating func skipSpace() {
-        while i < buf.count {
-            switch buf[i] {
-            case 0x20, 0x09, 0x0A, 0x0D: i += 1
-            default: return
-            }
-        }
-    }
+    mutating func skipSpace() { i = buf.jsonSpaceEnd(from: i) }
 
     mutating func value() throws(JSONParseError) -> JSON {
         guard i < buf.count else { throw fail("unexpected end of input") }

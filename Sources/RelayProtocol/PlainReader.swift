@@ -42,16 +42,8 @@ struct PlainReader {
     /// The name of an object's next field (its `:` read), after `count` fields; nil at the
     /// object's end (its `}` read) or, setting `failed`, at anything else.
     mutating func nextName(_ count: Int) -> UnsafeBufferPointer<UInt8>? {
-        skipSpace()
-        guard i < buf.count else {
-            failed = true
-            return nil
-        }
-        if buf[i] == UInt8(ascii: "}") {
-            i += 1
-            return nil
-        }
-        guard count == 0 || take(UInt8(ascii: ",")), let name = plainString(), take(UInt8(ascii: ":")) else {
+        guard another(after: count, closing: UInt8(ascii: "}")) else { return nil }
+        guard let name = plainString(), take(UInt8(ascii: ":")) else {
             failed = true
             return nil
         }
@@ -60,13 +52,17 @@ struct PlainReader {
 
     /// Whether an array has another element after `count` (its `,` read); false at its end
     /// (its `]` read) or, setting `failed`, at anything else.
-    mutating func nextElement(_ count: Int) -> Bool {
+    mutating func nextElement(_ count: Int) -> Bool { another(after: count, closing: UInt8(ascii: "]")) }
+
+    /// Whether an object or array has another item after `count` (its `,` read); false at
+    /// `closing` (read) or, setting `failed`, at anything else.
+    private mutating func another(after count: Int, closing: UInt8) -> Bool {
         skipSpace()
         guard i < buf.count else {
             failed = true
             return false
         }
-        if buf[i] == UInt8(ascii: "]") {
+        if buf[i] == closing {
             i += 1
             return false
         }
@@ -138,14 +134,7 @@ struct PlainReader {
         return true
     }
 
-    mutating func skipSpace() {
-        while i < buf.count {
-            switch buf[i] {
-            case 0x20, 0x09, 0x0A, 0x0D: i += 1
-            default: return
-            }
-        }
-    }
+    mutating func skipSpace() { i = buf.jsonSpaceEnd(from: i) }
 
     static func equal(_ bytes: UnsafeBufferPointer<UInt8>, _ word: StaticString) -> Bool {
         bytes.count == word.utf8CodeUnitCount && memcmp(bytes.baseAddress!, word.utf8Start, bytes.count) == 0

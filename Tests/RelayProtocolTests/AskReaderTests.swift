@@ -35,21 +35,9 @@ final class AskReaderTests: XCTestCase {
     /// absent, null or odd, valid and invalid values, spacing) and, for those read, on
     /// mutations of them.
     func testAgreesWithParsingAndValidationOnGeneratedAndMutatedFrames() throws {
-        var rng = SplitMix(seed: 7)
-        var read = 0
-        var readMutated = 0
         var valid = 0
-        for _ in 0..<4000 {
-            let body = render(.object(frame(&rng)), spaced: rng.next() % 4 == 0, &rng)
-            if isValidAsk(body) { valid += 1 }
-            guard try agree(body) else { continue }
-            read += 1
-            for _ in 0..<8 {
-                var mutated = body
-                rng.mutate(&mutated)
-                if try agree(mutated) { readMutated += 1 }
-            }
-        }
+        let (read, readMutated) = try readGeneratedAndMutated(
+            seed: 7, rounds: 4000, mutations: 8, frame, seen: { if isValidAsk($0) { valid += 1 } }, read: agree)
         // Enough of each kind that the comparison means something.
         XCTAssertGreaterThan(read, 300, "read directly")
         XCTAssertGreaterThan(readMutated, 80, "read directly after a mutation")

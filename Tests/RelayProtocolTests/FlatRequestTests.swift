@@ -32,19 +32,7 @@ final class FlatRequestTests: XCTestCase {
 
     /// Whatever is read is what parsing reads, on generated frames and mutations of them.
     func testAgreesWithParsingOnGeneratedAndMutatedFrames() throws {
-        var rng = SplitMix(seed: 11)
-        var read = 0
-        var readMutated = 0
-        for _ in 0..<3000 {
-            let body = render(.object(frame(&rng)), spaced: rng.next() % 4 == 0, &rng)
-            guard try agree(body) else { continue }
-            read += 1
-            for _ in 0..<6 {
-                var mutated = body
-                rng.mutate(&mutated)
-                if try agree(mutated) { readMutated += 1 }
-            }
-        }
+        let (read, readMutated) = try readGeneratedAndMutated(seed: 11, rounds: 3000, mutations: 6, frame, read: agree)
         XCTAssertGreaterThan(read, 1000, "read directly")
         XCTAssertGreaterThan(readMutated, 300, "read directly after a mutation")
     }

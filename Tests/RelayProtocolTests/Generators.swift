@@ -70,3 +70,26 @@ func render(_ value: JSON, spaced: Bool, _ rng: inout SplitMix) -> [UInt8] {
     write(value)
     return out
 }
+
+/// Renders `rounds` generated objects (spaced out one time in four) and hands each to
+/// `seen`; every one that `read` takes is mutated `mutations` times and read again.
+/// Returns how many were read, before and after a mutation.
+func readGeneratedAndMutated(
+    seed: UInt64, rounds: Int, mutations: Int, _ generate: (inout SplitMix) -> JSONObject,
+    seen: ([UInt8]) -> Void = { _ in }, read: ([UInt8]) throws -> Bool
+) rethrows -> (read: Int, readMutated: Int) {
+    var rng = SplitMix(seed: seed)
+    var counts = (read: 0, readMutated: 0)
+    for _ in 0..<rounds {
+        let body = render(.object(generate(&rng)), spaced: rng.next() % 4 == 0, &rng)
+        seen(body)
+        guard try read(body) else { continue }
+        counts.read += 1
+        for _ in 0..<mutations {
+            var mutated = body
+            rng.mutate(&mutated)
+            if try read(mutated) { counts.readMutated += 1 }
+        }
+    }
+    return counts
+}
