@@ -110,16 +110,17 @@ extension RelayCore {
         for g in guardians {
             appendEvent(to: g, topic: nil, type: "question", encodedFields: fields[...], now: r.now)
         }
-        var ok: [UInt8] = []
-        ok.reserveCapacity(112)
-        ok.appendJSONField("questionId", record.id)
-        ok.appendJSONField("status", "pending")
-        ok.appendJSONField("attempt", record.attempt)
-        if content.kind == .communication && content.handles.allSatisfy({ child.isKnown($0, at: r.now) }) {
-            ok.appendJSONKey("allKnown")
-            ok.append(literal: "true")
-        }
-        return .encoded(ok)
+        let allKnown = content.kind == .communication && content.handles.allSatisfy { child.isKnown($0, at: r.now) }
+        return .frame(
+            okFrame(re: r.id, capacity: 160) { ok in
+                ok.appendJSONField("questionId", record.id)
+                ok.appendJSONField("status", "pending")
+                ok.appendJSONField("attempt", record.attempt)
+                if allKnown {
+                    ok.appendJSONKey("allKnown")
+                    ok.append(literal: "true")
+                }
+            })
     }
 
     func cancel(_ r: Request) throws(RequestError) -> ReplyFields {

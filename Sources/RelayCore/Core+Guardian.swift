@@ -45,11 +45,11 @@ extension RelayCore {
             let until = choice.durationSeconds.map { r.now.adding(seconds: $0) }
             learn(q.content.handles, child: child, until: until, actions: q.content.actions, now: r.now)
         }
-        var ok: [UInt8] = []
-        ok.reserveCapacity(80)
-        ok.appendJSONField("questionId", id)
-        ok.appendJSONField("status", "answered")
-        return .encoded(ok)
+        return .frame(
+            okFrame(re: r.id, capacity: 128) { ok in
+                ok.appendJSONField("questionId", id)
+                ok.appendJSONField("status", "answered")
+            })
     }
 
     func pending(_ r: Request) throws(RequestError) -> ReplyFields {

@@ -235,7 +235,7 @@ public final class RelayCore {
                 result = .failure(RequestError(.forbidden, "a \(session.role.rawValue) session may not send \(type)"))
             } else {
                 result = Result { () throws(RequestError) in
-                    try handler.run(self, Request(conn: conn, session: session, frame: frame, now: now))
+                    try handler.run(self, Request(conn: conn, id: id, session: session, frame: frame, now: now))
                 }
             }
             reply(conn, id, result)
@@ -249,7 +249,7 @@ public final class RelayCore {
             reply(
                 conn, id,
                 Result { () throws(RequestError) in
-                    try ask(question, Request(conn: conn, session: session, frame: [:], now: now))
+                    try ask(question, Request(conn: conn, id: id, session: session, frame: [:], now: now))
                 })
             return true
         }
@@ -260,7 +260,7 @@ public final class RelayCore {
             reply(
                 conn, id,
                 Result { () throws(RequestError) in
-                    try answer(questionID: questionID, choice: choice, Request(conn: conn, session: session, frame: [:], now: now))
+                    try answer(questionID: questionID, choice: choice, Request(conn: conn, id: id, session: session, frame: [:], now: now))
                 })
         default:
             return false
@@ -281,30 +281,32 @@ public final class RelayCore {
     /// Sends the reply to a request, then the events the request caused.
     func reply(_ conn: ConnectionID, _ id: String?, _ result: Result<ReplyFields, RequestError>) {
         switch result {
-        case .success(let fields):
-            send(
-                conn,
-                frame { out in
-                    out.append(literal: #"{"type":"ok""#)
-                    if let id { out.appendJSONField("re", id) }
-                    switch fields {
-                    case .object(let o): o.encodeFields(into: &out)
-                    case .encoded(let bytes):
-                        out.append(UInt8(ascii: ","))
-                        out.append(bytes: bytes)
-                    }
-                    out.append(UInt8(ascii: "}"))
-                })
+        case .success(.object(let o)):
+            send(conn, okFrame(re: id) { o.encodeFields(into: &$0) })
+        case .success(.frame(let bytes)):
+            send(conn, bytes)
         case .failure(let e):
             send(conn, e.frame(re: id))
         }
         flushDeferred()
     }
 
+    /// An `ok` reply to request `id`, as a frame; `writeFields` appends the fields after `re`.
+    func okFrame(re id: String?, capacity: Int = 256, _ writeFields: (inout [UInt8]) -> Void) -> [UInt8] {
+        frame(capacity: capacity) { out in
+            out.append(literal: #"{"type":"ok""#)
+            if let id { out.appendJSONField("re", id) }
+            writeFields(&out)
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
     // MARK: - Request table
 
     struct Request {
         let conn: ConnectionID
+        /// The request's id, which its reply carries as `re`.
+        let id: String
         let session: Session
         let frame: JSONObject
         let now: Timestamp
@@ -377,11 +379,11 @@ public final class RelayCore {
     ]
 }
 
-/// The fields of an `ok` reply after `type` and `re`: an object, or (for the requests
-/// sent most) fields already encoded, `"key":value,…`.
+/// An `ok` reply: its fields after `type` and `re`, or (for the requests sent most,
+/// written in place by `okFrame`) the whole frame.
 enum ReplyFields: ExpressibleByDictionaryLiteral {
     case object(JSONObject)
-    case encoded([UInt8])
+    case frame([UInt8])
 
     init(dictionaryLiteral elements: (String, JSON)...) {
         self = .object(JSONObject(elements.map { JSONObject.Field($0.0, $0.1) }))
