@@ -50,7 +50,7 @@ extension RelayCore {
         case .answered:
             return [
                 "questionId": .string(existing.id), "status": "answered", "attempt": .int(existing.attempt),
-                "response": (try? JSON.parse(Array("{".utf8) + responseFields(existing) + Array("}".utf8))) ?? .null,
+                "response": (try? JSON.parse(responseObject(existing))) ?? .null,
             ]
         case .cancelled, .expired:
             return nil
@@ -215,19 +215,25 @@ extension RelayCore {
         out.appendJSONField("answeredAt", o.answeredAt)
     }
 
-    /// The fields of a `response` event, without `type` and `seq`, encoded. The outcome's
-    /// fields appear twice (in the question and after it) and are encoded once.
-    func responseFields(_ q: QuestionRecord) -> [UInt8] {
-        guard let o = q.outcome else { return [] }
+    /// Appends the fields of a `response` event (after its `seq`, or after an object's
+    /// `{`). The outcome's fields appear twice (in the question and after it) and are
+    /// encoded once.
+    func appendResponseFields(_ q: QuestionRecord, to out: inout [UInt8]) {
+        guard let o = q.outcome else { return }
         var outcome: [UInt8] = []
         outcome.reserveCapacity(160)
         appendOutcomeFields(o, to: &outcome)
-        var out: [UInt8] = []
-        out.reserveCapacity(q.content.encoded.count + 400)
         out.appendJSONKey("question")
         appendQuestion(q, to: &out, outcomeFields: outcome)
         out.append(UInt8(ascii: ","))
         out.append(bytes: outcome)
+    }
+
+    /// A `response` event's fields as an object.
+    private func responseObject(_ q: QuestionRecord) -> [UInt8] {
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        appendResponseFields(q, to: &out)
+        out.append(UInt8(ascii: "}"))
         return out
     }
 

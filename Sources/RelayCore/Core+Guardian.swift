@@ -38,7 +38,9 @@ extension RelayCore {
         child?.pendingQuestions -= 1
         store.saveQuestionState(q)
         if let child, !child.isRemoved {
-            appendEvent(to: child, topic: q.content.kind, type: "response", encodedFields: responseFields(q)[...], now: r.now)
+            appendEvent(to: child, topic: q.content.kind, type: "response", capacity: q.content.encoded.count + 400, now: r.now) {
+                appendResponseFields(q, to: &$0)
+            }
         }
         tellGuardiansClosed(q, in: family, reason: .answered, by: r.member.id, now: r.now)
         if let child, choice.answer == .approval && q.content.kind == .communication {

@@ -132,16 +132,27 @@ extension RelayCore {
     func appendEvent(
         to member: Member, topic: TopicKind?, type: String, encodedFields: ArraySlice<UInt8>, now: Timestamp
     ) {
-        member.head += 1
-        let seq = member.head
-        let bytes = frame(capacity: encodedFields.count + 48) { out in
-            out.append(UInt8(ascii: "{"))
-            out.appendJSONField("type", type)
-            out.appendJSONField("seq", seq)
+        appendEvent(to: member, topic: topic, type: type, capacity: encodedFields.count, now: now) { out in
             if !encodedFields.isEmpty {
                 out.append(UInt8(ascii: ","))
                 out.append(bytes: encodedFields)
             }
+        }
+    }
+
+    /// Appends an event whose fields after `type` and `seq` (about `capacity` bytes)
+    /// `writeFields` writes straight into its frame: for an event with one recipient.
+    func appendEvent(
+        to member: Member, topic: TopicKind?, type: String, capacity: Int, now: Timestamp,
+        _ writeFields: (inout [UInt8]) -> Void
+    ) {
+        member.head += 1
+        let seq = member.head
+        let bytes = frame(capacity: capacity + 48) { out in
+            out.append(UInt8(ascii: "{"))
+            out.appendJSONField("type", type)
+            out.appendJSONField("seq", seq)
+            writeFields(&out)
             out.append(UInt8(ascii: "}"))
         }
         let event = EventRecord(member: member.id, seq: seq, at: now, topic: topic, frame: bytes)
