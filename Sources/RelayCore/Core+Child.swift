@@ -103,12 +103,9 @@ extension RelayCore {
         child.pendingQuestions = pendingNow + 1
         store.saveQuestion(record)
         if let e = content.expiration { questionDeadlines.push((e, record.key)) }
-        var fields: [UInt8] = []
-        fields.reserveCapacity(content.encoded.count + 240)
-        fields.appendJSONKey("question")
-        appendQuestion(record, to: &fields)
-        for g in guardians {
-            appendEvent(to: g, topic: nil, type: "question", encodedFields: fields[...], now: r.now)
+        appendEvent(to: guardians, topic: nil, type: "question", capacity: content.encoded.count + 240, now: r.now) { out in
+            out.appendJSONKey("question")
+            appendQuestion(record, to: &out)
         }
         let allKnown = content.kind == .communication && content.handles.allSatisfy { child.isKnown($0, at: r.now) }
         return .frame(
@@ -266,14 +263,11 @@ extension RelayCore {
     func tellGuardiansClosed(
         _ q: QuestionRecord, in family: Family?, reason: QuestionStatus, by guardian: String?, now: Timestamp
     ) {
-        var fields: [UInt8] = []
-        fields.reserveCapacity(160)
-        fields.appendJSONField("questionId", q.id)
-        fields.appendJSONField("child", q.child)
-        fields.appendJSONField("reason", reason.rawValue)
-        if let guardian { fields.appendJSONField("by", guardian) }
-        for g in family?.guardians ?? [] {
-            appendEvent(to: g, topic: nil, type: "questionClosed", encodedFields: fields[...], now: now)
+        appendEvent(to: family?.guardians ?? [], topic: nil, type: "questionClosed", capacity: 160, now: now) { out in
+            out.appendJSONField("questionId", q.id)
+            out.appendJSONField("child", q.child)
+            out.appendJSONField("reason", reason.rawValue)
+            if let guardian { out.appendJSONField("by", guardian) }
         }
     }
 }

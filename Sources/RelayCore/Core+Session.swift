@@ -122,30 +122,36 @@ extension RelayCore {
 
     /// Appends an event to `member`'s stream; it is delivered after the current reply.
     func appendEvent(to member: Member, topic: TopicKind?, _ fields: JSONObject, now: Timestamp) {
-        var rest: [UInt8] = []
-        JSONObject(fields.fields.filter { $0.key != "type" }).encodeFields(into: &rest)
-        appendEvent(to: member, topic: topic, type: fields["type"]?.string ?? "", encodedFields: rest.dropFirst(), now: now)
-    }
-
-    /// Appends an event whose fields after `type` and `seq` are already encoded
-    /// (`"key":value,…` without braces), so one encoding serves every recipient.
-    func appendEvent(
-        to member: Member, topic: TopicKind?, type: String, encodedFields: ArraySlice<UInt8>, now: Timestamp
-    ) {
-        appendEvent(to: member, topic: topic, type: type, capacity: encodedFields.count, now: now) { out in
-            if !encodedFields.isEmpty {
-                out.append(UInt8(ascii: ","))
-                out.append(bytes: encodedFields)
-            }
+        appendEvent(to: member, topic: topic, type: fields["type"]?.string ?? "", capacity: 128, now: now) {
+            JSONObject(fields.fields.filter { $0.key != "type" }).encodeFields(into: &$0)
         }
     }
 
-    /// Appends an event whose fields after `type` and `seq` (about `capacity` bytes)
-    /// `writeFields` writes straight into its frame: for an event with one recipient.
+    /// Appends the same event to each of `members`: its fields are written once, into the
+    /// first one's frame, and copied from there into the others'.
+    func appendEvent(
+        to members: [Member], topic: TopicKind?, type: String, capacity: Int, now: Timestamp,
+        _ writeFields: (inout [UInt8]) -> Void
+    ) {
+        guard let first = members.first else { return }
+        var start = 0
+        let written = appendEvent(to: first, topic: topic, type: type, capacity: capacity, now: now) { out in
+            start = out.count
+            writeFields(&out)
+        }
+        let fields = written[start..<(written.count - 1)]  // up to the closing brace
+        for m in members.dropFirst() {
+            appendEvent(to: m, topic: topic, type: type, capacity: fields.count, now: now) { $0.append(bytes: fields) }
+        }
+    }
+
+    /// Appends an event whose fields after `type` and `seq` (about `capacity` bytes, each
+    /// after a comma) `writeFields` writes straight into its frame; returns the frame.
+    @discardableResult
     func appendEvent(
         to member: Member, topic: TopicKind?, type: String, capacity: Int, now: Timestamp,
         _ writeFields: (inout [UInt8]) -> Void
-    ) {
+    ) -> [UInt8] {
         member.head += 1
         let seq = member.head
         let bytes = frame(capacity: capacity + 48) { out in
@@ -158,6 +164,7 @@ extension RelayCore {
         let event = EventRecord(member: member.id, seq: seq, at: now, topic: topic, frame: bytes)
         store.appendEvent(event)
         deferred.append((member, event))
+        return bytes
     }
 
     /// Sends the events recorded so far to the live sessions that should get them.
