@@ -111,7 +111,10 @@ extension RelayCore {
         }
     }
 
-    /// Writes the cursors moved by acks since the last call; acks are stored lazily, once a turn.
+    /// How many cursors acks have moved since they were last written.
+    public var movedCursors: Int { dirtySessions.count }
+
+    /// Writes the cursors moved by acks since the last call (acks are stored lazily).
     public func flushCursors() {
         for durable in dirtySessions where durable.dirty {
             durable.dirty = false

@@ -242,7 +242,7 @@ public final class RelayServer {
     /// sent: every connection is closed (clients resend what was not acknowledged) and the
     /// core is rebuilt from what the store holds.
     private func commit(cursors: Bool = true) -> Bool {
-        if cursors || store.wantsCursors {
+        if cursors || store.wantsCursors(moved: relay.movedCursors) {
             relay.flushCursors()
             lastCursorFlush = .now()
         }

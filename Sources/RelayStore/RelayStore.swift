@@ -28,10 +28,10 @@ public protocol RelayStore: AnyObject {
 
     /// Whether changes are waiting for `commit`.
     var hasChanges: Bool { get }
-    /// Whether the sessions' cursors should go into this commit although they are stored
+    /// Whether `moved` cursors should go into this commit although cursors are stored
     /// lazily: what is committed is about to be written where events that every durable
     /// session of their member has acknowledged are left out.
-    var wantsCursors: Bool { get }
+    func wantsCursors(moved: Int) -> Bool
     /// Makes every recorded change durable in one transaction.
     func commit() throws
     /// Forgets the changes recorded since the last commit.

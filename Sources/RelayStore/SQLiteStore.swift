@@ -168,8 +168,12 @@ public final class SQLiteStore: RelayStore {
 
     /// This commit brings the backlog to the threshold and the writer is free: the commit
     /// hands the backlog over with this commit's changes, and the writer leaves out the
-    /// events acknowledged by then.
-    public var wantsCursors: Bool { backlog.changes.count + changes.count >= checkpointThreshold && writer.isIdle }
+    /// events acknowledged by then. Each cursor is a row to write too: they are wanted
+    /// only while they are few against the batch (with thousands of members each acking
+    /// one event, they would cost more than the events they leave out).
+    public func wantsCursors(moved: Int) -> Bool {
+        moved * 8 <= checkpointThreshold && backlog.changes.count + changes.count >= checkpointThreshold && writer.isIdle
+    }
 
     /// Appends the changes to the journal; a backlog that reaches the threshold with them
     /// goes to the writer. (If that hand-over fails, the changes are committed all the same:

@@ -88,7 +88,7 @@ final class CoreDrive {
     @discardableResult
     private func turn(keeping: Bool = false) -> [[UInt8]] {
         let now = Timestamp.now()
-        if store.wantsCursors || now.milliseconds - lastCursorFlush.milliseconds >= 1000 {
+        if store.wantsCursors(moved: core.movedCursors) || now.milliseconds - lastCursorFlush.milliseconds >= 1000 {
             core.flushCursors()
             lastCursorFlush = now
         }

@@ -110,9 +110,10 @@ final class SQLiteStoreTests: XCTestCase {
         cursor("m", "tab", 0)
         for seq: Int64 in 1...5 { event("g1", seq) }
         event("m", 3)
-        XCTAssertFalse(store.wantsCursors)
+        XCTAssertFalse(store.wantsCursors(moved: 1))
         event("m", 4)
-        XCTAssertTrue(store.wantsCursors, "the backlog reaches the threshold with this commit")
+        XCTAssertTrue(store.wantsCursors(moved: 1), "the backlog reaches the threshold with this commit")
+        XCTAssertFalse(store.wantsCursors(moved: 2), "more cursors than an eighth of the batch")
         cursor("g1", "tab", 4)
         cursor("g1", "pad", 2)
         cursor("m", "tab", 4)
