@@ -109,6 +109,7 @@ extension PlainReader {
     {
         guard take(UInt8(ascii: "{")) else { return false }
         var fields = Fields(ordered: true)
+        var actionsOpen = false  // `"actions":[` written, the list not yet closed
         while let k = nextField(of: Self.topicFields, &fields) {
             switch k {
             case 0:  // necessarily first: nothing after it may come without it
@@ -124,10 +125,11 @@ extension PlainReader {
                 }
                 guard n > 0 else { return false }
                 out.append(UInt8(ascii: "]"))
-            default:  // the last field: written as read, each action once
+            default:  // the last field: written as read, each action once; closed below
                 if takeNull() { break }
                 guard take(UInt8(ascii: "[")) else { return false }
                 out.append(literal: #","actions":["#)
+                actionsOpen = true
                 actions.reserveCapacity(4)
                 var seen: UInt32 = 0
                 var n = 0
@@ -143,19 +145,15 @@ extension PlainReader {
                     }
                     n += 1
                 }
-                if actions.isEmpty {
-                    out.append(literal: #""communicate""#)
-                    actions = ["communicate"]
-                }
-                out.append(UInt8(ascii: "]"))
             }
         }
         guard !failed, fields.seen & 0b11 == 0b11 else { return false }
-        if actions.isEmpty {  // none, or null
-            out.append(literal: #","actions":["communicate"]"#)
+        if !actionsOpen { out.append(literal: #","actions":["#) }
+        if actions.isEmpty {  // none, null or empty
+            out.append(literal: #""communicate""#)
             actions = ["communicate"]
         }
-        out.append(UInt8(ascii: "}"))
+        out.append(literal: "]}")
         return true
     }
 
