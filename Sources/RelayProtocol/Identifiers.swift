@@ -28,7 +28,7 @@ public struct QuestionID: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Reads a UUID from its bytes.
-    init?(utf8 u: UnsafeBufferPointer<UInt8>) {
+    public init?(utf8 u: UnsafeBufferPointer<UInt8>) {
         guard u.count == 36, let (high, low) = Self.bits(u) else { return nil }
         self.high = high
         self.low = low

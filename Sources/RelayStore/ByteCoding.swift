@@ -63,11 +63,14 @@ struct ByteReader {
 
     mutating func bool() throws -> Bool { try byte() != 0 }
 
-    mutating func data() throws -> [UInt8] {
+    mutating func data() throws -> [UInt8] { Array(bytes[try range()]) }
+
+    /// Where the next length-prefixed bytes lie, skipping them.
+    mutating func range() throws -> Range<Int> {
         let n = Int(try int())
         guard n >= 0, n <= bytes.count - i else { throw JournalError(description: "a journal entry ends early") }
         defer { i += n }
-        return Array(bytes[i..<(i + n)])
+        return i..<(i + n)
     }
 
     /// Records are checksummed and were written from valid strings, so decoding (which would

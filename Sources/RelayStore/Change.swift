@@ -36,8 +36,7 @@ struct QuestionState: Equatable {
     }
 }
 
-/// Indirect: a change is copied into the journal, the backlog and the batch, and a boxed
-/// payload is one reference to count instead of a whole record's strings.
+/// What the journal records are read back as (at load, and for the writer's rare changes).
 indirect enum Change: Equatable {
     case family(String)
     case member(MemberRecord)
@@ -64,7 +63,9 @@ extension Change {
         return out
     }
 
-    private func write(into w: inout ByteWriter) {
+    /// Appends the change's binary form. (The store writes its frequent changes with the
+    /// functions below, from the records it is given, without making a `Change`.)
+    func write(into w: inout ByteWriter) {
         switch self {
         case .family(let id):
             w.int(1)
@@ -77,16 +78,8 @@ extension Change {
             w.data(m.tokenHash)
             w.bool(m.removed)
             w.bool(m.limitsEnabled)
-        case .question(let q):
-            w.int(3)
-            w.data(q.content.encoded)
-            w.string(q.child)
-            w.string(q.family)
-            w.int(q.createdAt.milliseconds)
-            Self.write(QuestionState(q), into: &w)
-        case .questionState(let s):
-            w.int(4)
-            Self.write(s, into: &w)
+        case .question(let q): Self.write(question: q, into: &w)
+        case .questionState(let s): Self.write(state: s, into: &w)
         case .forgetQuestion(let key):
             w.int(5)
             w.string(key.description)
@@ -104,20 +97,40 @@ extension Change {
             w.string(child)
             w.string(h.kind.rawValue)
             w.string(h.value)
-        case .session(let s):
-            w.int(8)
-            w.string(s.member)
-            w.string(s.name)
-            w.int(s.cursor)
-            w.string(s.topics.map(\.rawValue).sorted().joined(separator: ","))
+        case .session(let s): Self.write(session: s, into: &w)
         case .dropSessions(let member):
             w.int(9)
             w.string(member)
-        case .event(let e):
-            w.int(10)
-            w.string(e.member)
-            EventBatch.write(e, into: &w)
+        case .event(let e): Self.write(event: e, into: &w)
         }
+    }
+
+    static func write(question q: QuestionRecord, into w: inout ByteWriter) {
+        w.int(3)
+        w.data(q.content.encoded)
+        w.string(q.child)
+        w.string(q.family)
+        w.int(q.createdAt.milliseconds)
+        write(QuestionState(q), into: &w)
+    }
+
+    static func write(state s: QuestionState, into w: inout ByteWriter) {
+        w.int(4)
+        write(s, into: &w)
+    }
+
+    static func write(session s: SessionRecord, into w: inout ByteWriter) {
+        w.int(8)
+        w.string(s.member)
+        w.string(s.name)
+        w.int(s.cursor)
+        w.string(s.topics.map(\.rawValue).sorted().joined(separator: ","))
+    }
+
+    static func write(event e: EventRecord, into w: inout ByteWriter) {
+        w.int(10)
+        w.string(e.member)
+        EventBatch.write(e, into: &w)
     }
 
     private static func write(_ s: QuestionState, into w: inout ByteWriter) {
@@ -132,7 +145,7 @@ extension Change {
         }
     }
 
-    private static func readState(from r: inout ByteReader) throws -> QuestionState {
+    static func readState(from r: inout ByteReader) throws -> QuestionState {
         let id = try r.string()
         guard let key = QuestionID(id) else { throw JournalError(description: "a journal question id \(id) is not a UUID") }
         let status = try r.raw(QuestionStatus.self)
@@ -147,8 +160,11 @@ extension Change {
         return QuestionState(key: key, id: id, status: status, attempt: attempt, outcome: outcome)
     }
 
-    private static func read(from r: inout ByteReader) throws -> Change {
-        switch try r.int() {
+    private static func read(from r: inout ByteReader) throws -> Change { try read(tag: try r.int(), from: &r) }
+
+    /// The change whose tag was just read.
+    static func read(tag: Int64, from r: inout ByteReader) throws -> Change {
+        switch tag {
         case 1: return .family(try r.string())
         case 2:
             return .member(
@@ -237,53 +253,5 @@ extension StoreSnapshot {
         questions = questionOrder.compactMap { questionsByKey.removeValue(forKey: $0) }
         knownHandles = Array(knownByKey.values)
         sessions = Array(sessionsByKey.values)
-    }
-}
-
-extension [Change] {
-    /// The same changes with each question's successive writes folded into one, so a
-    /// question asked and answered between two checkpoints is written once, and likewise
-    /// each durable session's (its cursor moves with every ack). Only these changes touch
-    /// a question's row, and only a session's own changes and its member's `dropSessions`
-    /// touch a session's: folding them cannot reorder anything else.
-    func folded() -> [Change] {
-        var out: [Change] = []
-        out.reserveCapacity(count)
-        var last: [QuestionID: Int] = [:]
-        var lastSession: [String: [String: Int]] = [:]  // by member, then name
-        for change in self {
-            let id: QuestionID
-            switch change {
-            case .question(let q): id = q.key
-            case .questionState(let s): id = s.key
-            case .forgetQuestion(let key): id = key
-            case .session(let s):
-                if let i = lastSession[s.member]?[s.name] {
-                    out[i] = change
-                } else {
-                    lastSession[s.member, default: [:]][s.name] = out.count
-                    out.append(change)
-                }
-                continue
-            case .dropSessions(let member):
-                lastSession[member] = nil  // a later write of one of its sessions stays after the drop
-                out.append(change)
-                continue
-            default:
-                out.append(change)
-                continue
-            }
-            guard let i = last[id] else {
-                last[id] = out.count
-                out.append(change)
-                continue
-            }
-            switch (out[i], change) {
-            case (.question(let q), .questionState(let s)): out[i] = .question(s.applied(to: q))
-            case (.forgetQuestion, .questionState): break  // the state of a forgotten question changes nothing
-            default: out[i] = change  // a state after a state, or a full write or delete after anything
-            }
-        }
-        return out
     }
 }

@@ -1,6 +1,7 @@
 // The SQLite store's event streams: batches of a member's consecutive events, one row
 // each (see EventBatch), followed by those in the writer's hands, the backlog's and this
-// turn's, in memory (found by a scan of the changes: only a resuming session reads them).
+// turn's, in memory (found by a scan of the journaled bytes and the changes: only a
+// resuming session reads them).
 
 import RelayProtocol
 
@@ -17,11 +18,9 @@ extension SQLiteStore {
                 out.append(e)
             }
         }
-        for pending in [sealed?.changes ?? [], backlog.changes, changes] {
-            for case .event(let e) in pending where e.member == member && e.seq > (out.last?.seq ?? seq) {
-                guard out.count < limit else { return out }
-                out.append(e)
-            }
+        for e in try inMemory(member: member) where e.seq > (out.last?.seq ?? seq) {
+            guard out.count < limit else { return out }
+            out.append(e)
         }
         return out
     }
@@ -29,10 +28,19 @@ extension SQLiteStore {
     public func oldestEventSeq(member: String) throws -> Int64? {
         let stored = try db.scalar("SELECT min(firstSeq) FROM eventBatches WHERE member = ?", [.text(member)])
         if let stored { return stored }
-        for pending in [sealed?.changes ?? [], backlog.changes, changes] {
-            for case .event(let e) in pending where e.member == member { return e.seq }
+        return try inMemory(member: member).first?.seq
+    }
+
+    /// The events of `member` not yet in the tables, in order.
+    private func inMemory(member: String) throws -> [EventRecord] {
+        var out: [EventRecord] = []
+        for bytes in [sealed?.bytes ?? [], backlog.bytes, Array(turnBytes)] {
+            for case .event(let e) in try JournaledChange.readAll(bytes) where bytes[e.member].elementsEqual(member.utf8) {
+                var r = ByteReader(bytes: bytes, i: e.encoded.lowerBound)
+                out.append(try EventBatch.read(member: member, from: &r))
+            }
         }
-        return nil
+        return out
     }
 
     static func insertBatch(_ db: SQLiteDatabase, member: String, _ events: ArraySlice<EventRecord>) throws {

@@ -1,13 +1,13 @@
 // The durable store: one SQLite database in WAL mode and two journal files. Changes are
-// buffered as the core makes them; a commit (once per loop turn) appends them to the
-// current journal as one compact record — one small sequential write, where a database
-// commit would rewrite every page the changes touch. Once enough have gathered, the
-// journal's generation is handed to the table writer, which writes it into the tables
-// in one transaction on its own thread (where many turns share pages and a question
-// asked and answered in between is written once) while commits go on into the other
-// journal. Until written, changes are served from memory, and at load the journals
-// are folded into what the tables hold. Schema changes are numbered migrations recorded
-// in the database itself (SQLiteSchema.swift).
+// written in their compact binary form as the core makes them; a commit (once per loop
+// turn) appends them to the current journal as one record — one small sequential
+// write, where a database commit would rewrite every page the changes touch. Once
+// enough have gathered, the journal's generation is handed to the table writer, which
+// writes it into the tables in one transaction on its own thread (where many turns
+// share pages and a question asked and answered in between is written once) while
+// commits go on into the other journal. Until written, changes are served from memory,
+// and at load the journals are folded into what the tables hold. Schema changes are
+// numbered migrations recorded in the database itself (SQLiteSchema.swift).
 
 import RelayProtocol
 
@@ -29,14 +29,17 @@ public final class SQLiteStore: RelayStore {
     /// may start (reusing the journal of g - 2) only once g - 2 is in the tables.
     private var generation: Int64 = 1
     private var appliedGeneration: Int64 = 0
-    /// This turn's changes, not yet committed.
-    var changes: [Change] = []
-    /// Where a commit's journal record is built, kept from one commit to the next.
-    private var record = ByteWriter()
+    /// This turn's changes, not yet committed, as its journal record: each change is
+    /// written there as it is saved (after room for the record's header).
+    private var turn = ByteWriter(bytes: Array(repeating: 0, count: JournalFile.recordHeaderBytes))
+    /// How many changes `turn` holds.
+    private var turnCount = 0
     /// Journaled in the current generation, not yet handed to the writer.
     var backlog = Batch(generation: 1)
     /// Handed to the writer and not yet reported written.
     var sealed: Batch?
+    /// A written batch's buffer, for the next backlog (its pages are already in memory).
+    private var spare: [UInt8] = []
     /// A commit hands the backlog to the writer once it holds this many changes (and
     /// waits for the writer when eight times as many are waiting).
     public var checkpointThreshold = 4096
@@ -130,7 +133,7 @@ public final class SQLiteStore: RelayStore {
             }
         }
         try readJournals()
-        s.apply(backlog.changes)
+        s.apply(try Change.decode(backlog.bytes))
         return s
     }
 
@@ -146,25 +149,37 @@ public final class SQLiteStore: RelayStore {
         generation = unapplied.last?.generation ?? applied + 1
         backlog = Batch(generation: generation)
         for journal in unapplied {
-            for record in journal.records { backlog.changes.append(contentsOf: try Change.decode(record)) }
+            for record in journal.records {
+                backlog.append(record[...], count: try JournaledChange.readAll(record).count)
+            }
         }
         if unapplied.isEmpty { try journal(for: generation).startOver(generation: generation) }
     }
 
     private func journal(for generation: Int64) -> JournalFile { journals[Int(generation % 2)] }
 
-    public func saveFamily(_ id: String) { changes.append(.family(id)) }
-    public func saveMember(_ member: MemberRecord) { changes.append(.member(member)) }
-    public func saveQuestion(_ question: QuestionRecord) { changes.append(.question(question)) }
-    public func saveQuestionState(_ question: QuestionRecord) { changes.append(.questionState(QuestionState(question))) }
-    public func deleteQuestion(_ key: QuestionID) { changes.append(.forgetQuestion(key)) }
-    public func saveKnownHandle(_ known: KnownHandleRecord) { changes.append(.known(known)) }
-    public func deleteKnownHandle(child: String, handle: NormalizedHandle) { changes.append(.unknown(child, handle)) }
-    public func saveSession(_ session: SessionRecord) { changes.append(.session(session)) }
-    public func deleteSessions(member: String) { changes.append(.dropSessions(member)) }
-    public func appendEvent(_ event: EventRecord) { changes.append(.event(event)) }
+    public func saveFamily(_ id: String) { record(.family(id)) }
+    public func saveMember(_ member: MemberRecord) { record(.member(member)) }
+    public func saveQuestion(_ question: QuestionRecord) { record { Change.write(question: question, into: &$0) } }
+    public func saveQuestionState(_ question: QuestionRecord) { record { Change.write(state: QuestionState(question), into: &$0) } }
+    public func deleteQuestion(_ key: QuestionID) { record(.forgetQuestion(key)) }
+    public func saveKnownHandle(_ known: KnownHandleRecord) { record(.known(known)) }
+    public func deleteKnownHandle(child: String, handle: NormalizedHandle) { record(.unknown(child, handle)) }
+    public func saveSession(_ session: SessionRecord) { record { Change.write(session: session, into: &$0) } }
+    public func deleteSessions(member: String) { record(.dropSessions(member)) }
+    public func appendEvent(_ event: EventRecord) { record { Change.write(event: event, into: &$0) } }
 
-    public var hasChanges: Bool { !changes.isEmpty }
+    private func record(_ change: Change) { record { change.write(into: &$0) } }
+
+    private func record(_ write: (inout ByteWriter) -> Void) {
+        write(&turn)
+        turnCount += 1
+    }
+
+    public var hasChanges: Bool { turnCount > 0 }
+
+    /// This turn's changes, as they are journaled.
+    var turnBytes: ArraySlice<UInt8> { turn.bytes[JournalFile.recordHeaderBytes...] }
 
     /// This commit brings the backlog to the threshold and the writer is free: the commit
     /// hands the backlog over with this commit's changes, and the writer leaves out the
@@ -172,35 +187,37 @@ public final class SQLiteStore: RelayStore {
     /// only while they are few against the batch (with thousands of members each acking
     /// one event, they would cost more than the events they leave out).
     public func wantsCursors(moved: Int) -> Bool {
-        moved * 8 <= checkpointThreshold && backlog.changes.count + changes.count >= checkpointThreshold && writer.isIdle
+        moved * 8 <= checkpointThreshold && backlog.count + turnCount >= checkpointThreshold && writer.isIdle
     }
 
     /// Appends the changes to the journal; a backlog that reaches the threshold with them
     /// goes to the writer. (If that hand-over fails, the changes are committed all the same:
     /// the error says the store needs attention, and the backlog stays in memory.)
     public func commit() throws {
-        guard !changes.isEmpty else { return }
+        guard turnCount > 0 else { return }
         defer { discardChanges() }
-        if sealed != nil && backlog.changes.count >= 8 * checkpointThreshold { try settle(wait: true) }
+        if sealed != nil && backlog.count >= 8 * checkpointThreshold { try settle(wait: true) }
         try settle(wait: false)
         // A backlog that still holds the generation before (a batch the writer could not
         // take) is written here and now: its journal cannot be started over yet.
-        if sealed == nil && backlog.changes.count >= checkpointThreshold && appliedGeneration < generation - 1 {
+        if sealed == nil && backlog.count >= checkpointThreshold && appliedGeneration < generation - 1 {
             try checkpoint()
         }
         try startNextGenerationIfWritten()
-        record.bytes.removeAll(keepingCapacity: record.bytes.capacity <= 1 << 20)  // not a rare huge commit's
-        record.bytes.append(contentsOf: repeatElement(0, count: JournalFile.recordHeaderBytes))
-        Change.encode(changes, into: &record)
-        try journal(for: generation).append(record: &record.bytes)
-        backlog.changes.append(contentsOf: changes)
-        if sealed == nil && backlog.changes.count >= checkpointThreshold && appliedGeneration >= generation - 1 {
+        try journal(for: generation).append(record: &turn.bytes)
+        backlog.append(turnBytes, count: turnCount)
+        if sealed == nil && backlog.count >= checkpointThreshold && appliedGeneration >= generation - 1 {
             try handOver()
         }
     }
 
     public func discardChanges() {
-        changes.removeAll(keepingCapacity: true)
+        if turn.bytes.capacity > 1 << 20 {  // not a rare huge commit's
+            turn.bytes = Array(repeating: 0, count: JournalFile.recordHeaderBytes)
+        } else {
+            turn.bytes.removeSubrange(JournalFile.recordHeaderBytes...)
+        }
+        turnCount = 0
     }
 
     /// Hands the backlog to the writer and starts the next generation in the other journal.
@@ -219,10 +236,10 @@ public final class SQLiteStore: RelayStore {
         switch outcome {
         case .success(let written):
             appliedGeneration = written
-            writer.retire(batch)
+            spare = batch.bytes
         case .failure(let error):
             var merged = batch
-            merged.changes.append(contentsOf: backlog.changes)
+            merged.append(backlog.bytes[...], count: backlog.count)
             merged.generation = backlog.generation
             backlog = merged
             throw error
@@ -231,7 +248,7 @@ public final class SQLiteStore: RelayStore {
 
     public func checkpoint() throws {
         try settle(wait: true)
-        if !backlog.changes.isEmpty {
+        if backlog.count > 0 {
             let batch = backlog
             try writer.exclusive { try $0.write(batch) }
             appliedGeneration = batch.generation
@@ -249,11 +266,13 @@ public final class SQLiteStore: RelayStore {
         precondition(appliedGeneration >= generation - 1, "the journal of generation \(generation - 1) is still needed")
         try journal(for: generation + 1).startOver(generation: generation + 1)
         generation += 1
-        backlog = Batch(generation: generation)
+        spare.removeAll(keepingCapacity: true)
+        backlog = Batch(bytes: spare, generation: generation)
+        spare = []
     }
 
     /// Changes journaled and not yet in the tables (for tests).
-    var journaledChanges: Int { backlog.changes.count + (sealed?.changes.count ?? 0) }
+    var journaledChanges: Int { backlog.count + (sealed?.count ?? 0) }
     /// The journal commits append to (for tests).
     var currentJournalPath: String { journal(for: generation).path }
 }

@@ -2,23 +2,26 @@
 // of journaled changes at a time while the loop goes on answering. The loop hands a
 // batch over and collects the outcome later; everything else that writes (a checkpoint
 // the caller waits for, pruning, reading the question keys at load) runs on the
-// caller's thread once the writer is idle, through `exclusive`.
+// caller's thread once the writer is idle, through `exclusive`. A batch is the journal's
+// bytes, read here in place: the writer shares no object with the loop (counting
+// references to the loop's records and freeing them from this thread, with the cache
+// lines going back and forth between the cores, cost both threads more than the rows).
 
 import Foundation
 import RelayProtocol
 
-/// Changes of the journal up to `generation`, to write in one transaction.
+/// The journal's records up to `generation`, to write in one transaction: their changes
+/// one after another, in the journal's bytes (read in place by the writer, so that
+/// handing a batch over shares one buffer rather than thousands of records).
 struct Batch: Sendable {
-    var changes: [Change] = []
+    var bytes: [UInt8] = []
+    /// How many changes `bytes` holds.
+    var count = 0
     var generation: Int64
 
-    /// The events of each member, in order: grouped by the writer, so that the loop only
-    /// appends changes (a list per member, made and grown every turn, cost the loop a hash
-    /// and an allocation per event).
-    var eventsByMember: [String: [EventRecord]] {
-        var grouped: [String: [EventRecord]] = [:]
-        for case .event(let e) in changes { grouped[e.member, default: []].append(e) }
-        return grouped
+    mutating func append(_ record: ArraySlice<UInt8>, count: Int) {
+        bytes.append(bytes: record)
+        self.count += count
     }
 }
 
@@ -27,9 +30,6 @@ final class TableWriter: @unchecked Sendable {
     private let condition = NSCondition()
     private var pending: Batch?
     private var outcome: Result<Int64, any Error>?
-    /// Written batches the loop is done with, freed here: taking apart thousands of
-    /// changes is work the loop need not do.
-    private var retired: [Batch] = []
     private var stopping = false
     private var running = true
 
@@ -44,6 +44,8 @@ final class TableWriter: @unchecked Sendable {
     /// them have acknowledged is not written at all (the contract lets it be dropped; most
     /// are acknowledged long before their batch is written), only its member's head.
     private var cursors: [String: [String: Int64]] = [:]
+    /// Where an outcome or a row of events is put together, kept from one to the next.
+    private var scratch: [UInt8] = []
 
     init(db: SQLiteDatabase, sync: SyncMode) {
         self.db = db
@@ -65,15 +67,7 @@ final class TableWriter: @unchecked Sendable {
     private func run() {
         condition.lock()
         while true {
-            while pending == nil && retired.isEmpty && !stopping { condition.wait() }
-            if !retired.isEmpty {
-                var done = retired
-                retired = []
-                condition.unlock()
-                done.removeAll()
-                condition.lock()
-                continue
-            }
+            while pending == nil && !stopping { condition.wait() }
             guard let batch = pending else { break }
             condition.unlock()
             let result = Result { () throws(any Error) -> Int64 in
@@ -107,14 +101,6 @@ final class TableWriter: @unchecked Sendable {
         return pending == nil
     }
 
-    /// Hands back a written batch, to be freed on the thread.
-    func retire(_ batch: consuming Batch) {
-        condition.lock()
-        retired.append(batch)
-        condition.broadcast()
-        condition.unlock()
-    }
-
     /// The generation written, or the error, once the batch handed over is done; nil
     /// while it is still being written (unless `wait`) or when none was handed over.
     func takeOutcome(wait: Bool) -> Result<Int64, any Error>? {
@@ -140,27 +126,79 @@ final class TableWriter: @unchecked Sendable {
     func write(_ batch: Batch) throws {
         if sync == .normal { try db.exec("PRAGMA synchronous = FULL") }
         defer { if sync == .normal { try? db.exec("PRAGMA synchronous = NORMAL") } }
+        let changes = try JournaledChange.readAll(batch.bytes, reservingCapacity: batch.count).folded()
         var forgotten: [QuestionID] = []
-        try db.transaction {
-            for change in batch.changes.folded() {
-                if case .forgetQuestion(let key) = change { forgotten.append(key) }
-                try write(change)
-            }
-            // After the batch's sessions: their cursors are written in the same transaction.
-            for (member, events) in batch.eventsByMember {
-                var kept = events[...]
-                if let acknowledged = cursors[member]?.values.min() { kept = kept.drop { $0.seq <= acknowledged } }
-                if kept.isEmpty {
-                    try db.run(
-                        "INSERT INTO heads(member, head) VALUES(?, ?) ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)",
-                        [.text(member), .int(events[events.count - 1].seq)])
-                } else {
-                    try SQLiteStore.insertBatch(db, member: member, kept)
+        var events: [String: [EventRow]] = [:]
+        try batch.bytes.withUnsafeBufferPointer { bytes in
+            try db.transaction {
+                for change in changes {
+                    switch change {
+                    case .question(let q):
+                        try write(q, in: bytes)
+                    case .forgetQuestion(let question):
+                        forgotten.append(question)
+                        guard let key = questionKeys[question] else { break }
+                        try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
+                    case .event(let e):
+                        events[String(decoding: bytes[e.member], as: UTF8.self), default: []].append(e)
+                    case .other(let change):
+                        try write(change)
+                    }
                 }
+                // After the batch's sessions: their cursors are written in the same transaction.
+                for (member, rows) in events { try write(events: rows, of: member, in: bytes) }
+                try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES('journalGeneration', ?)", [.int(batch.generation)])
             }
-            try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES('journalGeneration', ?)", [.int(batch.generation)])
         }
         for id in forgotten { questionKeys[id] = nil }  // only once their rows are surely gone
+    }
+
+    private func write(_ q: QuestionRow, in bytes: UnsafeBufferPointer<UInt8>) throws {
+        try withStored(q.outcome, in: bytes) { outcome in
+            guard let asked = q.asked else {
+                guard let key = questionKeys[q.key] else { return }
+                try db.run(
+                    "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE key = ?",
+                    [.textAt(bytes.raw(q.status)), .int(q.attempt), outcome, .int(key)])
+                return
+            }
+            let key =
+                questionKeys[q.key]
+                ?? {
+                    lastQuestionKey += 1
+                    questionKeys[q.key] = lastQuestionKey
+                    return lastQuestionKey
+                }()
+            try db.run(
+                "INSERT OR REPLACE INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)",
+                [
+                    .int(key), .textAt(bytes.raw(q.id)), .textAt(bytes.raw(asked.child)), .textAt(bytes.raw(asked.family)),
+                    .textAt(bytes.raw(q.status)), .int(q.attempt), .int(asked.createdAt), .textAt(bytes.raw(asked.content)), outcome,
+                ])
+        }
+    }
+
+    /// A member's events of the batch as one row, leaving out those every durable session
+    /// of the member has acknowledged; only the head when that is all of them.
+    private func write(events rows: [EventRow], of member: String, in bytes: UnsafeBufferPointer<UInt8>) throws {
+        var kept = rows[...]
+        if let acknowledged = cursors[member]?.values.min() { kept = kept.drop { $0.seq <= acknowledged } }
+        guard let first = kept.first, let last = kept.last else {
+            try db.run(
+                "INSERT INTO heads(member, head) VALUES(?, ?) ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)",
+                [.text(member), .int(rows[rows.count - 1].seq)])
+            return
+        }
+        scratch.removeAll(keepingCapacity: true)
+        for e in kept { scratch.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[e.encoded])) }  // EventBatch's form
+        try scratch.withUnsafeBytes { blob in
+            try db.run(
+                "INSERT INTO eventBatches(member, firstSeq, lastSeq, firstAt, lastAt, count, events) VALUES(?,?,?,?,?,?,?)",
+                [
+                    .text(member), .int(first.seq), .int(last.seq), .int(first.at), .int(kept.lazy.map(\.at).max() ?? first.at),
+                    .int(Int64(kept.count)), .blobAt(blob),
+                ])
+        }
     }
 
     /// Learns the stored durable sessions' cursors.
@@ -205,28 +243,8 @@ final class TableWriter: @unchecked Sendable {
                     .text(m.id), .text(m.family), .text(m.role.rawValue), .blob(m.tokenHash), .int(m.removed ? 1 : 0),
                     .int(m.limitsEnabled ? 1 : 0),
                 ])
-        case .question(let q):
-            let key =
-                questionKeys[q.key]
-                ?? {
-                    lastQuestionKey += 1
-                    questionKeys[q.key] = lastQuestionKey
-                    return lastQuestionKey
-                }()
-            try db.run(
-                "INSERT OR REPLACE INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)",
-                [
-                    .int(key), .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
-                    .int(q.createdAt.milliseconds), .utf8(q.content.encoded), Self.stored(q.outcome),
-                ])
-        case .forgetQuestion(let question):
-            guard let key = questionKeys[question] else { return }
-            try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
-        case .questionState(let q):
-            guard let key = questionKeys[q.key] else { return }
-            try db.run(
-                "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE key = ?",
-                [.text(q.status.rawValue), .int(q.attempt), Self.stored(q.outcome), .int(key)])
+        case .question, .questionState, .forgetQuestion, .event:
+            preconditionFailure("read as rows, never as changes")
         case .known(let k):
             try db.run(
                 "INSERT OR REPLACE INTO knownHandles(child, kind, value, permanent, until, actions) VALUES(?,?,?,?,?,?)",
@@ -246,21 +264,22 @@ final class TableWriter: @unchecked Sendable {
         case .dropSessions(let member):
             try db.run("DELETE FROM sessions WHERE member = ?", [.text(member)])
             cursors[member] = nil
-        case .event:
-            break  // written per member in batches
         }
     }
 
-    /// `{"choice":…,"guardian":…,"answeredAt":milliseconds}`.
-    private static func stored(_ outcome: Outcome?) -> SQLValue {
-        guard let o = outcome else { return .null }
-        var out: [UInt8] = [UInt8(ascii: "{")]
-        out.appendJSONKey("choice")
-        o.choice.encode(into: &out)
-        out.appendJSONField("guardian", o.guardian)
-        out.appendJSONField("answeredAt", o.answeredAt.milliseconds)
-        out.append(UInt8(ascii: "}"))
-        return .utf8(out)
+    /// Runs `body` with the outcome as stored: NULL, or
+    /// `{"choice":…,"guardian":…,"answeredAt":milliseconds}` (written into `scratch`).
+    private func withStored(_ outcome: QuestionRow.Answer?, in bytes: UnsafeBufferPointer<UInt8>, _ body: (SQLValue) throws -> Void)
+        throws
+    {
+        guard let o = outcome else { return try body(.null) }
+        scratch.removeAll(keepingCapacity: true)
+        scratch.append(literal: #"{"choice":"#)
+        scratch.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[o.choice]))
+        scratch.appendJSONField("guardian", String(decoding: bytes[o.guardian], as: UTF8.self))
+        scratch.appendJSONField("answeredAt", o.answeredAt)
+        scratch.append(UInt8(ascii: "}"))
+        try scratch.withUnsafeBytes { try body(.textAt($0)) }
     }
 
     func prune(olderThan cutoff: Timestamp, acknowledged upTo: [String: Int64]) throws -> Int {
@@ -313,5 +332,11 @@ final class TableWriter: @unchecked Sendable {
             try SQLiteStore.insertBatch(db, member: batch.member, kept[...])
         }
         return dropped
+    }
+}
+
+extension UnsafeBufferPointer<UInt8> {
+    fileprivate func raw(_ range: Range<Int>) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: self[range]))
     }
 }

@@ -220,8 +220,11 @@ final class SQLiteStoreTests: XCTestCase {
         Change.encode(changes, into: &writer)
         let bytes = writer.bytes
         XCTAssertEqual(try Change.decode(bytes), changes)
+        XCTAssertEqual(
+            try JournaledChange.readAll(bytes).map { try $0.change(in: bytes) }, changes, "read in place, as the table writer reads them")
         for cut in [1, bytes.count / 2, bytes.count - 1] {
             XCTAssertThrowsError(try Change.decode(Array(bytes.prefix(cut))), "cut at \(cut)")
+            XCTAssertThrowsError(try JournaledChange.readAll(Array(bytes.prefix(cut))), "cut at \(cut)")
         }
     }
 
@@ -239,7 +242,9 @@ final class SQLiteStoreTests: XCTestCase {
             .question(b), session("phone", 4), .forgetQuestion(b.key), .questionState(QuestionState(b)), session("phone", 5),
             .dropSessions("c1"), session("phone", 0), session("phone", 2),
         ]
-        let folded = changes.folded()
+        var writer = ByteWriter()
+        Change.encode(changes, into: &writer)
+        let folded = try JournaledChange.readAll(writer.bytes).folded().map { try $0.change(in: writer.bytes) }
         XCTAssertEqual(
             folded,
             [

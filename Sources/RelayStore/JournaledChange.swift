@@ -1,0 +1,184 @@
+// The journaled changes as the table writer reads them: in place, off the batch's bytes.
+// Questions and events, nearly every change, become byte ranges the writer binds
+// straight into its statements; no record is built, so the writer neither allocates
+// for them nor touches the loop's objects. The rare others are read as `Change`s.
+
+import RelayProtocol
+
+/// A journaled question: all of it (`asked` is set) or only its state.
+struct QuestionRow {
+    /// The parts only a whole question has: where its content, child and family lie.
+    struct Asked {
+        var content: Range<Int>
+        var child: Range<Int>
+        var family: Range<Int>
+        var createdAt: Int64
+    }
+
+    struct Answer {
+        var choice: Range<Int>
+        var guardian: Range<Int>
+        var answeredAt: Int64
+    }
+
+    var key: QuestionID
+    var asked: Asked?
+    var id: Range<Int>
+    var status: Range<Int>
+    var attempt: Int64
+    var outcome: Answer?
+}
+
+/// A journaled event: its member, and its encoding without the member (as an event
+/// batch's row holds it).
+struct EventRow {
+    var member: Range<Int>
+    var seq: Int64
+    var at: Int64
+    var encoded: Range<Int>
+}
+
+enum JournaledChange {
+    case question(QuestionRow)
+    case forgetQuestion(QuestionID)
+    case event(EventRow)
+    case other(Change)
+}
+
+extension JournaledChange {
+    /// Reads every change of `bytes` (journal records, one after another).
+    static func readAll(_ bytes: [UInt8], reservingCapacity count: Int = 0) throws -> [JournaledChange] {
+        var r = ByteReader(bytes: bytes)
+        var out: [JournaledChange] = []
+        out.reserveCapacity(count)
+        while !r.atEnd { out.append(try read(from: &r)) }
+        return out
+    }
+
+    /// Reads the change `Change.encode` wrote at the reader's position.
+    static func read(from r: inout ByteReader) throws -> JournaledChange {
+        switch try r.int() {
+        case 3:
+            let asked = QuestionRow.Asked(content: try r.range(), child: try r.range(), family: try r.range(), createdAt: try r.int())
+            var row = try readState(from: &r)
+            row.asked = asked
+            return .question(row)
+        case 4:
+            return .question(try readState(from: &r))
+        case 5:
+            return .forgetQuestion(try key(r.range(), in: r.bytes))
+        case 10:
+            let member = try r.range(), start = r.i
+            let seq = try r.int(), at = try r.int()
+            _ = try r.range()  // topic
+            _ = try r.range()  // frame
+            return .event(EventRow(member: member, seq: seq, at: at, encoded: start..<r.i))
+        case let tag:
+            return .other(try Change.read(tag: tag, from: &r))
+        }
+    }
+
+    private static func readState(from r: inout ByteReader) throws -> QuestionRow {
+        let id = try r.range()
+        var row = QuestionRow(key: try key(id, in: r.bytes), id: id, status: try r.range(), attempt: try r.int())
+        guard QuestionStatus(rawValue: r.bytes.string(row.status)) != nil else {
+            throw JournalError(description: "unknown question status \"\(r.bytes.string(row.status))\" in the journal")
+        }
+        if try r.bool() { row.outcome = QuestionRow.Answer(choice: try r.range(), guardian: try r.range(), answeredAt: try r.int()) }
+        return row
+    }
+
+    private static func key(_ id: Range<Int>, in bytes: [UInt8]) throws -> QuestionID {
+        guard let key = bytes[id].withUnsafeBufferPointer(QuestionID.init(utf8:)) else {
+            throw JournalError(description: "a journal question id \(bytes.string(id)) is not a UUID")
+        }
+        return key
+    }
+
+    /// The change as a record, read out of `bytes` (for what reads the backlog back).
+    func change(in bytes: [UInt8]) throws -> Change {
+        switch self {
+        case .question(let q):
+            var outcome: Outcome?
+            if let o = q.outcome {
+                guard let choice = (try? JSON.parse(Array(bytes[o.choice]))).flatMap(Choice.init(json:)) else {
+                    throw JournalError(description: "a journal outcome has no readable choice")
+                }
+                outcome = Outcome(choice: choice, guardian: bytes.string(o.guardian), answeredAt: Timestamp(milliseconds: o.answeredAt))
+            }
+            let status = QuestionStatus(rawValue: bytes.string(q.status)) ?? .pending  // checked when read
+            guard let asked = q.asked else {
+                return .questionState(
+                    QuestionState(key: q.key, id: bytes.string(q.id), status: status, attempt: q.attempt, outcome: outcome))
+            }
+            guard let content = QuestionContent(encoded: Array(bytes[asked.content])) else {
+                throw JournalError(description: "a journal question cannot be read")
+            }
+            return .question(
+                QuestionRecord(
+                    content: content, child: bytes.string(asked.child), family: bytes.string(asked.family), status: status,
+                    attempt: q.attempt, createdAt: Timestamp(milliseconds: asked.createdAt), outcome: outcome))
+        case .forgetQuestion(let key):
+            return .forgetQuestion(key)
+        case .event(let e):
+            var r = ByteReader(bytes: bytes, i: e.encoded.lowerBound)
+            return .event(try EventBatch.read(member: bytes.string(e.member), from: &r))
+        case .other(let change):
+            return change
+        }
+    }
+}
+
+extension [JournaledChange] {
+    /// The same changes with each question's successive writes folded into one, so a
+    /// question asked and answered between two checkpoints is written once, and likewise
+    /// each durable session's (its cursor moves with every ack). Only these changes touch
+    /// a question's row, and only a session's own changes and its member's `dropSessions`
+    /// touch a session's: folding them cannot reorder anything else.
+    func folded() -> [JournaledChange] {
+        var out: [JournaledChange] = []
+        out.reserveCapacity(count)
+        var last: [QuestionID: Int] = [:]
+        var lastSession: [String: [String: Int]] = [:]  // by member, then name
+        for change in self {
+            let id: QuestionID
+            switch change {
+            case .question(let q): id = q.key
+            case .forgetQuestion(let key): id = key
+            case .other(.session(let s)):
+                if let i = lastSession[s.member]?[s.name] {
+                    out[i] = change
+                } else {
+                    lastSession[s.member, default: [:]][s.name] = out.count
+                    out.append(change)
+                }
+                continue
+            case .other(.dropSessions(let member)):
+                lastSession[member] = nil  // a later write of one of its sessions stays after the drop
+                out.append(change)
+                continue
+            default:
+                out.append(change)
+                continue
+            }
+            guard let i = last[id] else {
+                last[id] = out.count
+                out.append(change)
+                continue
+            }
+            switch (out[i], change) {
+            case (.question(let earlier), .question(var state)) where earlier.asked != nil && state.asked == nil:
+                state.asked = earlier.asked
+                out[i] = .question(state)
+            case (.forgetQuestion, .question(let state)) where state.asked == nil:
+                break  // the state of a forgotten question changes nothing
+            default: out[i] = change  // a state after a state, or a whole write or delete after anything
+            }
+        }
+        return out
+    }
+}
+
+extension [UInt8] {
+    func string(_ range: Range<Int>) -> String { String(decoding: self[range], as: UTF8.self) }
+}
