@@ -170,7 +170,7 @@ extension RelayCore {
     /// finished ones (a resend of a forgotten id is taken as a new question).
     private func forgetOldQuestions(of child: Member) {
         let forgotten = child.questionOrder.forgetOldest(keeping: config.maxQuestionsPerChild) { key in
-            questions[key]?.status != .pending  // read in place: copying the record out costs more than the test
+            questions.status(of: key) != .pending
         }
         for key in forgotten {
             questions.removeValue(forKey: key)

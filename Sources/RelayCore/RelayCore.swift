@@ -59,7 +59,7 @@ public final class RelayCore {
     var families: [String: Family] = [:]
     var members: [String: Member] = [:]
     // Questions, all of them (a child's in order of asking are in its `Member`).
-    var questions: [QuestionID: QuestionRecord] = [:]
+    var questions = QuestionTable()
     /// Sessions whose cursor an ack moved since the last `flushCursors`.
     var dirtySessions: [DurableSession] = []
     var connections: [ConnectionID: Connection] = [:]

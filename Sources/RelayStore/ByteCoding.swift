@@ -50,15 +50,18 @@ struct ByteReader {
     mutating func int() throws -> Int64 {
         var u: UInt64 = 0
         var shift: UInt64 = 0
-        while true {
-            let b = try byte()
-            guard shift < 64 else { throw JournalError(description: "a journal integer is too long") }
+        while i < bytes.count {
+            let b = bytes[i]
+            i += 1
             u |= UInt64(b & 0x7F) << shift
-            if b < 0x80 { break }
+            if b < 0x80 {
+                let v = Int64(bitPattern: u >> 1)
+                return u & 1 == 0 ? v : ~v
+            }
             shift += 7
+            guard shift < 64 else { throw JournalError(description: "a journal integer is too long") }
         }
-        let v = Int64(bitPattern: u >> 1)
-        return u & 1 == 0 ? v : ~v
+        throw JournalError(description: "a journal entry ends early")
     }
 
     mutating func bool() throws -> Bool { try byte() != 0 }

@@ -1,0 +1,42 @@
+@testable import RelayCore
+import RelayProtocol
+import RelayStore
+import XCTest
+
+final class QuestionTableTests: XCTestCase {
+    private func record(_ n: Int) throws -> QuestionRecord {
+        let q: JSONObject = [
+            "id": .string(String(format: "00000000-0000-4000-8000-%012d", n)),
+            "topic": .object(["kind": "significantAppUpdate", "description": .string("update \(n)")]),
+        ]
+        return QuestionRecord(
+            content: try QuestionContent.validate(q, now: Timestamp(milliseconds: 0)), child: "c\(n % 3)", family: "f",
+            status: .pending, attempt: 1, createdAt: Timestamp(milliseconds: Int64(n)))
+    }
+
+    func testHoldsTheLastRecordWrittenForEachIdThroughGrowth() throws {
+        var table = QuestionTable()
+        var expected: [QuestionID: QuestionRecord] = [:]
+        for n in 0..<3000 {  // past several doublings
+            var r = try record(n)
+            table[r.key] = r
+            expected[r.key] = r
+            if n % 2 == 0 {  // an overwrite goes to the record the table already holds
+                r.status = .answered
+                r.attempt = 2
+                table[r.key] = r
+                expected[r.key] = r
+            }
+            if n % 5 == 0 {
+                let gone = try record(n / 2).key
+                if n % 10 == 0 { table[gone] = nil } else { table.removeValue(forKey: gone) }
+                expected[gone] = nil
+            }
+        }
+        for n in 0..<3000 {
+            let key = try record(n).key
+            XCTAssertEqual(table[key], expected[key], "question \(n)")
+            XCTAssertEqual(table.status(of: key), expected[key]?.status, "question \(n)")
+        }
+    }
+}
