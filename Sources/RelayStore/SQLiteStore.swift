@@ -45,11 +45,16 @@ public final class SQLiteStore: RelayStore {
     public var checkpointThreshold = 4096
 
     /// Opens (creating if needed) the database at `path`, with its journals at
-    /// `path-changes.0` and `.1`, and brings its schema up to date. `maxPageCount` caps
-    /// the database's size, and each journal's at as many 4 KiB pages (tests fill the "disk").
-    public init(path: String, sync: SyncMode = .normal, maxPageCount: Int? = nil) throws {
+    /// `path-changes.0` and `.1`, and brings its schema up to date. A new database gets
+    /// pages of `pageSize` bytes (an existing one keeps its own). `maxPageCount` caps the
+    /// database's size at as many pages, and each journal's at as many 4 KiB pages (tests
+    /// fill the "disk").
+    public init(path: String, sync: SyncMode = .normal, pageSize: Int = 16384, maxPageCount: Int? = nil) throws {
         let writerDB = try SQLiteDatabase(path: path)
         try writerDB.exec("PRAGMA busy_timeout = 2000")
+        // Large pages by default: the tables are written in large batches, and each page
+        // costs the writer two system calls into the WAL and two more when checkpointed.
+        try writerDB.exec("PRAGMA page_size = \(pageSize)")
         if let maxPageCount { _ = try writerDB.text("PRAGMA max_page_count = \(maxPageCount)") }
         let mode = try writerDB.text("PRAGMA journal_mode = WAL")
         guard mode?.lowercased() == "wal" else {
@@ -59,7 +64,8 @@ public final class SQLiteStore: RelayStore {
         // Keep the working set in memory (64 MiB) and let the WAL grow to 32 MiB between
         // its own checkpoints, which then copy many writes of a page at once.
         try writerDB.exec("PRAGMA cache_size = -65536")
-        try writerDB.exec("PRAGMA wal_autocheckpoint = 8192")
+        let pageSize = try writerDB.scalar("PRAGMA page_size") ?? 4096
+        try writerDB.exec("PRAGMA wal_autocheckpoint = \((32 << 20) / max(512, pageSize))")
         try Self.migrate(writerDB)
         db = try SQLiteDatabase(path: path)
         try db.exec("PRAGMA busy_timeout = 2000")

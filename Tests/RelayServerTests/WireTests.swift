@@ -127,7 +127,7 @@ final class WireTests: XCTestCase {
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
         let path = dir.appendingPathComponent("relay.db").path
-        _ = try SQLiteStore(path: path)
+        _ = try SQLiteStore(path: path, pageSize: 4096)
         let relay = try InProcessRelay(store: try SQLiteStore(path: path, maxPageCount: 40))
         defer { relay.stop() }
         let tokens = try relay.provision()

@@ -317,7 +317,7 @@ final class SQLiteStoreTests: XCTestCase {
     }
 
     func testABatchTheTablesCannotTakeIsKeptAndWrittenLater() throws {
-        _ = try SQLiteStore(path: path)  // the schema, uncapped
+        _ = try SQLiteStore(path: path, pageSize: 4096)  // the schema, uncapped, in pages as small as the journal's
         let pages = pageCount(ofDatabaseAt: path)
         // Room for one page more in the tables, and 4 KiB × (pages + 1) in each journal.
         let store = try SQLiteStore(path: path, maxPageCount: pages + 1)
