@@ -2,7 +2,8 @@
 // its bytes, however small, where a database commit would rewrite whole pages.
 //
 // Layout: an 8-byte magic and an 8-byte generation, then records of
-// [payload length: UInt32 LE][checksum of the payload: UInt32 LE][payload].
+// [payload length: UInt32 LE][checksum of the payload: UInt32 LE][payload]. The magic
+// names the checksum's version: a file goes on with the version it was started with.
 // The store keeps two such files and writes one generation into each in turn; a
 // checkpoint writes a generation's records into the database and records the generation
 // there in the same transaction, so a file whose generation the database already holds
@@ -13,7 +14,8 @@
 import Glibc
 
 final class JournalFile {
-    private static let magic: [UInt8] = Array("PRJOURN1".utf8)
+    /// The magic of each checksum version, from 1; files are started with the last.
+    private static let magics: [[UInt8]] = [Array("PRJOURN1".utf8), Array("PRJOURN2".utf8)]
     private static let headerBytes = 16
     /// What a record's length and checksum take before its payload.
     static let recordHeaderBytes = 8
@@ -25,6 +27,8 @@ final class JournalFile {
     /// Where the next record goes.
     private(set) var end: Int = 0
     private(set) var generation: Int64 = 0
+    /// The checksum version of the file's records.
+    private(set) var version = JournalFile.magics.count
 
     /// Opens (creating) the file. `limitBytes` makes it act full past that size (tests).
     init(path: String, syncEveryAppend: Bool, limitBytes: Int?) throws {
@@ -47,7 +51,8 @@ final class JournalFile {
             guard n > 0 else { throw Self.failure("could not read", path) }
             got += n
         }
-        guard bytes.count >= Self.headerBytes, Array(bytes[0..<8]) == Self.magic else { return nil }
+        guard bytes.count >= Self.headerBytes, let found = Self.magics.firstIndex(of: Array(bytes[0..<8])) else { return nil }
+        version = found + 1
         generation = Self.load(UInt64.self, bytes, 8).map { Int64(bitPattern: $0) } ?? 0
         var records: [[UInt8]] = []
         var at = Self.headerBytes
@@ -55,7 +60,7 @@ final class JournalFile {
             at + 8 + length <= bytes.count
         {
             let payload = Array(bytes[(at + 8)..<(at + 8 + length)])
-            guard payload.withUnsafeBytes(Checksum.of) == sum else { break }
+            guard payload.withUnsafeBytes({ Checksum.of($0, version: version) }) == sum else { break }
             records.append(payload)
             at += 8 + length
         }
@@ -69,7 +74,9 @@ final class JournalFile {
     /// failure the file is left as it was.
     func append(record: inout [UInt8]) throws {
         let payload = record.count - Self.recordHeaderBytes
-        let sum = record.withUnsafeBytes { Checksum.of(UnsafeRawBufferPointer(rebasing: $0[Self.recordHeaderBytes...])) }
+        let sum = record.withUnsafeBytes {
+            Checksum.of(UnsafeRawBufferPointer(rebasing: $0[Self.recordHeaderBytes...]), version: version)
+        }
         record.withUnsafeMutableBytes { header in
             header.storeBytes(of: UInt32(payload).littleEndian, toByteOffset: 0, as: UInt32.self)
             header.storeBytes(of: sum.littleEndian, toByteOffset: 4, as: UInt32.self)
@@ -90,11 +97,12 @@ final class JournalFile {
     /// Empties the file and starts `generation` (once the database holds what it held).
     func startOver(generation: Int64) throws {
         guard ftruncate(fd, 0) == 0 else { throw Self.failure("could not empty", path) }
-        var header = Self.magic
+        var header = Self.magics[Self.magics.count - 1]
         withUnsafeBytes(of: UInt64(bitPattern: generation).littleEndian) { header.append(contentsOf: $0) }
         try write(header, at: 0)
         if syncEveryAppend, fsync(fd) != 0 { throw Self.failure("could not sync", path) }
         self.generation = generation
+        version = Self.magics.count
         end = header.count
     }
 
@@ -122,18 +130,35 @@ final class JournalFile {
     }
 }
 
-/// A 32-bit FNV-1a over 8-byte words: cheap, and enough to tell a whole record from
-/// one cut off or damaged. Not for security.
+/// A 32-bit digest to tell a whole record from one cut off or damaged; not for
+/// security. Version 1 is FNV-1a over 8-byte words, one after another; version 2 runs
+/// four such lanes side by side (each multiply waits for the one before it in its
+/// lane only), about four times as fast, and folds them together with the length.
 enum Checksum {
-    static func of(_ raw: UnsafeRawBufferPointer) -> UInt32 {
-        var h: UInt64 = 0xCBF2_9CE4_8422_2325
+    private static let prime: UInt64 = 0x100_0000_01B3
+    private static let basis: UInt64 = 0xCBF2_9CE4_8422_2325
+
+    static func of(_ raw: UnsafeRawBufferPointer, version: Int) -> UInt32 {
+        var h = basis
         var i = 0
+        if version >= 2 {
+            var lanes = (basis, basis ^ 1, basis ^ 2, basis ^ 3)
+            while i + 32 <= raw.count {
+                lanes.0 = (lanes.0 ^ raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* prime
+                lanes.1 = (lanes.1 ^ raw.loadUnaligned(fromByteOffset: i + 8, as: UInt64.self)) &* prime
+                lanes.2 = (lanes.2 ^ raw.loadUnaligned(fromByteOffset: i + 16, as: UInt64.self)) &* prime
+                lanes.3 = (lanes.3 ^ raw.loadUnaligned(fromByteOffset: i + 24, as: UInt64.self)) &* prime
+                i += 32
+            }
+            h = (((lanes.0 ^ lanes.1) &* prime ^ lanes.2) &* prime ^ lanes.3) &* prime
+            h = (h ^ UInt64(raw.count)) &* prime
+        }
         while i + 8 <= raw.count {
-            h = (h ^ raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* 0x100_0000_01B3
+            h = (h ^ raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* prime
             i += 8
         }
         while i < raw.count {
-            h = (h ^ UInt64(raw[i])) &* 0x100_0000_01B3
+            h = (h ^ UInt64(raw[i])) &* prime
             i += 1
         }
         return UInt32(truncatingIfNeeded: h ^ (h >> 32))
