@@ -95,7 +95,7 @@ extension RelayCore {
         let record = QuestionRecord(
             content: content, child: child.id, family: child.family.id, status: .pending,
             attempt: (previous?.attempt ?? 0) + 1, createdAt: previous?.createdAt ?? r.now)
-        questions[record.key] = record
+        questions.save(record)
         if previous == nil {
             child.questionOrder.append(record.key)
             forgetOldQuestions(of: child)
@@ -247,7 +247,7 @@ extension RelayCore {
     func close(question q: QuestionRecord, reason: QuestionStatus, now: Timestamp) {
         var q = q
         q.status = reason
-        questions[q.key] = q
+        questions.save(q)
         let child = members[q.child]
         child?.pendingQuestions -= 1
         store.saveQuestionState(q)

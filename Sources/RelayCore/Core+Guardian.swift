@@ -12,9 +12,10 @@ extension RelayCore {
 
     func answer(questionID raw: String, choice choiceID: String, _ r: Request) throws(RequestError) -> ReplyFields {
         let family = r.member.family
-        guard let key = QuestionID(raw), var q = questions[key], q.family == family.id else {
+        guard let key = QuestionID(raw), let entry = questions.entry(key), entry.record.family == family.id else {
             throw RequestError(.notFound, "no question \(raw) in your family")
         }
+        var q = entry.record
         let id = q.id
         switch q.status {
         case .answered:
@@ -33,7 +34,7 @@ extension RelayCore {
         }
         q.status = .answered
         q.outcome = Outcome(choice: choice, guardian: r.member.id, answeredAt: r.now)
-        questions[key] = q
+        entry.record = q
         let child = members[q.child]
         child?.pendingQuestions -= 1
         store.saveQuestionState(q)

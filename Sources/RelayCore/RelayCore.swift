@@ -88,7 +88,7 @@ public final class RelayCore {
         // The store reads them in order of asking, so this sort rarely moves anything.
         let inOrder = zip(s.questions, s.questions.dropFirst()).allSatisfy { $0.createdAt <= $1.createdAt }
         for q in inOrder ? s.questions : s.questions.sorted(by: { $0.createdAt < $1.createdAt }) {
-            questions[q.key] = q
+            questions.save(q)
             guard let child = members[q.child] else { continue }
             child.questionOrder.append(q.key)
             if q.status == .pending {

@@ -19,17 +19,22 @@ final class QuestionTableTests: XCTestCase {
         var expected: [QuestionID: QuestionRecord] = [:]
         for n in 0..<3000 {  // past several doublings
             var r = try record(n)
-            table[r.key] = r
+            table.save(r)
             expected[r.key] = r
-            if n % 2 == 0 {  // an overwrite goes to the record the table already holds
-                r.status = .answered
-                r.attempt = 2
-                table[r.key] = r
+            r.attempt = 2
+            switch n % 3 {
+            case 0:  // saved again in place of the first
+                table.save(r)
                 expected[r.key] = r
+            case 1:  // changed through its entry
+                let entry = try XCTUnwrap(table.entry(r.key))
+                entry.record.status = .answered
+                expected[r.key]?.status = .answered
+            default: break
             }
             if n % 5 == 0 {
                 let gone = try record(n / 2).key
-                if n % 10 == 0 { table[gone] = nil } else { table.removeValue(forKey: gone) }
+                table.removeValue(forKey: gone)
                 expected[gone] = nil
             }
         }
@@ -37,6 +42,7 @@ final class QuestionTableTests: XCTestCase {
             let key = try record(n).key
             XCTAssertEqual(table[key], expected[key], "question \(n)")
             XCTAssertEqual(table.status(of: key), expected[key]?.status, "question \(n)")
+            XCTAssertEqual(table.entry(key)?.record, expected[key], "question \(n)")
         }
     }
 }
