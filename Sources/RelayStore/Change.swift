@@ -79,7 +79,9 @@ extension Change {
             w.bool(m.removed)
             w.bool(m.limitsEnabled)
         case .question(let q): Self.write(question: q, into: &w)
-        case .questionState(let s): Self.write(state: s, into: &w)
+        case .questionState(let s):
+            w.int(4)
+            Self.writeState(id: s.id, s.status, s.attempt, s.outcome, into: &w)
         case .forgetQuestion(let key):
             w.int(5)
             w.string(key.description)
@@ -111,12 +113,13 @@ extension Change {
         w.string(q.child)
         w.string(q.family)
         w.int(q.createdAt.milliseconds)
-        write(QuestionState(q), into: &w)
+        writeState(id: q.id, q.status, q.attempt, q.outcome, into: &w)
     }
 
-    static func write(state s: QuestionState, into w: inout ByteWriter) {
+    /// A question's status, attempt and outcome (what `QuestionState` holds).
+    static func write(stateOf q: QuestionRecord, into w: inout ByteWriter) {
         w.int(4)
-        write(s, into: &w)
+        writeState(id: q.id, q.status, q.attempt, q.outcome, into: &w)
     }
 
     static func write(session s: SessionRecord, into w: inout ByteWriter) {
@@ -133,12 +136,14 @@ extension Change {
         EventBatch.write(e, into: &w)
     }
 
-    private static func write(_ s: QuestionState, into w: inout ByteWriter) {
-        w.string(s.id)
-        w.string(s.status.rawValue)
-        w.int(s.attempt)
-        w.bool(s.outcome != nil)
-        if let o = s.outcome {
+    private static func writeState(
+        id: String, _ status: QuestionStatus, _ attempt: Int64, _ outcome: Outcome?, into w: inout ByteWriter
+    ) {
+        w.string(id)
+        w.string(status.rawValue)
+        w.int(attempt)
+        w.bool(outcome != nil)
+        if let o = outcome {
             w.data(o.choice.encoded)
             w.string(o.guardian)
             w.int(o.answeredAt.milliseconds)

@@ -167,7 +167,7 @@ public final class SQLiteStore: RelayStore {
     public func saveFamily(_ id: String) { record(.family(id)) }
     public func saveMember(_ member: MemberRecord) { record(.member(member)) }
     public func saveQuestion(_ question: QuestionRecord) { record { Change.write(question: question, into: &$0) } }
-    public func saveQuestionState(_ question: QuestionRecord) { record { Change.write(state: QuestionState(question), into: &$0) } }
+    public func saveQuestionState(_ question: QuestionRecord) { record { Change.write(stateOf: question, into: &$0) } }
     public func deleteQuestion(_ key: QuestionID) { record(.forgetQuestion(key)) }
     public func saveKnownHandle(_ known: KnownHandleRecord) { record(.known(known)) }
     public func deleteKnownHandle(child: String, handle: NormalizedHandle) { record(.unknown(child, handle)) }
