@@ -47,10 +47,9 @@ enum JournaledChange {
 
 extension JournaledChange {
     /// Reads every change of `bytes` (journal records, one after another).
-    static func readAll(_ bytes: [UInt8], reservingCapacity count: Int = 0) throws -> [JournaledChange] {
+    static func readAll(_ bytes: [UInt8]) throws -> [JournaledChange] {
         var r = ByteReader(bytes: bytes)
         var out: [JournaledChange] = []
-        out.reserveCapacity(count)
         while !r.atEnd { out.append(try read(from: &r)) }
         return out
     }
@@ -129,53 +128,56 @@ extension JournaledChange {
     }
 }
 
-extension [JournaledChange] {
-    /// The same changes with each question's successive writes folded into one, so a
-    /// question asked and answered between two checkpoints is written once, and likewise
-    /// each durable session's (its cursor moves with every ack). Only these changes touch
-    /// a question's row, and only a session's own changes and its member's `dropSessions`
-    /// touch a session's: folding them cannot reorder anything else.
-    func folded() -> [JournaledChange] {
-        var out: [JournaledChange] = []
-        out.reserveCapacity(count)
-        var last: [QuestionID: Int] = [:]
-        var lastSession: [String: [String: Int]] = [:]  // by member, then name
-        for change in self {
-            let id: QuestionID
-            switch change {
-            case .question(let q): id = q.key
-            case .forgetQuestion(let key): id = key
-            case .other(.session(let s)):
-                if let i = lastSession[s.member]?[s.name] {
-                    out[i] = change
-                } else {
-                    lastSession[s.member, default: [:]][s.name] = out.count
-                    out.append(change)
-                }
-                continue
-            case .other(.dropSessions(let member)):
-                lastSession[member] = nil  // a later write of one of its sessions stays after the drop
-                out.append(change)
-                continue
-            default:
-                out.append(change)
-                continue
+/// Changes with each question's successive writes folded into one, so a question asked
+/// and answered between two checkpoints is written once, and likewise each durable
+/// session's (its cursor moves with every ack). Only these changes touch a question's
+/// row, and only a session's own changes and its member's `dropSessions` touch a
+/// session's: folding them cannot reorder anything else. (Folded as they are read: a
+/// batch's changes are not copied again.)
+struct FoldedChanges {
+    private(set) var changes: [JournaledChange] = []
+    private var lastQuestion: [QuestionID: Int] = [:]
+    private var lastSession: [String: [String: Int]] = [:]  // by member, then name
+
+    init(reservingCapacity count: Int = 0) {
+        changes.reserveCapacity(count)
+        lastQuestion.reserveCapacity(count / 2)
+    }
+
+    mutating func add(_ change: JournaledChange) {
+        let id: QuestionID
+        switch change {
+        case .question(let q): id = q.key
+        case .forgetQuestion(let key): id = key
+        case .other(.session(let s)):
+            if let i = lastSession[s.member]?[s.name] {
+                changes[i] = change
+            } else {
+                lastSession[s.member, default: [:]][s.name] = changes.count
+                changes.append(change)
             }
-            guard let i = last[id] else {
-                last[id] = out.count
-                out.append(change)
-                continue
-            }
-            switch (out[i], change) {
-            case (.question(let earlier), .question(var state)) where earlier.asked != nil && state.asked == nil:
-                state.asked = earlier.asked
-                out[i] = .question(state)
-            case (.forgetQuestion, .question(let state)) where state.asked == nil:
-                break  // the state of a forgotten question changes nothing
-            default: out[i] = change  // a state after a state, or a whole write or delete after anything
-            }
+            return
+        case .other(.dropSessions(let member)):
+            lastSession[member] = nil  // a later write of one of its sessions stays after the drop
+            changes.append(change)
+            return
+        default:
+            changes.append(change)
+            return
         }
-        return out
+        guard let i = lastQuestion[id] else {
+            lastQuestion[id] = changes.count
+            changes.append(change)
+            return
+        }
+        switch (changes[i], change) {
+        case (.question(let earlier), .question(var state)) where earlier.asked != nil && state.asked == nil:
+            state.asked = earlier.asked
+            changes[i] = .question(state)
+        case (.forgetQuestion, .question(let state)) where state.asked == nil:
+            break  // the state of a forgotten question changes nothing
+        default: changes[i] = change  // a state after a state, or a whole write or delete after anything
+        }
     }
 }
 

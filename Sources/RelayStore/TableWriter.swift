@@ -126,7 +126,10 @@ final class TableWriter: @unchecked Sendable {
     func write(_ batch: Batch) throws {
         if sync == .normal { try db.exec("PRAGMA synchronous = FULL") }
         defer { if sync == .normal { try? db.exec("PRAGMA synchronous = NORMAL") } }
-        let changes = try JournaledChange.readAll(batch.bytes, reservingCapacity: batch.count).folded()
+        var folded = FoldedChanges(reservingCapacity: batch.count)
+        var reader = ByteReader(bytes: batch.bytes)
+        while !reader.atEnd { folded.add(try JournaledChange.read(from: &reader)) }
+        let changes = folded.changes
         var forgotten: [QuestionID] = []
         var events: [String: [EventRow]] = [:]
         try batch.bytes.withUnsafeBufferPointer { bytes in

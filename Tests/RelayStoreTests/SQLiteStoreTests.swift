@@ -244,7 +244,9 @@ final class SQLiteStoreTests: XCTestCase {
         ]
         var writer = ByteWriter()
         Change.encode(changes, into: &writer)
-        let folded = try JournaledChange.readAll(writer.bytes).folded().map { try $0.change(in: writer.bytes) }
+        var folding = FoldedChanges()
+        for change in try JournaledChange.readAll(writer.bytes) { folding.add(change) }
+        let folded = try folding.changes.map { try $0.change(in: writer.bytes) }
         XCTAssertEqual(
             folded,
             [
