@@ -150,19 +150,22 @@ extension Change {
         }
     }
 
-    static func readState(from r: inout ByteReader) throws -> QuestionState {
+    private static func readState(from r: inout ByteReader) throws -> QuestionState {
         let id = try r.string()
         guard let key = QuestionID(id) else { throw JournalError(description: "a journal question id \(id) is not a UUID") }
         let status = try r.raw(QuestionStatus.self)
         let attempt = try r.int()
         var outcome: Outcome?
-        if try r.bool() {
-            guard let choice = (try? JSON.parse(try r.data())).flatMap(Choice.init(json:)) else {
-                throw JournalError(description: "a journal outcome has no readable choice")
-            }
-            outcome = Outcome(choice: choice, guardian: try r.string(), answeredAt: Timestamp(milliseconds: try r.int()))
-        }
+        if try r.bool() { outcome = try Self.outcome(choice: try r.data(), guardian: try r.string(), answeredAt: try r.int()) }
         return QuestionState(key: key, id: id, status: status, attempt: attempt, outcome: outcome)
+    }
+
+    /// An outcome as journaled: its choice encoded, its guardian, when in milliseconds.
+    static func outcome(choice: [UInt8], guardian: String, answeredAt: Int64) throws -> Outcome {
+        guard let choice = (try? JSON.parse(choice)).flatMap(Choice.init(json:)) else {
+            throw JournalError(description: "a journal outcome has no readable choice")
+        }
+        return Outcome(choice: choice, guardian: guardian, answeredAt: Timestamp(milliseconds: answeredAt))
     }
 
     private static func read(from r: inout ByteReader) throws -> Change { try read(tag: try r.int(), from: &r) }

@@ -131,9 +131,9 @@ final class JournalFile {
 }
 
 /// A 32-bit digest to tell a whole record from one cut off or damaged; not for
-/// security. Version 1 is FNV-1a over 8-byte words, one after another; version 2 runs
-/// four such lanes side by side (each multiply waits for the one before it in its
-/// lane only), about four times as fast, and folds them together with the length.
+/// security. Version 1 is FNV-1a over 8-byte words, one after another, each multiply
+/// waiting for the one before; version 2 runs four such lanes side by side, whose
+/// multiplies overlap, and folds them together with the length.
 enum Checksum {
     private static let prime: UInt64 = 0x100_0000_01B3
     private static let basis: UInt64 = 0xCBF2_9CE4_8422_2325

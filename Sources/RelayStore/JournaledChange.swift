@@ -36,6 +36,11 @@ struct EventRow {
     var seq: Int64
     var at: Int64
     var encoded: Range<Int>
+
+    func record(in bytes: [UInt8]) throws -> EventRecord {
+        var r = ByteReader(bytes: bytes, i: encoded.lowerBound)
+        return try EventBatch.read(member: bytes.string(member), from: &r)
+    }
 }
 
 enum JournaledChange {
@@ -98,12 +103,8 @@ extension JournaledChange {
     func change(in bytes: [UInt8]) throws -> Change {
         switch self {
         case .question(let q):
-            var outcome: Outcome?
-            if let o = q.outcome {
-                guard let choice = (try? JSON.parse(Array(bytes[o.choice]))).flatMap(Choice.init(json:)) else {
-                    throw JournalError(description: "a journal outcome has no readable choice")
-                }
-                outcome = Outcome(choice: choice, guardian: bytes.string(o.guardian), answeredAt: Timestamp(milliseconds: o.answeredAt))
+            let outcome = try q.outcome.map {
+                try Change.outcome(choice: Array(bytes[$0.choice]), guardian: bytes.string($0.guardian), answeredAt: $0.answeredAt)
             }
             let status = QuestionStatus(rawValue: bytes.string(q.status)) ?? .pending  // checked when read
             guard let asked = q.asked else {
@@ -120,8 +121,7 @@ extension JournaledChange {
         case .forgetQuestion(let key):
             return .forgetQuestion(key)
         case .event(let e):
-            var r = ByteReader(bytes: bytes, i: e.encoded.lowerBound)
-            return .event(try EventBatch.read(member: bytes.string(e.member), from: &r))
+            return .event(try e.record(in: bytes))
         case .other(let change):
             return change
         }

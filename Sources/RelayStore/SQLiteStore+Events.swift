@@ -36,8 +36,7 @@ extension SQLiteStore {
         var out: [EventRecord] = []
         for bytes in [sealed?.bytes ?? [], backlog.bytes, Array(turnBytes)] {
             for case .event(let e) in try JournaledChange.readAll(bytes) where bytes[e.member].elementsEqual(member.utf8) {
-                var r = ByteReader(bytes: bytes, i: e.encoded.lowerBound)
-                out.append(try EventBatch.read(member: member, from: &r))
+                out.append(try e.record(in: bytes))
             }
         }
         return out
