@@ -1,7 +1,7 @@
 // The SQLite store's event streams: batches of a member's consecutive events, one row
 // each (see EventBatch), followed by those in the writer's hands, the backlog's and this
-// turn's, in memory (found by a scan of the journaled bytes and the changes: only a
-// resuming session reads them).
+// turn's, in memory (found by a scan of their journaled bytes: only a resuming session
+// reads them).
 
 import RelayProtocol
 
