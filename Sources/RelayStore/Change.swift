@@ -11,14 +11,6 @@ struct QuestionState: Equatable {
     var attempt: Int64
     var outcome: Outcome?
 
-    init(_ q: QuestionRecord) {
-        id = q.id
-        key = q.key
-        status = q.status
-        attempt = q.attempt
-        outcome = q.outcome
-    }
-
     init(key: QuestionID, id: String, status: QuestionStatus, attempt: Int64, outcome: Outcome?) {
         self.id = id
         self.key = key

@@ -21,6 +21,10 @@ final class SQLiteStoreTests: XCTestCase {
 
     private var path: String { dir.appendingPathComponent("relay.db").path }
 
+    private func state(of q: QuestionRecord) -> QuestionState {
+        QuestionState(key: q.key, id: q.id, status: q.status, attempt: q.attempt, outcome: q.outcome)
+    }
+
     private func question(_ n: Int) throws -> QuestionRecord {
         let q: JSONObject = [
             "id": .string(UUID().uuidString),
@@ -204,7 +208,7 @@ final class SQLiteStoreTests: XCTestCase {
             .family("fam"),
             .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: Array(0...255), removed: true, limitsEnabled: false)),
             .question(q),
-            .questionState(QuestionState(q)),
+            .questionState(state(of: q)),
             .forgetQuestion(q.key),
             .known(KnownHandleRecord(child: "c1", handle: h, permanent: false, until: Timestamp(milliseconds: 1 << 40), actions: [])),
             .known(KnownHandleRecord(child: "c1", handle: h, permanent: true, until: nil, actions: ["message", "audioCall"])),
@@ -238,8 +242,8 @@ final class SQLiteStoreTests: XCTestCase {
             .session(SessionRecord(member: "c1", name: name, cursor: cursor, topics: []))
         }
         let changes = [
-            Change.question(pendingA), session("phone", 1), .family("f"), .questionState(QuestionState(a)), session("pad", 1),
-            .question(b), session("phone", 4), .forgetQuestion(b.key), .questionState(QuestionState(b)), session("phone", 5),
+            Change.question(pendingA), session("phone", 1), .family("f"), .questionState(state(of: a)), session("pad", 1),
+            .question(b), session("phone", 4), .forgetQuestion(b.key), .questionState(state(of: b)), session("phone", 5),
             .dropSessions("c1"), session("phone", 0), session("phone", 2),
         ]
         var writer = ByteWriter()
