@@ -32,6 +32,7 @@ final class TableWriter: @unchecked Sendable {
     private var outcome: Result<Int64, any Error>?
     private var stopping = false
     private var running = true
+    private var held = false
 
     // Used only by the thread while a batch is pending, otherwise only inside `exclusive`.
     private let db: SQLiteDatabase
@@ -67,7 +68,7 @@ final class TableWriter: @unchecked Sendable {
     private func run() {
         condition.lock()
         while true {
-            while pending == nil && !stopping { condition.wait() }
+            while (pending == nil || held) && !stopping { condition.wait() }
             guard let batch = pending else { break }
             condition.unlock()
             let result = Result { () throws(any Error) -> Int64 in
@@ -90,6 +91,15 @@ final class TableWriter: @unchecked Sendable {
         precondition(pending == nil, "a batch is already being written")
         pending = batch
         outcome = nil
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Tests: while held, a batch handed over waits to be written (so that what a test
+    /// sees does not depend on how fast the thread is).
+    func hold(_ on: Bool) {
+        condition.lock()
+        held = on
         condition.broadcast()
         condition.unlock()
     }

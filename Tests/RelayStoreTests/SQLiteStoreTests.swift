@@ -133,16 +133,20 @@ final class SQLiteStoreTests: XCTestCase {
     func testACommitPastTheThresholdHandsTheBacklogToTheWriter() throws {
         let store = try SQLiteStore(path: path)
         store.checkpointThreshold = 4
+        store.writer.hold(true)  // the batch stays in the writer's hands until the checks below
         let written = try writeTurns(store)  // the commit that brings the backlog to 8 changes hands them over
         for n in 0..<3 {
             store.appendEvent(
                 EventRecord(member: "c1", seq: Int64(n + 2), at: Timestamp(milliseconds: 9), topic: nil, frame: [UInt8(n)]))
         }
         try store.commit()
+        XCTAssertEqual(store.journaledChanges, 16, "8 handed over and not yet written, 8 in the backlog")
+        XCTAssertFalse(store.writer.isIdle)
         XCTAssertEqual(
             try store.events(member: "c1", after: 0, limit: 10).map(\.seq), [1, 2, 3, 4],
             "events come back in order from the tables, the writer's hands and the backlog together")
         XCTAssertEqual(try store.events(member: "c1", after: 1, limit: 2).map(\.seq), [2, 3])
+        store.writer.hold(false)
         try store.settle(wait: true)
         let reopened = try SQLiteStore(path: path)
         XCTAssertEqual(reopened.journaledChanges, 8, "the first 8 changes are in the tables, the last 8 in the journal")
@@ -334,9 +338,11 @@ final class SQLiteStoreTests: XCTestCase {
                     member: "g1", seq: Int64(seq), at: Timestamp(milliseconds: 1), topic: nil, frame: Array(repeating: 7, count: 3000)))
         }
         XCTAssertLessThan(30_000, (pages + 1) * 4096, "the journal has room for them")
-        try store.commit()
-        store.saveFamily("fam")
+        store.writer.hold(true)
         try store.commit()  // hands the ten events to the writer, which cannot fit them
+        store.saveFamily("fam")
+        try store.commit()
+        store.writer.hold(false)
         XCTAssertThrowsError(try store.settle(wait: true)) { XCTAssertTrue(($0 as? SQLiteError)?.isFull == true, "\($0)") }
         XCTAssertEqual(store.journaledChanges, 11, "the batch is back in the backlog")
         XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 100).count, 10)
