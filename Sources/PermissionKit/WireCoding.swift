@@ -89,7 +89,13 @@ extension PermissionChoice {
 }
 
 extension Date {
-    var rfc3339: String { Timestamp(milliseconds: Int64((timeIntervalSince1970 * 1000).rounded())).rfc3339 }
+    /// Dates beyond what milliseconds in an Int64 can hold (and NaN) are held at its ends:
+    /// the relay refuses them as timestamps rather than the app trapping here.
+    var rfc3339: String {
+        let ms = (timeIntervalSince1970 * 1000).rounded()
+        let clamped = ms.isNaN ? 0 : ms >= 0x1p63 ? Int64.max : ms <= -0x1p63 ? Int64.min : Int64(ms)
+        return Timestamp(milliseconds: clamped).rfc3339
+    }
 
     init?(rfc3339: String) {
         guard let t = Timestamp(rfc3339: rfc3339) else { return nil }

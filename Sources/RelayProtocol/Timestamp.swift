@@ -10,9 +10,12 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
 
     public static func < (a: Timestamp, b: Timestamp) -> Bool { a.milliseconds < b.milliseconds }
 
+    /// `seconds` later (earlier when negative), held at the ends of the range.
     public func adding(seconds: Int64) -> Timestamp {
-        let (sum, overflow) = milliseconds.addingReportingOverflow(seconds.multipliedReportingOverflow(by: 1000).partialValue)
-        return Timestamp(milliseconds: overflow ? Int64.max : sum)
+        let (ms, product) = seconds.multipliedReportingOverflow(by: 1000)
+        let (sum, total) = milliseconds.addingReportingOverflow(ms)
+        guard product || total else { return Timestamp(milliseconds: sum) }
+        return Timestamp(milliseconds: seconds < 0 ? .min : .max)
     }
 
     public var description: String { rfc3339 }
@@ -33,8 +36,14 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
     /// goes around it (appending byte by byte checked the array's capacity and uniqueness
     /// some thirty times).
     func withRFC3339<R>(_ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-        let days = Int64((Double(milliseconds) / 86_400_000).rounded(.down))
-        let msOfDay = milliseconds - days * 86_400_000
+        // Floor division in integers: exact for every Int64 (through Double, instants past
+        // 2^53 ms fell on the wrong day and printed a negative time of day).
+        var days = milliseconds / 86_400_000
+        var msOfDay = milliseconds % 86_400_000
+        if msOfDay < 0 {
+            days -= 1
+            msOfDay += 86_400_000
+        }
         let (y, m, d) = Timestamp.civil(fromDays: days)
         let secs = msOfDay / 1000
         let ms = msOfDay % 1000

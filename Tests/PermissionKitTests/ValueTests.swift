@@ -52,6 +52,16 @@ final class ValueTests: XCTestCase {
         XCTAssertNoThrow(try QuestionContent.validate(custom.wire!.object!, now: Timestamp(milliseconds: 0)))
     }
 
+    func testAnExpirationDateOutOfRangeIsRefusedNotATrap() throws {
+        var q = PermissionQuestion(topic: SignificantAppUpdateTopic(description: "v2"))
+        q.expirationDate = Date(timeIntervalSince1970: 1e300)
+        let wire = try XCTUnwrap(q.wire?.object)
+        XCTAssertEqual(wire["expirationDate"]?.string, Timestamp(milliseconds: .max).rfc3339)
+        XCTAssertThrowsError(try QuestionContent.validate(wire, now: Timestamp(milliseconds: 0)), "not a timestamp the relay reads")
+        XCTAssertEqual(Date(timeIntervalSince1970: -1e300).rfc3339, Timestamp(milliseconds: .min).rfc3339)
+        XCTAssertEqual(Date(timeIntervalSince1970: 1.5).rfc3339, "1970-01-01T00:00:01.500Z")
+    }
+
     func testEventProgressIsContiguousAndSurvivesARestart() throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("progress-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: path) }

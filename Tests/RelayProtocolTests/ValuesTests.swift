@@ -23,6 +23,14 @@ final class ValuesTests: XCTestCase {
         }
     }
 
+    func testAddingSecondsStopsAtTheEndsOfTheRange() {
+        let t = Timestamp(rfc3339: "2026-12-01T18:00:00Z")!
+        XCTAssertEqual(t.adding(seconds: 90).rfc3339, "2026-12-01T18:01:30Z")
+        XCTAssertEqual(t.adding(seconds: -90).rfc3339, "2026-12-01T17:58:30Z")
+        for s in [Int64.max, Int64.max / 500, Int64.max / 1000] { XCTAssertEqual(t.adding(seconds: s).milliseconds, .max, "\(s)") }
+        for s in [Int64.min, Int64.min / 500] { XCTAssertEqual(t.adding(seconds: s).milliseconds, .min, "\(s)") }
+    }
+
     func testTimestampFormattingAgreesWithFoundation() {
         let f = DateFormatter()
         f.locale = Locale(identifier: "en_US_POSIX")
@@ -40,6 +48,10 @@ final class ValuesTests: XCTestCase {
         }
         XCTAssertEqual(Timestamp(milliseconds: 253_402_300_800_000).rfc3339, "10000-01-01T00:00:00Z")
         XCTAssertEqual(Timestamp(milliseconds: -62_198_755_200_000).rfc3339, "-0001-01-01T00:00:00Z")
+        // The ends of the range (a time limit that saturates is Int64.max).
+        XCTAssertEqual(Timestamp(milliseconds: .max).rfc3339, "292278994-08-17T07:12:55.807Z")
+        XCTAssertEqual(Timestamp(milliseconds: .min).rfc3339, "-292275055-05-16T16:47:04.192Z")
+        XCTAssertEqual(Timestamp(milliseconds: (1 << 53) + 1).rfc3339, "287396-10-12T08:59:00.993Z")
     }
 
     func testHandleNormalization() {
