@@ -5,6 +5,16 @@
 /// The kind of a communication handle.
 public enum HandleKind: String, Sendable, CaseIterable, Hashable {
     case phoneNumber, emailAddress, custom
+
+    /// By case, not by name: a raw-valued enum otherwise hashes its raw string, and handles
+    /// (kind and value) are looked up for every question.
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .phoneNumber: hasher.combine(0 as UInt8)
+        case .emailAddress: hasher.combine(1 as UInt8)
+        case .custom: hasher.combine(2 as UInt8)
+        }
+    }
 }
 
 /// A handle as compared by the relay: its kind and normalized value.

@@ -7,6 +7,9 @@ import Foundation
 /// The topic kinds a question can have; also the subscription names.
 public enum TopicKind: String, Sendable, CaseIterable, Hashable {
     case communication, significantAppUpdate
+
+    /// By case, not by its raw string (see `HandleKind`): checked for every event delivered.
+    public func hash(into hasher: inout Hasher) { hasher.combine(self == .communication) }
 }
 
 /// The question states (§5): `pending → answered | cancelled | expired`, and back to
