@@ -89,8 +89,8 @@ extension PermissionChoice {
 }
 
 extension Date {
-    /// Dates beyond what milliseconds in an Int64 can hold (and NaN) are held at its ends:
-    /// the relay refuses them as timestamps rather than the app trapping here.
+    /// Dates beyond what milliseconds in an Int64 can hold are held at its ends (NaN reads
+    /// as the epoch): the relay refuses them as timestamps rather than the app trapping here.
     var rfc3339: String {
         let ms = (timeIntervalSince1970 * 1000).rounded()
         let clamped = ms.isNaN ? 0 : ms >= 0x1p63 ? Int64.max : ms <= -0x1p63 ? Int64.min : Int64(ms)

@@ -9,7 +9,12 @@ public enum TopicKind: String, Sendable, CaseIterable, Hashable {
     case communication, significantAppUpdate
 
     /// By case, not by its raw string (see `HandleKind`): checked for every event delivered.
-    public func hash(into hasher: inout Hasher) { hasher.combine(self == .communication) }
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .communication: hasher.combine(0 as UInt8)
+        case .significantAppUpdate: hasher.combine(1 as UInt8)
+        }
+    }
 }
 
 /// The question states (§5): `pending → answered | cancelled | expired`, and back to
