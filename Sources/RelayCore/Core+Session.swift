@@ -105,14 +105,12 @@ extension RelayCore {
         let target = min(seq, member.head)
         guard target > durable.record.cursor else { return }
         durable.record.cursor = target
+        store.noteCursor(member: member.id, session: durable.record.name, cursor: target)
         if !durable.dirty {
             durable.dirty = true
             dirtySessions.append(durable)
         }
     }
-
-    /// How many cursors acks have moved since they were last written.
-    public var movedCursors: Int { dirtySessions.count }
 
     /// Writes the cursors moved by acks since the last call (acks are stored lazily).
     public func flushCursors() {

@@ -237,12 +237,12 @@ public final class RelayServer {
     /// A replaying connection gets its next step once its unsent bytes fall below this.
     private var replayLowWater: Int { min(65536, config.maxOutputBytes / 4) }
 
-    /// Commits the turn's changes, with the cursors acks moved when `cursors` or when the
-    /// store wants them (they are stored lazily, §6). On failure nothing of the turn is
+    /// Commits the turn's changes, with the cursors acks moved when `cursors` (they are
+    /// stored lazily, §6; the store hears of each as it moves). On failure nothing of the turn is
     /// sent: every connection is closed (clients resend what was not acknowledged) and the
     /// core is rebuilt from what the store holds.
     private func commit(cursors: Bool = true) -> Bool {
-        if cursors || store.wantsCursors(moved: relay.movedCursors) {
+        if cursors {
             relay.flushCursors()
             lastCursorFlush = .now()
         }

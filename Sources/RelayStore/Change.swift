@@ -242,8 +242,11 @@ extension StoreSnapshot {
                 knownByKey["\(k.child)\u{0}\(k.handle.key)"] = k
             case .unknown(let child, let h):
                 knownByKey["\(child)\u{0}\(h.key)"] = nil
-            case .session(let s):
-                sessionsByKey["\(s.member)\u{0}\(s.name)"] = s
+            case .session(var s):
+                // A cursor never goes back: the tables may hold one newer than the journal's.
+                let key = "\(s.member)\u{0}\(s.name)"
+                s.cursor = max(s.cursor, sessionsByKey[key]?.cursor ?? s.cursor)
+                sessionsByKey[key] = s
             case .dropSessions(let member):
                 sessionsByKey = sessionsByKey.filter { $0.value.member != member }
             case .event(let e):

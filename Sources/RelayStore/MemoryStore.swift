@@ -75,7 +75,7 @@ public final class MemoryStore: RelayStore {
     public func oldestEventSeq(member: String) throws -> Int64? { streams[member]?.first?.seq }
 
     public var hasChanges: Bool { dirty }
-    public func wantsCursors(moved: Int) -> Bool { false }
+    public func noteCursor(member: String, session: String, cursor: Int64) {}
 
     public func commit() throws {
         if dirty { commits += 1 }

@@ -18,6 +18,9 @@ public protocol RelayStore: AnyObject {
     func saveKnownHandle(_ known: KnownHandleRecord)
     func deleteKnownHandle(child: String, handle: NormalizedHandle)
     func saveSession(_ session: SessionRecord)
+    /// An ack moved a durable session's cursor: it is saved lazily, but the store may use
+    /// it at once to leave out events that every durable session has acknowledged.
+    func noteCursor(member: String, session: String, cursor: Int64)
     func deleteSessions(member: String)
     func appendEvent(_ event: EventRecord)
 
@@ -28,10 +31,6 @@ public protocol RelayStore: AnyObject {
 
     /// Whether changes are waiting for `commit`.
     var hasChanges: Bool { get }
-    /// Whether `moved` cursors should go into this commit although cursors are stored
-    /// lazily: what is committed is about to be written where events that every durable
-    /// session of their member has acknowledged are left out.
-    func wantsCursors(moved: Int) -> Bool
     /// Makes every recorded change durable in one transaction.
     func commit() throws
     /// Forgets the changes recorded since the last commit.

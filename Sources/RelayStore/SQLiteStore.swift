@@ -172,7 +172,13 @@ public final class SQLiteStore: RelayStore {
     public func saveKnownHandle(_ known: KnownHandleRecord) { record(.known(known)) }
     public func deleteKnownHandle(child: String, handle: NormalizedHandle) { record(.unknown(child, handle)) }
     public func saveSession(_ session: SessionRecord) { record { Change.write(session: session, into: &$0) } }
-    public func deleteSessions(member: String) { record(.dropSessions(member)) }
+    public func noteCursor(member: String, session: String, cursor: Int64) {
+        writer.board.post(member: member, session: session, cursor: cursor)
+    }
+    public func deleteSessions(member: String) {
+        writer.board.forget(member: member)
+        record(.dropSessions(member))
+    }
     public func appendEvent(_ event: EventRecord) { record { Change.write(event: event, into: &$0) } }
 
     private func record(_ change: Change) { record { change.write(into: &$0) } }
@@ -186,15 +192,6 @@ public final class SQLiteStore: RelayStore {
 
     /// This turn's changes, as they are journaled.
     var turnBytes: ArraySlice<UInt8> { turn.bytes[JournalFile.recordHeaderBytes...] }
-
-    /// This commit brings the backlog to the threshold and the writer is free: the commit
-    /// hands the backlog over with this commit's changes, and the writer leaves out the
-    /// events acknowledged by then. Each cursor is a row to write too: they are wanted
-    /// only while they are few against the batch (with thousands of members each acking
-    /// one event, they would cost more than the events they leave out).
-    public func wantsCursors(moved: Int) -> Bool {
-        moved * 8 <= checkpointThreshold && backlog.count + turnCount >= checkpointThreshold && writer.isIdle
-    }
 
     /// Appends the changes to the journal; a backlog that reaches the threshold with them
     /// goes to the writer. (If that hand-over fails, the changes are committed all the same:

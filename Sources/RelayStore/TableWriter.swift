@@ -45,6 +45,8 @@ final class TableWriter: @unchecked Sendable {
     /// them have acknowledged is not written at all (the contract lets it be dropped; most
     /// are acknowledged long before their batch is written), only its member's head.
     private var cursors: [String: [String: Int64]] = [:]
+    /// Cursors that acks have moved since, posted by the loop.
+    let board = CursorBoard()
     /// Where an outcome or a row of events is put together, kept from one to the next.
     private var scratch: [UInt8] = []
 
@@ -195,7 +197,7 @@ final class TableWriter: @unchecked Sendable {
     /// of the member has acknowledged; only the head when that is all of them.
     private func write(events rows: [EventRow], of member: String, in bytes: UnsafeBufferPointer<UInt8>) throws {
         var kept = rows[...]
-        if let acknowledged = cursors[member]?.values.min() { kept = kept.drop { $0.seq <= acknowledged } }
+        if let acknowledged = try acknowledged(by: member, in: rows) { kept = kept.drop { $0.seq <= acknowledged } }
         guard let first = kept.first, let last = kept.last else {
             try db.run(
                 "INSERT INTO heads(member, head) VALUES(?, ?) ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)",
@@ -212,6 +214,34 @@ final class TableWriter: @unchecked Sendable {
                     .int(Int64(kept.count)), .blobAt(blob),
                 ])
         }
+    }
+
+    /// How far every durable session of `member` has acknowledged its stream (its events
+    /// `rows` of the batch), counting the acks posted since the batch was handed over. Those
+    /// cursors are then stored with it, so the tables never hold a cursor below an event
+    /// they left out: each is a row to write, worth it only when it leaves out at least
+    /// two events (with thousands of members each acking an event or two, the cursors
+    /// would cost more than the events).
+    private func acknowledged(by member: String, in rows: [EventRow]) throws -> Int64? {
+        guard let stored = cursors[member], let acknowledged = stored.values.min() else { return nil }
+        guard let posted = board.cursors(of: member) else { return acknowledged }
+        var moved: [(session: String, cursor: Int64)] = []
+        for (name, cursor) in stored {
+            if let p = posted[name], p > cursor { moved.append((name, p)) }
+        }
+        var merged = stored
+        for m in moved { merged[m.session] = m.cursor }
+        let now = merged.values.min() ?? acknowledged
+        guard rows.lazy.filter({ $0.seq > acknowledged && $0.seq <= now }).count >= 2 * moved.count, !moved.isEmpty else {
+            return acknowledged
+        }
+        for m in moved {
+            try db.run(
+                "UPDATE sessions SET cursor = max(cursor, ?) WHERE member = ? AND name = ?",
+                [.int(m.cursor), .text(member), .text(m.session)])
+        }
+        cursors[member] = merged
+        return now
     }
 
     /// Learns the stored durable sessions' cursors.
@@ -270,10 +300,14 @@ final class TableWriter: @unchecked Sendable {
                 "DELETE FROM knownHandles WHERE child = ? AND kind = ? AND value = ?",
                 [.text(child), .text(h.kind.rawValue), .text(h.value)])
         case .session(let s):
+            // A cursor never goes back: the tables may hold one newer than the journal's.
             try db.run(
-                "INSERT OR REPLACE INTO sessions(member, name, cursor, topics) VALUES(?,?,?,?)",
+                """
+                INSERT INTO sessions(member, name, cursor, topics) VALUES(?,?,?,?)
+                ON CONFLICT(member, name) DO UPDATE SET cursor = max(cursor, excluded.cursor), topics = excluded.topics
+                """,
                 [.text(s.member), .text(s.name), .int(s.cursor), .text(s.topics.map(\.rawValue).sorted().joined(separator: ","))])
-            cursors[s.member, default: [:]][s.name] = s.cursor
+            cursors[s.member, default: [:]][s.name] = max(s.cursor, cursors[s.member]?[s.name] ?? s.cursor)
         case .dropSessions(let member):
             try db.run("DELETE FROM sessions WHERE member = ?", [.text(member)])
             cursors[member] = nil

@@ -82,13 +82,13 @@ final class CoreDrive {
         }
     }
 
-    /// Flushes cursors when the relay would (once a second, or when the store wants them),
+    /// Flushes cursors when the relay would (once a second),
     /// commits, and takes the frames sent, noting seqs and errors (and returning the frames
     /// when `keeping`).
     @discardableResult
     private func turn(keeping: Bool = false) -> [[UInt8]] {
         let now = Timestamp.now()
-        if store.wantsCursors(moved: core.movedCursors) || now.milliseconds - lastCursorFlush.milliseconds >= 1000 {
+        if now.milliseconds - lastCursorFlush.milliseconds >= 1000 {
             core.flushCursors()
             lastCursorFlush = now
         }

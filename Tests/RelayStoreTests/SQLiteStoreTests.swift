@@ -114,10 +114,7 @@ final class SQLiteStoreTests: XCTestCase {
         cursor("m", "tab", 0)
         for seq: Int64 in 1...5 { event("g1", seq) }
         event("m", 3)
-        XCTAssertFalse(store.wantsCursors(moved: 1))
         event("m", 4)
-        XCTAssertTrue(store.wantsCursors(moved: 1), "the backlog reaches the threshold with this commit")
-        XCTAssertFalse(store.wantsCursors(moved: 2), "more cursors than an eighth of the batch")
         cursor("g1", "tab", 4)
         cursor("g1", "pad", 2)
         cursor("m", "tab", 4)
@@ -128,6 +125,40 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try store.pruneEvents(olderThan: Timestamp(milliseconds: 0), acknowledged: ["m": 4]), 2)
         let reopened = try SQLiteStore(path: path).load()
         XCTAssertEqual(reopened.heads["m"], 4, "not the highest seq left in the tables before pruning")
+    }
+
+    /// Acks noted after a batch was handed over (cursors are journaled lazily) leave out the
+    /// events they cover when the batch is written, and their cursors go into the tables
+    /// with it; an older cursor journaled in the meantime never takes a cursor back.
+    func testAcksNotedAfterTheHandOverLeaveOutTheirEventsAndStoreTheirCursors() throws {
+        let store = try SQLiteStore(path: path)
+        _ = try store.load()
+        store.saveSession(SessionRecord(member: "g1", name: "tab", cursor: 0, topics: []))
+        store.saveSession(SessionRecord(member: "c1", name: "tab", cursor: 0, topics: []))
+        try store.commit()
+        try store.checkpoint()
+        store.checkpointThreshold = 4
+        store.writer.hold(true)
+        for seq: Int64 in 1...4 {
+            store.appendEvent(EventRecord(member: "g1", seq: seq, at: Timestamp(milliseconds: seq), topic: nil, frame: [UInt8(seq)]))
+        }
+        store.appendEvent(EventRecord(member: "c1", seq: 1, at: Timestamp(milliseconds: 1), topic: nil, frame: [9]))
+        try store.commit()  // hands the five events over; the writer waits
+        store.saveSession(SessionRecord(member: "g1", name: "tab", cursor: 1, topics: []))  // a periodic flush
+        try store.commit()
+        store.noteCursor(member: "g1", session: "tab", cursor: 3)
+        store.noteCursor(member: "c1", session: "tab", cursor: 1)  // one event: not worth a row
+        store.writer.hold(false)
+        try store.settle(wait: true)
+
+        let reopened = try SQLiteStore(path: path)
+        let s = try reopened.load()
+        XCTAssertEqual(s.sessions.first { $0.member == "g1" }?.cursor, 3, "the journal's older cursor does not take it back")
+        XCTAssertEqual(s.sessions.first { $0.member == "c1" }?.cursor, 0)
+        XCTAssertEqual(try reopened.events(member: "g1", after: 0, limit: 10).map(\.seq), [4])
+        XCTAssertEqual(try reopened.events(member: "c1", after: 0, limit: 10).map(\.seq), [1])
+        try reopened.checkpoint()  // writes the older cursor into the tables
+        XCTAssertEqual(try SQLiteStore(path: path).load().sessions.first { $0.member == "g1" }?.cursor, 3)
     }
 
     func testACommitPastTheThresholdHandsTheBacklogToTheWriter() throws {
