@@ -144,26 +144,32 @@ final class TableWriter: @unchecked Sendable {
         let changes = folded.changes
         var forgotten: [QuestionID] = []
         var events: [String: [EventRow]] = [:]
-        try batch.bytes.withUnsafeBufferPointer { bytes in
-            try db.transaction {
-                for change in changes {
-                    switch change {
-                    case .question(let q):
-                        try write(q, in: bytes)
-                    case .forgetQuestion(let question):
-                        forgotten.append(question)
-                        guard let key = questionKeys[question] else { break }
-                        try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
-                    case .event(let e):
-                        events[String(decoding: bytes[e.member], as: UTF8.self), default: []].append(e)
-                    case .other(let change):
-                        try write(change)
+        let cursorsBefore = cursors  // what the tables keep if the transaction fails
+        do {
+            try batch.bytes.withUnsafeBufferPointer { bytes in
+                try db.transaction {
+                    for change in changes {
+                        switch change {
+                        case .question(let q):
+                            try write(q, in: bytes)
+                        case .forgetQuestion(let question):
+                            forgotten.append(question)
+                            guard let key = questionKeys[question] else { break }
+                            try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
+                        case .event(let e):
+                            events[String(decoding: bytes[e.member], as: UTF8.self), default: []].append(e)
+                        case .other(let change):
+                            try write(change)
+                        }
                     }
+                    // After the batch's sessions: their cursors are written in the same transaction.
+                    for (member, rows) in events { try write(events: rows, of: member, in: bytes) }
+                    try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES('journalGeneration', ?)", [.int(batch.generation)])
                 }
-                // After the batch's sessions: their cursors are written in the same transaction.
-                for (member, rows) in events { try write(events: rows, of: member, in: bytes) }
-                try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES('journalGeneration', ?)", [.int(batch.generation)])
             }
+        } catch {
+            cursors = cursorsBefore
+            throw error
         }
         for id in forgotten { questionKeys[id] = nil }  // only once their rows are surely gone
     }

@@ -6,6 +6,7 @@ func pageCount(ofDatabaseAt path: String) -> Int {
     var db: OpaquePointer?
     sqlite3_open(path, &db)
     defer { sqlite3_close(db) }
+    sqlite3_busy_timeout(db, 2000)  // a store just closed may still be checkpointing its WAL
     var pages: Int64 = 0
     sqlite3_exec(
         db, "PRAGMA page_count",

@@ -161,6 +161,33 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try SQLiteStore(path: path).load().sessions.first { $0.member == "g1" }?.cursor, 3)
     }
 
+    /// A batch that fails after the writer counted newer cursors leaves the writer's view
+    /// of them as the tables have it, so that the retry stores the cursors it counts.
+    func testABatchThatFailsLeavesTheCursorsAsTheTablesHaveThem() throws {
+        do {
+            let roomy = try SQLiteStore(path: path, pageSize: 4096)
+            _ = try roomy.load()
+            roomy.saveSession(SessionRecord(member: "g1", name: "tab", cursor: 0, topics: []))
+            try roomy.commit()
+            try roomy.checkpoint()
+        }
+        let store = try SQLiteStore(path: path, maxPageCount: pageCount(ofDatabaseAt: path))
+        _ = try store.load()
+        store.checkpointThreshold = 4
+        store.writer.hold(true)
+        for seq: Int64 in 1...4 {
+            let frame = [UInt8](repeating: 7, count: seq == 4 ? 30000 : 10)
+            store.appendEvent(EventRecord(member: "g1", seq: seq, at: Timestamp(milliseconds: seq), topic: nil, frame: frame))
+        }
+        try store.commit()  // hands the four events over
+        store.noteCursor(member: "g1", session: "tab", cursor: 3)
+        store.writer.hold(false)
+        XCTAssertThrowsError(try store.settle(wait: true), "the last event, unacknowledged, does not fit")
+        store.noteCursor(member: "g1", session: "tab", cursor: 4)
+        try store.checkpoint()  // all four acknowledged: the cursor and the head are written, no event
+        XCTAssertEqual(try SQLiteStore(path: path).load().sessions.first?.cursor, 4)
+    }
+
     func testACommitPastTheThresholdHandsTheBacklogToTheWriter() throws {
         let store = try SQLiteStore(path: path)
         store.checkpointThreshold = 4
