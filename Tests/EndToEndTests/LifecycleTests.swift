@@ -135,7 +135,7 @@ final class LimitFlagTests: XCTestCase {
 
     func testUnwritableDataDirectoryIsAClearError() throws {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("not-a-dir-\(UUID().uuidString)")
-        FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8)))
         defer { try? FileManager.default.removeItem(at: file) }
         let p = Process()
         p.executableURL = URL(fileURLWithPath: relayBinary)

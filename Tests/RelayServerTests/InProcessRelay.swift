@@ -117,6 +117,7 @@ final class Wire {
         return out
     }
 
+    @discardableResult
     func hello(_ member: String, _ token: String, session: String? = nil, resume: Int64? = nil) throws -> JSONObject {
         var h: JSONObject = ["type": "hello", "id": "h", "protocol": 1, "member": .string(member), "token": .string(token)]
         if let session { h["session"] = .string(session) }

@@ -27,7 +27,7 @@ final class JournalFileTests: XCTestCase {
             withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) }
         }
         bytes += first
-        FileManager.default.createFile(atPath: path, contents: Data(bytes))
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(bytes)))
 
         let journal = try JournalFile(path: path, syncEveryAppend: false, limitBytes: nil)
         let read = try XCTUnwrap(try journal.read())
