@@ -1,6 +1,6 @@
 // Where the loop posts each cursor an ack moves, for the table writer on its own thread.
-// Cursors are journaled lazily (an ack changes nothing a crash could lose but a resend),
-// so the cursors in a batch are those of when it was handed over; by the time it is
+// Cursors are journaled lazily (an ack lost in a crash costs only events sent again), so
+// the cursors in a batch are at best those of when it was handed over; by the time it is
 // written, most of its events have been acknowledged. The writer reads the board, leaves
 // out what every durable session has acknowledged since, and stores those cursors with it.
 

@@ -45,7 +45,7 @@ final class TableWriter: @unchecked Sendable {
     /// them have acknowledged is not written at all (the contract lets it be dropped; most
     /// are acknowledged long before their batch is written), only its member's head.
     private var cursors: [String: [String: Int64]] = [:]
-    /// Cursors that acks have moved since, posted by the loop.
+    /// Cursors that acks have moved, posted by the loop as they move (newer than the tables').
     let board = CursorBoard()
     /// Where an outcome or a row of events is put together, kept from one to the next.
     private var scratch: [UInt8] = []
