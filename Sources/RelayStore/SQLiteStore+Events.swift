@@ -44,11 +44,20 @@ extension SQLiteStore {
 
     static func insertBatch(_ db: SQLiteDatabase, member: String, _ events: ArraySlice<EventRecord>) throws {
         guard let first = events.first, let last = events.last else { return }
+        try insertBatchRow(
+            db, member: member, seqs: first.seq...last.seq, firstAt: first.at.milliseconds,
+            lastAt: events.map(\.at.milliseconds).max() ?? 0, count: events.count, events: .blob(EventBatch.encode(events)))
+    }
+
+    /// One row of a member's consecutive events, `events` in EventBatch's form.
+    static func insertBatchRow(
+        _ db: SQLiteDatabase, member: String, seqs: ClosedRange<Int64>, firstAt: Int64, lastAt: Int64, count: Int, events: SQLValue
+    ) throws {
         try db.run(
             "INSERT INTO eventBatches(member, firstSeq, lastSeq, firstAt, lastAt, count, events) VALUES(?,?,?,?,?,?,?)",
             [
-                .text(member), .int(first.seq), .int(last.seq), .int(first.at.milliseconds),
-                .int(events.map(\.at.milliseconds).max() ?? 0), .int(Int64(events.count)), .blob(EventBatch.encode(events)),
+                .text(member), .int(seqs.lowerBound), .int(seqs.upperBound), .int(firstAt), .int(lastAt), .int(Int64(count)),
+                events,
             ])
     }
 

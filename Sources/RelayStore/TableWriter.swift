@@ -213,12 +213,9 @@ final class TableWriter: @unchecked Sendable {
         scratch.removeAll(keepingCapacity: true)
         for e in kept { scratch.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[e.encoded])) }  // EventBatch's form
         try scratch.withUnsafeBytes { blob in
-            try db.run(
-                "INSERT INTO eventBatches(member, firstSeq, lastSeq, firstAt, lastAt, count, events) VALUES(?,?,?,?,?,?,?)",
-                [
-                    .text(member), .int(first.seq), .int(last.seq), .int(first.at), .int(kept.lazy.map(\.at).max() ?? first.at),
-                    .int(Int64(kept.count)), .blobAt(blob),
-                ])
+            try SQLiteStore.insertBatchRow(
+                db, member: member, seqs: first.seq...last.seq, firstAt: first.at, lastAt: kept.lazy.map(\.at).max() ?? first.at,
+                count: kept.count, events: .blobAt(blob))
         }
     }
 
@@ -235,12 +232,11 @@ final class TableWriter: @unchecked Sendable {
         for (name, cursor) in stored {
             if let p = posted[name], p > cursor { moved.append((name, p)) }
         }
+        guard !moved.isEmpty else { return acknowledged }
         var merged = stored
         for m in moved { merged[m.session] = m.cursor }
         let now = merged.values.min() ?? acknowledged
-        guard rows.lazy.filter({ $0.seq > acknowledged && $0.seq <= now }).count >= 2 * moved.count, !moved.isEmpty else {
-            return acknowledged
-        }
+        guard rows.lazy.filter({ $0.seq > acknowledged && $0.seq <= now }).count >= 2 * moved.count else { return acknowledged }
         for m in moved {
             try db.run(
                 "UPDATE sessions SET cursor = max(cursor, ?) WHERE member = ? AND name = ?",
