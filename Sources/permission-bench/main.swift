@@ -122,8 +122,17 @@ let bin = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathCompone
 /// Ctrl-C reaches them anyway; a `kill` of the benchmark alone would leave them running).
 enum Servers {
     private static let running = Mutex<Set<Int32>>([])
+    /// Taken by whichever ends the process first, a signal's handler or the run: a run that
+    /// fails because the handler stopped its server must not exit before the handler does.
+    private static let exiting = Mutex<Void>(())
 
-    static func started(_ p: Process) { running.withLock { _ = $0.insert(p.processIdentifier) } }
+    /// Starts `p`, listed before a signal's handler can look.
+    static func start(_ p: Process) throws {
+        try running.withLock { servers in
+            try p.run()
+            servers.insert(p.processIdentifier)
+        }
+    }
 
     /// Stops `p` and waits for it.
     static func stop(_ p: Process) {
@@ -138,12 +147,19 @@ enum Servers {
             signal(sig, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
             source.setEventHandler {
-                for pid in running.withLock({ $0 }) { kill(pid, SIGTERM) }
-                exit(128 + sig)
+                exiting.withLock { _ in
+                    for pid in running.withLock({ $0 }) { kill(pid, SIGTERM) }
+                    Glibc.exit(128 + sig)
+                }
             }
             source.resume()
             return source
         }
+    }
+
+    /// Ends the process with `code`, unless a signal's handler is already ending it.
+    static func exit(_ code: Int32) -> Never {
+        exiting.withLock { _ -> Never in Glibc.exit(code) }
     }
 }
 
@@ -155,8 +171,7 @@ func startServer(_ executable: String, _ args: [String], readyWord: String) thro
     let out = Pipe()
     p.standardOutput = out
     p.standardError = FileHandle(forWritingAtPath: "/dev/null")
-    try p.run()
-    Servers.started(p)
+    try Servers.start(p)
     var seen = ""
     while !seen.contains(readyWord) {
         let chunk = out.fileHandleForReading.availableData
@@ -271,7 +286,7 @@ func report(_ point: Point, _ r: Summary, _ b: Summary?, ratio: Double?, runs: I
 }
 
 let signalSources = Servers.stopOnSignals()
-exit(
+Servers.exit(
     await runMain(program: "permission-bench", usage: { usage }) {
         let args = Array(CommandLine.arguments.dropFirst())
         if args.contains("-h") || args.contains("--help") {
