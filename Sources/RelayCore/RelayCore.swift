@@ -168,7 +168,10 @@ public final class RelayCore {
 
     /// Whether the connection's session is still replaying; the reactor holds back its
     /// further frames until `continueReplay` has caught it up.
-    public func isReplaying(_ conn: ConnectionID) -> Bool { replaying.contains(conn) }
+    public func isReplaying(_ conn: ConnectionID) -> Bool { !replaying.isEmpty && replaying.contains(conn) }
+
+    /// Whether the reactor may feed `conn` its next frame: it is open and not replaying.
+    public func takesFrames(_ conn: ConnectionID) -> Bool { connections[conn] != nil && !isReplaying(conn) }
 
     /// Whether `conn` has completed `hello`.
     public func isEstablished(_ conn: ConnectionID) -> Bool { connections[conn]?.session != nil }

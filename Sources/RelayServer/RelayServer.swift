@@ -61,7 +61,7 @@ public final class RelayServer {
     private let signalPipe: [Int32]
     private var conns: [ConnectionID: Conn] = [:]
     /// The connections a dispatch queued output for, each once, reused across turns.
-    private var touched: [ConnectionID] = []
+    private var touched: [(ConnectionID, Conn)] = []
     private var nextID: ConnectionID = 1
     private var stopping = false
     private var lastPrune = Timestamp(milliseconds: 0)
@@ -219,15 +219,16 @@ public final class RelayServer {
             default:
                 let id = ConnectionID(r.token)
                 if r.events & (cs_epollin | cs_epollhup | cs_epollerr | cs_epollrdhup) != 0 { read(id, now: t) }
-                if r.events & cs_epollout != 0 { flush(id) }
+                if r.events & cs_epollout != 0, let c = conns[id] { flush(c, id) }
             }
         }
 
         relay.tick(now: t)
         checkTimers(now: t)
-        for id in relay.replaying where (conns[id]?.pendingBytes ?? 0) < replayLowWater {
+        for id in relay.replaying {
+            guard let c = conns[id], c.pendingBytes < replayLowWater else { continue }
             relay.continueReplay(id)
-            process(id, now: t)
+            process(c, id, now: t)
         }
         guard commit(cursors: Double(t.milliseconds - lastCursorFlush.milliseconds) >= config.cursorFlushSeconds * 1000) else { return }
         dispatchOutputs()
@@ -285,9 +286,10 @@ public final class RelayServer {
             let id = nextID
             nextID += 1
             let uid = cs_peer_uid(fd)
-            conns[id] = Conn(fd: fd, decoder: FrameDecoder(maxFrameBytes: coreConfig.maxFrameBytes), at: now)
+            let c = Conn(fd: fd, decoder: FrameDecoder(maxFrameBytes: coreConfig.maxFrameBytes), at: now)
+            conns[id] = c
             relay.connected(id, peerUID: uid >= 0 ? UInt32(uid) : nil)
-            setInterest(id)
+            setInterest(c, id)
         }
     }
 
@@ -307,7 +309,7 @@ public final class RelayServer {
                 c.lastHeard = now
                 c.pinged = false
                 budget -= n
-                if relay.isReplaying(id) && c.decoder.bufferedCount > coreConfig.maxFrameBytes { break }
+                if c.decoder.bufferedCount > coreConfig.maxFrameBytes && relay.isReplaying(id) { break }
                 // A short read has most likely drained the socket: the read that would say
                 // so is saved (readiness is level-triggered, so anything left is reported again).
                 if n < scratch.count { break }
@@ -316,18 +318,19 @@ public final class RelayServer {
             if n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { c.peerGone = true }
             break
         }
-        process(id, now: now)
-        if conns[id]?.peerGone == true {
+        process(c, id, now: now)
+        if c.peerGone {
             relay.disconnected(id)
             closeNow(id)
         } else {
-            setInterest(id)
+            setInterest(c, id)
         }
     }
 
-    /// Feeds whole frames to the core, stopping while the session replays.
-    private func process(_ id: ConnectionID, now: Timestamp) {
-        while let c = conns[id], relay.isOpen(id), !relay.isReplaying(id) {
+    /// Feeds whole frames to the core, stopping while the session replays. The connection
+    /// stays in `conns` meanwhile: the core's closes take effect at the dispatch.
+    private func process(_ c: Conn, _ id: ConnectionID, now: Timestamp) {
+        while relay.takesFrames(id) {
             guard let event = c.decoder.next() else { break }
             switch event {
             case .frame(let body): relay.receive(id, body: body, now: now)
@@ -366,22 +369,28 @@ public final class RelayServer {
     // MARK: - Output
 
     private func dispatchOutputs() {
+        // A reply and the events it caused often go to one connection: looked up once.
+        var last: (id: ConnectionID, conn: Conn?) = (-1, nil)
+        func conn(_ id: ConnectionID) -> Conn? {
+            if id != last.id { last = (id, conns[id]) }
+            return last.conn
+        }
         for o in relay.takeOutputs() {
             switch o {
             case .send(let id, let frame):
-                guard let c = conns[id] else { continue }
+                guard let c = conn(id) else { continue }
                 c.out.append(bytes: frame)
                 touch(c, id)
             case .close(let id, let reason):
-                guard let c = conns[id] else { continue }
+                guard let c = conn(id) else { continue }
                 c.closing = reason
                 c.closingSince = Timestamp.now()
                 touch(c, id)
             }
         }
-        for id in touched {
-            conns[id]?.touched = false
-            flush(id)
+        for (id, c) in touched {
+            c.touched = false
+            flush(c, id)
         }
         touched.removeAll(keepingCapacity: true)
     }
@@ -390,11 +399,10 @@ public final class RelayServer {
     private func touch(_ c: Conn, _ id: ConnectionID) {
         guard !c.touched else { return }
         c.touched = true
-        touched.append(id)
+        touched.append((id, c))
     }
 
-    private func flush(_ id: ConnectionID) {
-        guard let c = conns[id] else { return }
+    private func flush(_ c: Conn, _ id: ConnectionID) {
         while c.pendingBytes > 0 {
             let n = c.out.withUnsafeBytes { cs_send(c.fd, $0.baseAddress! + c.outStart, c.pendingBytes) }
             if n > 0 {
@@ -420,14 +428,13 @@ public final class RelayServer {
             relay.disconnected(id)
             closeNow(id)
         } else {
-            setInterest(id)
+            setInterest(c, id)
         }
     }
 
-    private func setInterest(_ id: ConnectionID) {
-        guard let c = conns[id] else { return }
+    private func setInterest(_ c: Conn, _ id: ConnectionID) {
         var want = cs_epollrdhup
-        let holdReads = relay.isReplaying(id) && c.decoder.bufferedCount > coreConfig.maxFrameBytes
+        let holdReads = c.decoder.bufferedCount > coreConfig.maxFrameBytes && relay.isReplaying(id)
         if c.closing == nil && !holdReads { want |= cs_epollin }
         if c.pendingBytes > 0 { want |= cs_epollout }
         guard want != c.interest else { return }
