@@ -180,6 +180,11 @@ public final class RelayCore {
 
     /// One frame body received on `conn`.
     public func receive(_ conn: ConnectionID, body: [UInt8], now: Timestamp) {
+        body.withUnsafeBufferPointer { receive(conn, body: $0, now: now) }
+    }
+
+    /// One frame body received on `conn`, read in place (the core keeps no pointer to it).
+    public func receive(_ conn: ConnectionID, body: UnsafeBufferPointer<UInt8>, now: Timestamp) {
         guard let c = connections[conn] else { return }
         framesIn += 1
         expireDue(now: now)
@@ -247,7 +252,7 @@ public final class RelayCore {
 
     /// Handles the frames of an established session that are most frequent, in their common
     /// shape, read straight from their bytes: asks, answers, acks. False for any other frame.
-    private func receiveCommon(_ conn: ConnectionID, _ session: Session, _ body: [UInt8], now: Timestamp) -> Bool {
+    private func receiveCommon(_ conn: ConnectionID, _ session: Session, _ body: UnsafeBufferPointer<UInt8>, now: Timestamp) -> Bool {
         if session.role == .child, let (id, question) = QuestionContent.readAsk(body, now: now) {
             reply(
                 conn, id,

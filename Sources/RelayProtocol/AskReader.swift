@@ -13,10 +13,13 @@ extension QuestionContent {
     /// Reads `{"type":"ask","id":…,"question":{…}}` when it has the common shape; nil
     /// otherwise (then `JSON.parse` and `validate` decide).
     public static func readAsk(_ body: [UInt8], now: Timestamp) -> (requestID: String, question: QuestionContent)? {
-        body.withUnsafeBufferPointer { buf in
-            var reader = PlainReader(buf)
-            return reader.ask(now: now)
-        }
+        body.withUnsafeBufferPointer { readAsk($0, now: now) }
+    }
+
+    /// The same, from bytes read in place.
+    public static func readAsk(_ body: UnsafeBufferPointer<UInt8>, now: Timestamp) -> (requestID: String, question: QuestionContent)? {
+        var reader = PlainReader(body)
+        return reader.ask(now: now)
     }
 }
 

@@ -14,39 +14,40 @@ public enum FlatRequest: Equatable, Sendable {
     /// Reads `{"type":"answer","id":…,"questionId":…,"choice":…}` or
     /// `{"type":"ack","seq":…}` (with or without an id), fields in any order; nil for
     /// anything else.
-    public static func read(_ body: [UInt8]) -> FlatRequest? {
-        body.withUnsafeBufferPointer { buf in
-            var r = PlainReader(buf)
-            guard r.take(UInt8(ascii: "{")) else { return nil }
-            var fields = PlainReader.Fields(ordered: false)
-            var isAnswer = false
-            var id: String?
-            var questionID: String?
-            var choice: String?
-            var seq: Int64?
-            while let k = r.nextField(of: Self.fields, &fields) {
-                switch k {
-                case 0:
-                    guard let type = r.plainString() else { return nil }
-                    isAnswer = PlainReader.equal(type, "answer")
-                    guard isAnswer || PlainReader.equal(type, "ack") else { return nil }
-                case 4:
-                    guard let n = r.plainInteger() else { return nil }
-                    seq = n
-                default:
-                    guard let s = r.plainString() else { return nil }
-                    let value = String(decoding: s, as: UTF8.self)
-                    if k == 1 { id = value } else if k == 2 { questionID = value } else { choice = value }
-                }
+    public static func read(_ body: [UInt8]) -> FlatRequest? { body.withUnsafeBufferPointer(read) }
+
+    /// The same, from bytes read in place.
+    public static func read(_ buf: UnsafeBufferPointer<UInt8>) -> FlatRequest? {
+        var r = PlainReader(buf)
+        guard r.take(UInt8(ascii: "{")) else { return nil }
+        var fields = PlainReader.Fields(ordered: false)
+        var isAnswer = false
+        var id: String?
+        var questionID: String?
+        var choice: String?
+        var seq: Int64?
+        while let k = r.nextField(of: Self.fields, &fields) {
+            switch k {
+            case 0:
+                guard let type = r.plainString() else { return nil }
+                isAnswer = PlainReader.equal(type, "answer")
+                guard isAnswer || PlainReader.equal(type, "ack") else { return nil }
+            case 4:
+                guard let n = r.plainInteger() else { return nil }
+                seq = n
+            default:
+                guard let s = r.plainString() else { return nil }
+                let value = String(decoding: s, as: UTF8.self)
+                if k == 1 { id = value } else if k == 2 { questionID = value } else { choice = value }
             }
-            r.skipSpace()
-            guard !r.failed, r.i == buf.count, fields.seen & 1 == 1 else { return nil }
-            if isAnswer {
-                guard fields.seen == 0b01111, let id, let questionID, let choice else { return nil }
-                return .answer(id: id, questionID: questionID, choice: choice)
-            }
-            guard fields.seen & 0b01100 == 0, let seq else { return nil }
-            return .ack(seq: seq)
         }
+        r.skipSpace()
+        guard !r.failed, r.i == buf.count, fields.seen & 1 == 1 else { return nil }
+        if isAnswer {
+            guard fields.seen == 0b01111, let id, let questionID, let choice else { return nil }
+            return .answer(id: id, questionID: questionID, choice: choice)
+        }
+        guard fields.seen & 0b01100 == 0, let seq else { return nil }
+        return .ack(seq: seq)
     }
 }

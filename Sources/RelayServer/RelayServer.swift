@@ -305,7 +305,7 @@ public final class RelayServer {
         while budget > 0 {
             let n = scratch.withUnsafeMutableBytes { Glibc.read(c.fd, $0.baseAddress, $0.count) }
             if n > 0 {
-                c.decoder.append(scratch[0..<n])
+                scratch.withUnsafeBytes { c.decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
                 c.lastHeard = now
                 c.pinged = false
                 budget -= n
@@ -331,10 +331,10 @@ public final class RelayServer {
     /// stays in `conns` meanwhile: the core's closes take effect at the dispatch.
     private func process(_ c: Conn, _ id: ConnectionID, now: Timestamp) {
         while relay.takesFrames(id) {
-            guard let event = c.decoder.next() else { break }
-            switch event {
-            case .frame(let body): relay.receive(id, body: body, now: now)
+            switch c.decoder.withNextFrame({ relay.receive(id, body: $0, now: now) }) {
+            case .frame: continue
             case .violation(let code, let message): relay.framingViolation(id, code, message)
+            case .incomplete: return
             }
         }
     }

@@ -2,14 +2,27 @@ import RelayProtocol
 import XCTest
 
 final class FrameTests: XCTestCase {
-    private func decodeAll(_ bytes: [UInt8], chunk: Int, max: Int = 1024) -> [FrameEvent] {
+    /// Decodes `bytes` fed in chunks: through `next`, or `inPlace` through `withNextFrame`.
+    private func decodeAll(_ bytes: [UInt8], chunk: Int, max: Int = 1024, inPlace: Bool = false) -> [FrameEvent] {
         var d = FrameDecoder(maxFrameBytes: max)
         var out: [FrameEvent] = []
         var i = 0
         while i < bytes.count {
-            d.append(bytes[i..<min(i + chunk, bytes.count)])
+            let part = bytes[i..<min(i + chunk, bytes.count)]
             i += chunk
-            while let e = d.next() { out.append(e) }
+            guard inPlace else {
+                d.append(part)
+                while let e = d.next() { out.append(e) }
+                continue
+            }
+            part.withUnsafeBytes { d.append($0) }
+            reading: while true {
+                switch d.withNextFrame({ out.append(.frame(Array($0))) }) {
+                case .frame: continue
+                case .violation(let code, let message): out.append(.violation(code, message))
+                case .incomplete: break reading
+                }
+            }
         }
         return out
     }
@@ -19,19 +32,22 @@ final class FrameTests: XCTestCase {
         let stream = bodies.flatMap(framed)
         for chunk in [1, 2, 3, 5, 7, 64, stream.count] {
             XCTAssertEqual(decodeAll(stream, chunk: chunk), bodies.map { .frame($0) }, "chunk \(chunk)")
+            XCTAssertEqual(decodeAll(stream, chunk: chunk, inPlace: true), bodies.map { .frame($0) }, "in place, chunk \(chunk)")
         }
     }
 
     func testLengthViolationsAreDecidedOnTheHeaderAlone() {
-        XCTAssertEqual(decodeAll([0, 0, 0, 0], chunk: 1), [.violation(.badFrame, "a frame of length 0 is not allowed")])
-        let over = decodeAll([0, 0, 4, 1], chunk: 4)
-        guard case .violation(.frameTooLarge, _)? = over.first else { return XCTFail("expected frameTooLarge, got \(over)") }
-        let atMax = framed(Array(repeating: 0x20, count: 1024))
-        XCTAssertEqual(decodeAll(atMax, chunk: 100).count, 1)
-        var d = FrameDecoder(maxFrameBytes: 10)
-        d.append([0, 0, 0, 0] + framed([1]))
-        XCTAssertNotNil(d.next())
-        XCTAssertNil(d.next(), "nothing is read after a violation")
+        for inPlace in [false, true] {
+            XCTAssertEqual(
+                decodeAll([0, 0, 0, 0], chunk: 1, inPlace: inPlace), [.violation(.badFrame, "a frame of length 0 is not allowed")])
+            let over = decodeAll([0, 0, 4, 1], chunk: 4, inPlace: inPlace)
+            guard case .violation(.frameTooLarge, _)? = over.first else { return XCTFail("expected frameTooLarge, got \(over)") }
+            let atMax = framed(Array(repeating: 0x20, count: 1024))
+            XCTAssertEqual(decodeAll(atMax, chunk: 100, inPlace: inPlace).count, 1)
+            XCTAssertEqual(
+                decodeAll([0, 0, 0, 0] + framed([1]), chunk: 9, max: 10, inPlace: inPlace).count, 1,
+                "nothing is read after a violation")
+        }
     }
 
     func testFrameOfAnObject() throws {
