@@ -1,26 +1,57 @@
 // Where the loop posts each cursor an ack moves, for the table writer on its own thread.
 // Cursors are journaled lazily (an ack lost in a crash costs only events sent again), so
 // the cursors in a batch are at best those of when it was handed over; by the time it is
-// written, most of its events have been acknowledged. The writer reads the board, leaves
+// written, most of its events have been acknowledged. The writer takes the posts, leaves
 // out what every durable session has acknowledged since, and stores those cursors with it.
+//
+// Posting only appends to a list under the lock: filing a post by member and session
+// hashes two strings, which the writer does when it takes them, off the loop's thread.
 
 import Synchronization
 
 final class CursorBoard: Sendable {
-    private let cursors = Mutex<[String: [String: Int64]]>([:])
+    /// One post, in the order the loop made them.
+    enum Post {
+        /// `session` of `member` has acknowledged everything up to `cursor`.
+        case cursor(member: String, session: String, cursor: Int64)
+        /// `member`'s sessions were dropped: what was posted for them before goes.
+        case forget(member: String)
+    }
 
-    /// Records that `session` of `member` has acknowledged everything up to `cursor`.
+    private let posts = Mutex<[Post]>([])
+
     func post(member: String, session: String, cursor: Int64) {
-        cursors.withLock { $0[member, default: [:]][session] = cursor }
+        posts.withLock { $0.append(.cursor(member: member, session: session, cursor: cursor)) }
+    }
+
+    func forget(member: String) {
+        posts.withLock { $0.append(.forget(member: member)) }
+    }
+
+    /// Swaps the posts made since the last call into `taken`, whose buffer (emptied) the
+    /// loop posts into next, so that neither side allocates one per batch.
+    func take(into taken: inout [Post]) {
+        taken.removeAll(keepingCapacity: true)
+        posts.withLock { swap(&$0, &taken) }
+    }
+}
+
+/// The cursors posted to a board, by member and session, as the writer files them.
+struct PostedCursors {
+    private var cursors: [String: [String: Int64]] = [:]
+    private var taken: [CursorBoard.Post] = []
+
+    /// Files what was posted to `board` since the last call.
+    mutating func file(from board: CursorBoard) {
+        board.take(into: &taken)
+        for post in taken {
+            switch post {
+            case .cursor(let member, let session, let cursor): cursors[member, default: [:]][session] = cursor
+            case .forget(let member): cursors[member] = nil
+            }
+        }
     }
 
     /// The cursors posted for `member`'s sessions, by session name.
-    func cursors(of member: String) -> [String: Int64]? {
-        cursors.withLock { $0[member] }
-    }
-
-    /// Forgets `member`'s sessions (they are dropped).
-    func forget(member: String) {
-        cursors.withLock { $0[member] = nil }
-    }
+    subscript(member: String) -> [String: Int64]? { cursors[member] }
 }

@@ -47,6 +47,8 @@ final class TableWriter: @unchecked Sendable {
     private var cursors: [String: [String: Int64]] = [:]
     /// Cursors that acks have moved, posted by the loop as they move (newer than the tables').
     let board = CursorBoard()
+    /// The board's posts, filed at the start of each batch.
+    private var posted = PostedCursors()
     /// Where an outcome or a row of events is put together, kept from one to the next.
     private var scratch: [UInt8] = []
 
@@ -138,6 +140,7 @@ final class TableWriter: @unchecked Sendable {
     func write(_ batch: Batch) throws {
         if sync == .normal { try db.exec("PRAGMA synchronous = FULL") }
         defer { if sync == .normal { try? db.exec("PRAGMA synchronous = NORMAL") } }
+        posted.file(from: board)
         var folded = FoldedChanges(reservingCapacity: batch.count)
         var reader = ByteReader(bytes: batch.bytes)
         while !reader.atEnd { folded.add(try JournaledChange.read(from: &reader)) }
@@ -227,7 +230,7 @@ final class TableWriter: @unchecked Sendable {
     /// would cost more than the events).
     private func acknowledged(by member: String, in rows: [EventRow]) throws -> Int64? {
         guard let stored = cursors[member], let acknowledged = stored.values.min() else { return nil }
-        guard let posted = board.cursors(of: member) else { return acknowledged }
+        guard let posted = posted[member] else { return acknowledged }
         var moved: [(session: String, cursor: Int64)] = []
         for (name, cursor) in stored {
             if let p = posted[name], p > cursor { moved.append((name, p)) }
