@@ -1,6 +1,6 @@
 // The relay's rules as a deterministic state machine (wire contract v1). No sockets,
 // no clock reads: the reactor feeds frame bodies and the time in, and takes frames
-// to send and connections to close out (`takeOutputs`). Every change is recorded in
+// to send and connections to close out (`drainOutputs`). Every change is recorded in
 // the store as it is made; the reactor commits the store before it sends anything.
 //
 // Layout: this file holds the state and the dispatch of a frame; Member.swift what is
@@ -129,10 +129,23 @@ public final class RelayCore {
         if m.record.role == .guardian { m.family.guardians.append(m) } else { m.family.children.append(m) }
     }
 
-    /// Frames to send and connections to close, in order, since the last call.
+    /// Calls `body` with each frame to send and connection to close, in order, since the
+    /// last call (outputs `body` causes included). The list's buffer is kept for the next
+    /// turn: handing it out as an array left the core a new one to allocate each turn.
+    public func drainOutputs(_ body: (CoreOutput) -> Void) {
+        var i = 0
+        while i < outputs.count {
+            body(outputs[i])
+            i += 1
+        }
+        outputs.removeAll(keepingCapacity: true)
+    }
+
+    /// The outputs `drainOutputs` would give, as a list.
     public func takeOutputs() -> [CoreOutput] {
-        defer { outputs.removeAll(keepingCapacity: true) }
-        return outputs
+        var taken: [CoreOutput] = []
+        drainOutputs { taken.append($0) }
+        return taken
     }
 
     func send(_ conn: ConnectionID, _ frame: [UInt8]) {

@@ -61,7 +61,7 @@ public final class RelayServer {
     private let signalPipe: [Int32]
     private var conns: [ConnectionID: Conn] = [:]
     /// The connections a dispatch queued output for, each once, reused across turns.
-    private var touched: [(ConnectionID, Conn)] = []
+    private var touched: [Conn] = []
     private var nextID: ConnectionID = 1
     private var stopping = false
     private var lastPrune = Timestamp(milliseconds: 0)
@@ -76,6 +76,7 @@ public final class RelayServer {
     /// A class, so that its buffers are changed in place: a struct copied out of `conns`
     /// shares them, and every append or drain then copied or reallocated a whole buffer.
     private final class Conn {
+        let id: ConnectionID
         let fd: Int32
         var decoder: FrameDecoder
         var out: [UInt8] = []
@@ -91,7 +92,8 @@ public final class RelayServer {
         var touched = false
         var pendingBytes: Int { out.count - outStart }
 
-        init(fd: Int32, decoder: FrameDecoder, at now: Timestamp) {
+        init(id: ConnectionID, fd: Int32, decoder: FrameDecoder, at now: Timestamp) {
+            self.id = id
             self.fd = fd
             self.decoder = decoder
             openedAt = now
@@ -219,7 +221,7 @@ public final class RelayServer {
             default:
                 let id = ConnectionID(r.token)
                 if r.events & (cs_epollin | cs_epollhup | cs_epollerr | cs_epollrdhup) != 0 { read(id, now: t) }
-                if r.events & cs_epollout != 0, let c = conns[id] { flush(c, id) }
+                if r.events & cs_epollout != 0, let c = conns[id] { flush(c) }
             }
         }
 
@@ -228,7 +230,7 @@ public final class RelayServer {
         for id in relay.replaying {
             guard let c = conns[id], c.pendingBytes < replayLowWater else { continue }
             relay.continueReplay(id)
-            process(c, id, now: t)
+            process(c, now: t)
         }
         guard commit(cursors: Double(t.milliseconds - lastCursorFlush.milliseconds) >= config.cursorFlushSeconds * 1000) else { return }
         dispatchOutputs()
@@ -256,7 +258,7 @@ public final class RelayServer {
                 .error,
                 "could not commit to the store: \(error); no reply of this turn was sent, closing every connection so clients resend")
             store.discardChanges()
-            _ = relay.takeOutputs()
+            relay.drainOutputs { _ in }
             for id in Array(conns.keys) { closeNow(id) }
             do {
                 relay = try core()
@@ -286,10 +288,10 @@ public final class RelayServer {
             let id = nextID
             nextID += 1
             let uid = cs_peer_uid(fd)
-            let c = Conn(fd: fd, decoder: FrameDecoder(maxFrameBytes: coreConfig.maxFrameBytes), at: now)
+            let c = Conn(id: id, fd: fd, decoder: FrameDecoder(maxFrameBytes: coreConfig.maxFrameBytes), at: now)
             conns[id] = c
             relay.connected(id, peerUID: uid >= 0 ? UInt32(uid) : nil)
-            setInterest(c, id)
+            setInterest(c)
         }
     }
 
@@ -318,18 +320,19 @@ public final class RelayServer {
             if n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { c.peerGone = true }
             break
         }
-        process(c, id, now: now)
+        process(c, now: now)
         if c.peerGone {
             relay.disconnected(id)
             closeNow(id)
         } else {
-            setInterest(c, id)
+            setInterest(c)
         }
     }
 
     /// Feeds whole frames to the core, stopping while the session replays. The connection
     /// stays in `conns` meanwhile: the core's closes take effect at the dispatch.
-    private func process(_ c: Conn, _ id: ConnectionID, now: Timestamp) {
+    private func process(_ c: Conn, now: Timestamp) {
+        let id = c.id
         while relay.takesFrames(id) {
             switch c.decoder.withNextFrame({ relay.receive(id, body: $0, now: now) }) {
             case .frame: continue
@@ -375,34 +378,35 @@ public final class RelayServer {
             if id != last.id { last = (id, conns[id]) }
             return last.conn
         }
-        for o in relay.takeOutputs() {
+        relay.drainOutputs { o in
             switch o {
             case .send(let id, let frame):
-                guard let c = conn(id) else { continue }
+                guard let c = conn(id) else { return }
                 c.out.append(bytes: frame)
-                touch(c, id)
+                touch(c)
             case .close(let id, let reason):
-                guard let c = conn(id) else { continue }
+                guard let c = conn(id) else { return }
                 c.closing = reason
                 c.closingSince = Timestamp.now()
-                touch(c, id)
+                touch(c)
             }
         }
-        for (id, c) in touched {
+        for c in touched {
             c.touched = false
-            flush(c, id)
+            flush(c)
         }
         touched.removeAll(keepingCapacity: true)
     }
 
     /// Marks a connection to be flushed at the end of the dispatch, once.
-    private func touch(_ c: Conn, _ id: ConnectionID) {
+    private func touch(_ c: Conn) {
         guard !c.touched else { return }
         c.touched = true
-        touched.append((id, c))
+        touched.append(c)
     }
 
-    private func flush(_ c: Conn, _ id: ConnectionID) {
+    private func flush(_ c: Conn) {
+        let id = c.id
         while c.pendingBytes > 0 {
             let n = c.out.withUnsafeBytes { cs_send(c.fd, $0.baseAddress! + c.outStart, c.pendingBytes) }
             if n > 0 {
@@ -428,17 +432,17 @@ public final class RelayServer {
             relay.disconnected(id)
             closeNow(id)
         } else {
-            setInterest(c, id)
+            setInterest(c)
         }
     }
 
-    private func setInterest(_ c: Conn, _ id: ConnectionID) {
+    private func setInterest(_ c: Conn) {
         var want = cs_epollrdhup
-        let holdReads = c.decoder.bufferedCount > coreConfig.maxFrameBytes && relay.isReplaying(id)
+        let holdReads = c.decoder.bufferedCount > coreConfig.maxFrameBytes && relay.isReplaying(c.id)
         if c.closing == nil && !holdReads { want |= cs_epollin }
         if c.pendingBytes > 0 { want |= cs_epollout }
         guard want != c.interest else { return }
-        cs_epoll_ctl(epfd, c.interest == 0 ? 0 : 1, c.fd, want, UInt64(id))
+        cs_epoll_ctl(epfd, c.interest == 0 ? 0 : 1, c.fd, want, UInt64(c.id))
         c.interest = want
     }
 

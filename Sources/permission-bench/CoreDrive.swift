@@ -96,7 +96,8 @@ final class CoreDrive {
             do { try store.commit() } catch { errors += 1 }
         }
         var sent: [[UInt8]] = []
-        for case .send(let conn, let bytes) in core.takeOutputs() {
+        core.drainOutputs { output in
+            guard case .send(let conn, let bytes) = output else { return }
             if let seq = BenchFrames.seq(in: bytes, from: 4) { seen[conn] = max(seen[conn] ?? 0, seq) }
             if Self.starts(bytes, with: Self.typeError) { errors += 1 }
             if Self.starts(bytes, with: Self.typeResponse) { responses += 1 }

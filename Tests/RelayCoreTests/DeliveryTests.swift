@@ -4,6 +4,21 @@ import RelayStore
 import XCTest
 
 final class DeliveryTests: XCTestCase {
+    func testOutputsCausedWhileDrainingAreDrainedInTheSameCall() throws {
+        let h = try CoreHarness()
+        let a = h.connect()
+        let b = h.connect()
+        h.core.receive(a, body: Array("not json".utf8), now: h.now)
+        var sentTo: [ConnectionID] = []
+        h.core.drainOutputs { output in
+            guard case .send(let conn, _) = output else { return }
+            sentTo.append(conn)
+            if conn == a { h.core.receive(b, body: Array("not json".utf8), now: h.now) }
+        }
+        XCTAssertEqual(sentTo, [a, b], "b's error, caused while a's was handed out, comes in the same drain")
+        XCTAssertTrue(h.core.takeOutputs().isEmpty)
+    }
+
     func testSubscriptionsFilterChildEvents() throws {
         let h = try CoreHarness()
         h.standardFamilies()
