@@ -22,8 +22,7 @@ public struct QuestionID: Hashable, Sendable, CustomStringConvertible {
 
     /// Reads a UUID string (8-4-4-4-12 hex digits, either case); nil if it is not one.
     public init?(_ s: String) {
-        var s = s
-        guard let id = s.withUTF8(Self.init(utf8:)) else { return nil }
+        guard let id = s.withUTF8Bytes(Self.init(utf8:)) else { return nil }
         self = id
     }
 

@@ -453,8 +453,7 @@ extension JSON {
     public var text: String { String(decoding: encoded, as: UTF8.self) }
 
     static func encodeString(_ s: String, into out: inout [UInt8]) {
-        var s = s
-        s.withUTF8 { bytes in
+        s.withUTF8Bytes { bytes in
             if out.appendPlainString(keyBytes: nil, bytes) { return }
             guard needsEscaping(bytes) else {
                 out.append(UInt8(ascii: "\""))
@@ -533,11 +532,9 @@ extension JSONObject {
     /// Writes `"key":"value"` (after a comma unless first) in one append when both are
     /// short and need no escaping; false if it wrote nothing.
     private static func appendShortStringField(_ key: String, _ value: String, into out: inout [UInt8]) -> Bool {
-        var key = key
-        var value = value
-        return key.withUTF8 { k in
+        key.withUTF8Bytes { k in
             guard k.count <= [UInt8].shortValue, !JSON.needsEscaping(k) else { return false }
-            return value.withUTF8 { out.appendPlainString(keyBytes: k, $0) }
+            return value.withUTF8Bytes { out.appendPlainString(keyBytes: k, $0) }
         }
     }
 

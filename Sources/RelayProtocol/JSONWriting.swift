@@ -2,6 +2,17 @@
 // events, outcomes): the same bytes `JSONObject.encode` gives for the same fields,
 // without building the values first.
 
+extension String {
+    /// Calls `body` with the string's UTF-8 bytes: in place where they are contiguous (a
+    /// native string's always are), without the copy `withUTF8` needs, which retains and
+    /// releases the string's storage, an atomic operation each, for every string written.
+    @inlinable public func withUTF8Bytes<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        if let r = try utf8.withContiguousStorageIfAvailable(body) { return r }
+        var s = self
+        return try s.withUTF8(body)
+    }
+}
+
 extension Array where Element == UInt8 {
     /// Appends the bytes of a literal (appending a string's `utf8` view goes through a
     /// generic path that costs several times this copy).
@@ -21,8 +32,7 @@ extension Array where Element == UInt8 {
 
     /// Appends a string's UTF-8 bytes in one copy.
     public mutating func append(utf8 s: String) {
-        var s = s
-        s.withUTF8 { append(contentsOf: $0) }
+        s.withUTF8Bytes { append(contentsOf: $0) }
     }
 
     /// Appends `"key":`, after a comma unless it is the first field (the bytes are empty or
@@ -31,8 +41,7 @@ extension Array where Element == UInt8 {
     public mutating func appendJSONKey(_ key: StaticString) { appendInOne(key: key, nil) }
 
     public mutating func appendJSONField(_ key: StaticString, _ value: String) {
-        var value = value
-        guard !value.withUTF8({ appendPlainString(keyBytes: Self.bytes(of: key), $0) }) else { return }
+        guard !value.withUTF8Bytes({ appendPlainString(keyBytes: Self.bytes(of: key), $0) }) else { return }
         appendJSONKey(key)
         JSON.encodeString(value, into: &self)
     }

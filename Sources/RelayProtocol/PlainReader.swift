@@ -141,8 +141,7 @@ struct PlainReader {
     }
 
     static func equal(_ bytes: UnsafeBufferPointer<UInt8>, _ word: String) -> Bool {
-        var word = word
-        return word.utf8.count == bytes.count
-            && (bytes.isEmpty || word.withUTF8 { memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 })
+        word.utf8.count == bytes.count
+            && (bytes.isEmpty || word.withUTF8Bytes { memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 })
     }
 }

@@ -99,8 +99,8 @@ final class SQLiteDatabase {
             try check(sqlite3_bind_int64(stmt, idx, v))
         case .text(""), .utf8([]):
             try check(sqlite3_bind_text(stmt, idx, "", 0, sqliteTransient))  // a nil address would bind NULL
-        case .text(var s):
-            return try s.withUTF8 { try bound(UnsafeRawBufferPointer($0), asText: true) }
+        case .text(let s):
+            return try s.withUTF8Bytes { try bound(UnsafeRawBufferPointer($0), asText: true) }
         case .utf8(let b):
             return try b.withUnsafeBytes { try bound($0, asText: true) }
         case .blob(let b):
