@@ -48,7 +48,7 @@ extension RelayCore {
         }
 
         let head = m.head
-        var session = Session(role: m.record.role, member: m)
+        let session = Session(role: m.record.role, member: m)
         var welcome: JSONObject = ["type": "welcome"]
         welcome["re"] = id.map(JSON.string)
         welcome["member"] = .string(memberID)
@@ -164,7 +164,7 @@ extension RelayCore {
         }
         let event = EventRecord(member: member.id, seq: seq, at: now, topic: topic, frame: bytes)
         store.appendEvent(event)
-        deferred.append((member, event))
+        deferred.append((member, topic, bytes))
         return bytes
     }
 
@@ -173,11 +173,11 @@ extension RelayCore {
         guard !deferred.isEmpty else { return }
         // Sending records nothing new, so the list is read in place and then emptied (a
         // copy taken first would make the emptying allocate a new buffer every time).
-        for (member, e) in deferred {
-            for c in member.live {
-                guard c.session != nil, c.session?.replayAfter == nil else { continue }
-                if let t = e.topic, c.session?.topics.contains(t) != true { continue }
-                send(c.id, e.frame)
+        for i in deferred.indices {
+            for c in deferred[i].to.live {
+                guard let session = c.session, session.replayAfter == nil else { continue }
+                if let t = deferred[i].topic, !session.topics.contains(t) { continue }
+                send(c.id, deferred[i].frame)
             }
         }
         deferred.removeAll(keepingCapacity: true)
@@ -186,7 +186,7 @@ extension RelayCore {
     /// Sends the next step of a replaying session's events (at most `replayBatch` events
     /// or about `replayBudgetBytes`); the session goes live once it has caught up.
     public func continueReplay(_ conn: ConnectionID) {
-        guard var s = connections[conn]?.session, let after = s.replayAfter, let member = s.member else { return }
+        guard let s = connections[conn]?.session, let after = s.replayAfter, let member = s.member else { return }
         let head = member.head
         let batch = (try? store.events(member: member.id, after: after, limit: config.replayBatch)) ?? []
         var last = after
@@ -202,7 +202,6 @@ extension RelayCore {
         let caughtUp = last >= head || (last == batch.last?.seq && batch.count < config.replayBatch) || batch.isEmpty
         s.replayAfter = caughtUp ? nil : last
         if caughtUp { replaying.remove(conn) }
-        connections[conn]?.session = s
     }
 
     /// Events that a durable session of every member has acknowledged: prunable early (§6).

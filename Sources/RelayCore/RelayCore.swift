@@ -74,7 +74,7 @@ public final class RelayCore {
 
     private var outputs: [CoreOutput] = []
     /// Events recorded while a request is handled, delivered after its reply.
-    var deferred: [(to: Member, event: EventRecord)] = []
+    var deferred: [(to: Member, topic: TopicKind?, frame: [UInt8])] = []
 
     /// Builds the core over `store`, loading its state.
     public init(config: CoreConfig, store: RelayStore, now: Timestamp) throws {
@@ -424,17 +424,24 @@ final class Connection {
     }
 }
 
-/// An established session: who it is and what it receives.
-struct Session {
-    var role: Role
+/// An established session: who it is and what it receives. A class, like `Connection`:
+/// a struct holding three references was copied, and each retained and released, at
+/// every look from a frame or an event delivered.
+final class Session {
+    let role: Role
     /// nil for admin sessions.
-    var member: Member?
+    let member: Member?
     /// The durable session, or nil for an ephemeral one.
     var durable: DurableSession?
     var family: Family? { member?.family }
     var topics: Set<TopicKind> = []
     /// While replaying: the last seq considered; nil once live.
     var replayAfter: Int64?
+
+    init(role: Role, member: Member? = nil) {
+        self.role = role
+        self.member = member
+    }
 }
 
 /// A token bucket: `rate` per second sustained, bursts up to `capacity`.
