@@ -15,26 +15,27 @@ extension RelayCore {
         guard let key = QuestionID(raw), let entry = questions.entry(key), entry.record.family == family.id else {
             throw RequestError(.notFound, "no question \(raw) in your family")
         }
-        var q = entry.record
-        let id = q.id
-        switch q.status {
+        let id = entry.record.id
+        switch entry.record.status {
         case .answered:
-            if let o = q.outcome, o.guardian == r.member.id, o.choice.id == choiceID {
+            if let o = entry.record.outcome, o.guardian == r.member.id, o.choice.id == choiceID {
                 return ["questionId": .string(id), "status": "answered"]
             }
-            throw alreadyAnswered(q)
+            throw alreadyAnswered(entry.record)
         case .expired: throw RequestError(.expired, "question \(id) expired before it was answered")
         case .cancelled: throw RequestError(.cancelled, "question \(id) was cancelled")
         case .pending: break
         }
-        guard let choice = q.content.choice(choiceID) else {
+        let content = entry.record.content
+        guard let choice = content.choice(choiceID) else {
             throw RequestError(
                 .invalidChoice,
-                "\"\(choiceID)\" is not a choice of question \(id); its choices are \(q.content.choices.map(\.id).joined(separator: ", "))")
+                "\"\(choiceID)\" is not a choice of question \(id); its choices are \(content.choices.map(\.id).joined(separator: ", "))")
         }
-        q.status = .answered
-        q.outcome = Outcome(choice: choice, guardian: r.member.id, answeredAt: r.now)
-        entry.record = q
+        // Changed in place: a copy taken out and stored back retained and released every field twice.
+        entry.record.status = .answered
+        entry.record.outcome = Outcome(choice: choice, guardian: r.member.id, answeredAt: r.now)
+        let q = entry.record
         let child = members[q.child]
         child?.pendingQuestions -= 1
         store.saveQuestionState(q)
