@@ -47,18 +47,17 @@ public struct FrameDecoder: Sendable {
 
     /// The next frame or violation, or nil when more bytes are needed.
     public mutating func next() -> FrameEvent? {
-        switch nextStep() {
-        case .frame(let body):
-            defer { consume(body) }
-            return .frame(Array(buffer[body]))
+        var body: [UInt8] = []
+        switch withNextFrame({ body = Array($0) }) {
+        case .frame: return .frame(body)
         case .violation(let code, let message): return .violation(code, message)
-        case nil: return nil
+        case .incomplete: return nil
         }
     }
 
-    /// What the next frame does, for `withNextFrame`.
+    /// What `withNextFrame` found.
     public enum Step {
-        /// A frame was read (`body` was called with it).
+        /// A frame, which `body` was called with.
         case frame
         case violation(ErrorCode, String)
         /// More bytes are needed.
@@ -68,24 +67,7 @@ public struct FrameDecoder: Sendable {
     /// Calls `body` with the next frame's body, in place (valid during the call only: one
     /// copy and allocation less per frame than `next`); or says what else came.
     public mutating func withNextFrame(_ body: (UnsafeBufferPointer<UInt8>) -> Void) -> Step {
-        switch nextStep() {
-        case .frame(let range):
-            buffer.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) }
-            consume(range)
-            return .frame
-        case .violation(let code, let message): return .violation(code, message)
-        case nil: return .incomplete
-        }
-    }
-
-    private enum Found {
-        case frame(Range<Int>)
-        case violation(ErrorCode, String)
-    }
-
-    /// Where the next frame's body is, once it has fully arrived.
-    private mutating func nextStep() -> Found? {
-        guard !broken, buffer.count - start >= 4 else { return nil }
+        guard !broken, buffer.count - start >= 4 else { return .incomplete }
         let n =
             Int(buffer[start]) << 24 | Int(buffer[start + 1]) << 16 | Int(buffer[start + 2]) << 8
             | Int(buffer[start + 3])
@@ -97,17 +79,15 @@ public struct FrameDecoder: Sendable {
             broken = true
             return .violation(.frameTooLarge, "frame of \(n) bytes exceeds the maximum of \(maxFrameBytes) bytes")
         }
-        guard buffer.count - start >= 4 + n else { return nil }
-        return .frame((start + 4)..<(start + 4 + n))
-    }
-
-    /// Drops the bytes up to the end of a frame returned.
-    private mutating func consume(_ body: Range<Int>) {
-        start = body.upperBound
+        guard buffer.count - start >= 4 + n else { return .incomplete }
+        let range = (start + 4)..<(start + 4 + n)
+        buffer.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) }
+        start = range.upperBound
         if start == buffer.count {
             buffer.removeAll(keepingCapacity: buffer.capacity <= 65536)
             start = 0
         }
+        return .frame
     }
 }
 
