@@ -373,19 +373,18 @@ public final class RelayServer {
 
     private func dispatchOutputs() {
         // A reply and the events it caused often go to one connection: looked up once.
-        var last: (id: ConnectionID, conn: Conn?) = (-1, nil)
-        func conn(_ id: ConnectionID) -> Conn? {
-            if id != last.id { last = (id, conns[id]) }
-            return last.conn
-        }
+        var lastID: ConnectionID = -1
+        var last: Conn?
         relay.drainOutputs { o in
             switch o {
             case .send(let id, let frame):
-                guard let c = conn(id) else { return }
+                if id != lastID { (lastID, last) = (id, conns[id]) }
+                guard let c = last else { return }
                 c.out.append(bytes: frame)
                 touch(c)
             case .close(let id, let reason):
-                guard let c = conn(id) else { return }
+                if id != lastID { (lastID, last) = (id, conns[id]) }
+                guard let c = last else { return }
                 c.closing = reason
                 c.closingSince = Timestamp.now()
                 touch(c)
