@@ -39,7 +39,7 @@ extension RelayCore {
             for child in f.children {
                 for id in child.questionOrder {
                     guard let q = questions[id], q.status == .pending else { continue }
-                    appendEvent(to: m, topic: nil, ["type": "question", "question": questionJSON(q)], now: r.now)
+                    appendEvent(to: m, topic: nil, type: "question", ["question": questionJSON(q)], now: r.now)
                 }
             }
         }

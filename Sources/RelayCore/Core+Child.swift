@@ -111,7 +111,7 @@ extension RelayCore {
         return .frame(
             okFrame(re: r.id, capacity: 160) { ok in
                 ok.appendJSONField("questionId", record.id)
-                ok.appendJSONField("status", "pending")
+                ok.append(literal: #","status":"pending""#)
                 ok.appendJSONField("attempt", record.attempt)
                 if allKnown {
                     ok.appendJSONKey("allKnown")
@@ -251,10 +251,10 @@ extension RelayCore {
         let child = members[q.child]
         child?.pendingQuestions -= 1
         store.saveQuestionState(q)
-        var toChild: JSONObject = ["type": "questionClosed", "questionId": .string(q.id), "reason": .string(reason.rawValue)]
+        var toChild: JSONObject = ["questionId": .string(q.id), "reason": .string(reason.rawValue)]
         if reason == .expired, let d = q.content.choice(q.content.defaultChoice) { toChild["defaultChoice"] = d.json }
         if let child, !child.isRemoved {
-            appendEvent(to: child, topic: q.content.kind, toChild, now: now)
+            appendEvent(to: child, topic: q.content.kind, type: "questionClosed", toChild, now: now)
         }
         tellGuardiansClosed(q, in: child?.family ?? families[q.family], reason: reason, by: nil, now: now)
     }

@@ -52,7 +52,7 @@ extension RelayCore {
         return .frame(
             okFrame(re: r.id, capacity: 128) { ok in
                 ok.appendJSONField("questionId", id)
-                ok.appendJSONField("status", "answered")
+                ok.append(literal: #","status":"answered""#)
             })
     }
 
@@ -86,7 +86,7 @@ extension RelayCore {
         if child.record.limitsEnabled != enabled {
             child.record.limitsEnabled = enabled
             store.saveMember(child.record)
-            appendEvent(to: child, topic: nil, ["type": "limitsChanged", "enabled": .bool(enabled)], now: r.now)
+            appendEvent(to: child, topic: nil, type: "limitsChanged", ["enabled": .bool(enabled)], now: r.now)
         }
         return ["child": .string(id), "enabled": .bool(enabled)]
     }
@@ -157,8 +157,7 @@ extension RelayCore {
     func announceKnown(child: Member, added: [NormalizedHandle], removed: [NormalizedHandle], now: Timestamp) {
         guard !added.isEmpty || !removed.isEmpty else { return }
         appendEvent(
-            to: child, topic: nil,
-            ["type": "knownHandlesChanged", "added": .array(added.map(\.json)), "removed": .array(removed.map(\.json))],
-            now: now)
+            to: child, topic: nil, type: "knownHandlesChanged",
+            ["added": .array(added.map(\.json)), "removed": .array(removed.map(\.json))], now: now)
     }
 }

@@ -121,17 +121,16 @@ extension RelayCore {
         dirtySessions.removeAll(keepingCapacity: true)
     }
 
-    /// Appends an event to `member`'s stream; it is delivered after the current reply.
-    func appendEvent(to member: Member, topic: TopicKind?, _ fields: JSONObject, now: Timestamp) {
-        appendEvent(to: member, topic: topic, type: fields["type"]?.string ?? "", capacity: 128, now: now) {
-            JSONObject(fields.fields.filter { $0.key != "type" }).encodeFields(into: &$0)
-        }
+    /// Appends an event of `type` with `fields` to `member`'s stream; it is delivered after
+    /// the current reply.
+    func appendEvent(to member: Member, topic: TopicKind?, type: StaticString, _ fields: JSONObject, now: Timestamp) {
+        appendEvent(to: member, topic: topic, type: type, capacity: 128, now: now) { fields.encodeFields(into: &$0) }
     }
 
     /// Appends the same event to each of `members`: its fields are written once, into the
     /// first one's frame, and copied from there into the others'.
     func appendEvent(
-        to members: [Member], topic: TopicKind?, type: String, capacity: Int, now: Timestamp,
+        to members: [Member], topic: TopicKind?, type: StaticString, capacity: Int, now: Timestamp,
         _ writeFields: (inout [UInt8]) -> Void
     ) {
         guard let first = members.first else { return }
@@ -150,15 +149,13 @@ extension RelayCore {
     /// after a comma) `writeFields` writes straight into its frame; returns the frame.
     @discardableResult
     func appendEvent(
-        to member: Member, topic: TopicKind?, type: String, capacity: Int, now: Timestamp,
+        to member: Member, topic: TopicKind?, type: StaticString, capacity: Int, now: Timestamp,
         _ writeFields: (inout [UInt8]) -> Void
     ) -> [UInt8] {
         member.head += 1
         let seq = member.head
         let bytes = frame(capacity: capacity + 48) { out in
-            out.append(UInt8(ascii: "{"))
-            out.appendJSONField("type", type)
-            out.appendJSONField("seq", seq)
+            out.appendEventHead(type: type, seq: seq)
             writeFields(&out)
             out.append(UInt8(ascii: "}"))
         }

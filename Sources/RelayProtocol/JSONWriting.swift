@@ -102,6 +102,27 @@ extension Array where Element == UInt8 {
         }
     }
 
+    /// `{"type":"<type>","seq":<seq>`, how every event's frame starts, in one append.
+    public mutating func appendEventHead(type: StaticString, seq: Int64) {
+        let open = Self.bytes(of: #"{"type":""#)
+        let name = Self.bytes(of: type)
+        let middle = Self.bytes(of: #"","seq":"#)
+        Self.withDecimal(seq) { digits in
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: open.count + name.count + middle.count + digits.count) { buf in
+                var at = 0
+                func put(_ part: UnsafeBufferPointer<UInt8>) {
+                    if let p = part.baseAddress, part.count > 0 { (buf.baseAddress! + at).initialize(from: p, count: part.count) }
+                    at += part.count
+                }
+                put(open)
+                put(name)
+                put(middle)
+                put(digits)
+                append(contentsOf: UnsafeBufferPointer(buf))
+            }
+        }
+    }
+
     public mutating func appendJSONField(_ key: StaticString, _ value: Int64) {
         Self.withDecimal(value) { appendInOne(key: key, $0) }
     }
