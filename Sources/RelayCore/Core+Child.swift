@@ -193,7 +193,7 @@ extension RelayCore {
         out.append(bytes: q.content.encoded.dropLast())  // all but the closing brace
         out.appendJSONField("child", q.child)
         out.appendJSONField("createdAt", q.createdAt)
-        out.appendJSONField("status", q.status.rawValue)
+        out.appendJSONField("status", name: q.status.name)
         out.appendJSONField("attempt", q.attempt)
         if let o = q.outcome {
             out.appendJSONKey("outcome")
@@ -266,7 +266,7 @@ extension RelayCore {
         appendEvent(to: family?.guardians ?? [], topic: nil, type: "questionClosed", capacity: 160, now: now) { out in
             out.appendJSONField("questionId", q.id)
             out.appendJSONField("child", q.child)
-            out.appendJSONField("reason", reason.rawValue)
+            out.appendJSONField("reason", name: reason.name)
             if let guardian { out.appendJSONField("by", guardian) }
         }
     }

@@ -102,6 +102,11 @@ extension Array where Element == UInt8 {
         }
     }
 
+    /// `"key":"value"` for a value known when the relay is built (a name needing no escaping).
+    public mutating func appendJSONField(_ key: StaticString, name value: StaticString) {
+        appendInOne(key: key, Self.bytes(of: value), quoted: true)
+    }
+
     /// `{"type":"<type>","seq":<seq>`, how every event's frame starts, in one append.
     public mutating func appendEventHead(type: StaticString, seq: Int64) {
         let open = Self.bytes(of: #"{"type":""#)

@@ -21,6 +21,16 @@ public enum TopicKind: String, Sendable, CaseIterable, Hashable {
 /// `pending` from `cancelled` or `expired` by a re-ask.
 public enum QuestionStatus: String, Sendable, CaseIterable {
     case pending, answered, cancelled, expired
+
+    /// The raw value, without making a `String` of it (frames write it for every question).
+    public var name: StaticString {
+        switch self {
+        case .pending: "pending"
+        case .answered: "answered"
+        case .cancelled: "cancelled"
+        case .expired: "expired"
+        }
+    }
 }
 
 /// What a choice means.

@@ -44,4 +44,13 @@ final class QuestionTests: XCTestCase {
             XCTAssertEqual(bytes, c.json.encoded)
         }
     }
+
+    func testAStatusWrittenByNameIsItsRawValue() {
+        for status in QuestionStatus.allCases {
+            var bytes: [UInt8] = [UInt8(ascii: "{")]
+            bytes.appendJSONField("status", name: status.name)
+            bytes.append(UInt8(ascii: "}"))
+            XCTAssertEqual(bytes, (["status": .string(status.rawValue)] as JSONObject).encoded)
+        }
+    }
 }
