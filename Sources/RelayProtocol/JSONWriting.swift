@@ -75,30 +75,45 @@ extension Array where Element == UInt8 {
         keyBytes key: UnsafeBufferPointer<UInt8>?, _ value: UnsafeBufferPointer<UInt8>?, quoted: Bool = false
     ) {
         let comma = key != nil && (last.map { $0 != UInt8(ascii: "{") } ?? false)
-        let n = key?.count ?? 0
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: n + 6 + (value?.count ?? 0)) { buf in
-            var at = 0
-            func put(_ c: UInt8) {
-                buf[at] = c
-                at += 1
-            }
-            func put(_ p: UnsafePointer<UInt8>?, _ count: Int) {
-                if let p, count > 0 { (buf.baseAddress! + at).initialize(from: p, count: count) }
-                at += count
-            }
+        appendGathered(capacity: (key?.count ?? 0) + 6 + (value?.count ?? 0)) { g in
             if let key {
-                if comma { put(UInt8(ascii: ",")) }
-                put(UInt8(ascii: "\""))
-                put(key.baseAddress, n)
-                put(UInt8(ascii: "\""))
-                put(UInt8(ascii: ":"))
+                if comma { g.put(UInt8(ascii: ",")) }
+                g.put(UInt8(ascii: "\""))
+                g.put(key)
+                g.put(UInt8(ascii: "\""))
+                g.put(UInt8(ascii: ":"))
             }
             if let value {
-                if quoted { put(UInt8(ascii: "\"")) }
-                put(value.baseAddress, value.count)
-                if quoted { put(UInt8(ascii: "\"")) }
+                if quoted { g.put(UInt8(ascii: "\"")) }
+                g.put(value)
+                if quoted { g.put(UInt8(ascii: "\"")) }
             }
-            append(contentsOf: UnsafeBufferPointer(rebasing: buf[..<at]))
+        }
+    }
+
+    /// Bytes put together on the stack, to be appended at once.
+    struct Gatherer {
+        let buf: UnsafeMutableBufferPointer<UInt8>
+        var count = 0
+
+        @inline(__always) mutating func put(_ c: UInt8) {
+            buf[count] = c
+            count += 1
+        }
+
+        @inline(__always) mutating func put(_ bytes: UnsafeBufferPointer<UInt8>) {
+            if let p = bytes.baseAddress, bytes.count > 0 { (buf.baseAddress! + count).initialize(from: p, count: bytes.count) }
+            count += bytes.count
+        }
+    }
+
+    /// Appends what `gather` puts together (at most `capacity` bytes) in one append: each
+    /// append checks the array's uniqueness and capacity again.
+    @inline(__always) mutating func appendGathered(capacity: Int, _ gather: (inout Gatherer) -> Void) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buf in
+            var g = Gatherer(buf: buf)
+            gather(&g)
+            append(contentsOf: UnsafeBufferPointer(rebasing: buf[..<g.count]))
         }
     }
 
@@ -113,17 +128,11 @@ extension Array where Element == UInt8 {
         let name = Self.bytes(of: type)
         let middle = Self.bytes(of: #"","seq":"#)
         Self.withDecimal(seq) { digits in
-            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: open.count + name.count + middle.count + digits.count) { buf in
-                var at = 0
-                func put(_ part: UnsafeBufferPointer<UInt8>) {
-                    if let p = part.baseAddress, part.count > 0 { (buf.baseAddress! + at).initialize(from: p, count: part.count) }
-                    at += part.count
-                }
-                put(open)
-                put(name)
-                put(middle)
-                put(digits)
-                append(contentsOf: UnsafeBufferPointer(buf))
+            appendGathered(capacity: open.count + name.count + middle.count + digits.count) { g in
+                g.put(open)
+                g.put(name)
+                g.put(middle)
+                g.put(digits)
             }
         }
     }
