@@ -108,7 +108,8 @@ final class TableWriter: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Whether no batch is being written.
+    /// Tests: whether no batch is being written (the store no longer asks since cursors go
+    /// through the board).
     var isIdle: Bool {
         condition.lock()
         defer { condition.unlock() }
