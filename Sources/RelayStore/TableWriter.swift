@@ -108,8 +108,7 @@ final class TableWriter: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Tests: whether no batch is being written (the store no longer asks since cursors go
-    /// through the board).
+    /// Tests: whether no batch is being written.
     var isIdle: Bool {
         condition.lock()
         defer { condition.unlock() }
