@@ -41,8 +41,11 @@ public final class SQLiteStore: RelayStore {
     /// A written batch's buffer, for the next backlog (its pages are already in memory).
     private var spare: [UInt8] = []
     /// A commit hands the backlog to the writer once it holds this many changes (and
-    /// waits for the writer when eight times as many are waiting).
-    public var checkpointThreshold = 4096
+    /// waits for the writer when eight times as many are waiting). Large, because the
+    /// larger a batch the more of its questions are asked and answered inside it (one row
+    /// write instead of two) and the more of its events are acknowledged before it is
+    /// written (left out); the journal holds them durably meanwhile.
+    public var checkpointThreshold = 32768
 
     /// Opens (creating if needed) the database at `path`, with its journals at
     /// `path-changes.0` and `.1`, and brings its schema up to date. A new database gets
