@@ -42,31 +42,57 @@ struct BenchFrames {
     func ask(family: Int, number: Int) -> [UInt8] {
         var body: [UInt8] = []
         body.reserveCapacity(askPrefix.count + askMiddle.count + askSuffix.count + 72)
-        body += askPrefix
-        appendID(family: family, number: number, to: &body)
-        body += askMiddle
-        appendID(family: family, number: number, to: &body)
-        body += askSuffix
+        appendAsk(family: family, number: number, to: &body)
         return body
+    }
+
+    /// Appends the body of the ask for question `number` of `family`.
+    func appendAsk(family: Int, number: Int, to out: inout [UInt8]) {
+        out += askPrefix
+        appendID(family: family, number: number, to: &out)
+        out += askMiddle
+        appendID(family: family, number: number, to: &out)
+        out += askSuffix
     }
 
     private static let answerStart = Array(#"{"type":"answer","id":""#.utf8), answerMiddle = Array(#"","questionId":""#.utf8)
     private static let answerEnd = Array(#"","choice":"approve"}"#.utf8), ackStart = Array(#"{"type":"ack","seq":"#.utf8)
 
     /// The body of an `approve` answer to the question whose id is `id` (also the request id).
-    static func answer(id: some Collection<UInt8>) -> [UInt8] {
+    static func answer(id: [UInt8]) -> [UInt8] {
         var answer: [UInt8] = []
         answer.reserveCapacity(160)
-        answer += answerStart
-        answer += id
-        answer += answerMiddle
-        answer += id
-        answer += answerEnd
+        id.withUnsafeBufferPointer { appendAnswer(id: $0, to: &answer) }
         return answer
     }
 
+    /// Appends the body of an `approve` answer to the question whose id is `id`.
+    static func appendAnswer(id: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
+        out += answerStart
+        out.append(contentsOf: id)
+        out += answerMiddle
+        out.append(contentsOf: id)
+        out += answerEnd
+    }
+
     /// The body of an ack up to `seq`.
-    static func ack(_ seq: Int) -> [UInt8] { ackStart + Array(String(seq).utf8) + [UInt8(ascii: "}")] }
+    static func ack(_ seq: Int) -> [UInt8] {
+        var ack: [UInt8] = []
+        appendAck(seq, to: &ack)
+        return ack
+    }
+
+    /// Appends the body of an ack up to `seq` (not negative).
+    static func appendAck(_ seq: Int, to out: inout [UInt8]) {
+        out += ackStart
+        var divisor = 1
+        while divisor <= seq / 10 { divisor *= 10 }
+        while divisor > 0 {
+            out.append(UInt8(48 + seq / divisor % 10))
+            divisor /= 10
+        }
+        out.append(UInt8(ascii: "}"))
+    }
 
     /// `FFFFFFFF-RRRR-4RRR-8000-NNNNNNNNNNNN`: the family, the run and the question's number
     /// in hex.
@@ -87,7 +113,7 @@ struct BenchFrames {
     }
 
     /// The question number in an id `appendID` wrote.
-    static func number(inID id: ArraySlice<UInt8>) -> Int? {
+    static func number(inID id: UnsafeBufferPointer<UInt8>) -> Int? {
         var v = 0
         for c in id.suffix(12) {
             switch c {
@@ -103,7 +129,7 @@ struct BenchFrames {
 
     /// The `seq` of an event whose body starts at `start` of `bytes` (it comes right
     /// after the type), or nil.
-    static func seq(in bytes: [UInt8], from start: Int = 0) -> Int? {
+    static func seq(in bytes: UnsafeBufferPointer<UInt8>, from start: Int = 0) -> Int? {
         guard let seqAt = find(seqField, in: bytes, from: start, within: start + 24) else { return nil }
         var v = 0
         var i = seqAt + seqField.count
@@ -112,5 +138,9 @@ struct BenchFrames {
             i += 1
         }
         return v
+    }
+
+    static func seq(in bytes: [UInt8], from start: Int = 0) -> Int? {
+        bytes.withUnsafeBufferPointer { seq(in: $0, from: start) }
     }
 }

@@ -1,6 +1,7 @@
 // A tiny epoll loop over non-blocking sockets with framed input and buffered output,
 // shared by the load generator and the baseline forwarder so both sides of the
-// comparison move bytes the same way.
+// comparison move bytes the same way. Frames are handed out in place and written in
+// place, so the generator's own cost per cycle stays small beside the relay's.
 
 import CSystem
 import Glibc
@@ -20,27 +21,48 @@ final class Link {
 
 final class EventLoop {
     let epfd = cs_epoll_create()
-    var links: [Int32: Link] = [:]
+    /// Each connection by its descriptor: descriptors are small numbers, so an array.
+    private var links: [Link?] = []
+    /// How many connections are open.
+    private(set) var count = 0
     private var scratch = [UInt8](repeating: 0, count: 1 << 16)
+    private var ready = [cs_ready](repeating: cs_ready(), count: 256)
 
     deinit {
-        for fd in links.keys { close(fd) }
+        for case let l? in links { close(l.fd) }
         close(epfd)
     }
 
     func add(_ fd: Int32) {
         _ = cs_set_nonblocking(fd)
-        links[fd] = Link(fd: fd)
+        if links.count <= Int(fd) { links += Array(repeating: nil, count: Int(fd) + 1 - links.count) }
+        links[Int(fd)] = Link(fd: fd)
+        count += 1
         cs_epoll_ctl(epfd, 0, fd, cs_epollin, UInt64(fd))
     }
 
+    private func link(_ fd: Int32) -> Link? { Int(fd) < links.count ? links[Int(fd)] : nil }
+
     func queue(_ fd: Int32, _ bytes: [UInt8]) {
-        links[fd]?.out.append(contentsOf: bytes)
+        link(fd)?.out.append(contentsOf: bytes)
+    }
+
+    /// Queues one frame, its body appended by `writeBody` straight into the output buffer.
+    func queueFrame(_ fd: Int32, _ writeBody: (inout [UInt8]) -> Void) {
+        guard let l = link(fd) else { return }
+        let header = l.out.count
+        l.out.append(contentsOf: [0, 0, 0, 0] as [UInt8])
+        writeBody(&l.out)
+        let n = UInt32(l.out.count - header - 4)
+        l.out[header] = UInt8(n >> 24)
+        l.out[header + 1] = UInt8(n >> 16 & 0xFF)
+        l.out[header + 2] = UInt8(n >> 8 & 0xFF)
+        l.out[header + 3] = UInt8(n & 0xFF)
     }
 
     /// Writes what is queued; asks for EPOLLOUT only for leftovers.
     func flush(_ fd: Int32) {
-        guard let l = links[fd], l.out.count > l.outStart else { return }
+        guard let l = link(fd), l.out.count > l.outStart else { return }
         while l.outStart < l.out.count {
             let n = l.out.withUnsafeBytes { cs_send(fd, $0.baseAddress! + l.outStart, l.out.count - l.outStart) }
             if n <= 0 { break }
@@ -57,11 +79,13 @@ final class EventLoop {
         }
     }
 
-    /// Waits up to `timeoutMs`, then calls `onFrame` for every complete frame read.
-    /// Returns false when a connection failed.
-    func poll(timeoutMs: Int32, onAccept: ((Int32) -> Void)? = nil, listener: Int32 = -1, onFrame: (Int32, [UInt8]) -> Void) -> Bool {
-        var ready = [cs_ready](repeating: cs_ready(), count: 256)
-        let n = cs_epoll_wait(epfd, &ready, 256, timeoutMs)
+    /// Waits up to `timeoutMs`, then calls `onFrame` for every complete frame read, with
+    /// the body in place (valid during the call only). Returns false when a connection failed.
+    func poll(
+        timeoutMs: Int32, onAccept: ((Int32) -> Void)? = nil, listener: Int32 = -1,
+        onFrame: (Int32, UnsafeBufferPointer<UInt8>) -> Void
+    ) -> Bool {
+        let n = cs_epoll_wait(epfd, &ready, Int32(ready.count), timeoutMs)
         var ok = true
         for k in 0..<Int(max(n, 0)) {
             let fd = Int32(truncatingIfNeeded: ready[k].token)
@@ -74,17 +98,24 @@ final class EventLoop {
                 }
                 continue
             }
-            if ready[k].events & cs_epollout != 0 { flush(fd) }
-            guard ready[k].events & (cs_epollin | cs_epollhup | cs_epollerr) != 0, let l = links[fd] else { continue }
-            let got = scratch.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            let events = ready[k].events
+            if events & cs_epollout != 0 { flush(fd) }
+            guard events & (cs_epollin | cs_epollhup | cs_epollerr) != 0, let l = link(fd) else { continue }
+            let got = scratch.withUnsafeMutableBytes { buffer in
+                let got = read(fd, buffer.baseAddress, buffer.count)
+                if got > 0 { l.decoder.append(UnsafeRawBufferPointer(rebasing: buffer[0..<got])) }
+                return got
+            }
             if got <= 0 {
                 if got == 0 || (errno != EAGAIN && errno != EINTR) { ok = false }
                 continue
             }
-            l.decoder.append(scratch[0..<got])
-            while let e = l.decoder.next() {
-                guard case .frame(let body) = e else { ok = false; break }
-                onFrame(fd, body)
+            while true {
+                let step = l.decoder.withNextFrame { onFrame(fd, $0) }
+                guard case .frame = step else {
+                    if case .violation = step { ok = false }
+                    break
+                }
             }
         }
         return ok
@@ -92,17 +123,23 @@ final class EventLoop {
 }
 
 /// The position of `needle` in `hay` (starting within its first `within` bytes), or nil.
-func find(_ needle: [UInt8], in hay: [UInt8], from start: Int = 0, within: Int = .max) -> Int? {
-    guard hay.count >= needle.count, let first = needle.first else { return nil }
-    var i = start
-    let last = min(hay.count - needle.count, within - 1)
-    while i <= last {
-        if hay[i] == first {
-            var k = 1
-            while k < needle.count && hay[i + k] == needle[k] { k += 1 }
-            if k == needle.count { return i }
+func find(_ needle: [UInt8], in hay: UnsafeBufferPointer<UInt8>, from start: Int = 0, within: Int = .max) -> Int? {
+    needle.withUnsafeBufferPointer { needle in
+        guard hay.count >= needle.count, let first = needle.first else { return nil }
+        var i = start
+        let last = min(hay.count - needle.count, within - 1)
+        while i <= last {
+            if hay[i] == first {
+                var k = 1
+                while k < needle.count && hay[i + k] == needle[k] { k += 1 }
+                if k == needle.count { return i }
+            }
+            i += 1
         }
-        i += 1
+        return nil
     }
-    return nil
+}
+
+func find(_ needle: [UInt8], in hay: [UInt8], from start: Int = 0, within: Int = .max) -> Int? {
+    hay.withUnsafeBufferPointer { find(needle, in: $0, from: start, within: within) }
 }

@@ -52,7 +52,7 @@ enum Extras {
         for _ in 0..<count {
             let fd = cs_connect_unix(relay.socket)
             guard fd >= 0 else {
-                throw CLIError.failure("could only open \(loop.links.count) connections: \(String(cString: strerror(errno)))")
+                throw CLIError.failure("could only open \(loop.count) connections: \(String(cString: strerror(errno)))")
             }
             loop.add(fd)
             loop.queue(fd, hello)

@@ -28,12 +28,12 @@ enum Forwarder {
             _ = loop.poll(timeoutMs: 1000, listener: listener) { fd, body in
                 if let targets = route[fd] {
                     for t in targets {
-                        loop.queue(t, framed(body))
+                        loop.queueFrame(t) { $0.append(contentsOf: body) }
                         touched.append(t)
                     }
                     return
                 }
-                guard let member = (try? JSON.parse(body))?["member"]?.string else { return }
+                guard let member = (try? JSON.parse(Array(body)))?["member"]?.string else { return }
                 let family = member.dropFirst().prefix { $0 != "-" }
                 if member.first == "c" {
                     childOf[family] = fd

@@ -28,12 +28,20 @@ final class LoadGenerator {
     let baseline: Bool
 
     private let loop = EventLoop()
-    private var childOf: [Int32: Int] = [:]
-    /// Each guardian connection's place in its family: question n is answered by guardian n mod G.
-    private var guardianIndex: [Int32: Int] = [:]
+    /// By descriptor (descriptors are small numbers): each child connection's family, -1
+    /// for the others.
+    private var familyOfChild: [Int] = []
+    /// By descriptor: each guardian connection's place in its family (question n is
+    /// answered by guardian n mod G), -1 for the others.
+    private var guardianIndex: [Int] = []
     private var childFD: [Int32] = []
     /// When each question in flight was asked, by its number.
     private var sentAt: [Int: UInt64] = [:]
+    /// By descriptor: the highest seq read in this turn (0: none), to ack at its end.
+    private var ackSeq: [Int] = []
+    /// The connections written to or to ack in this turn, each once (`isTouched`, by descriptor).
+    private var touched: [Int32] = []
+    private var isTouched: [Bool] = []
     private var counter = 0
     private let frames: BenchFrames
     /// Family and member names end in the run's tag, so that runs against the same relay
@@ -82,12 +90,13 @@ final class LoadGenerator {
                 hello["token"] = tokens[member].map(JSON.string)
                 loop.add(fd)
                 loop.queue(fd, hello.frame)
+                makeRoom(for: fd)
                 if member.hasPrefix("c") {
                     if !baseline { loop.queue(fd, (["type": "subscribe", "id": "s", "topics": ["communication"]] as JSONObject).frame) }
-                    childOf[fd] = f
+                    familyOfChild[Int(fd)] = f
                     childFD.append(fd)
                 } else {
-                    guardianIndex[fd] = k - 1
+                    guardianIndex[Int(fd)] = k - 1
                 }
                 loop.flush(fd)
             }
@@ -107,9 +116,20 @@ final class LoadGenerator {
         }
     }
 
+    /// Makes room for `fd` in the tables kept by descriptor.
+    private func makeRoom(for fd: Int32) {
+        let n = Int(fd) + 1 - familyOfChild.count
+        guard n > 0 else { return }
+        familyOfChild += repeatElement(-1, count: n)
+        guardianIndex += repeatElement(-1, count: n)
+        ackSeq += repeatElement(0, count: n)
+        isTouched += repeatElement(false, count: n)
+    }
+
     private func ask(_ fd: Int32) {
         counter += 1
-        loop.queue(fd, framed(frames.ask(family: childOf[fd]!, number: counter)))
+        let number = counter, family = familyOfChild[Int(fd)]
+        loop.queueFrame(fd) { frames.appendAsk(family: family, number: number, to: &$0) }
         sentAt[counter] = now()
     }
 
@@ -162,14 +182,19 @@ final class LoadGenerator {
     /// One loop turn: guardians answer questions, children take responses (and ask again
     /// when `reask`), every connection acks the highest seq it read.
     private func step(reask: Bool, errors: inout Int, completed: (UInt64) -> Void) -> Bool {
-        var touched = Set<Int32>()
-        var acks: [Int32: Int] = [:]
         var failed = 0
         let ok = loop.poll(timeoutMs: 100) { fd, body in
-            if let seq = BenchFrames.seq(in: body) { acks[fd] = max(acks[fd] ?? 0, seq) }
-            let isChild = childOf[fd] != nil
-            let wanted = isChild ? [Self.typeResponse, Self.typeAnswer] : [Self.typeQuestion, Self.typeAsk]
-            guard wanted.contains(where: { find($0, in: body, within: 24) != nil }) else {
+            let slot = Int(fd)
+            if let seq = BenchFrames.seq(in: body), seq > ackSeq[slot] {
+                ackSeq[slot] = seq
+                touch(fd)
+            }
+            let isChild = familyOfChild[slot] >= 0
+            let wanted =
+                isChild
+                ? find(Self.typeResponse, in: body, within: 24) != nil || find(Self.typeAnswer, in: body, within: 24) != nil
+                : find(Self.typeQuestion, in: body, within: 24) != nil || find(Self.typeAsk, in: body, within: 24) != nil
+            guard wanted else {
                 if find(Self.typeError, in: body, within: 24) != nil { failed += 1 }
                 return
             }
@@ -180,7 +205,7 @@ final class LoadGenerator {
                 failed += 1
                 return
             }
-            let id = body[at..<(at + 36)]
+            let id = UnsafeBufferPointer(rebasing: body[at..<(at + 36)])
             if isChild {
                 guard let n = BenchFrames.number(inID: id), let sent = sentAt.removeValue(forKey: n) else { return }
                 completed(now() - sent)
@@ -190,20 +215,27 @@ final class LoadGenerator {
                     failed += 1
                     return
                 }
-                guard n % guardians == guardianIndex[fd] else { return }  // another guardian's turn
-                loop.queue(fd, framed(BenchFrames.answer(id: id)))
+                guard n % guardians == guardianIndex[slot] else { return }  // another guardian's turn
+                loop.queueFrame(fd) { BenchFrames.appendAnswer(id: id, to: &$0) }
             }
-            touched.insert(fd)
+            touch(fd)
         }
         errors += failed
-        if !baseline {
-            for (fd, seq) in acks {
-                loop.queue(fd, framed(BenchFrames.ack(seq)))
-                touched.insert(fd)
-            }
+        for fd in touched {
+            let slot = Int(fd)
+            if !baseline && ackSeq[slot] > 0 { loop.queueFrame(fd) { BenchFrames.appendAck(ackSeq[slot], to: &$0) } }
+            ackSeq[slot] = 0
+            isTouched[slot] = false
+            loop.flush(fd)
         }
-        for fd in touched { loop.flush(fd) }
+        touched.removeAll(keepingCapacity: true)
         return ok
+    }
+
+    private func touch(_ fd: Int32) {
+        guard !isTouched[Int(fd)] else { return }
+        isTouched[Int(fd)] = true
+        touched.append(fd)
     }
 }
 
