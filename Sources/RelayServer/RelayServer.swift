@@ -29,6 +29,9 @@ public struct ServerConfig: Sendable {
     public var cursorFlushSeconds = 1.0
     /// Stop on SIGTERM, SIGINT and SIGHUP (the daemon); tests stop through `stopHandle`.
     public var handleSignals = true
+    /// How long the loop polls for events before it sleeps, when traffic is dense
+    /// (SpinPolicy.swift); 0 always sleeps.
+    public var spinMicroseconds = 50
 
     public init(socketPath: String) { self.socketPath = socketPath }
 }
@@ -69,6 +72,7 @@ public final class RelayServer {
     private var lastCursorFlush = Timestamp(milliseconds: 0)
     private var scratch = [UInt8](repeating: 0, count: 65536)
     private var ready = [cs_ready](repeating: cs_ready(), count: 256)
+    private var spin: SpinPolicy
 
     private static let listenToken: UInt64 = 0
     private static let signalToken: UInt64 = UInt64.max
@@ -107,6 +111,7 @@ public final class RelayServer {
         makeCore: @escaping () throws -> RelayCore
     ) throws {
         self.config = config
+        self.spin = SpinPolicy(windowMicroseconds: config.spinMicroseconds)
         self.coreConfig = coreConfig
         self.store = store
         self.log = log
@@ -206,8 +211,17 @@ public final class RelayServer {
         if let d = relay.nextDeadline { timeout = max(0, min(timeout, Int(d.milliseconds - now.milliseconds) + 1)) }
         if relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) { timeout = 0 }
 
-        let n = cs_epoll_wait(epfd, &ready, Int32(ready.count), Int32(timeout))
+        let waitStart = monotonicNanos()
+        var n: Int32 = 0
+        if spin.spins && timeout > 0 {
+            repeat {
+                n = cs_epoll_wait(epfd, &ready, Int32(ready.count), 0)
+                if n == 0 { sched_yield() }  // whatever else wants this core runs first
+            } while n == 0 && monotonicNanos() - waitStart < spin.windowNanos
+        }
+        if n == 0 { n = cs_epoll_wait(epfd, &ready, Int32(ready.count), Int32(timeout)) }
         guard n >= 0 else { throw ServerError("epoll_wait failed: \(String(cString: strerror(errno)))") }
+        spin.waited(nanos: monotonicNanos() - waitStart, gotEvents: n > 0)
         let t = Timestamp.now()
         // A quiet second is the time to write the journal into the tables; a wait cut short
         // by a deadline is not quiet, and a busy relay hands its batches over as it goes.

@@ -39,6 +39,10 @@ enum Serve {
           --retention-seconds N            Keep events this long (default: 604800, 7 days)
           --max-questions-per-child N      Questions remembered per child; the oldest finished
                                            ones are forgotten past it (default: 10000)
+          --spin-microseconds N            While requests come in close together, poll up to N µs
+                                           for the next before sleeping: lower latency, for a
+                                           busy core while that lasts; 0 = always sleep
+                                           (default: 50, at most 10000)
           --log-level LEVEL                debug, info, warning or error (default: info)
           -h, --help                       Show this help.
 
@@ -50,7 +54,7 @@ enum Serve {
     static let valueFlags: Set<String> = [
         "--socket", "--data", "--sync", "--max-frame-bytes", "--heartbeat-seconds", "--handshake-timeout-seconds",
         "--max-pending-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
-        "--retention-seconds", "--log-level", "--max-questions-per-child", "--checkpoint-changes",
+        "--retention-seconds", "--log-level", "--max-questions-per-child", "--checkpoint-changes", "--spin-microseconds",
     ]
 
     static func run(_ args: [String]) throws {
@@ -77,6 +81,10 @@ enum Serve {
         server.handshakeTimeoutSeconds = try a.double("--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds)
         server.maxConnections = try a.int("--max-connections", default: server.maxConnections, min: 1)
         server.maxOutputBytes = try a.int("--max-output-bytes", default: server.maxOutputBytes, min: 65536)
+        server.spinMicroseconds = try a.int("--spin-microseconds", default: server.spinMicroseconds, min: 0)
+        guard server.spinMicroseconds <= 10_000 else {
+            throw CLIError.usage("--spin-microseconds must be at most 10000 (10 ms); beyond that, sleeping costs less")
+        }
         guard server.maxOutputBytes >= 2 * core.maxFrameBytes else {
             throw CLIError.usage("--max-output-bytes must be at least twice --max-frame-bytes (\(2 * core.maxFrameBytes))")
         }

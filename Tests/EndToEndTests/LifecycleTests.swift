@@ -50,6 +50,11 @@ final class LifecycleTests: XCTestCase {
         XCTAssertEqual(run([]).status, 64)
         XCTAssertEqual(run(["frobnicate"]).status, 64)
         XCTAssertEqual(run(["serve", "--sync", "sometimes"]).status, 64)
+        for spin in ["-1", "10001", "soon"] {
+            let r = run(["serve", "--spin-microseconds", spin])
+            XCTAssertEqual(r.status, 64, spin)
+            XCTAssertTrue(r.stderr.contains("--spin-microseconds"), r.stderr)
+        }
         XCTAssertEqual(run(["member", "add", "fam"]).status, 64)
         let down = run(["status", "--socket", "/tmp/no-such-relay.sock"])
         XCTAssertEqual(down.status, 1)

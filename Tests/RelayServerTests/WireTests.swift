@@ -8,7 +8,16 @@ import XCTest
 
 final class WireTests: XCTestCase {
     func testOneFullCycle() throws {
-        let relay = try InProcessRelay()
+        try fullCycle(on: try InProcessRelay())
+    }
+
+    /// The same with a loop that always sleeps between turns (the other tests poll first
+    /// while requests come close together, the default).
+    func testOneFullCycleWithoutPolling() throws {
+        try fullCycle(on: try InProcessRelay { server, _ in server.spinMicroseconds = 0 })
+    }
+
+    private func fullCycle(on relay: InProcessRelay) throws {
         defer { relay.stop() }
         let tokens = try relay.provision()
         let child = try relay.connect()
