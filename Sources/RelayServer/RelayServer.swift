@@ -31,7 +31,7 @@ public struct ServerConfig: Sendable {
     public var handleSignals = true
     /// How long the loop polls for events before it sleeps, when traffic is dense
     /// (SpinPolicy.swift); 0 always sleeps.
-    public var spinMicroseconds = 50
+    public var spinMicroseconds = SpinPolicy.defaultMicroseconds
 
     public init(socketPath: String) { self.socketPath = socketPath }
 }
@@ -211,17 +211,8 @@ public final class RelayServer {
         if let d = relay.nextDeadline { timeout = max(0, min(timeout, Int(d.milliseconds - now.milliseconds) + 1)) }
         if relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) { timeout = 0 }
 
-        let waitStart = monotonicNanos()
-        var n: Int32 = 0
-        if spin.spins && timeout > 0 {
-            repeat {
-                n = cs_epoll_wait(epfd, &ready, Int32(ready.count), 0)
-                if n == 0 { sched_yield() }  // whatever else wants this core runs first
-            } while n == 0 && monotonicNanos() - waitStart < spin.windowNanos
-        }
-        if n == 0 { n = cs_epoll_wait(epfd, &ready, Int32(ready.count), Int32(timeout)) }
+        let n = spin.wait(timeoutMs: Int32(timeout)) { cs_epoll_wait(epfd, &ready, Int32(ready.count), $0) }
         guard n >= 0 else { throw ServerError("epoll_wait failed: \(String(cString: strerror(errno)))") }
-        spin.waited(nanos: monotonicNanos() - waitStart, gotEvents: n > 0)
         let t = Timestamp.now()
         // A quiet second is the time to write the journal into the tables; a wait cut short
         // by a deadline is not quiet, and a busy relay hands its batches over as it goes.

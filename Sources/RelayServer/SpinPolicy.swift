@@ -8,24 +8,44 @@
 import Glibc
 
 /// Decides, from how the last wait ended, whether the next one polls first.
-struct SpinPolicy {
+public struct SpinPolicy: Sendable {
+    /// The relay's window unless configured otherwise.
+    public static let defaultMicroseconds = 50
     /// How long a wait polls before sleeping; 0 never polls.
-    let windowNanos: Int
+    public let windowNanos: Int
     private var dense = false
 
-    init(windowMicroseconds: Int) { windowNanos = max(0, windowMicroseconds) * 1000 }
+    public init(windowMicroseconds: Int) { windowNanos = max(0, windowMicroseconds) * 1000 }
 
     /// Whether the next wait should poll for up to `windowNanos` before sleeping.
-    var spins: Bool { windowNanos > 0 && dense }
+    public var spins: Bool { windowNanos > 0 && dense }
 
     /// Notes how a wait ended: after `nanos`, with events or without.
-    mutating func waited(nanos: Int, gotEvents: Bool) {
+    public mutating func waited(nanos: Int, gotEvents: Bool) {
         dense = gotEvents && nanos <= windowNanos
+    }
+
+    /// Waits for events through `epollWait` (called with a timeout in milliseconds, it
+    /// returns how many are ready, or -1): first polling with a timeout of 0 for up to the
+    /// window when traffic is dense (yielding the core between polls to whatever else wants
+    /// it), then sleeping up to `timeoutMs`. Returns what the last call returned.
+    public mutating func wait(timeoutMs: Int32, _ epollWait: (Int32) -> Int32) -> Int32 {
+        let start = monotonicNanos()
+        var n: Int32 = 0
+        if spins && timeoutMs > 0 {
+            repeat {
+                n = epollWait(0)
+                if n == 0 { sched_yield() }
+            } while n == 0 && monotonicNanos() - start < windowNanos
+        }
+        if n == 0 { n = epollWait(timeoutMs) }
+        if n >= 0 { waited(nanos: monotonicNanos() - start, gotEvents: n > 0) }
+        return n
     }
 }
 
 /// Nanoseconds on the monotonic clock.
-func monotonicNanos() -> Int {
+public func monotonicNanos() -> Int {
     var ts = timespec()
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec * 1_000_000_000 + ts.tv_nsec

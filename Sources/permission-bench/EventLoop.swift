@@ -6,6 +6,7 @@
 import CSystem
 import Glibc
 import RelayProtocol
+import RelayServer
 
 /// One non-blocking connection: frames in, bytes out. A class, so its buffers change in
 /// place (a struct copied out of `links` would copy or reallocate them on every change).
@@ -27,6 +28,9 @@ final class EventLoop {
     private(set) var count = 0
     private var scratch = [UInt8](repeating: 0, count: 1 << 16)
     private var ready = [cs_ready](repeating: cs_ready(), count: 256)
+    /// How waits for events go: the baseline forwarder polls briefly while traffic is
+    /// dense, as the relay does; the load generator always sleeps.
+    var spin = SpinPolicy(windowMicroseconds: 0)
 
     deinit {
         for case let l? in links { close(l.fd) }
@@ -85,7 +89,7 @@ final class EventLoop {
         timeoutMs: Int32, onAccept: ((Int32) -> Void)? = nil, listener: Int32 = -1,
         onFrame: (Int32, UnsafeBufferPointer<UInt8>) -> Void
     ) -> Bool {
-        let n = cs_epoll_wait(epfd, &ready, Int32(ready.count), timeoutMs)
+        let n = spin.wait(timeoutMs: timeoutMs) { cs_epoll_wait(epfd, &ready, Int32(ready.count), $0) }
         var ok = true
         for k in 0..<Int(max(n, 0)) {
             let fd = Int32(truncatingIfNeeded: ready[k].token)

@@ -1,12 +1,14 @@
 // The baseline: a minimal forwarder on the same socket machinery. It links each child
 // with its family's guardians by the first frame's `member` (cN ↔ gN, gN-K) and then
 // moves every frame unparsed and unstored — a child's to all its guardians, a
-// guardian's to the child: the machine's limit for the hops of a cycle.
+// guardian's to the child: the machine's limit for the hops of a cycle. It waits for
+// events as the relay does by default (polling briefly while traffic is dense).
 
 import CLISupport
 import CSystem
 import Glibc
 import RelayProtocol
+import RelayServer
 
 enum Forwarder {
     static func run(socket: String) -> Int32 {
@@ -17,6 +19,7 @@ enum Forwarder {
             return 1
         }
         let loop = EventLoop()
+        loop.spin = SpinPolicy(windowMicroseconds: SpinPolicy.defaultMicroseconds)  // the relay's way of waiting
         cs_epoll_ctl(loop.epfd, 0, listener, cs_epollin, UInt64(listener))
         /// Where each member's frames go, once it has said hello.
         var route: [Int32: [Int32]] = [:]

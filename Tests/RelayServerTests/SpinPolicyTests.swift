@@ -22,6 +22,35 @@ final class SpinPolicyTests: XCTestCase {
         XCTAssertFalse(p.spins, "a wait that ended without events (a timeout) is not traffic")
     }
 
+    func testWaitPollsFirstOnlyWhileTrafficIsDense() {
+        var p = SpinPolicy(windowMicroseconds: 1_000_000)  // wide, so that a slow machine still polls three times
+        var calls: [Int32] = []
+        // Not dense yet: straight to sleep, with the timeout given.
+        XCTAssertEqual(
+            p.wait(timeoutMs: 500) {
+                calls.append($0); return 1
+            }, 1)
+        XCTAssertEqual(calls, [500])
+        // That wait was short and brought an event: the next polls (timeout 0) until one comes.
+        calls = []
+        var polls = 0
+        XCTAssertEqual(
+            p.wait(timeoutMs: 500) {
+                calls.append($0)
+                polls += 1
+                return polls == 3 ? 2 : 0
+            }, 2)
+        XCTAssertEqual(calls, [0, 0, 0])
+        // A wait with no timeout to spare (0) never polls first; a timeout ends the density.
+        calls = []
+        XCTAssertEqual(
+            p.wait(timeoutMs: 0) {
+                calls.append($0); return 0
+            }, 0)
+        XCTAssertEqual(calls, [0])
+        XCTAssertFalse(p.spins)
+    }
+
     func testAWindowOfZeroNeverPolls() {
         var p = SpinPolicy(windowMicroseconds: 0)
         p.waited(nanos: 0, gotEvents: true)
