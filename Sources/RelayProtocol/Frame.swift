@@ -93,29 +93,30 @@ public struct FrameDecoder: Sendable {
 
 /// Prefixes a frame body with its 4-byte big-endian length.
 public func framed(_ body: [UInt8]) -> [UInt8] {
-    var out: [UInt8] = []
-    out.reserveCapacity(body.count + 4)
-    let n = UInt32(body.count)
-    out.append(UInt8(n >> 24))
-    out.append(UInt8(n >> 16 & 0xFF))
-    out.append(UInt8(n >> 8 & 0xFF))
-    out.append(UInt8(n & 0xFF))
-    out.append(bytes: body)
-    return out
+    frame(capacity: body.count) { $0.append(bytes: body) }
 }
 
 /// A complete frame whose body `writeBody` appends: the length header is filled in after.
 public func frame(capacity: Int = 256, _ writeBody: (inout [UInt8]) -> Void) -> [UInt8] {
     var out: [UInt8] = []
     out.reserveCapacity(capacity + 4)
-    for _ in 0..<4 { out.append(0) }  // the header, filled in below (one allocation, not two)
-    writeBody(&out)
-    let n = UInt32(out.count - 4)
-    out[0] = UInt8(n >> 24)
-    out[1] = UInt8(n >> 16 & 0xFF)
-    out[2] = UInt8(n >> 8 & 0xFF)
-    out[3] = UInt8(n & 0xFF)
+    out.appendFrame(writeBody)
     return out
+}
+
+extension [UInt8] {
+    /// Appends a complete frame whose body `writeBody` appends after the header, which is
+    /// filled in after (one pass, no second buffer).
+    @inlinable public mutating func appendFrame(_ writeBody: (inout [UInt8]) -> Void) {
+        let header = count
+        for _ in 0..<4 { append(0) }
+        writeBody(&self)
+        let n = UInt32(count - header - 4)
+        self[header] = UInt8(n >> 24)
+        self[header + 1] = UInt8(n >> 16 & 0xFF)
+        self[header + 2] = UInt8(n >> 8 & 0xFF)
+        self[header + 3] = UInt8(n & 0xFF)
+    }
 }
 
 extension JSONObject {

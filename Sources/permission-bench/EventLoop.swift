@@ -53,15 +53,7 @@ final class EventLoop {
 
     /// Queues one frame, its body appended by `writeBody` straight into the output buffer.
     func queueFrame(_ fd: Int32, _ writeBody: (inout [UInt8]) -> Void) {
-        guard let l = link(fd) else { return }
-        let header = l.out.count
-        l.out.append(contentsOf: [0, 0, 0, 0] as [UInt8])
-        writeBody(&l.out)
-        let n = UInt32(l.out.count - header - 4)
-        l.out[header] = UInt8(n >> 24)
-        l.out[header + 1] = UInt8(n >> 16 & 0xFF)
-        l.out[header + 2] = UInt8(n >> 8 & 0xFF)
-        l.out[header + 3] = UInt8(n & 0xFF)
+        link(fd)?.out.appendFrame(writeBody)
     }
 
     /// Writes what is queued; asks for EPOLLOUT only for leftovers.

@@ -50,6 +50,16 @@ final class FrameTests: XCTestCase {
         }
     }
 
+    func testFramesAppendedAfterOtherBytesKeepThemAndDecode() {
+        let long = Array(repeating: UInt8(0x61), count: 70_000)  // a length that needs three bytes
+        var out: [UInt8] = [9, 9]
+        out.appendFrame { $0.append(contentsOf: long) }
+        out.appendFrame { $0.append(contentsOf: [0x7B, 0x7D]) }
+        XCTAssertEqual(Array(out.prefix(6)), [9, 9, 0, 1, 0x11, 0x70])
+        XCTAssertEqual(decodeAll(Array(out.dropFirst(2)), chunk: 4096, max: 1 << 20), [.frame(long), .frame([0x7B, 0x7D])])
+        XCTAssertEqual(framed(long), Array(out[2..<(2 + 4 + long.count)]))
+    }
+
     func testFrameOfAnObject() throws {
         let o: JSONObject = ["type": "ok", "re": "1"]
         let f = o.frame
