@@ -20,7 +20,8 @@ let usage = """
     A cycle is ask → question at the guardians → answer (by one of them, in turn) → response
     at the child. Each grid point runs the relay (a fresh data directory) and then the
     baseline — a forwarder that moves the same frames along the same hops without parsing
-    or storing them — and prints both, and their ratio.
+    or storing them, and waits for events as the relay does by default — and prints both,
+    and their ratio.
 
     OPTIONS:
       --grid standard|quick      standard: (F,W) = (1,1) (100,1) (100,8) (1000,1); quick: (1,1) (10,2)
