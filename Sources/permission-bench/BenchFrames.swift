@@ -125,14 +125,14 @@ struct BenchFrames {
         return v
     }
 
-    private static let seqField = Array(#""seq":"#.utf8)
+    private static let seqField: StaticString = #""seq":"#
 
     /// The `seq` of an event whose body starts at `start` of `bytes` (it comes right
     /// after the type), or nil.
     static func seq(in bytes: UnsafeBufferPointer<UInt8>, from start: Int = 0) -> Int? {
         guard let seqAt = find(seqField, in: bytes, from: start, within: start + 24) else { return nil }
         var v = 0
-        var i = seqAt + seqField.count
+        var i = seqAt + seqField.utf8CodeUnitCount
         while i < bytes.count, bytes[i] >= 48, bytes[i] <= 57 {
             v = v * 10 + Int(bytes[i] - 48)
             i += 1

@@ -119,23 +119,25 @@ final class EventLoop {
 }
 
 /// The position of `needle` in `hay` (starting within its first `within` bytes), or nil.
-func find(_ needle: [UInt8], in hay: UnsafeBufferPointer<UInt8>, from start: Int = 0, within: Int = .max) -> Int? {
-    needle.withUnsafeBufferPointer { needle in
-        guard hay.count >= needle.count, let first = needle.first else { return nil }
-        var i = start
-        let last = min(hay.count - needle.count, within - 1)
-        while i <= last {
-            if hay[i] == first {
-                var k = 1
-                while k < needle.count && hay[i + k] == needle[k] { k += 1 }
-                if k == needle.count { return i }
-            }
-            i += 1
-        }
-        return nil
-    }
+func find(_ needle: StaticString, in hay: UnsafeBufferPointer<UInt8>, from start: Int = 0, within: Int = .max) -> Int? {
+    needle.withUTF8Buffer { find($0, in: hay, from: start, within: within) }
 }
 
-func find(_ needle: [UInt8], in hay: [UInt8], from start: Int = 0, within: Int = .max) -> Int? {
-    hay.withUnsafeBufferPointer { find(needle, in: $0, from: start, within: within) }
+func find(_ needle: [UInt8], in hay: [UInt8], from start: Int = 0) -> Int? {
+    needle.withUnsafeBufferPointer { needle in hay.withUnsafeBufferPointer { find(needle, in: $0, from: start, within: .max) } }
+}
+
+private func find(_ needle: UnsafeBufferPointer<UInt8>, in hay: UnsafeBufferPointer<UInt8>, from start: Int, within: Int) -> Int? {
+    guard hay.count >= needle.count, let first = needle.first else { return nil }
+    var i = start
+    let last = min(hay.count - needle.count, within - 1)
+    while i <= last {
+        if hay[i] == first {
+            var k = 1
+            while k < needle.count && hay[i + k] == needle[k] { k += 1 }
+            if k == needle.count { return i }
+        }
+        i += 1
+    }
+    return nil
 }

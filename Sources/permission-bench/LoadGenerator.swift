@@ -108,7 +108,7 @@ final class LoadGenerator {
                 loop.poll(
                     timeoutMs: 10_000,
                     onFrame: { _, body in
-                        if find(Array(#""type":"welcome""#.utf8), in: body) != nil || find(Array(#""re":"s""#.utf8), in: body) != nil {
+                        if find(#""type":"welcome""#, in: body) != nil || find(#""re":"s""#, in: body) != nil {
                             pending -= 1
                         }
                     })
@@ -174,10 +174,10 @@ final class LoadGenerator {
         return sentAt.count
     }
 
-    private static let typeResponse = Array(#""type":"response""#.utf8), typeAnswer = Array(#""type":"answer""#.utf8)
-    private static let typeQuestion = Array(#""type":"question""#.utf8), typeAsk = Array(#""type":"ask""#.utf8)
-    private static let typeError = Array(#""type":"error""#.utf8)
-    private static let questionID = Array(#""question":{"id":""#.utf8), questionIdField = Array(#""questionId":""#.utf8)
+    private static let typeResponse: StaticString = #""type":"response""#, typeAnswer: StaticString = #""type":"answer""#
+    private static let typeQuestion: StaticString = #""type":"question""#, typeAsk: StaticString = #""type":"ask""#
+    private static let typeError: StaticString = #""type":"error""#
+    private static let questionID: StaticString = #""question":{"id":""#, questionIdField: StaticString = #""questionId":""#
 
     /// One loop turn: guardians answer questions, children take responses (and ask again
     /// when `reask`), every connection acks the highest seq it read.
@@ -199,8 +199,8 @@ final class LoadGenerator {
                 return
             }
             let at =
-                find(Self.questionID, in: body).map { $0 + Self.questionID.count }
-                ?? find(Self.questionIdField, in: body).map { $0 + Self.questionIdField.count }
+                find(Self.questionID, in: body).map { $0 + Self.questionID.utf8CodeUnitCount }
+                ?? find(Self.questionIdField, in: body).map { $0 + Self.questionIdField.utf8CodeUnitCount }
             guard let at, at + 36 <= body.count else {
                 failed += 1
                 return
