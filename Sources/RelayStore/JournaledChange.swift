@@ -165,8 +165,8 @@ struct FoldedChanges {
             changes.append(change)
             return
         }
-        guard let i = lastQuestion[id] else {
-            lastQuestion[id] = changes.count
+        // One hash whether the question is new or not: the defaulted subscript inserts in place.
+        guard let i = Self.claim(&lastQuestion[id, default: -1], for: changes.count) else {
             changes.append(change)
             return
         }
@@ -178,6 +178,13 @@ struct FoldedChanges {
             break  // the state of a forgotten question changes nothing
         default: changes[i] = change  // a state after a state, or a whole write or delete after anything
         }
+    }
+
+    /// The index already in `slot`, or nil after putting `index` there (a question new to the batch).
+    private static func claim(_ slot: inout Int, for index: Int) -> Int? {
+        guard slot < 0 else { return slot }
+        slot = index
+        return nil
     }
 }
 

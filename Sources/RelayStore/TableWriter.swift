@@ -186,13 +186,7 @@ final class TableWriter: @unchecked Sendable {
                     [.textAt(bytes.raw(q.status)), .int(q.attempt), outcome, .int(key)])
                 return
             }
-            let key =
-                questionKeys[q.key]
-                ?? {
-                    lastQuestionKey += 1
-                    questionKeys[q.key] = lastQuestionKey
-                    return lastQuestionKey
-                }()
+            let key = newOrStoredKey(&questionKeys[q.key, default: 0])  // one hash, whichever it is
             try db.run(
                 "INSERT OR REPLACE INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)",
                 [
@@ -200,6 +194,15 @@ final class TableWriter: @unchecked Sendable {
                     .textAt(bytes.raw(q.status)), .int(q.attempt), .int(asked.createdAt), .textAt(bytes.raw(asked.content)), outcome,
                 ])
         }
+    }
+
+    /// A question's row key: `stored`, or the next one (written into `stored`) when it is 0.
+    private func newOrStoredKey(_ stored: inout Int64) -> Int64 {
+        if stored == 0 {
+            lastQuestionKey += 1
+            stored = lastQuestionKey
+        }
+        return stored
     }
 
     /// A member's events of the batch as one row, leaving out those every durable session

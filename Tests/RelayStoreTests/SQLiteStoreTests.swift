@@ -92,6 +92,29 @@ final class SQLiteStoreTests: XCTestCase {
             try after.events(member: "g1", after: 0, limit: 10), [], "acknowledged by g1's only durable session: not written")
     }
 
+    /// A question written whole again in a later batch (asked again after a cancel) takes
+    /// the place of its row: the tables never hold two of it.
+    func testAQuestionAskedAgainInALaterBatchKeepsOneRow() throws {
+        let store = try SQLiteStore(path: path)
+        _ = try store.load()
+        var q = try question(1)
+        store.saveQuestion(q)
+        try store.commit()
+        try store.checkpoint()
+        q.status = .cancelled
+        store.saveQuestionState(q)
+        try store.commit()
+        try store.checkpoint()
+        q.status = .pending
+        q.attempt = 2
+        store.saveQuestion(q)
+        try store.commit()
+        try store.checkpoint()
+        let reopened = try SQLiteStore(path: path)
+        XCTAssertEqual(reopened.journaledChanges, 0)
+        XCTAssertEqual(try reopened.load().questions, [q])
+    }
+
     /// An event that every durable session of its member has acknowledged is not written to
     /// the tables (the contract lets it be dropped), but its member's head is, and pruning
     /// never lowers a head.
