@@ -7,21 +7,21 @@
 
 import Glibc
 
-/// Decides, from how the last wait ended, whether the next one polls first.
+/// Waits for events, polling first when the last wait ended within the window.
 public struct SpinPolicy: Sendable {
     /// The relay's window unless configured otherwise.
     public static let defaultMicroseconds = 50
     /// How long a wait polls before sleeping; 0 never polls.
-    public let windowNanos: Int
+    let windowNanos: Int
     private var dense = false
 
     public init(windowMicroseconds: Int) { windowNanos = max(0, windowMicroseconds) * 1000 }
 
     /// Whether the next wait should poll for up to `windowNanos` before sleeping.
-    public var spins: Bool { windowNanos > 0 && dense }
+    var spins: Bool { windowNanos > 0 && dense }
 
     /// Notes how a wait ended: after `nanos`, with events or without.
-    public mutating func waited(nanos: Int, gotEvents: Bool) {
+    mutating func waited(nanos: Int, gotEvents: Bool) {
         dense = gotEvents && nanos <= windowNanos
     }
 
@@ -45,7 +45,7 @@ public struct SpinPolicy: Sendable {
 }
 
 /// Nanoseconds on the monotonic clock.
-public func monotonicNanos() -> Int {
+func monotonicNanos() -> Int {
     var ts = timespec()
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec * 1_000_000_000 + ts.tv_nsec
