@@ -41,7 +41,9 @@ if [ "${1:-}" = "--manual" ]; then
     exit 0
 fi
 
-"$bin/permission-guardian" auto --approve --credentials "$dir/sam.json" 2>/dev/null | sed -u 's/^/   guardian: /' &
+# Not a pipeline: $! must be the guardian's own pid, or cleanup would stop only sed and then
+# wait forever for a guardian that keeps reconnecting to the stopped relay.
+"$bin/permission-guardian" auto --approve --credentials "$dir/sam.json" 2>/dev/null > >(sed -u 's/^/   guardian: /') &
 guardian_pid=$!
 echo "3. guardian sam is a bot that approves every question"
 echo "4. alex asks to message Kim Lee and waits:"
