@@ -1,7 +1,9 @@
 // The journaled changes as the table writer reads them: in place, off the batch's bytes.
 // Questions and events, nearly every change, become byte ranges the writer binds
 // straight into its statements; no record is built, so the writer neither allocates
-// for them nor touches the loop's objects. The rare others are read as `Change`s.
+// for them nor touches the loop's objects. The rare others are read as `Change`s when
+// used: kept as their place in the bytes, every change is plain data, copied as bytes
+// (a `Change` among them made each copy of any change go through its value witnesses).
 
 import RelayProtocol
 
@@ -47,7 +49,8 @@ enum JournaledChange {
     case question(QuestionRow)
     case forgetQuestion(QuestionID)
     case event(EventRow)
-    case other(Change)
+    /// Any other change: where its tag is in the bytes (`change(in:)` reads it).
+    case other(at: Int)
 }
 
 extension JournaledChange {
@@ -61,6 +64,7 @@ extension JournaledChange {
 
     /// Reads the change `Change.encode` wrote at the reader's position.
     static func read(from r: inout ByteReader) throws -> JournaledChange {
+        let start = r.i
         switch try r.int() {
         case 3:
             let asked = QuestionRow.Asked(content: try r.range(), child: try r.range(), family: try r.range(), createdAt: try r.int())
@@ -78,18 +82,26 @@ extension JournaledChange {
             _ = try r.range()  // frame
             return .event(EventRow(member: member, seq: seq, at: at, encoded: start..<r.i))
         case let tag:
-            return .other(try Change.read(tag: tag, from: &r))
+            _ = try Change.read(tag: tag, from: &r)  // to check it and find its end
+            return .other(at: start)
         }
     }
 
     private static func readState(from r: inout ByteReader) throws -> QuestionRow {
         let id = try r.range()
         var row = QuestionRow(key: try key(id, in: r.bytes), id: id, status: try r.range(), attempt: try r.int())
-        guard QuestionStatus(rawValue: r.bytes.string(row.status)) != nil else {
+        guard QuestionStatus.allCases.contains(where: { spells(r.bytes, row.status, $0.name) }) else {
             throw JournalError(description: "unknown question status \"\(r.bytes.string(row.status))\" in the journal")
         }
         if try r.bool() { row.outcome = QuestionRow.Answer(choice: try r.range(), guardian: try r.range(), answeredAt: try r.int()) }
         return row
+    }
+
+    /// Whether `bytes[range]` is `word` (without making a string of either).
+    private static func spells(_ bytes: [UInt8], _ range: Range<Int>, _ word: StaticString) -> Bool {
+        guard range.count == word.utf8CodeUnitCount else { return false }
+        for k in 0..<range.count where bytes[range.lowerBound + k] != word.utf8Start[k] { return false }
+        return true
     }
 
     private static func key(_ id: Range<Int>, in bytes: [UInt8]) throws -> QuestionID {
@@ -122,9 +134,15 @@ extension JournaledChange {
             return .forgetQuestion(key)
         case .event(let e):
             return .event(try e.record(in: bytes))
-        case .other(let change):
-            return change
+        case .other(let at):
+            return try Self.other(at: at, in: bytes)
         }
+    }
+
+    /// The change whose tag is at `at`.
+    static func other(at: Int, in bytes: [UInt8]) throws -> Change {
+        var r = ByteReader(bytes: bytes, i: at)
+        return try Change.read(tag: r.int(), from: &r)
     }
 }
 
@@ -144,25 +162,37 @@ struct FoldedChanges {
         lastQuestion.reserveCapacity(count / 2)
     }
 
-    mutating func add(_ change: JournaledChange) {
+    /// Adds a change read from `bytes`.
+    mutating func add(_ change: JournaledChange, in bytes: [UInt8]) throws {
         let id: QuestionID
         switch change {
         case .question(let q): id = q.key
         case .forgetQuestion(let key): id = key
-        case .other(.session(let s)):
-            if let i = lastSession[s.member]?[s.name] {
-                changes[i] = change
-            } else {
-                lastSession[s.member, default: [:]][s.name] = changes.count
+        case .event:
+            changes.append(change)
+            return
+        case .other(let at):
+            // Only the changes of sessions fold (tags 8, a session, and 9, dropping them): only
+            // those are read here; the rest keep their place.
+            var tag = ByteReader(bytes: bytes, i: at)
+            guard case 8...9 = try tag.int() else {
+                changes.append(change)
+                return
+            }
+            switch try JournaledChange.other(at: at, in: bytes) {
+            case .session(let s):
+                if let i = lastSession[s.member]?[s.name] {
+                    changes[i] = change
+                } else {
+                    lastSession[s.member, default: [:]][s.name] = changes.count
+                    changes.append(change)
+                }
+            case .dropSessions(let member):
+                lastSession[member] = nil  // a later write of one of its sessions stays after the drop
+                changes.append(change)
+            default:
                 changes.append(change)
             }
-            return
-        case .other(.dropSessions(let member)):
-            lastSession[member] = nil  // a later write of one of its sessions stays after the drop
-            changes.append(change)
-            return
-        default:
-            changes.append(change)
             return
         }
         // One hash whether the question is new or not: the defaulted subscript inserts in place.

@@ -143,7 +143,7 @@ final class TableWriter: @unchecked Sendable {
         posted.file(from: board)
         var folded = FoldedChanges(reservingCapacity: batch.count)
         var reader = ByteReader(bytes: batch.bytes)
-        while !reader.atEnd { folded.add(try JournaledChange.read(from: &reader)) }
+        while !reader.atEnd { try folded.add(JournaledChange.read(from: &reader), in: batch.bytes) }
         let changes = folded.changes
         var forgotten: [QuestionID] = []
         var events: [String: [EventRow]] = [:]
@@ -161,8 +161,8 @@ final class TableWriter: @unchecked Sendable {
                             try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
                         case .event(let e):
                             events[String(decoding: bytes[e.member], as: UTF8.self), default: []].append(e)
-                        case .other(let change):
-                            try write(change)
+                        case .other(let at):
+                            try write(JournaledChange.other(at: at, in: batch.bytes))
                         }
                     }
                     // After the batch's sessions: their cursors are written in the same transaction.

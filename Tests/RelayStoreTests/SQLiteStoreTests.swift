@@ -317,6 +317,25 @@ final class SQLiteStoreTests: XCTestCase {
         }
     }
 
+    func testTheTableWriterReadsEveryStatusAndRefusesAnUnknownOne() throws {
+        var q = try question(7)
+        for status in QuestionStatus.allCases {
+            q.status = status
+            var writer = ByteWriter()
+            Change.encode([.question(q), .questionState(state(of: q))], into: &writer)
+            let bytes = writer.bytes
+            XCTAssertEqual(
+                try JournaledChange.readAll(bytes).map { try $0.change(in: bytes) }, [.question(q), .questionState(state(of: q))])
+        }
+        q.status = .expired
+        var writer = ByteWriter()
+        Change.encode([.questionState(state(of: q))], into: &writer)
+        var bytes = writer.bytes
+        let at = try XCTUnwrap(bytes.indices.first { bytes[$0...].starts(with: Array("expired".utf8)) })
+        bytes[at + 6] = UInt8(ascii: "x")  // "expirex": as long, and no status
+        XCTAssertThrowsError(try JournaledChange.readAll(bytes))
+    }
+
     func testFoldingWritesEachQuestionAndSessionOnceWithItsLastState() throws {
         var a = try question(5)
         let b = try question(6)
@@ -334,7 +353,7 @@ final class SQLiteStoreTests: XCTestCase {
         var writer = ByteWriter()
         Change.encode(changes, into: &writer)
         var folding = FoldedChanges()
-        for change in try JournaledChange.readAll(writer.bytes) { folding.add(change) }
+        for change in try JournaledChange.readAll(writer.bytes) { try folding.add(change, in: writer.bytes) }
         let folded = try folding.changes.map { try $0.change(in: writer.bytes) }
         XCTAssertEqual(
             folded,
