@@ -28,6 +28,15 @@ public enum CoreOutput: Equatable {
     case close(ConnectionID, CloseReason)
 }
 
+extension CoreOutput {
+    /// The frame to send, taken out (so that, unless shared, it is the only reference to its buffer).
+    mutating func takeFrame() -> [UInt8]? {
+        guard case .send(let conn, let frame) = self else { return nil }
+        self = .close(conn, .shutdown)
+        return frame
+    }
+}
+
 /// The tunable limits of the relay's rules.
 public struct CoreConfig: Sendable {
     public var heartbeatSeconds = 15
@@ -73,6 +82,8 @@ public final class RelayCore {
     var framesOut = 0
 
     private var outputs: [CoreOutput] = []
+    /// Empty buffers of frames already sent (`keepSpareFrames`).
+    private var spareFrames: [[UInt8]] = []
     /// Events recorded while a request is handled, delivered after its reply.
     var deferred: [(to: Member, topic: TopicKind?, frame: [UInt8])] = []
 
@@ -138,7 +149,24 @@ public final class RelayCore {
             body(outputs[i])
             i += 1
         }
+        keepSpareFrames()
         outputs.removeAll(keepingCapacity: true)
+    }
+
+    /// Keeps the drained frames' buffers for the next frames: nearly every frame is built,
+    /// copied into its connection's buffer and dropped, and allocating a buffer for each
+    /// cost more than the copy. Small ones only, and as many as a busy turn makes.
+    private func keepSpareFrames() {
+        for k in outputs.indices where spareFrames.count < 1024 {
+            guard var frame = outputs[k].takeFrame(), frame.capacity <= 4096 else { continue }
+            frame.removeAll(keepingCapacity: true)
+            spareFrames.append(frame)
+        }
+    }
+
+    /// A frame whose body `writeBody` appends, built in a spare buffer when there is one.
+    func frame(capacity: Int, _ writeBody: (inout [UInt8]) -> Void) -> [UInt8] {
+        RelayProtocol.frame(capacity: capacity, in: spareFrames.popLast() ?? [], writeBody)
     }
 
     /// The outputs `drainOutputs` would give, as a list.

@@ -97,11 +97,11 @@ public func framed(_ body: [UInt8]) -> [UInt8] {
 }
 
 /// A complete frame whose body `writeBody` appends: the length header is filled in after.
-public func frame(capacity: Int = 256, _ writeBody: (inout [UInt8]) -> Void) -> [UInt8] {
-    var out: [UInt8] = []
-    out.reserveCapacity(capacity + 4)
-    out.appendFrame(writeBody)
-    return out
+/// `buffer`, empty, may lend its storage.
+public func frame(capacity: Int = 256, in buffer: consuming [UInt8] = [], _ writeBody: (inout [UInt8]) -> Void) -> [UInt8] {
+    buffer.reserveCapacity(capacity + 4)
+    buffer.appendFrame(writeBody)
+    return buffer
 }
 
 extension [UInt8] {
