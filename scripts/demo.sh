@@ -3,13 +3,17 @@
 # approves every question, and a child that asks and waits for the answer.
 #   scripts/demo.sh            # the guardian is a bot (permission-guardian auto --approve)
 #   scripts/demo.sh --manual   # you are the guardian: answer in the interactive view (needs tmux)
+# PERMISSION_BIN_DIR=DIR uses the programs already built in DIR instead of building them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-swift build --product permission-relay >/dev/null
-swift build --product permission-child >/dev/null
-swift build --product permission-guardian >/dev/null
-bin=$(swift build --show-bin-path)
+bin=${PERMISSION_BIN_DIR:-}
+if [ -z "$bin" ]; then
+    swift build --product permission-relay >/dev/null
+    swift build --product permission-child >/dev/null
+    swift build --product permission-guardian >/dev/null
+    bin=$(swift build --show-bin-path)
+fi
 
 dir=$(mktemp -d /tmp/permission-demo.XXXXXX)
 cleanup() {
