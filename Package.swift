@@ -27,7 +27,7 @@ let package = Package(
         // bytes <-> messages; no I/O.
         .target(name: "RelayProtocol"),
         // what the relay remembers: records, the store protocol, memory and SQLite stores.
-        .target(name: "RelayStore", dependencies: ["RelayProtocol", "CSQLite"], swiftSettings: relayLoop),
+        .target(name: "RelayStore", dependencies: ["RelayProtocol", "CSQLite", "CSystem"], swiftSettings: relayLoop),
         // the relay's rules as a deterministic state machine.
         .target(name: "RelayCore", dependencies: ["RelayProtocol", "RelayStore", "CCrypto"], swiftSettings: relayLoop),
         // the epoll reactor that moves bytes between sockets and the core.

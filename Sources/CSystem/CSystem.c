@@ -7,6 +7,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -140,6 +141,16 @@ ssize_t cs_send(int fd, const void *buf, size_t len) {
         n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     } while (n < 0 && errno == EINTR);
     return n;
+}
+
+int cs_lower_thread_priority(int by) {
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, tid);
+    if (now == -1 && errno != 0) return -1;
+    int target = now + by > 19 ? 19 : now + by;
+    if (setpriority(PRIO_PROCESS, tid, target) != 0) return -1;
+    return target;
 }
 
 long cs_raise_fd_limit(void) {

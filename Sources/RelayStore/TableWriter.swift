@@ -7,6 +7,7 @@
 // references to the loop's records and freeing them from this thread, with the cache
 // lines going back and forth between the cores, cost both threads more than the rows).
 
+import CSystem
 import Foundation
 import RelayProtocol
 
@@ -69,7 +70,13 @@ final class TableWriter: @unchecked Sendable {
         condition.unlock()
     }
 
+    /// How much less of a contended core the thread asks for than the event loop: the
+    /// loop answers clients and the writer only catches up with the journal, which holds
+    /// every change durably meanwhile (and the loop waits for a writer far behind).
+    static let niceness: Int32 = 10
+
     private func run() {
+        _ = cs_lower_thread_priority(Self.niceness)
         condition.lock()
         while true {
             while (pending == nil || held) && !stopping { condition.wait() }

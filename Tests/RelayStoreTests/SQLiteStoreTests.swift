@@ -426,6 +426,24 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try SQLiteStore(path: path).load().questions, [answered, next])
     }
 
+    func testTheTableWriterGivesWayToTheLoopOnContendedCores() throws {
+        let mine = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)  // this thread's nice value
+        guard mine + TableWriter.niceness <= 19 else { throw XCTSkip("the tests run at nice \(mine): no room below") }
+        let store = try SQLiteStore(path: path)
+        store.checkpointThreshold = 1
+        store.saveFamily("fam")
+        try store.commit()  // hands the batch to the writer's thread
+        try store.settle(wait: true)
+        // Each thread's nice value: the 19th field of its stat, the 17th after the command's closing parenthesis.
+        let niceValues = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").compactMap { task -> Int32? in
+            guard let stat = try? String(contentsOfFile: "/proc/self/task/\(task)/stat", encoding: .utf8),
+                let end = stat.lastIndex(of: ")")
+            else { return nil }
+            return Int32(stat[stat.index(after: end)...].split(separator: " ")[16])
+        }
+        XCTAssertTrue(niceValues.contains(mine + TableWriter.niceness), "\(niceValues)")
+    }
+
     func testABatchTheTablesCannotTakeIsKeptAndWrittenLater() throws {
         _ = try SQLiteStore(path: path, pageSize: 4096)  // the schema, uncapped, in pages as small as the journal's
         let pages = pageCount(ofDatabaseAt: path)

@@ -1,4 +1,4 @@
-// The Linux calls Swift's Glibc module does not expose (epoll, accept4,
+// The Linux calls Swift's Glibc module does not expose (epoll, accept4, gettid,
 // SO_PEERCRED, pipe2) and a signal-to-pipe bridge, wrapped as plain functions
 // so Swift sees simple signatures.
 #ifndef CSYSTEM_H
@@ -45,6 +45,9 @@ int cs_route_signals(int fd);
 int cs_set_nonblocking(int fd);
 /// send with MSG_NOSIGNAL | MSG_DONTWAIT.
 ssize_t cs_send(int fd, const void *buf, size_t len);
+/// Raises the calling thread's nice value by `by` (up to 19), lowering its share of
+/// contended cores; Linux keeps it per thread. Returns the new value, or -1 with errno set.
+int cs_lower_thread_priority(int by);
 /// Sets RLIMIT_NOFILE's soft limit to its hard limit; returns the new soft limit.
 long cs_raise_fd_limit(void);
 
