@@ -29,7 +29,8 @@ public enum CoreOutput: Equatable {
 }
 
 extension CoreOutput {
-    /// The frame to send, taken out (so that, unless shared, it is the only reference to its buffer).
+    /// The frame to send, taken out so that, unless it is shared, nothing else holds its
+    /// buffer (what is left in its place is only a placeholder, for a list about to be emptied).
     mutating func takeFrame() -> [UInt8]? {
         guard case .send(let conn, let frame) = self else { return nil }
         self = .close(conn, .shutdown)
