@@ -165,8 +165,8 @@ public final class AskCenter: Sendable {
             }
             return (h.history.filter { Self.topicKind(of: $0) == Topic.id }, mine)
         }
+        for (seq, _) in held { session.done(seq) }  // before the app can see them (see `handle`)
         for e in earlier { deliver(e) }
-        for (seq, _) in held { session.done(seq) }
         continuation.onTermination = { [weak self] _ in
             self?.hub.withLock { _ = $0.responseConsumers[Topic.id]?.removeValue(forKey: key) }
         }
@@ -258,7 +258,9 @@ public final class AskCenter: Sendable {
 
     static func topicKind(of event: JSONObject) -> String? { event["question"]?["topic"]?["kind"]?.string }
 
-    /// One event of the child's stream, on the connection's thread, in order.
+    /// One event of the child's stream, on the connection's thread, in order. It is
+    /// recorded as processed before the app's streams get it: an app stopped right after it
+    /// showed a response must not be shown that response again when it starts again.
     private func handle(_ e: JSONObject) {
         guard let seq = e["seq"]?.int else { return }
         if progress.isDone(seq) { return }
@@ -274,18 +276,20 @@ public final class AskCenter: Sendable {
                 }
                 return list
             }
-            guard !consumers.isEmpty else { return }
+            guard !consumers.isEmpty else { return }  // held: done once a consumer takes it
+            session.done(seq)
             for c in consumers { c(e) }
         case "questionClosed":
+            session.done(seq)
             if let o = QuestionOutcome(event: e) {
                 for c in hub.withLock({ Array($0.outcomeConsumers.values) }) { c(o) }
             }
         case "limitsChanged":
             hub.withLock { $0.limitsEnabled = e["enabled"]?.bool }
+            session.done(seq)
         default:
-            break
+            session.done(seq)
         }
-        session.done(seq)
     }
 }
 

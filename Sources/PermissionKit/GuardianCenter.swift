@@ -170,8 +170,11 @@ public final class GuardianCenter: Sendable {
 
     func call(_ req: JSONObject) async throws -> JSONObject { try await session.call(req) }
 
+    /// One event of the guardian's stream, recorded as processed before the app's streams
+    /// get it (an app stopped right after it showed a question is not shown it again).
     private func handle(_ e: JSONObject) {
         guard let seq = e["seq"]?.int, !session.progress.isDone(seq) else { return }
+        session.done(seq)
         let replayed = hub.withLock { seq <= $0.replayedUpTo }
         switch replayed ? nil : e["type"]?.string {
         case "question":
@@ -186,6 +189,5 @@ public final class GuardianCenter: Sendable {
             }
         default: break
         }
-        session.done(seq)
     }
 }

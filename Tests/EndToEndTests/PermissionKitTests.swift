@@ -130,6 +130,31 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(all.count, 1, "the resent ask made no duplicate")
     }
 
+    func testAResponseTheAppSawIsNotShownAgainWhenItStartsAgainWithoutClosing() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        var seen = first.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        let question = contact()
+        try await first.ask(question)
+        try await guardian.answer(question.id, with: "approve")
+        let shown = try await next(&seen)
+        XCTAssertEqual(shown.question.id, question.id)
+        // The app is started again at once, as after a crash: `first` is never closed.
+        let second = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        var responses = second.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        let marker = contact()
+        try await second.ask(marker)
+        try await guardian.answer(marker.id, with: "approve")
+        let after = try await next(&responses)
+        XCTAssertEqual(after.question.id, marker.id, "the response the app saw does not come again")
+        await second.close()
+        await first.close()
+    }
+
     func testAppRestartedBeforeDeliveryGetsTheResponseExactlyOnce() async throws {
         let relay = try RelayProcess()
         try relay.start()
