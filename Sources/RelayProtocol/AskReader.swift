@@ -99,11 +99,9 @@ extension PlainReader {
         out.appendJSONField("defaultChoice", defaultChoice)
         if let expiration { out.appendJSONField("expirationDate", expiration) }
         out.append(UInt8(ascii: "}"))
-        // A relay keeps many questions: room reserved and not used is not kept with them.
         return QuestionContent(
             key: key, id: id, kind: .communication, handles: handles, actions: actions,
-            choices: QuestionContent.defaultChoices, defaultChoice: defaultChoice, expiration: expiration,
-            encoded: out.capacity - out.count > 64 ? Array(out[...]) : out)
+            choices: QuestionContent.defaultChoices, defaultChoice: defaultChoice, expiration: expiration, encoded: out)
     }
 
     /// A communication topic, after its `{` is written.

@@ -165,7 +165,10 @@ public final class QuestionContent: Sendable, Equatable {
         self.choices = choices
         self.defaultChoice = defaultChoice
         self.expiration = expiration
-        self.encoded = encoded
+        // A relay keeps many questions: room reserved and not used is not kept with them.
+        // (A copy through a buffer pointer: `Array(encoded[...])` hands back the same
+        // storage when the slice is the whole array.)
+        self.encoded = encoded.capacity - encoded.count > 64 ? encoded.withUnsafeBufferPointer(Array.init) : encoded
     }
 }
 

@@ -30,6 +30,17 @@ final class AskReaderTests: XCTestCase {
         }
     }
 
+    /// A relay keeps many questions: their encodings keep no unused room worth the name,
+    /// read directly or through parsing and validation.
+    func testAQuestionKeepsLittleUnusedRoom() throws {
+        for text in Self.common {
+            let body = Array(text.utf8)
+            let (_, read) = try XCTUnwrap(QuestionContent.readAsk(body, now: now))
+            let validated = try QuestionContent.validate(try XCTUnwrap(try JSON.parse(body)["question"]?.object), now: now)
+            for q in [read, validated] { XCTAssertLessThanOrEqual(q.encoded.capacity - q.encoded.count, 64, text) }
+        }
+    }
+
     /// Every frame read directly is one parsing and validation accept, with the same id and
     /// question, field for field; on generated frames (fields in many orders, optional parts
     /// absent, null or odd, valid and invalid values, spacing) and, for those read, on
