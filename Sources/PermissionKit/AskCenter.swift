@@ -264,9 +264,10 @@ public final class AskCenter: Sendable {
     private func handle(_ e: JSONObject) {
         guard let seq = e["seq"]?.int else { return }
         if progress.isDone(seq) { return }
-        switch e["type"]?.string {
-        case "response":
-            let consumers = hub.withLock { h -> [@Sendable (JSONObject) -> Void] in
+        let type = e["type"]?.string
+        var consumers: [@Sendable (JSONObject) -> Void] = []
+        if type == "response" {
+            consumers = hub.withLock { h in
                 let list = Array(h.responseConsumers[Self.topicKind(of: e) ?? ""]?.values ?? [:].values)
                 if list.isEmpty {
                     h.held[seq] = e
@@ -277,18 +278,19 @@ public final class AskCenter: Sendable {
                 return list
             }
             guard !consumers.isEmpty else { return }  // held: done once a consumer takes it
-            session.done(seq)
+        }
+        session.done(seq)
+        switch type {
+        case "response":
             for c in consumers { c(e) }
         case "questionClosed":
-            session.done(seq)
             if let o = QuestionOutcome(event: e) {
                 for c in hub.withLock({ Array($0.outcomeConsumers.values) }) { c(o) }
             }
         case "limitsChanged":
             hub.withLock { $0.limitsEnabled = e["enabled"]?.bool }
-            session.done(seq)
         default:
-            session.done(seq)
+            break
         }
     }
 }
