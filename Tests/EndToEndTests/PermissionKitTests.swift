@@ -145,14 +145,22 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(shown.question.id, question.id)
         // The app is started again at once, as after a crash: `first` is never closed.
         let second = AskCenter(configuration: config(relay, "c0", tokens, state: state))
-        var responses = second.responses(for: CommunicationTopic.self).makeAsyncIterator()
-        let marker = contact()
-        try await second.ask(marker)
-        try await guardian.answer(marker.id, with: "approve")
-        let after = try await next(&responses)
-        XCTAssertEqual(after.question.id, marker.id, "the response the app saw does not come again")
+        try await expectOnlyANewResponse(second, guardian: guardian, "the response the app saw does not come again")
         await second.close()
         await first.close()
+    }
+
+    /// Asks a new question on `center` and has `guardian` approve it: the next response
+    /// `center` shows must be that one.
+    private func expectOnlyANewResponse(_ center: AskCenter, guardian: GuardianCenter, _ message: String, line: UInt = #line)
+        async throws
+    {
+        var responses = center.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        let question = contact()
+        try await center.ask(question)
+        try await guardian.answer(question.id, with: "approve")
+        let response = try await next(&responses)
+        XCTAssertEqual(response.question.id, question.id, message, line: line)
     }
 
     func testAppRestartedBeforeDeliveryGetsTheResponseExactlyOnce() async throws {
@@ -184,12 +192,7 @@ final class PermissionKitTests: XCTestCase {
         await second.close()
 
         let third = AskCenter(configuration: config(relay, "c0", tokens, state: state))
-        var again = third.responses(for: CommunicationTopic.self).makeAsyncIterator()
-        let late = contact()
-        try await third.ask(late)
-        try await guardian.answer(late.id, with: "approve")
-        let next = try await next(&again)
-        XCTAssertEqual(next.question.id, late.id, "nothing already processed comes again")
+        try await expectOnlyANewResponse(third, guardian: guardian, "nothing already processed comes again")
     }
 }
 
