@@ -45,7 +45,7 @@ public struct SpinPolicy: Sendable {
 }
 
 /// Nanoseconds on the monotonic clock.
-func monotonicNanos() -> Int {
+public func monotonicNanos() -> Int {
     var ts = timespec()
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec * 1_000_000_000 + ts.tv_nsec
