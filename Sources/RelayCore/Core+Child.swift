@@ -110,7 +110,7 @@ extension RelayCore {
         let allKnown = content.kind == .communication && content.handles.allSatisfy { child.isKnown($0, at: r.now) }
         return .frame(
             okFrame(re: r.id, capacity: 160) { ok in
-                ok.appendJSONField("questionId", record.id)
+                ok.appendJSONField("questionId", record.key)
                 ok.append(literal: #","status":"pending""#)
                 ok.appendJSONField("attempt", record.attempt)
                 if allKnown {
@@ -264,7 +264,7 @@ extension RelayCore {
         _ q: QuestionRecord, in family: Family?, reason: QuestionStatus, by guardian: String?, now: Timestamp
     ) {
         appendEvent(to: family?.guardians ?? [], topic: nil, type: "questionClosed", capacity: 160, now: now) { out in
-            out.appendJSONField("questionId", q.id)
+            out.appendJSONField("questionId", q.key)
             out.appendJSONField("child", q.child)
             out.appendJSONField("reason", name: reason.name)
             if let guardian { out.appendJSONField("by", guardian) }

@@ -7,30 +7,32 @@ import RelayStore
 
 extension RelayCore {
     func answer(_ r: Request) throws(RequestError) -> ReplyFields {
-        try answer(questionID: r.string("questionId"), choice: r.string("choice"), r)
+        let raw = try r.string("questionId")
+        let choice = try r.string("choice")
+        guard let key = QuestionID(raw) else { throw RequestError(.notFound, "no question \(raw) in your family") }
+        return try answer(key, choice: choice, r)
     }
 
-    func answer(questionID raw: String, choice choiceID: String, _ r: Request) throws(RequestError) -> ReplyFields {
+    func answer(_ key: QuestionID, choice choiceID: String, _ r: Request) throws(RequestError) -> ReplyFields {
         let family = r.member.family
-        guard let key = QuestionID(raw), let entry = questions.entry(key), entry.record.family == family.id else {
-            throw RequestError(.notFound, "no question \(raw) in your family")
+        guard let entry = questions.entry(key), entry.record.family == family.id else {
+            throw RequestError(.notFound, "no question \(key) in your family")
         }
-        let id = entry.record.id
         switch entry.record.status {
         case .answered:
             if let o = entry.record.outcome, o.guardian == r.member.id, o.choice.id == choiceID {
-                return ["questionId": .string(id), "status": "answered"]
+                return ["questionId": .string(key.description), "status": "answered"]
             }
             throw alreadyAnswered(entry.record)
-        case .expired: throw RequestError(.expired, "question \(id) expired before it was answered")
-        case .cancelled: throw RequestError(.cancelled, "question \(id) was cancelled")
+        case .expired: throw RequestError(.expired, "question \(key) expired before it was answered")
+        case .cancelled: throw RequestError(.cancelled, "question \(key) was cancelled")
         case .pending: break
         }
         let content = entry.record.content
         guard let choice = content.choice(choiceID) else {
             throw RequestError(
                 .invalidChoice,
-                "\"\(choiceID)\" is not a choice of question \(id); its choices are \(content.choices.map(\.id).joined(separator: ", "))")
+                "\"\(choiceID)\" is not a choice of question \(key); its choices are \(content.choices.map(\.id).joined(separator: ", "))")
         }
         // Changed in place: a copy taken out and stored back retained and released every field twice.
         entry.record.status = .answered
@@ -51,7 +53,7 @@ extension RelayCore {
         }
         return .frame(
             okFrame(re: r.id, capacity: 128) { ok in
-                ok.appendJSONField("questionId", id)
+                ok.appendJSONField("questionId", key)
                 ok.append(literal: #","status":"answered""#)
             })
     }

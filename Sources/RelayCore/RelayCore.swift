@@ -306,11 +306,11 @@ public final class RelayCore {
         switch FlatRequest.read(body) {
         case .ack(let seq)?:
             ack(session, upTo: seq)
-        case .answer(let id, let questionID, let choice)? where session.role == .guardian:
+        case .answer(let id, let question, let choice)? where session.role == .guardian:
             reply(
                 conn, id,
                 Result { () throws(RequestError) in
-                    try answer(questionID: questionID, choice: choice, Request(conn: conn, id: id, session: session, frame: [:], now: now))
+                    try answer(question, choice: choice, Request(conn: conn, id: id, session: session, frame: [:], now: now))
                 })
         default:
             return false

@@ -62,7 +62,6 @@ extension PlainReader {
         out.reserveCapacity(buf.count + 256)  // the defaults it may add fit
         var fields = Fields(ordered: true)
         var key: QuestionID?
-        var id = ""
         var handles: [NormalizedHandle] = []
         var actions: [String] = []
         var defaultChoice = Choice.decline.id
@@ -72,8 +71,7 @@ extension PlainReader {
             case 0:
                 guard let raw = plainString(), let bits = QuestionID(utf8: raw) else { return nil }
                 key = bits
-                id = raw.contains { $0 >= UInt8(ascii: "a") } ? bits.description : String(decoding: raw, as: UTF8.self)
-                out.appendJSONField("id", id)
+                out.appendJSONField("id", bits)
             case 1:
                 guard key != nil else { return nil }
                 out.append(literal: #","topic":{"#)
@@ -100,7 +98,7 @@ extension PlainReader {
         if let expiration { out.appendJSONField("expirationDate", expiration) }
         out.append(UInt8(ascii: "}"))
         return QuestionContent(
-            key: key, id: id, kind: .communication, handles: handles, actions: actions,
+            key: key, kind: .communication, handles: handles, actions: actions,
             choices: QuestionContent.defaultChoices, defaultChoice: defaultChoice, expiration: expiration, encoded: out)
     }
 

@@ -5,7 +5,9 @@
 
 /// An `answer` or an `ack` read without a tree.
 public enum FlatRequest: Equatable, Sendable {
-    case answer(id: String, questionID: String, choice: String)
+    /// An answer to a question whose id is a UUID (any other id is left to the parser,
+    /// which says what is wrong with it).
+    case answer(id: String, question: QuestionID, choice: String)
     /// An ack up to `seq` (an id it carries is not needed: a valid ack has no reply).
     case ack(seq: Int64)
 
@@ -23,7 +25,7 @@ public enum FlatRequest: Equatable, Sendable {
         var fields = PlainReader.Fields(ordered: false)
         var isAnswer = false
         var id: String?
-        var questionID: String?
+        var question: QuestionID?
         var choice: String?
         var seq: Int64?
         while let k = r.nextField(of: Self.fields, &fields) {
@@ -35,17 +37,21 @@ public enum FlatRequest: Equatable, Sendable {
             case 4:
                 guard let n = r.plainInteger() else { return nil }
                 seq = n
+            case 2:
+                // Read from its bytes: a string of its 36 characters would be made and dropped.
+                guard let s = r.plainString(), let key = QuestionID(utf8: s) else { return nil }
+                question = key
             default:
                 guard let s = r.plainString() else { return nil }
                 let value = String(decoding: s, as: UTF8.self)
-                if k == 1 { id = value } else if k == 2 { questionID = value } else { choice = value }
+                if k == 1 { id = value } else { choice = value }
             }
         }
         r.skipSpace()
         guard !r.failed, r.i == buf.count, fields.seen & 1 == 1 else { return nil }
         if isAnswer {
-            guard fields.seen == 0b01111, let id, let questionID, let choice else { return nil }
-            return .answer(id: id, questionID: questionID, choice: choice)
+            guard fields.seen == 0b01111, let id, let question, let choice else { return nil }
+            return .answer(id: id, question: question, choice: choice)
         }
         guard fields.seen & 0b01100 == 0, let seq else { return nil }
         return .ack(seq: seq)

@@ -67,17 +67,50 @@ public struct QuestionID: Hashable, Sendable, CustomStringConvertible {
     /// The canonical upper-case form.
     public var description: String {
         String(unsafeUninitializedCapacity: 36) { out in
-            var at = 0
-            for k in 0..<32 {
-                if k == 8 || k == 12 || k == 16 || k == 20 {
-                    out[at] = UInt8(ascii: "-")
-                    at += 1
-                }
-                let nibble = UInt8(truncatingIfNeeded: (k < 16 ? high : low) >> UInt64(60 - 4 * (k % 16)) & 0xF)
-                out[at] = nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "A") + nibble - 10
-                at += 1
-            }
+            write(into: out)
             return 36
         }
+    }
+
+    /// Calls `body` with the canonical upper-case form's 36 bytes, put together on the stack.
+    @inlinable public func withCanonicalBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 36) { buf in
+            write(into: buf)
+            return try body(UnsafeBufferPointer(buf))
+        }
+    }
+
+    /// Writes the canonical form into the first 36 bytes of `out`, eight digits at a time.
+    @usableFromInline func write(into out: UnsafeMutableBufferPointer<UInt8>) {
+        precondition(out.count >= 36)
+        let p = UnsafeMutableRawPointer(out.baseAddress!)
+        let dash = UInt8(ascii: "-")
+        let a = Self.hexDigits(UInt32(truncatingIfNeeded: high >> 32))
+        let b = Self.hexDigits(UInt32(truncatingIfNeeded: high))
+        let c = Self.hexDigits(UInt32(truncatingIfNeeded: low >> 32))
+        let d = Self.hexDigits(UInt32(truncatingIfNeeded: low))
+        p.storeBytes(of: a, toByteOffset: 0, as: UInt64.self)
+        p.storeBytes(of: dash, toByteOffset: 8, as: UInt8.self)
+        p.storeBytes(of: UInt32(truncatingIfNeeded: b), toByteOffset: 9, as: UInt32.self)
+        p.storeBytes(of: dash, toByteOffset: 13, as: UInt8.self)
+        p.storeBytes(of: UInt32(truncatingIfNeeded: b >> 32), toByteOffset: 14, as: UInt32.self)
+        p.storeBytes(of: dash, toByteOffset: 18, as: UInt8.self)
+        p.storeBytes(of: UInt32(truncatingIfNeeded: c), toByteOffset: 19, as: UInt32.self)
+        p.storeBytes(of: dash, toByteOffset: 23, as: UInt8.self)
+        p.storeBytes(of: UInt32(truncatingIfNeeded: c >> 32), toByteOffset: 24, as: UInt32.self)
+        p.storeBytes(of: d, toByteOffset: 28, as: UInt64.self)
+    }
+
+    /// `x`'s eight upper-case hex digits as the bytes of a word, first digit in its lowest
+    /// byte (as it is stored on a little-endian machine): each nibble spread into a byte of
+    /// its own, then made a digit or a letter, all eight at once.
+    @usableFromInline static func hexDigits(_ x: UInt32) -> UInt64 {
+        var v = UInt64(x)
+        v = (v | v << 16) & 0x0000_FFFF_0000_FFFF
+        v = (v | v << 8) & 0x00FF_00FF_00FF_00FF
+        v = (v | v << 4) & 0x0F0F_0F0F_0F0F_0F0F
+        let isLetter = ((v &+ 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101
+        v = v &+ 0x3030_3030_3030_3030 &+ isLetter &* 7  // '0' + n, or 'A' + n - 10
+        return UInt64(bigEndian: v)
     }
 }

@@ -117,6 +117,11 @@ extension Array where Element == UInt8 {
         }
     }
 
+    /// `"key":"<UUID>"`, the id in its canonical form, straight from its bits.
+    public mutating func appendJSONField(_ key: StaticString, _ value: QuestionID) {
+        value.withCanonicalBytes { appendInOne(key: key, $0, quoted: true) }
+    }
+
     /// `"key":"value"` for a value known when the relay is built (a name needing no escaping).
     public mutating func appendJSONField(_ key: StaticString, name value: StaticString) {
         appendInOne(key: key, Self.bytes(of: value), quoted: true)

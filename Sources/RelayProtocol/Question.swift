@@ -99,9 +99,7 @@ public enum QuestionLimits {
 /// A question that passed validation, in canonical form. Immutable, and shared rather
 /// than copied: a question's record is copied into every change and lookup.
 public final class QuestionContent: Sendable, Equatable {
-    /// Upper-case canonical UUID.
-    public let id: String
-    /// The same UUID as bits: the question's key in maps.
+    /// The question's UUID: its key in maps.
     public let key: QuestionID
     public let kind: TopicKind
     /// The normalized handles of a communication topic (empty otherwise).
@@ -115,6 +113,10 @@ public final class QuestionContent: Sendable, Equatable {
     /// the rules need; the rest of the question is kept only in these bytes (a relay may
     /// remember many questions).
     public let encoded: [UInt8]
+
+    /// Upper-case canonical UUID, made from `key` when asked for (a relay may remember many
+    /// questions; what is written on goes straight from `key`).
+    public var id: String { key.description }
 
     /// The topic as sent on: known fields only, handles as given.
     public var topic: JSON { json["topic"] ?? .null }
@@ -132,7 +134,7 @@ public final class QuestionContent: Sendable, Equatable {
 
     /// Reads back the canonical form written by `encoded` (no validation beyond shape).
     public init?(encoded: [UInt8]) {
-        guard let stored = try? JSON.parse(encoded), let id = stored["id"]?.string, let key = QuestionID(id),
+        guard let stored = try? JSON.parse(encoded), let key = stored["id"]?.string.flatMap(QuestionID.init),
             let topic = stored["topic"],
             let kind = topic["kind"]?.string.flatMap(TopicKind.init(rawValue:)),
             let choicesJSON = stored["choices"],
@@ -141,7 +143,6 @@ public final class QuestionContent: Sendable, Equatable {
                 ? Self.defaultChoices : choicesJSON.array?.compactMap(Choice.init(json:)),
             let def = stored["defaultChoice"]?.string
         else { return nil }
-        self.id = id
         self.key = key
         self.kind = kind
         self.choices = choices
@@ -154,11 +155,10 @@ public final class QuestionContent: Sendable, Equatable {
     }
 
     init(
-        key: QuestionID, id: String, kind: TopicKind, handles: [NormalizedHandle], actions: [String], choices: [Choice],
+        key: QuestionID, kind: TopicKind, handles: [NormalizedHandle], actions: [String], choices: [Choice],
         defaultChoice: String, expiration: Timestamp?, encoded: [UInt8]
     ) {
         self.key = key
-        self.id = id
         self.kind = kind
         self.handles = handles
         self.actions = actions
@@ -203,12 +203,9 @@ extension QuestionContent {
         }
 
         // The canonical form is written as it is validated: known fields only, in a fixed order.
-        // A UUID already in upper case is the canonical form as it stands (no new string).
-        var raw = rawID
-        let id = raw.withUTF8 { $0.contains { $0 >= UInt8(ascii: "a") } } ? key.description : rawID
         var out: [UInt8] = [UInt8(ascii: "{")]
         out.reserveCapacity(512)
-        out.appendJSONField("id", id)
+        out.appendJSONField("id", key)
         out.appendJSONKey("topic")
         out.append(UInt8(ascii: "{"))
         out.appendJSONField("kind", kind.rawValue)
@@ -370,7 +367,7 @@ extension QuestionContent {
         if let expiration { out.appendJSONField("expirationDate", expiration) }
         out.append(UInt8(ascii: "}"))
         return QuestionContent(
-            key: key, id: id, kind: kind, handles: handles, actions: kind == .communication ? actions : [], choices: choices,
+            key: key, kind: kind, handles: handles, actions: kind == .communication ? actions : [], choices: choices,
             defaultChoice: defaultChoice, expiration: expiration, encoded: out)
     }
 }

@@ -28,6 +28,11 @@ struct ByteWriter {
         bytes.append(bytes: b)
     }
 
+    mutating func data(_ b: UnsafeBufferPointer<UInt8>) {
+        int(Int64(b.count))
+        bytes.append(contentsOf: b)
+    }
+
     mutating func string(_ s: String) {
         int(Int64(s.utf8.count))
         bytes.append(utf8: s)

@@ -5,14 +5,12 @@ import RelayProtocol
 
 /// A question's status, attempt and outcome: what changes once it is asked.
 struct QuestionState: Equatable {
-    var id: String
     var key: QuestionID
     var status: QuestionStatus
     var attempt: Int64
     var outcome: Outcome?
 
-    init(key: QuestionID, id: String, status: QuestionStatus, attempt: Int64, outcome: Outcome?) {
-        self.id = id
+    init(key: QuestionID, status: QuestionStatus, attempt: Int64, outcome: Outcome?) {
         self.key = key
         self.status = status
         self.attempt = attempt
@@ -73,7 +71,7 @@ extension Change {
         case .question(let q): Self.write(question: q, into: &w)
         case .questionState(let s):
             w.int(4)
-            Self.writeState(id: s.id, s.status, s.attempt, s.outcome, into: &w)
+            Self.writeState(id: s.key, s.status, s.attempt, s.outcome, into: &w)
         case .forgetQuestion(let key):
             w.int(5)
             w.string(key.description)
@@ -105,13 +103,13 @@ extension Change {
         w.string(q.child)
         w.string(q.family)
         w.int(q.createdAt.milliseconds)
-        writeState(id: q.id, q.status, q.attempt, q.outcome, into: &w)
+        writeState(id: q.key, q.status, q.attempt, q.outcome, into: &w)
     }
 
     /// A question's status, attempt and outcome (what `QuestionState` holds).
     static func write(stateOf q: QuestionRecord, into w: inout ByteWriter) {
         w.int(4)
-        writeState(id: q.id, q.status, q.attempt, q.outcome, into: &w)
+        writeState(id: q.key, q.status, q.attempt, q.outcome, into: &w)
     }
 
     static func write(session s: SessionRecord, into w: inout ByteWriter) {
@@ -129,9 +127,9 @@ extension Change {
     }
 
     private static func writeState(
-        id: String, _ status: QuestionStatus, _ attempt: Int64, _ outcome: Outcome?, into w: inout ByteWriter
+        id: QuestionID, _ status: QuestionStatus, _ attempt: Int64, _ outcome: Outcome?, into w: inout ByteWriter
     ) {
-        w.string(id)
+        id.withCanonicalBytes { w.data($0) }
         w.string(status.rawValue)
         w.int(attempt)
         w.bool(outcome != nil)
@@ -149,7 +147,7 @@ extension Change {
         let attempt = try r.int()
         var outcome: Outcome?
         if try r.bool() { outcome = try Self.outcome(choice: try r.data(), guardian: try r.string(), answeredAt: try r.int()) }
-        return QuestionState(key: key, id: id, status: status, attempt: attempt, outcome: outcome)
+        return QuestionState(key: key, status: status, attempt: attempt, outcome: outcome)
     }
 
     /// An outcome as journaled: its choice encoded, its guardian, when in milliseconds.

@@ -121,7 +121,7 @@ extension JournaledChange {
             let status = QuestionStatus(rawValue: bytes.string(q.status)) ?? .pending  // checked when read
             guard let asked = q.asked else {
                 return .questionState(
-                    QuestionState(key: q.key, id: bytes.string(q.id), status: status, attempt: q.attempt, outcome: outcome))
+                    QuestionState(key: q.key, status: status, attempt: q.attempt, outcome: outcome))
             }
             guard let content = QuestionContent(encoded: Array(bytes[asked.content])) else {
                 throw JournalError(description: "a journal question cannot be read")

@@ -3,13 +3,18 @@ import XCTest
 
 /// `FlatRequest.read` against `JSON.parse` of the same frame.
 final class FlatRequestTests: XCTestCase {
+    private let uuid = QuestionID("6F9619FF-8B86-D011-B42D-00CF4FC964FF")!
+
     func testCommonFramesAreRead() {
         let cases: [(String, FlatRequest)] = [
             (
                 #"{"type":"answer","id":"6F9619FF-8B86-D011-B42D-00CF4FC964FF","questionId":"6F9619FF-8B86-D011-B42D-00CF4FC964FF","choice":"approve"}"#,
-                .answer(id: "6F9619FF-8B86-D011-B42D-00CF4FC964FF", questionID: "6F9619FF-8B86-D011-B42D-00CF4FC964FF", choice: "approve")
+                .answer(id: "6F9619FF-8B86-D011-B42D-00CF4FC964FF", question: uuid, choice: "approve")
             ),
-            (#"{"choice":"decline","type":"answer","questionId":"q","id":"r9"}"#, .answer(id: "r9", questionID: "q", choice: "decline")),
+            (
+                #"{"choice":"decline","type":"answer","questionId":"6f9619ff-8b86-d011-b42d-00cf4fc964ff","id":"r9"}"#,
+                .answer(id: "r9", question: uuid, choice: "decline")
+            ),
             (#"{"type":"ack","seq":0}"#, .ack(seq: 0)),
             (" { \"seq\" : 120 , \"type\" : \"ack\" , \"id\" : \"a1\" } \n", .ack(seq: 120)),
         ]
@@ -23,6 +28,8 @@ final class FlatRequestTests: XCTestCase {
             #"{"type":"ack","seq":-1}"#, #"{"type":"ack","seq":1.0}"#, #"{"type":"ack","seq":01}"#, #"{"type":"ack","seq":1e3}"#,
             #"{"type":"ack","seq":1234567890123456789}"#, #"{"type":"ack"}"#, #"{"type":"ack","seq":1,"seq":2}"#,
             #"{"type":"ack","seq":1,"choice":"x"}"#, #"{"type":"answer","id":"r","questionId":"q"}"#,
+            #"{"type":"answer","id":"r","questionId":"q","choice":"c"}"#,
+            #"{"type":"answer","id":"r","questionId":"6F9619FF-8B86-D011-B42D-00CF4FC964F","choice":"c"}"#,
             #"{"type":"answer","id":"r","questionId":"q\u0041","choice":"c"}"#, #"{"type":"ping","id":"p"}"#,
             #"{"type":"ack","seq":1}x"#, #"{"type":"ack","seq":1,}"#, #"["type","ack"]"#,
         ] {
@@ -43,10 +50,10 @@ final class FlatRequestTests: XCTestCase {
         let text = String(decoding: body, as: UTF8.self)
         let frame = try XCTUnwrap(try? JSON.parse(body), "read, but not JSON: \(text)")
         switch request {
-        case .answer(let id, let questionID, let choice):
+        case .answer(let id, let question, let choice):
             XCTAssertEqual(frame["type"]?.string, "answer", text)
             XCTAssertEqual(frame["id"]?.string, id, text)
-            XCTAssertEqual(frame["questionId"]?.string, questionID, text)
+            XCTAssertEqual(frame["questionId"]?.string.flatMap(QuestionID.init), question, text)
             XCTAssertEqual(frame["choice"]?.string, choice, text)
         case .ack(let seq):
             XCTAssertEqual(frame["type"]?.string, "ack", text)
@@ -61,7 +68,9 @@ final class FlatRequestTests: XCTestCase {
         if rng.next() % 2 == 0 {
             fields = [
                 .init("type", pick(["answer"], or: ["ack", 3], &rng)), .init("id", pick(["r1", "6F9619FF"], or: ["a\"b", 1], &rng)),
-                .init("questionId", pick(["6F9619FF-8B86-D011-B42D-00CF4FC964FF"], or: ["Zoë", .null], &rng)),
+                .init(
+                    "questionId",
+                    pick(["6F9619FF-8B86-D011-B42D-00CF4FC964FF", "6f9619ff-8b86-d011-b42d-00cf4fc964ff"], or: ["Zoë", .null, "q"], &rng)),
                 .init("choice", pick(["approve", "decline"], or: ["\t", true], &rng)),
             ]
         } else {

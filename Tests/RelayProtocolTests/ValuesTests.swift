@@ -94,6 +94,7 @@ final class ValuesTests: XCTestCase {
             let u = UUID().uuidString
             XCTAssertEqual(QuestionID(u.lowercased())?.description, u)
             XCTAssertEqual(QuestionID(u.lowercased()), QuestionID(u))
+            XCTAssertEqual(QuestionID(u.lowercased())?.withCanonicalBytes { Array($0) }, Array(u.utf8))
         }
         XCTAssertNotEqual(
             QuestionID("00000000-0000-0000-0000-000000000001"), QuestionID("00000000-0000-0001-0000-000000000000"),

@@ -22,7 +22,7 @@ final class SQLiteStoreTests: XCTestCase {
     private var path: String { dir.appendingPathComponent("relay.db").path }
 
     private func state(of q: QuestionRecord) -> QuestionState {
-        QuestionState(key: q.key, id: q.id, status: q.status, attempt: q.attempt, outcome: q.outcome)
+        QuestionState(key: q.key, status: q.status, attempt: q.attempt, outcome: q.outcome)
     }
 
     private func question(_ n: Int) throws -> QuestionRecord {
