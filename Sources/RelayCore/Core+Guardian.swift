@@ -100,7 +100,7 @@ extension RelayCore {
         }
         let handles = try r.handles("handles")
         if add {
-            learn(handles, child: child, until: nil, actions: [], now: r.now)
+            learn(handles, child: child, until: nil, actions: [String](), now: r.now)
         } else {
             var removed: [NormalizedHandle] = []
             for h in handles {
@@ -130,7 +130,9 @@ extension RelayCore {
     }
 
     /// Makes handles known for a child, permanently (`until` nil) or until an instant.
-    func learn(_ handles: [NormalizedHandle], child: Member, until: Timestamp?, actions: [String], now: Timestamp) {
+    func learn(
+        _ handles: [NormalizedHandle], child: Member, until: Timestamp?, actions: some Collection<String>, now: Timestamp
+    ) {
         var added: [NormalizedHandle] = []
         for h in handles {
             let before = child.known[h]

@@ -63,7 +63,7 @@ extension PlainReader {
         var fields = Fields(ordered: true)
         var key: QuestionID?
         var handles: [NormalizedHandle] = []
-        var actions: [String] = []
+        var actions = ActionList()
         var defaultChoice = Choice.decline.id
         var expiration: Timestamp?
         while let k = nextField(of: Self.questionFields, &fields) {
@@ -103,7 +103,7 @@ extension PlainReader {
     }
 
     /// A communication topic, after its `{` is written.
-    private mutating func topic(into out: inout [UInt8], _ handles: inout [NormalizedHandle], _ actions: inout [String])
+    private mutating func topic(into out: inout [UInt8], _ handles: inout [NormalizedHandle], _ actions: inout ActionList)
         -> Bool
     {
         guard take(UInt8(ascii: "{")) else { return false }
@@ -129,7 +129,6 @@ extension PlainReader {
                 guard take(UInt8(ascii: "[")) else { return false }
                 out.append(literal: #","actions":["#)
                 actionsOpen = true
-                actions.reserveCapacity(4)
                 var seen: UInt32 = 0
                 var n = 0
                 while nextElement(n) {
@@ -139,7 +138,7 @@ extension PlainReader {
                     if seen & (1 << k) == 0 {
                         if seen != 0 { out.append(UInt8(ascii: ",")) }
                         out.appendInOne(keyBytes: nil, a, quoted: true)
-                        actions.append(communicationActions[k])
+                        actions.append(place: k)
                         seen |= 1 << k
                     }
                     n += 1
@@ -150,7 +149,7 @@ extension PlainReader {
         if !actionsOpen { out.append(literal: #","actions":["#) }
         if actions.isEmpty {  // none, null or empty
             out.append(literal: #""communicate""#)
-            actions = ["communicate"]
+            actions = .communicate
         }
         out.append(literal: "]}")
         return true

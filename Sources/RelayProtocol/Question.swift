@@ -89,6 +89,43 @@ public let communicationActions: [String] = [
     "message", "audioCall", "videoCall", "call", "chat", "follow", "beFollowed", "friend", "connect", "communicate",
 ]
 
+/// Communication actions in the order asked, each kept as its place in
+/// `communicationActions`, four bits apiece: a list of strings cost every remembered
+/// question an allocation for what fits in a word. At most 15 (there are ten, each once).
+public struct ActionList: RandomAccessCollection, Equatable, Sendable {
+    /// The count in the low four bits, then one place per four bits.
+    private var packed: UInt64 = 0
+
+    public init() {}
+
+    /// What an absent or empty list of actions means.
+    public static let communicate = ActionList(["communicate"])!
+
+    /// The list of `names`; nil if one is not a communication action or there are too many.
+    public init?(_ names: some Sequence<String>) {
+        for name in names {
+            guard let k = communicationActions.firstIndex(of: name), count < 15 else { return nil }
+            append(place: k)
+        }
+    }
+
+    public var startIndex: Int { 0 }
+    public var endIndex: Int { Int(packed & 0xF) }
+    public subscript(i: Int) -> String { communicationActions[place(at: i)] }
+
+    /// Appends the action at `place` in `communicationActions`.
+    mutating func append(place: Int) {
+        precondition(count < 15 && place < 16)
+        packed |= UInt64(place) << (4 + 4 * UInt64(count))
+        packed += 1
+    }
+
+    private func place(at i: Int) -> Int {
+        precondition(i >= 0 && i < count)
+        return Int(packed >> (4 + 4 * UInt64(i)) & 0xF)
+    }
+}
+
 /// Limits on a question's content.
 public enum QuestionLimits {
     public static let maxPersons = 64
@@ -105,7 +142,7 @@ public final class QuestionContent: Sendable, Equatable {
     /// The normalized handles of a communication topic (empty otherwise).
     public let handles: [NormalizedHandle]
     /// The actions of a communication topic, as asked (empty otherwise).
-    public let actions: [String]
+    public let actions: ActionList
     public let choices: [Choice]
     public let defaultChoice: String
     public let expiration: Timestamp?
@@ -150,12 +187,12 @@ public final class QuestionContent: Sendable, Equatable {
         self.expiration = stored["expirationDate"]?.string.flatMap(Timestamp.init(rfc3339:))
         self.handles =
             topic["personInformation"]?.array?.compactMap { $0["handle"].flatMap(NormalizedHandle.init(json:)) } ?? []
-        self.actions = topic["actions"]?.array?.compactMap(\.string) ?? []
+        self.actions = ActionList(topic["actions"]?.array?.compactMap(\.string) ?? []) ?? ActionList()
         self.encoded = encoded
     }
 
     init(
-        key: QuestionID, kind: TopicKind, handles: [NormalizedHandle], actions: [String], choices: [Choice],
+        key: QuestionID, kind: TopicKind, handles: [NormalizedHandle], actions: ActionList, choices: [Choice],
         defaultChoice: String, expiration: Timestamp?, encoded: [UInt8]
     ) {
         self.key = key
@@ -367,7 +404,8 @@ extension QuestionContent {
         if let expiration { out.appendJSONField("expirationDate", expiration) }
         out.append(UInt8(ascii: "}"))
         return QuestionContent(
-            key: key, kind: kind, handles: handles, actions: kind == .communication ? actions : [], choices: choices,
+            key: key, kind: kind, handles: handles, actions: kind == .communication ? ActionList(actions) ?? ActionList() : ActionList(),
+            choices: choices,
             defaultChoice: defaultChoice, expiration: expiration, encoded: out)
     }
 }

@@ -32,6 +32,26 @@ final class QuestionTests: XCTestCase {
             XCTAssertEqual(read.choices, content.choices)
             XCTAssertEqual(read.expiration, content.expiration)
         }
+        let first = try QuestionContent.validate(XCTUnwrap(JSON.parse(Self.asked[0]).object), now: now)
+        XCTAssertEqual(Array(first.actions), ["message", "audioCall"], "as asked, once each")
+        let none = try QuestionContent.validate(XCTUnwrap(JSON.parse(Self.asked[2]).object), now: now)
+        XCTAssertEqual(Array(none.actions), ["communicate"])
+    }
+
+    /// A list of actions keeps any of them, in the order given, and nothing else.
+    func testActionListKeepsTheActionsInOrder() {
+        var rng = SplitMix(seed: 5)
+        for _ in 0..<500 {
+            let names = (0..<Int(rng.next() % 16)).map { _ in communicationActions[Int(rng.next() % 10)] }
+            let list = ActionList(names)
+            XCTAssertEqual(list.map(Array.init), names.count <= 15 ? names : nil, "\(names)")
+        }
+        XCTAssertEqual(ActionList(["message", "chat"]).map(Array.init), ["message", "chat"])
+        XCTAssertEqual(ActionList(["chat", "message"]).map(Array.init), ["chat", "message"])
+        XCTAssertNotEqual(ActionList(["chat", "message"]), ActionList(["message", "chat"]))
+        XCTAssertNil(ActionList(["message", "dance"]))
+        XCTAssertNil(ActionList(Array(repeating: "chat", count: 16)))
+        XCTAssertEqual(Array(ActionList.communicate), ["communicate"])
     }
 
     func testChoiceBytesAgreeWithItsJSON() {
