@@ -131,7 +131,8 @@ extension RelayCore {
 
     /// Makes handles known for a child, permanently (`until` nil) or until an instant.
     func learn(
-        _ handles: [NormalizedHandle], child: Member, until: Timestamp?, actions: some Collection<String>, now: Timestamp
+        _ handles: some Collection<NormalizedHandle>, child: Member, until: Timestamp?, actions: some Collection<String>,
+        now: Timestamp
     ) {
         var added: [NormalizedHandle] = []
         for h in handles {

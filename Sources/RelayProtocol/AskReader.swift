@@ -62,7 +62,7 @@ extension PlainReader {
         out.reserveCapacity(buf.count + 256)  // the defaults it may add fit
         var fields = Fields(ordered: true)
         var key: QuestionID?
-        var handles: [NormalizedHandle] = []
+        var handles = HandleList()
         var actions = ActionList()
         var defaultChoice = Choice.decline.id
         var expiration: Timestamp?
@@ -103,7 +103,7 @@ extension PlainReader {
     }
 
     /// A communication topic, after its `{` is written.
-    private mutating func topic(into out: inout [UInt8], _ handles: inout [NormalizedHandle], _ actions: inout ActionList)
+    private mutating func topic(into out: inout [UInt8], _ handles: inout HandleList, _ actions: inout ActionList)
         -> Bool
     {
         guard take(UInt8(ascii: "{")) else { return false }
@@ -156,7 +156,7 @@ extension PlainReader {
     }
 
     /// One of `personInformation`.
-    private mutating func person(_ n: Int, into out: inout [UInt8], _ handles: inout [NormalizedHandle]) -> Bool {
+    private mutating func person(_ n: Int, into out: inout [UInt8], _ handles: inout HandleList) -> Bool {
         guard take(UInt8(ascii: "{")) else { return false }
         if n > 0 { out.append(UInt8(ascii: ",")) }
         out.append(UInt8(ascii: "{"))

@@ -126,6 +126,53 @@ public struct ActionList: RandomAccessCollection, Equatable, Sendable {
     }
 }
 
+/// A question's handles. Nearly every question names one person, whose handle is kept in
+/// place: an array of one cost every remembered question an allocation.
+public enum HandleList: RandomAccessCollection, Equatable, Sendable {
+    case none
+    case one(NormalizedHandle)
+    case many([NormalizedHandle])
+
+    public init() { self = .none }
+
+    public init(_ handles: [NormalizedHandle]) {
+        switch handles.count {
+        case 0: self = .none
+        case 1: self = .one(handles[0])
+        default: self = .many(handles)
+        }
+    }
+
+    public mutating func append(_ h: NormalizedHandle) {
+        switch self {
+        case .none: self = .one(h)
+        case .one(let first): self = .many([first, h])
+        case .many(var list):
+            self = .none  // so that `list` is the array's only holder
+            list.append(h)
+            self = .many(list)
+        }
+    }
+
+    public var startIndex: Int { 0 }
+
+    public var endIndex: Int {
+        switch self {
+        case .none: 0
+        case .one: 1
+        case .many(let list): list.count
+        }
+    }
+
+    public subscript(i: Int) -> NormalizedHandle {
+        switch self {
+        case .one(let h) where i == 0: h
+        case .many(let list): list[i]
+        default: preconditionFailure("handle \(i) of \(count)")
+        }
+    }
+}
+
 /// Limits on a question's content.
 public enum QuestionLimits {
     public static let maxPersons = 64
@@ -140,7 +187,7 @@ public final class QuestionContent: Sendable, Equatable {
     public let key: QuestionID
     public let kind: TopicKind
     /// The normalized handles of a communication topic (empty otherwise).
-    public let handles: [NormalizedHandle]
+    public let handles: HandleList
     /// The actions of a communication topic, as asked (empty otherwise).
     public let actions: ActionList
     public let choices: [Choice]
@@ -185,14 +232,14 @@ public final class QuestionContent: Sendable, Equatable {
         self.choices = choices
         self.defaultChoice = def
         self.expiration = stored["expirationDate"]?.string.flatMap(Timestamp.init(rfc3339:))
-        self.handles =
-            topic["personInformation"]?.array?.compactMap { $0["handle"].flatMap(NormalizedHandle.init(json:)) } ?? []
+        self.handles = HandleList(
+            topic["personInformation"]?.array?.compactMap { $0["handle"].flatMap(NormalizedHandle.init(json:)) } ?? [])
         self.actions = ActionList(topic["actions"]?.array?.compactMap(\.string) ?? []) ?? ActionList()
         self.encoded = encoded
     }
 
     init(
-        key: QuestionID, kind: TopicKind, handles: [NormalizedHandle], actions: ActionList, choices: [Choice],
+        key: QuestionID, kind: TopicKind, handles: HandleList, actions: ActionList, choices: [Choice],
         defaultChoice: String, expiration: Timestamp?, encoded: [UInt8]
     ) {
         self.key = key
@@ -404,7 +451,7 @@ extension QuestionContent {
         if let expiration { out.appendJSONField("expirationDate", expiration) }
         out.append(UInt8(ascii: "}"))
         return QuestionContent(
-            key: key, kind: kind, handles: handles, actions: kind == .communication ? ActionList(actions) ?? ActionList() : ActionList(),
+            key: key, kind: kind, handles: HandleList(handles), actions: kind == .communication ? ActionList(actions) ?? ActionList() : ActionList(),
             choices: choices,
             defaultChoice: defaultChoice, expiration: expiration, encoded: out)
     }

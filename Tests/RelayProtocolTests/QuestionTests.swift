@@ -38,6 +38,22 @@ final class QuestionTests: XCTestCase {
         XCTAssertEqual(Array(none.actions), ["communicate"])
     }
 
+    /// A list of handles built one by one holds what an array of them holds.
+    func testHandleListHoldsItsHandlesInOrder() {
+        var list = HandleList()
+        var array: [NormalizedHandle] = []
+        for n in 0..<5 {
+            XCTAssertEqual(Array(list), array)
+            XCTAssertEqual(list, HandleList(array))
+            let h = NormalizedHandle(kind: .custom, value: "kim#\(n)")
+            list.append(h)
+            array.append(h)
+        }
+        XCTAssertEqual(list.count, 5)
+        XCTAssertEqual(list[3].value, "kim#3")
+        XCTAssertNotEqual(HandleList(Array(array.reversed())), list)
+    }
+
     /// A list of actions keeps any of them, in the order given, and nothing else.
     func testActionListKeepsTheActionsInOrder() {
         var rng = SplitMix(seed: 5)
