@@ -294,7 +294,7 @@ extension QuestionContent {
         out.append(UInt8(ascii: "{"))
         out.appendJSONField("kind", kind.rawValue)
         var handles: [NormalizedHandle] = []
-        var actions: [String] = []
+        var actions = ActionList()
         switch kind {
         case .communication:
             guard let persons = topicObj["personInformation"]?.array else {
@@ -354,14 +354,14 @@ extension QuestionContent {
             case nil, .null?: break
             case .array(let list)?:
                 for a in list {
-                    guard let name = a.string, communicationActions.contains(name) else {
+                    guard let name = a.string, let place = communicationActions.firstIndex(of: name) else {
                         throw invalid("topic.actions: \(a.text) is not one of \(communicationActions.sorted().joined(separator: ", "))")
                     }
-                    if !actions.contains(name) { actions.append(name) }
+                    if !actions.contains(name) { actions.append(place: place) }
                 }
             default: throw invalid("topic.actions must be an array of action names")
             }
-            if actions.isEmpty { actions = ["communicate"] }
+            if actions.isEmpty { actions = .communicate }
             out.appendJSONKey("actions")
             out.append(UInt8(ascii: "["))
             for (k, a) in actions.enumerated() {
@@ -451,8 +451,7 @@ extension QuestionContent {
         if let expiration { out.appendJSONField("expirationDate", expiration) }
         out.append(UInt8(ascii: "}"))
         return QuestionContent(
-            key: key, kind: kind, handles: HandleList(handles), actions: kind == .communication ? ActionList(actions) ?? ActionList() : ActionList(),
-            choices: choices,
-            defaultChoice: defaultChoice, expiration: expiration, encoded: out)
+            key: key, kind: kind, handles: HandleList(handles), actions: actions, choices: choices, defaultChoice: defaultChoice,
+            expiration: expiration, encoded: out)
     }
 }
