@@ -70,17 +70,19 @@ struct Point {
 
 struct Figures {
     var result: LoadResult
-    var serverCPUSeconds: Double
+    var serverCPU: ProcessCPU
     var serverRSSBytes: Int
     var cyclesPerSecond: Double { Double(result.cycles) / result.seconds }
     var sorted: [Double] { result.latenciesMicros.sorted() }
-    var cpuPerCycleMicros: Double { result.cycles == 0 ? .nan : serverCPUSeconds / Double(result.cycles) * 1e6 }
+    var cpuPerCycleMicros: Double { result.cycles == 0 ? .nan : serverCPU.total / Double(result.cycles) * 1e6 }
     var generatorPerCycleMicros: Double { result.cycles == 0 ? .nan : result.generatorCPUSeconds / Double(result.cycles) * 1e6 }
 }
 
 /// A run's figures as plain numbers, or the medians of several runs' figures.
 struct Summary {
     var cyclesPerSecond, p50, p90, p99, max, serverCPUPerCycle, generatorCPUPerCycle: Double
+    /// The part of the server's CPU time spent in the kernel, 0 to 1.
+    var serverSystemShare: Double
     var serverRSSBytes: Int
     var errors, lost, cycles: Int
 
@@ -90,6 +92,7 @@ struct Summary {
         cyclesPerSecond = f.cyclesPerSecond
         (p50, p90, p99, max) = (at(0.5), at(0.9), at(0.99), s.last ?? .nan)
         serverCPUPerCycle = f.cpuPerCycleMicros
+        serverSystemShare = f.serverCPU.total > 0 ? f.serverCPU.system / f.serverCPU.total : .nan
         generatorCPUPerCycle = f.generatorPerCycleMicros
         serverRSSBytes = f.serverRSSBytes
         (errors, lost, cycles) = (f.result.errors, f.result.lost, f.result.cycles)
@@ -104,6 +107,7 @@ struct Summary {
         p99 = median(runs.map(\.p99))
         max = median(runs.map(\.max))
         serverCPUPerCycle = median(runs.map(\.serverCPUPerCycle))
+        serverSystemShare = median(runs.map(\.serverSystemShare))
         generatorCPUPerCycle = median(runs.map(\.generatorCPUPerCycle))
         serverRSSBytes = Int(median(runs.map { Double($0.serverRSSBytes) }))
         (errors, lost, cycles) = runs.reduce((0, 0, 0)) { ($0.0 + $1.errors, $0.1 + $1.lost, $0.2 + $1.cycles) }
@@ -182,14 +186,29 @@ func startServer(_ executable: String, _ args: [String], readyWord: String) thro
     return p
 }
 
-/// utime + stime of a process, in seconds (from /proc).
-func cpuSeconds(pid: Int32) -> Double {
-    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-        let close = stat.lastIndex(of: ")")
-    else { return 0 }
-    let fields = stat[stat.index(after: close)...].split(separator: " ")
-    let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
-    return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / ticks
+/// A process's CPU time in seconds, in user space and in the kernel.
+struct ProcessCPU {
+    var user = 0.0
+    var system = 0.0
+    var total: Double { user + system }
+
+    /// Its utime and stime, all threads (from /proc); zero if it cannot be read.
+    init(pid: Int32) {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        user = (Double(fields[11]) ?? 0) / ticks
+        system = (Double(fields[12]) ?? 0) / ticks
+    }
+
+    init(user: Double, system: Double) {
+        self.user = user
+        self.system = system
+    }
+
+    static func - (a: ProcessCPU, b: ProcessCPU) -> ProcessCPU { ProcessCPU(user: a.user - b.user, system: a.system - b.system) }
 }
 
 func rssBytes(pid: Int32) -> Int {
@@ -205,14 +224,15 @@ func measure(_ point: Point, socket: String, pid: Int32?, baseline: Bool, a: Arg
         avatarBytes: try a.int("--avatar-bytes", default: 0), baseline: baseline)
     try gen.connect()
     let pid = pid ?? gen.serverPID  // a running relay (--socket) is found by its socket's peer credentials
-    var cpuStart = 0.0
+    var cpuStart = ProcessCPU(user: 0, system: 0)
     var result = gen.run(duration: try a.double("--duration", default: 5), warmup: try a.double("--warmup", default: 1)) {
-        cpuStart = pid.map(cpuSeconds) ?? 0
+        if let pid { cpuStart = ProcessCPU(pid: pid) }
     }
-    let cpu = pid.map { cpuSeconds(pid: $0) - cpuStart } ?? .nan  // unknown, not zero, when no server process is found
+    // Unknown, not zero, when no server process is found.
+    let cpu = pid.map { ProcessCPU(pid: $0) - cpuStart } ?? ProcessCPU(user: .nan, system: .nan)
     let rss = pid.map(rssBytes) ?? 0
     result.lost = gen.drain(timeout: 10)
-    return Figures(result: result, serverCPUSeconds: cpu, serverRSSBytes: rss)
+    return Figures(result: result, serverCPU: cpu, serverRSSBytes: rss)
 }
 
 func runPoint(_ point: Point, _ a: Arguments) throws -> (relay: Figures, baseline: Figures?) {
@@ -257,6 +277,7 @@ func report(_ point: Point, _ r: Summary, _ b: Summary?, ratio: Double?, runs: I
             o[name] = .object([
                 "cyclesPerSecond": .double(f.cyclesPerSecond), "p50Micros": .double(f.p50), "p90Micros": .double(f.p90),
                 "p99Micros": .double(f.p99), "maxMicros": .double(f.max), "serverCPUMicrosPerCycle": .double(f.serverCPUPerCycle),
+                "serverSystemShare": .double(f.serverSystemShare),
                 "generatorCPUMicrosPerCycle": .double(f.generatorCPUPerCycle), "serverRSSBytes": .int(Int64(f.serverRSSBytes)),
                 "errors": .int(Int64(f.errors)), "lost": .int(Int64(f.lost)), "cycles": .int(Int64(f.cycles)),
             ])
@@ -268,7 +289,8 @@ func report(_ point: Point, _ r: Summary, _ b: Summary?, ratio: Double?, runs: I
     func row(_ name: String, _ f: Summary) -> String {
         [
             name, fmt(f.cyclesPerSecond), fmt(f.p50), fmt(f.p90), fmt(f.p99), fmt(f.max),
-            fmt(f.serverCPUPerCycle, 1), fmt(f.generatorCPUPerCycle, 1), fmt(Double(f.serverRSSBytes) / 1_048_576, 1),
+            fmt(f.serverCPUPerCycle, 1), fmt(f.serverSystemShare * 100), fmt(f.generatorCPUPerCycle, 1),
+            fmt(Double(f.serverRSSBytes) / 1_048_576, 1),
             "\(f.errors)/\(f.lost)",
         ].enumerated().map { i, s in
             i == 0 ? s.padding(toLength: 10, withPad: " ", startingAt: 0) : String(repeating: " ", count: max(0, 10 - s.count)) + s
@@ -277,7 +299,7 @@ func report(_ point: Point, _ r: Summary, _ b: Summary?, ratio: Double?, runs: I
     printOut("\n\(point.heading)\(runs > 1 ? ", medians of \(runs) runs" : "")")
     printOut(
         "          "
-            + ["cycles/s", "p50 µs", "p90 µs", "p99 µs", "max µs", "cpu µs", "gen µs", "RSS MB", "err/lost"]
+            + ["cycles/s", "p50 µs", "p90 µs", "p99 µs", "max µs", "cpu µs", "sys %", "gen µs", "RSS MB", "err/lost"]
             .map { String(repeating: " ", count: max(0, 10 - $0.count)) + $0 }.joined())
     printOut(row("relay", r))
     if let b, let ratio {

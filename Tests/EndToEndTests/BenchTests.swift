@@ -18,6 +18,9 @@ final class BenchTests: XCTestCase {
             XCTAssertEqual(line[side]?["errors"]?.int, 0, side)
             XCTAssertEqual(line[side]?["lost"]?.int, 0, "\(side): every question answered, every response matched")
             XCTAssertNotNil(line[side]?["p99Micros"]?.number, side)
+            // Every frame is a system call or two on each side, so some of the CPU time is the kernel's.
+            let share = line[side]?["serverSystemShare"]?.number ?? -1
+            XCTAssertTrue(share > 0 && share <= 1, "\(side): system share \(share)")
         }
         XCTAssertNotNil(line["ratio"]?.number)
         return line
