@@ -80,30 +80,31 @@ public struct QuestionID: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// Writes the canonical form into the first 36 bytes of `out`, eight digits at a time.
+    /// Writes the canonical form into the first 36 bytes of `out`: the 32 digits made
+    /// eight at a time, then copied out in runs between the dashes.
     @usableFromInline func write(into out: UnsafeMutableBufferPointer<UInt8>) {
         precondition(out.count >= 36)
-        let p = UnsafeMutableRawPointer(out.baseAddress!)
-        let dash = UInt8(ascii: "-")
-        let a = Self.hexDigits(UInt32(truncatingIfNeeded: high >> 32))
-        let b = Self.hexDigits(UInt32(truncatingIfNeeded: high))
-        let c = Self.hexDigits(UInt32(truncatingIfNeeded: low >> 32))
-        let d = Self.hexDigits(UInt32(truncatingIfNeeded: low))
-        p.storeBytes(of: a, toByteOffset: 0, as: UInt64.self)
-        p.storeBytes(of: dash, toByteOffset: 8, as: UInt8.self)
-        p.storeBytes(of: UInt32(truncatingIfNeeded: b), toByteOffset: 9, as: UInt32.self)
-        p.storeBytes(of: dash, toByteOffset: 13, as: UInt8.self)
-        p.storeBytes(of: UInt32(truncatingIfNeeded: b >> 32), toByteOffset: 14, as: UInt32.self)
-        p.storeBytes(of: dash, toByteOffset: 18, as: UInt8.self)
-        p.storeBytes(of: UInt32(truncatingIfNeeded: c), toByteOffset: 19, as: UInt32.self)
-        p.storeBytes(of: dash, toByteOffset: 23, as: UInt8.self)
-        p.storeBytes(of: UInt32(truncatingIfNeeded: c >> 32), toByteOffset: 24, as: UInt32.self)
-        p.storeBytes(of: d, toByteOffset: 28, as: UInt64.self)
+        let words = (
+            Self.hexDigits(UInt32(truncatingIfNeeded: high >> 32)), Self.hexDigits(UInt32(truncatingIfNeeded: high)),
+            Self.hexDigits(UInt32(truncatingIfNeeded: low >> 32)), Self.hexDigits(UInt32(truncatingIfNeeded: low))
+        )
+        withUnsafeBytes(of: words) { digits in
+            let to = UnsafeMutableRawPointer(out.baseAddress!)
+            var at = 0
+            for (start, end) in [(0, 8), (8, 12), (12, 16), (16, 20), (20, 32)] {
+                if start > 0 {
+                    to.storeBytes(of: UInt8(ascii: "-"), toByteOffset: at, as: UInt8.self)
+                    at += 1
+                }
+                to.advanced(by: at).copyMemory(from: digits.baseAddress! + start, byteCount: end - start)
+                at += end - start
+            }
+        }
     }
 
-    /// `x`'s eight upper-case hex digits as the bytes of a word, first digit in its lowest
-    /// byte (as it is stored on a little-endian machine): each nibble spread into a byte of
-    /// its own, then made a digit or a letter, all eight at once.
+    /// `x`'s eight upper-case hex digits as a word whose bytes in memory are the digits in
+    /// order: each nibble spread into a byte of its own, then made a digit or a letter, all
+    /// eight at once.
     @usableFromInline static func hexDigits(_ x: UInt32) -> UInt64 {
         var v = UInt64(x)
         v = (v | v << 16) & 0x0000_FFFF_0000_FFFF

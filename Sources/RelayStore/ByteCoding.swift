@@ -23,10 +23,7 @@ struct ByteWriter {
 
     mutating func bool(_ b: Bool) { bytes.append(b ? 1 : 0) }
 
-    mutating func data(_ b: [UInt8]) {
-        int(Int64(b.count))
-        bytes.append(bytes: b)
-    }
+    mutating func data(_ b: [UInt8]) { b.withUnsafeBufferPointer { data($0) } }
 
     mutating func data(_ b: UnsafeBufferPointer<UInt8>) {
         int(Int64(b.count))
