@@ -38,6 +38,12 @@ let usage = """
       --json                     One JSON object per grid point
       --svg FILE                 Also draw the latency distributions of every run
 
+    COLUMNS: cycles/s completed in the measured time; cycle latency (ask sent → response
+    received) at p50, p90, p99 and its max, in µs; cpu µs: the server's CPU time (user +
+    system, all threads) per cycle; sys %: the part of it spent in the kernel; gen µs: the
+    load generator's CPU per cycle; RSS MB: the server's resident memory at the end;
+    err/lost: failed cycles and questions never answered (both must be 0).
+
     idle: relay memory per idle authenticated session (RSS growth over N sessions, default 10000).
     startup: time until a relay listens over a store prefilled with N retained events
     (default 1000000) and N pending questions (default 100000).
