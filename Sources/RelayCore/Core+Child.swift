@@ -101,12 +101,13 @@ extension RelayCore {
             forgetOldQuestions(of: child)
         }
         child.pendingQuestions = pendingNow + 1
-        store.saveQuestion(record)
         if let e = content.expiration { questionDeadlines.push((e, record.key)) }
         appendEvent(to: guardians, topic: nil, type: "question", capacity: content.encoded.count + 240, now: r.now) { out in
             out.appendJSONKey("question")
             appendQuestion(record, to: &out)
         }
+        // After its event: the store keeps the content once, in the event (`saveQuestion`).
+        store.saveQuestion(record)
         let allKnown = content.kind == .communication && content.handles.allSatisfy { child.isKnown($0, at: r.now) }
         return .frame(
             okFrame(re: r.id, capacity: 160) { ok in

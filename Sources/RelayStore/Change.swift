@@ -1,6 +1,7 @@
 // One recorded change to the relay's state, its compact binary form for the journal,
 // and how a list of changes folds into a snapshot (what the journal adds at load).
 
+import Glibc
 import RelayProtocol
 
 /// A question's status, attempt and outcome: what changes once it is asked.
@@ -97,9 +98,20 @@ extension Change {
         }
     }
 
-    static func write(question q: QuestionRecord, into w: inout ByteWriter) {
-        w.int(3)
-        w.data(q.content.encoded)
+    /// A question, with its content (`3`) or, when the event in `frame` (a range of the
+    /// bytes written so far in the same record) holds a copy of the content but for its
+    /// closing brace, with where that copy is (`11`): the question event that goes out with
+    /// every question asked repeats the content, and the journal need not hold it twice.
+    static func write(question q: QuestionRecord, contentIn frame: Range<Int>? = nil, into w: inout ByteWriter) {
+        let content = q.content.encoded
+        if let frame, let copy = copy(of: content.dropLast(), in: w.bytes, frame) {
+            w.int(11)
+            w.int(Int64(w.bytes.count - copy))  // back from here to the copy
+            w.int(Int64(content.count - 1))
+        } else {
+            w.int(3)
+            w.data(content)
+        }
         w.string(q.child)
         w.string(q.family)
         w.int(q.createdAt.milliseconds)
@@ -124,6 +136,33 @@ extension Change {
         w.int(10)
         w.string(e.member)
         EventBatch.write(e, into: &w)
+    }
+
+    /// Where `content` stands in `bytes[frame]` as an event about its question puts it: right
+    /// after the first `"question":`, which comes after the event's type and seq.
+    private static func copy(of content: ArraySlice<UInt8>, in bytes: [UInt8], _ frame: Range<Int>) -> Int? {
+        let key: StaticString = #""question":"#
+        let keyBytes = UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount)
+        return bytes.withUnsafeBufferPointer { b -> Int? in
+            var at = frame.lowerBound
+            let lastKeyStart = min(frame.lowerBound + 64, frame.upperBound - keyBytes.count)
+            while at <= lastKeyStart && !b[at..<(at + keyBytes.count)].elementsEqual(keyBytes) { at += 1 }
+            let start = at + keyBytes.count
+            guard at <= lastKeyStart, content.count <= frame.upperBound - start else { return nil }
+            let same = content.withUnsafeBufferPointer { c in memcmp(b.baseAddress! + start, c.baseAddress!, c.count) == 0 }
+            return same ? start : nil
+        }
+    }
+
+    /// Where the content of a question journaled as `11` lies, read after its tag; the copy
+    /// must lie before it (in the same record: checksummed, written by `write(question:)`).
+    static func contentCopy(from r: inout ByteReader) throws -> Range<Int> {
+        let here = r.i
+        let back = Int(try r.int()), count = Int(try r.int())
+        guard back > 0, back <= here, count >= 0, count <= back else {
+            throw JournalError(description: "a journal question refers to content it does not hold")
+        }
+        return (here - back)..<(here - back + count)
     }
 
     private static func writeState(
@@ -169,8 +208,9 @@ extension Change {
                 MemberRecord(
                     id: try r.string(), family: try r.string(), role: try r.raw(Role.self), tokenHash: try r.data(),
                     removed: try r.bool(), limitsEnabled: try r.bool()))
-        case 3:
-            guard let content = QuestionContent(encoded: try r.data()) else {
+        case 3, 11:
+            let encoded = tag == 3 ? try r.data() : r.bytes[try contentCopy(from: &r)] + [UInt8(ascii: "}")]
+            guard let content = QuestionContent(encoded: encoded) else {
                 throw JournalError(description: "a journal question cannot be read")
             }
             let child = try r.string(), family = try r.string(), createdAt = Timestamp(milliseconds: try r.int())

@@ -11,7 +11,10 @@ import RelayProtocol
 struct QuestionRow {
     /// The parts only a whole question has: where its content, child and family lie.
     struct Asked {
+        /// The content's bytes; without its closing brace when `isOpen` (written as a copy
+        /// inside an event, `Change.write(question:contentIn:into:)`).
         var content: Range<Int>
+        var isOpen = false
         var child: Range<Int>
         var family: Range<Int>
         var createdAt: Int64
@@ -66,8 +69,10 @@ extension JournaledChange {
     static func read(from r: inout ByteReader) throws -> JournaledChange {
         let start = r.i
         switch try r.int() {
-        case 3:
-            let asked = QuestionRow.Asked(content: try r.range(), child: try r.range(), family: try r.range(), createdAt: try r.int())
+        case let tag where tag == 3 || tag == 11:
+            let content = tag == 3 ? try r.range() : try Change.contentCopy(from: &r)
+            var asked = QuestionRow.Asked(content: content, child: try r.range(), family: try r.range(), createdAt: try r.int())
+            asked.isOpen = tag == 11
             var row = try readState(from: &r)
             row.asked = asked
             return .question(row)
@@ -123,7 +128,8 @@ extension JournaledChange {
                 return .questionState(
                     QuestionState(key: q.key, status: status, attempt: q.attempt, outcome: outcome))
             }
-            guard let content = QuestionContent(encoded: Array(bytes[asked.content])) else {
+            let encoded = asked.isOpen ? bytes[asked.content] + [UInt8(ascii: "}")] : Array(bytes[asked.content])
+            guard let content = QuestionContent(encoded: encoded) else {
                 throw JournalError(description: "a journal question cannot be read")
             }
             return .question(

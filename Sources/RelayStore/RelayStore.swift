@@ -11,6 +11,8 @@ public protocol RelayStore: AnyObject {
 
     func saveFamily(_ id: String)
     func saveMember(_ member: MemberRecord)
+    /// Stores a question, whole. Saved right after the event that announces it, its content
+    /// may be kept once, as the copy in that event.
     func saveQuestion(_ question: QuestionRecord)
     /// Stores a question's status, attempt and outcome (its content is unchanged).
     func saveQuestionState(_ question: QuestionRecord)

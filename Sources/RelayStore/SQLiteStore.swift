@@ -34,6 +34,9 @@ public final class SQLiteStore: RelayStore {
     private var turn = ByteWriter(bytes: Array(repeating: 0, count: JournalFile.recordHeaderBytes))
     /// How many changes `turn` holds.
     private var turnCount = 0
+    /// Where in `turn` the frame of the event recorded last lies: a question recorded after
+    /// it refers to the copy of its content there instead of holding it again.
+    private var lastEventFrame: Range<Int>?
     /// Journaled in the current generation, not yet handed to the writer.
     var backlog = Batch(generation: 1)
     /// Handed to the writer and not yet reported written.
@@ -169,7 +172,9 @@ public final class SQLiteStore: RelayStore {
 
     public func saveFamily(_ id: String) { record(.family(id)) }
     public func saveMember(_ member: MemberRecord) { record(.member(member)) }
-    public func saveQuestion(_ question: QuestionRecord) { record { Change.write(question: question, into: &$0) } }
+    public func saveQuestion(_ question: QuestionRecord) {
+        record { Change.write(question: question, contentIn: lastEventFrame, into: &$0) }
+    }
     public func saveQuestionState(_ question: QuestionRecord) { record { Change.write(stateOf: question, into: &$0) } }
     public func deleteQuestion(_ key: QuestionID) { record(.forgetQuestion(key)) }
     public func saveKnownHandle(_ known: KnownHandleRecord) { record(.known(known)) }
@@ -182,7 +187,10 @@ public final class SQLiteStore: RelayStore {
         writer.board.forget(member: member)
         record(.dropSessions(member))
     }
-    public func appendEvent(_ event: EventRecord) { record { Change.write(event: event, into: &$0) } }
+    public func appendEvent(_ event: EventRecord) {
+        record { Change.write(event: event, into: &$0) }
+        lastEventFrame = (turn.bytes.count - event.frame.count)..<turn.bytes.count  // the frame is written last
+    }
 
     private func record(_ change: Change) { record { change.write(into: &$0) } }
 
@@ -224,6 +232,7 @@ public final class SQLiteStore: RelayStore {
             turn.bytes.removeSubrange(JournalFile.recordHeaderBytes...)
         }
         turnCount = 0
+        lastEventFrame = nil
     }
 
     /// Hands the backlog to the writer and starts the next generation in the other journal.

@@ -52,6 +52,8 @@ final class TableWriter: @unchecked Sendable {
     private var posted = PostedCursors()
     /// Where an outcome or a row of events is put together, kept from one to the next.
     private var scratch: [UInt8] = []
+    /// Where a question's content is closed when the journal holds it open (`withContent`).
+    private var contentScratch: [UInt8] = []
 
     init(db: SQLiteDatabase, sync: SyncMode) {
         self.db = db
@@ -194,13 +196,27 @@ final class TableWriter: @unchecked Sendable {
                 return
             }
             let key = newOrStoredKey(&questionKeys[q.key, default: 0])  // one hash, whichever it is
-            try db.run(
-                "INSERT OR REPLACE INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)",
-                [
-                    .int(key), .textAt(bytes.raw(q.id)), .textAt(bytes.raw(asked.child)), .textAt(bytes.raw(asked.family)),
-                    .textAt(bytes.raw(q.status)), .int(q.attempt), .int(asked.createdAt), .textAt(bytes.raw(asked.content)), outcome,
-                ])
+            try withContent(of: asked, in: bytes) { content in
+                try db.run(
+                    "INSERT OR REPLACE INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)",
+                    [
+                        .int(key), .textAt(bytes.raw(q.id)), .textAt(bytes.raw(asked.child)), .textAt(bytes.raw(asked.family)),
+                        .textAt(bytes.raw(q.status)), .int(q.attempt), .int(asked.createdAt), .textAt(content), outcome,
+                    ])
+            }
         }
+    }
+
+    /// Runs `body` with a question's content: in place, or closed in `contentScratch` when
+    /// the journal holds it as a copy without its closing brace.
+    private func withContent(
+        of asked: QuestionRow.Asked, in bytes: UnsafeBufferPointer<UInt8>, _ body: (UnsafeRawBufferPointer) throws -> Void
+    ) throws {
+        guard asked.isOpen else { return try body(bytes.raw(asked.content)) }
+        contentScratch.removeAll(keepingCapacity: true)
+        contentScratch.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[asked.content]))
+        contentScratch.append(UInt8(ascii: "}"))
+        try contentScratch.withUnsafeBytes(body)
     }
 
     /// A question's row key: `stored`, or the next one (written into `stored`) when it is 0.

@@ -92,6 +92,61 @@ final class SQLiteStoreTests: XCTestCase {
             try after.events(member: "g1", after: 0, limit: 10), [], "acknowledged by g1's only durable session: not written")
     }
 
+    /// The question event as the relay writes it: the question's content but for its
+    /// closing brace, inside the event.
+    private func questionEvent(_ q: QuestionRecord, seq: Int64) -> EventRecord {
+        let frame =
+            Array(#"{"type":"question","seq":\#(seq),"question":"#.utf8) + q.content.encoded.dropLast()
+            + Array(#","child":"c1","status":"pending"}}"#.utf8)
+        return EventRecord(member: "g1", seq: seq, at: Timestamp(milliseconds: seq), topic: nil, frame: frame)
+    }
+
+    private func journalSize(_ store: SQLiteStore) throws -> Int {
+        try FileManager.default.attributesOfItem(atPath: store.currentJournalPath)[.size] as! Int
+    }
+
+    /// A question saved right after the event that carries its content is journaled as a
+    /// reference to that copy, and reads back whole from the journal and from the tables;
+    /// one saved after another question's event, or after none, is journaled whole.
+    func testAQuestionSavedAfterItsEventKeepsItsContentOnceInTheJournal() throws {
+        let store = try SQLiteStore(path: path)
+        _ = try store.load()
+        let (once, twice, other, alone) = (try question(1), try question(2), try question(3), try question(4))
+
+        var size = try journalSize(store)
+        func growth() throws -> Int {
+            let before = size
+            size = try journalSize(store)
+            return size - before
+        }
+        store.appendEvent(questionEvent(once, seq: 1))
+        store.saveQuestion(once)
+        try store.commit()
+        let referenced = try growth()
+        store.saveQuestion(twice)
+        store.appendEvent(questionEvent(twice, seq: 2))
+        try store.commit()
+        let whole = try growth()
+        XCTAssertGreaterThanOrEqual(whole - referenced, once.content.encoded.count - 8, "the content is not journaled twice")
+
+        store.appendEvent(questionEvent(other, seq: 3))
+        store.saveQuestion(alone)  // after another question's event: its content is not there
+        try store.commit()
+        store.saveQuestion(other)  // in a later turn than its event
+        try store.commit()
+        XCTAssertGreaterThanOrEqual(try growth(), 2 * alone.content.encoded.count, "both journaled whole")
+
+        let expected = [once, twice, alone, other]
+        let reopened = try SQLiteStore(path: path)
+        XCTAssertEqual(try reopened.load().questions, expected, "from the journal")
+        XCTAssertEqual(
+            try reopened.events(member: "g1", after: 0, limit: 10).map(\.frame),
+            [1, 2, 3].map { questionEvent([once, twice, other][$0 - 1], seq: Int64($0)).frame },
+            "the events keep their frames whole")
+        try reopened.checkpoint()
+        XCTAssertEqual(try SQLiteStore(path: path).load().questions, expected, "from the tables")
+    }
+
     /// A question written whole again in a later batch (asked again after a cancel) takes
     /// the place of its row: the tables never hold two of it.
     func testAQuestionAskedAgainInALaterBatchKeepsOneRow() throws {
