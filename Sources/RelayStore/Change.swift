@@ -104,7 +104,10 @@ extension Change {
     /// every question asked repeats the content, and the journal need not hold it twice.
     static func write(question q: QuestionRecord, contentIn frame: Range<Int>? = nil, into w: inout ByteWriter) {
         let content = q.content.encoded
-        if let frame, let copy = copy(of: content.dropLast(), in: w.bytes, frame) {
+        // Looked for through a borrowed view before anything is appended: an array still held
+        // elsewhere would be copied whole by the append.
+        let copy = frame.flatMap { f in w.bytes.withUnsafeBufferPointer { Self.copy(of: content.dropLast(), in: $0, f) } }
+        if let copy {
             w.int(11)
             w.int(Int64(w.bytes.count - copy))  // back from here to the copy
             w.int(Int64(content.count - 1))
@@ -140,18 +143,18 @@ extension Change {
 
     /// Where `content` stands in `bytes[frame]` as an event about its question puts it: right
     /// after the first `"question":`, which comes after the event's type and seq.
-    private static func copy(of content: ArraySlice<UInt8>, in bytes: [UInt8], _ frame: Range<Int>) -> Int? {
+    private static func copy(of content: ArraySlice<UInt8>, in b: UnsafeBufferPointer<UInt8>, _ frame: Range<Int>) -> Int? {
         let key: StaticString = #""question":"#
         let keyBytes = UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount)
-        return bytes.withUnsafeBufferPointer { b -> Int? in
-            var at = frame.lowerBound
-            let lastKeyStart = min(frame.lowerBound + 64, frame.upperBound - keyBytes.count)
-            while at <= lastKeyStart && !b[at..<(at + keyBytes.count)].elementsEqual(keyBytes) { at += 1 }
-            let start = at + keyBytes.count
-            guard at <= lastKeyStart, content.count <= frame.upperBound - start else { return nil }
-            let same = content.withUnsafeBufferPointer { c in memcmp(b.baseAddress! + start, c.baseAddress!, c.count) == 0 }
-            return same ? start : nil
+        guard let base = b.baseAddress, frame.upperBound <= b.count else { return nil }
+        var at = frame.lowerBound
+        let lastKeyStart = min(frame.lowerBound + 64, frame.upperBound - keyBytes.count)
+        while at <= lastKeyStart && (b[at] != keyBytes[0] || memcmp(base + at, keyBytes.baseAddress!, keyBytes.count) != 0) {
+            at += 1
         }
+        let start = at + keyBytes.count
+        guard at <= lastKeyStart, content.count <= frame.upperBound - start else { return nil }
+        return content.withUnsafeBufferPointer { c in memcmp(base + start, c.baseAddress!, c.count) == 0 } ? start : nil
     }
 
     /// Where the content of a question journaled as `11` lies, read after its tag; the copy
