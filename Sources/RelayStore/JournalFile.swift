@@ -10,12 +10,18 @@
 // is known to be applied and may start over. Reading stops at the first record that is
 // short or fails its checksum (a write cut off by a crash or a full disk), and the file
 // is cut back to the last whole record.
+//
+// A file starts over by having its header written again, not by being emptied: emptying
+// a file of tens of megabytes took the loop most of a millisecond, and every generation
+// then wrote into newly allocated pages. What the generation before left after the new
+// records is never read as theirs: from version 3 the checksum is seeded with the
+// generation, so the first old record fails it and ends the file.
 
 import Glibc
 
 final class JournalFile {
     /// The magic of each checksum version, from 1; files are started with the last.
-    private static let magics: [[UInt8]] = [Array("PRJOURN1".utf8), Array("PRJOURN2".utf8)]
+    private static let magics: [[UInt8]] = [Array("PRJOURN1".utf8), Array("PRJOURN2".utf8), Array("PRJOURN3".utf8)]
     private static let headerBytes = 16
     /// What a record's length and checksum take before its payload.
     static let recordHeaderBytes = 8
@@ -60,7 +66,7 @@ final class JournalFile {
             at + 8 + length <= bytes.count
         {
             let payload = Array(bytes[(at + 8)..<(at + 8 + length)])
-            guard payload.withUnsafeBytes({ Checksum.of($0, version: version) }) == sum else { break }
+            guard payload.withUnsafeBytes({ Checksum.of($0, version: version, generation: generation) }) == sum else { break }
             records.append(payload)
             at += 8 + length
         }
@@ -75,7 +81,7 @@ final class JournalFile {
     func append(record: inout [UInt8]) throws {
         let payload = record.count - Self.recordHeaderBytes
         let sum = record.withUnsafeBytes {
-            Checksum.of(UnsafeRawBufferPointer(rebasing: $0[Self.recordHeaderBytes...]), version: version)
+            Checksum.of(UnsafeRawBufferPointer(rebasing: $0[Self.recordHeaderBytes...]), version: version, generation: generation)
         }
         record.withUnsafeMutableBytes { header in
             header.storeBytes(of: UInt32(payload).littleEndian, toByteOffset: 0, as: UInt32.self)
@@ -94,9 +100,9 @@ final class JournalFile {
         end += record.count
     }
 
-    /// Empties the file and starts `generation` (once the database holds what it held).
+    /// Starts `generation` at the front of the file (once the database holds what it held),
+    /// over what is there: see the top of the file.
     func startOver(generation: Int64) throws {
-        guard ftruncate(fd, 0) == 0 else { throw Self.failure("could not empty", path) }
         var header = Self.magics[Self.magics.count - 1]
         withUnsafeBytes(of: UInt64(bitPattern: generation).littleEndian) { header.append(contentsOf: $0) }
         try write(header, at: 0)
@@ -133,12 +139,13 @@ final class JournalFile {
 /// A 32-bit digest to tell a whole record from one cut off or damaged; not for
 /// security. Version 1 is FNV-1a over 8-byte words, one after another, each multiply
 /// waiting for the one before; version 2 runs four such lanes side by side, whose
-/// multiplies overlap, and folds them together with the length.
+/// multiplies overlap, and folds them together with the length; version 3 also folds in
+/// the file's generation.
 enum Checksum {
     private static let prime: UInt64 = 0x100_0000_01B3
     private static let basis: UInt64 = 0xCBF2_9CE4_8422_2325
 
-    static func of(_ raw: UnsafeRawBufferPointer, version: Int) -> UInt32 {
+    static func of(_ raw: UnsafeRawBufferPointer, version: Int, generation: Int64) -> UInt32 {
         var h = basis
         var i = 0
         if version >= 2 {
@@ -152,6 +159,7 @@ enum Checksum {
             }
             h = (((lanes.0 ^ lanes.1) &* prime ^ lanes.2) &* prime ^ lanes.3) &* prime
             h = (h ^ UInt64(raw.count)) &* prime
+            if version >= 3 { h = (h ^ UInt64(bitPattern: generation)) &* prime }
         }
         while i + 8 <= raw.count {
             h = (h ^ raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* prime

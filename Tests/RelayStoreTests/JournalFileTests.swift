@@ -39,11 +39,38 @@ final class JournalFileTests: XCTestCase {
         XCTAssertEqual(try JournalFile(path: path, syncEveryAppend: false, limitBytes: nil).read()?.records, [first, second])
 
         try journal.startOver(generation: 8)
-        XCTAssertEqual(journal.version, 2, "a file started over takes the current version")
+        XCTAssertEqual(journal.version, 3, "a file started over takes the current version")
         try append(second, to: journal)
         let reread = try JournalFile(path: path, syncEveryAppend: false, limitBytes: nil)
         XCTAssertEqual(try reread.read()?.records, [second])
-        XCTAssertEqual(reread.version, 2)
+        XCTAssertEqual(reread.version, 3)
+    }
+
+    /// A file starts over without being emptied: the records of the generation before
+    /// that lie after the new ones, whole and as long as them, are not read as the new
+    /// generation's, and are cut off when the file is read.
+    func testAFileStartedOverReadsNoRecordOfTheGenerationBefore() throws {
+        let old = (0..<4).map { n in [UInt8](repeating: UInt8(n), count: 200) }
+        let journal = try JournalFile(path: path, syncEveryAppend: false, limitBytes: nil)
+        try journal.startOver(generation: 1)
+        for r in old { try append(r, to: journal) }
+        let full = try size()
+
+        try journal.startOver(generation: 3)
+        XCTAssertEqual(try size(), full, "not emptied")
+        XCTAssertEqual(try JournalFile(path: path, syncEveryAppend: false, limitBytes: nil).read()?.records, [])
+        XCTAssertEqual(try size(), 16, "what follows the header is cut off when read")
+
+        let again = try JournalFile(path: path, syncEveryAppend: false, limitBytes: nil)
+        _ = try again.read()
+        for r in old { try append(r, to: again) }
+        try again.startOver(generation: 5)
+        let new = [UInt8](repeating: 7, count: 200)
+        try append(new, to: again)
+        let read = try XCTUnwrap(try JournalFile(path: path, syncEveryAppend: false, limitBytes: nil).read())
+        XCTAssertEqual(read.generation, 5)
+        XCTAssertEqual(read.records, [new], "the three old records after it are another generation's")
+        XCTAssertEqual(try size(), 16 + JournalFile.recordHeaderBytes + new.count)
     }
 
     func testATornOrDamagedRecordEndsTheFile() throws {
