@@ -157,6 +157,9 @@ extension Change {
         return content.withUnsafeBufferPointer { c in memcmp(base + start, c.baseAddress!, c.count) == 0 } ? start : nil
     }
 
+    /// A question's content journaled as a copy inside an event (`11`), closed again.
+    static func closedContent(_ copy: ArraySlice<UInt8>) -> [UInt8] { copy + [UInt8(ascii: "}")] }
+
     /// Where the content of a question journaled as `11` lies, read after its tag; the copy
     /// must lie before it (in the same record: checksummed, written by `write(question:)`).
     static func contentCopy(from r: inout ByteReader) throws -> Range<Int> {
@@ -212,7 +215,7 @@ extension Change {
                     id: try r.string(), family: try r.string(), role: try r.raw(Role.self), tokenHash: try r.data(),
                     removed: try r.bool(), limitsEnabled: try r.bool()))
         case 3, 11:
-            let encoded = tag == 3 ? try r.data() : r.bytes[try contentCopy(from: &r)] + [UInt8(ascii: "}")]
+            let encoded = tag == 3 ? try r.data() : closedContent(r.bytes[try contentCopy(from: &r)])
             guard let content = QuestionContent(encoded: encoded) else {
                 throw JournalError(description: "a journal question cannot be read")
             }

@@ -128,7 +128,7 @@ extension JournaledChange {
                 return .questionState(
                     QuestionState(key: q.key, status: status, attempt: q.attempt, outcome: outcome))
             }
-            let encoded = asked.isOpen ? bytes[asked.content] + [UInt8(ascii: "}")] : Array(bytes[asked.content])
+            let encoded = asked.isOpen ? Change.closedContent(bytes[asked.content]) : Array(bytes[asked.content])
             guard let content = QuestionContent(encoded: encoded) else {
                 throw JournalError(description: "a journal question cannot be read")
             }
