@@ -6,6 +6,7 @@
 // once, so a quiet relay costs nothing.
 
 import Glibc
+import RelayStore
 
 /// Waits for events, polling first when the last wait ended within the window.
 public struct SpinPolicy: Sendable {
@@ -42,11 +43,4 @@ public struct SpinPolicy: Sendable {
         if n >= 0 { waited(nanos: monotonicNanos() - start, gotEvents: n > 0) }
         return n
     }
-}
-
-/// Nanoseconds on the monotonic clock.
-public func monotonicNanos() -> Int {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }

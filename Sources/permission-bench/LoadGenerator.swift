@@ -9,6 +9,7 @@ import Foundation
 import Glibc
 import RelayProtocol
 import RelayServer
+import RelayStore
 
 struct LoadResult {
     var cycles = 0

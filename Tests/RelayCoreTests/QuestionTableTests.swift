@@ -38,11 +38,22 @@ final class QuestionTableTests: XCTestCase {
                 expected[gone] = nil
             }
         }
+        XCTAssertEqual(table.count, expected.count)
         for n in 0..<3000 {
             let key = try record(n).key
             XCTAssertEqual(table[key], expected[key], "question \(n)")
             XCTAssertEqual(table.status(of: key), expected[key]?.status, "question \(n)")
             XCTAssertEqual(table.entry(key)?.record, expected[key], "question \(n)")
         }
+    }
+
+    /// Ids that differ only in a counter, as a client may choose them, spread over the
+    /// shards: none holds more than twice its share, so none grows much ahead of the others.
+    func testIdsCountingUpSpreadOverTheShards() throws {
+        var table = QuestionTable()
+        let n = 25_600
+        for k in 0..<n { table.save(try record(k)) }
+        XCTAssertEqual(table.count, n)
+        XCTAssertLessThanOrEqual(table.largestShardCount, 2 * n / 256)
     }
 }

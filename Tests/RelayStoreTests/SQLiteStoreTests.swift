@@ -499,6 +499,20 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertTrue(niceValues.contains(mine + TableWriter.niceness), "\(niceValues)")
     }
 
+    func testTheTableWriterOffersItsCoreDuringALongBatch() throws {
+        let store = try SQLiteStore(path: path)
+        store.checkpointThreshold = 2000
+        store.saveFamily("fam")
+        for n in 0..<2000 { store.saveQuestion(try question(n)) }
+        let start = monotonicNanos()
+        try store.commit()  // hands the batch to the writer's thread
+        try store.settle(wait: true)
+        let took = monotonicNanos() - start
+        XCTAssertEqual(try SQLiteStore(path: path).load().questions.count, 2000)
+        try XCTSkipIf(took < 3 * TableWriter.yieldAfterNanos, "the batch was written in \(took) ns: too fast to tell")
+        XCTAssertGreaterThanOrEqual(store.writer.yields, 1, "a batch written in \(took / 1000) µs never gave way")
+    }
+
     func testABatchTheTablesCannotTakeIsKeptAndWrittenLater() throws {
         _ = try SQLiteStore(path: path, pageSize: 4096)  // the schema, uncapped, in pages as small as the journal's
         let pages = pageCount(ofDatabaseAt: path)
