@@ -283,7 +283,13 @@ public final class SQLiteStore: RelayStore {
         precondition(appliedGeneration >= generation - 1, "the journal of generation \(generation - 1) is still needed")
         try journal(for: generation + 1).startOver(generation: generation + 1)
         generation += 1
+        let outgoing = backlog.bytes.count
         spare.removeAll(keepingCapacity: true)
+        // A backlog that outgrows its buffer is copied whole into one twice the size (tens of
+        // megabytes: the loop held every client up for up to 10 ms), and one grows past the
+        // threshold whenever the writer is still busy with the batch before. So room is made
+        // at once for twice the generation before; only the pages written are ever taken.
+        spare.reserveCapacity(2 * outgoing)
         backlog = Batch(bytes: spare, generation: generation)
         spare = []
     }

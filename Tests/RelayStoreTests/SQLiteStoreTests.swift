@@ -292,6 +292,19 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try reopened.events(member: "c1", after: 0, limit: 10).map(\.seq), [1, 2, 3, 4])
     }
 
+    func testTheNextBacklogHasRoomForTwiceTheBatchHandedOver() throws {
+        let store = try SQLiteStore(path: path)
+        store.checkpointThreshold = 100
+        store.writer.hold(true)
+        for n in 0..<100 { store.saveQuestion(try question(n)) }
+        try store.commit()  // hands the 100 questions over
+        let handedOver = try XCTUnwrap(store.sealed).bytes.count
+        XCTAssertEqual(store.backlog.count, 0)
+        XCTAssertGreaterThanOrEqual(store.backlog.bytes.capacity, 2 * handedOver)
+        store.writer.hold(false)
+        try store.settle(wait: true)
+    }
+
     func testATornRecordAtTheEndIsCutAndWritingGoesOn() throws {
         let first = try SQLiteStore(path: path)
         let written = try writeTurns(first)
