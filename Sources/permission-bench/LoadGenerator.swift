@@ -15,6 +15,8 @@ struct LoadResult {
     var cycles = 0
     var seconds = 0.0
     var latenciesMicros: [Double] = []
+    /// When each of those cycles completed, in µs since the measured time began.
+    var completedAtMicros: [Double] = []
     var errors = 0
     /// Questions that never got their response.
     var lost = 0
@@ -153,10 +155,11 @@ final class LoadGenerator {
                 onMeasureStart()
             }
             if t >= end { break }
-            let ok = step(reask: true, errors: &result.errors) { latency in
+            let ok = step(reask: true, errors: &result.errors) { latency, at in
                 guard measuring else { return }
                 result.cycles += 1
                 result.latenciesMicros.append(Double(latency) / 1000)
+                result.completedAtMicros.append(Double(at - measureFrom) / 1000)
             }
             if !ok { result.errors += 1 }
         }
@@ -170,7 +173,7 @@ final class LoadGenerator {
         let deadline = now() + UInt64(timeout * 1e9)
         var errors = 0
         while !sentAt.isEmpty && now() < deadline {
-            _ = step(reask: false, errors: &errors) { _ in }
+            _ = step(reask: false, errors: &errors) { _, _ in }
         }
         return sentAt.count
     }
@@ -181,8 +184,9 @@ final class LoadGenerator {
     private static let questionID: StaticString = #""question":{"id":""#, questionIdField: StaticString = #""questionId":""#
 
     /// One loop turn: guardians answer questions, children take responses (and ask again
-    /// when `reask`), every connection acks the highest seq it read.
-    private func step(reask: Bool, errors: inout Int, completed: (UInt64) -> Void) -> Bool {
+    /// when `reask`), every connection acks the highest seq it read. `completed` gets each
+    /// cycle's latency and the time it completed, in nanoseconds.
+    private func step(reask: Bool, errors: inout Int, completed: (_ latency: UInt64, _ at: UInt64) -> Void) -> Bool {
         var failed = 0
         let ok = loop.poll(timeoutMs: 100) { fd, body in
             let slot = Int(fd)
@@ -209,7 +213,8 @@ final class LoadGenerator {
             let id = UnsafeBufferPointer(rebasing: body[at..<(at + 36)])
             if isChild {
                 guard let n = BenchFrames.number(inID: id), let sent = sentAt.removeValue(forKey: n) else { return }
-                completed(now() - sent)
+                let at = now()
+                completed(at - sent, at)
                 if reask { ask(fd) }
             } else {
                 guard let n = BenchFrames.number(inID: id) else {

@@ -37,6 +37,9 @@ let usage = """
                                  each run provisions families of its own)
       --json                     One JSON object per grid point
       --svg FILE                 Also draw the latency distributions of every run
+      --trace FILE               Also write every measured cycle as a CSV row: point, server,
+                                 run, when it completed (µs into the measured time), latency
+                                 (µs); a tail that comes in bursts shows there as stalls
 
     COLUMNS: cycles/s completed in the measured time; cycle latency (ask sent → response
     received) at p50, p90, p99 and its max, in µs; cpu µs: the server's CPU time (user +
@@ -58,6 +61,7 @@ let usage = """
       permission-bench --families 100 --window 1 --guardians 3
       permission-bench --runs 3
       permission-bench --grid quick --json --svg latency.svg
+      permission-bench --families 100 --window 1 --trace cycles.csv
       permission-bench idle --connections 10000
       permission-bench startup
       valgrind --tool=callgrind permission-bench core --families 100 --window 8 --rounds 10
@@ -268,6 +272,27 @@ func runPoint(_ point: Point, _ a: Arguments) throws -> (relay: Figures, baselin
     return (relayFigures, baseFigures)
 }
 
+/// `--trace`: every measured cycle as a row of a CSV file, written run by run.
+final class CycleTrace {
+    private let file: FileHandle
+
+    init(path: String) throws {
+        guard FileManager.default.createFile(atPath: path, contents: Data("point,server,run,completedAtMicros,latencyMicros\n".utf8)),
+            let file = FileHandle(forWritingAtPath: path)
+        else { throw CLIError.failure("cannot write \(path)") }
+        file.seekToEndOfFile()
+        self.file = file
+    }
+
+    func write(_ point: Point, _ server: String, run: Int, _ result: LoadResult) {
+        var text = ""
+        for (at, latency) in zip(result.completedAtMicros, result.latenciesMicros) {
+            text += "\"\(point.label)\",\(server),\(run),\(Int(at)),\(Int(latency))\n"
+        }
+        file.write(Data(text.utf8))
+    }
+}
+
 func fmt(_ v: Double, _ digits: Int = 0) -> String { v.isNaN ? "-" : String(format: "%.\(digits)f", v) }
 
 /// Prints a point's figures (medians when there were several runs); `ratio` is the
@@ -378,7 +403,7 @@ Servers.exit(
             args,
             valueFlags: [
                 "--grid", "--families", "--window", "--guardians", "--runs", "--duration", "--warmup", "--avatar-bytes", "--sync",
-                "--socket", "--svg",
+                "--socket", "--svg", "--trace",
             ],
             switchFlags: ["--json"])
         var points: [Point]
@@ -400,6 +425,7 @@ Servers.exit(
         let runs = try a.int("--runs", default: 1, min: 1)
         var failed = false
         var series: [(label: String, micros: [Double])] = []
+        let trace = try a.value("--trace").map(CycleTrace.init(path:))
         for p in points {
             var relayRuns: [Summary] = [], baseRuns: [Summary] = [], ratios: [Double] = []
             var relayMicros: [Double] = [], baseMicros: [Double] = []
@@ -408,6 +434,8 @@ Servers.exit(
                     printErr("measuring \(p.heading)\(runs > 1 ? ", run \(k) of \(runs)" : "")…")
                 }
                 let (r, b) = try runPoint(p, a)
+                trace?.write(p, "relay", run: k, r.result)
+                if let b { trace?.write(p, "baseline", run: k, b.result) }
                 relayRuns.append(Summary(r))
                 relayMicros += r.result.latenciesMicros
                 if let b {

@@ -61,6 +61,24 @@ final class BenchTests: XCTestCase {
         XCTAssertGreaterThan(line["relay"]?["serverRSSBytes"]?.int ?? 0, 0)
     }
 
+    /// `--trace` writes one row per measured cycle of each server, in the order they completed.
+    func testATraceHoldsEveryMeasuredCycleInOrder() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("trace-\(UUID().uuidString).csv").path
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let line = try runCleanly(["--families", "2", "--window", "2", "--trace", file])
+        let rows = try String(contentsOfFile: file, encoding: .utf8).split(separator: "\n")
+        XCTAssertEqual(rows.first, "point,server,run,completedAtMicros,latencyMicros")
+        for server in ["relay", "baseline"] {
+            let mine = rows.dropFirst().map { $0.split(separator: ",") }.filter { $0.count == 6 && $0[2] == server }
+            XCTAssertEqual(mine.count, line[server]?["cycles"]?.int.map(Int.init), "\(server): a row per cycle")
+            let times = mine.compactMap { Int($0[4]) }, latencies = mine.compactMap { Int($0[5]) }
+            XCTAssertEqual(times, times.sorted(), "\(server): in the order they completed")
+            XCTAssertTrue(times.allSatisfy { $0 >= 0 && $0 < 1_000_000 }, "\(server): within the measured half second and its last turn")
+            XCTAssertEqual(latencies.count, mine.count)
+            XCTAssertTrue(mine.allSatisfy { $0[0] == "\"(2" && $0[1] == " 2)\"" && $0[3] == "1" }, "\(server): point and run")
+        }
+    }
+
     func testTheCoreAloneCompletesEveryCycle() throws {
         let p = try ProgramRun("permission-bench", ["core", "--families", "3", "--window", "2", "--rounds", "4", "--json"], env: [:])
         let line = try JSON.parse(p.nextLine() ?? "")
