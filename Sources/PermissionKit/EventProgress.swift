@@ -35,14 +35,13 @@ final class EventProgress: Sendable {
     /// Adds topics; when the set grows, `grown` gets the whole set while it is still locked
     /// (so whatever it queues precedes anything queued after this call returns).
     func register(_ new: Set<String>, grown: (Set<String>) -> Void) {
-        let snapshot = state.withLock { s -> (Int64?, Set<Int64>, Set<String>)? in
+        state.withLock { s in
             let before = s.topics.count
             s.topics.formUnion(new)
-            guard s.topics.count > before else { return nil }
+            guard s.topics.count > before else { return }
             grown(s.topics)
-            return (s.mark, s.above, s.topics)
+            save(s)
         }
-        if let snapshot { save(snapshot) }
     }
 
     /// A welcome says where the stream resumes: a client without a mark starts there, and
@@ -63,23 +62,27 @@ final class EventProgress: Sendable {
     /// Records `seq` as processed; returns the mark when it moved (to ack it).
     @discardableResult
     func markDone(_ seq: Int64) -> Int64? {
-        let (moved, snapshot) = state.withLock { s -> (Int64?, (Int64?, Set<Int64>, Set<String>)) in
+        state.withLock { s in
             var mark = s.mark ?? (seq - 1)
-            guard seq > mark else { return (nil, (s.mark, s.above, s.topics)) }
+            guard seq > mark else { return nil }
             s.above.insert(seq)
             let before = mark
             while s.above.remove(mark + 1) != nil { mark += 1 }
             s.mark = mark
-            return (mark > before ? mark : nil, (s.mark, s.above, s.topics))
+            save(s)
+            return mark > before ? mark : nil
         }
-        save(snapshot)
-        return moved
     }
 
-    private func save(_ s: (Int64?, Set<Int64>, Set<String>)) {
+    /// Writes the state while its lock is held, so that the file goes through the states
+    /// in their order: snapshots written after the lock was let go could land out of order,
+    /// the last one written an older mark (a restarted app was then shown a response again).
+    private func save(_ s: (mark: Int64?, above: Set<Int64>, topics: Set<String>)) {
         guard let path else { return }
-        var o: JSONObject = ["above": .array(s.1.sorted().map { .int($0) }), "topics": .array(s.2.sorted().map { .string($0) })]
-        if let mark = s.0 { o["seq"] = .int(mark) }
+        var o: JSONObject = [
+            "above": .array(s.above.sorted().map { .int($0) }), "topics": .array(s.topics.sorted().map { .string($0) }),
+        ]
+        if let mark = s.mark { o["seq"] = .int(mark) }
         let j: JSON = .object(o)
         let dir = (path as NSString).deletingLastPathComponent
         try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])

@@ -98,6 +98,27 @@ final class ValueTests: XCTestCase {
         XCTAssertEqual(EventProgress(path: path).topics, ["communication", "significantAppUpdate"], "kept for later runs")
     }
 
+    /// Events marked done on the connection's thread while the app registers topics on
+    /// another: the file ends as the state ends. (Snapshots written outside the lock could
+    /// land out of order, the last one written an older mark: a restarted app was shown a
+    /// response again.)
+    func testTheStateFileEndsAsTheStateWhateverThreadsWriteIt() throws {
+        for round in 0..<50 {
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("progress-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            let p = EventProgress(path: path)
+            p.welcome(head: 0, cursor: 0)
+            DispatchQueue.concurrentPerform(iterations: 2) { side in
+                for n in 1...50 {
+                    if side == 0 { p.markDone(Int64(n)) } else { p.register(["topic\(n)"]) { _ in } }
+                }
+            }
+            let reloaded = EventProgress(path: path)
+            XCTAssertEqual(reloaded.mark, 50, "round \(round)")
+            XCTAssertEqual(reloaded.topics.count, 50, "round \(round)")
+        }
+    }
+
     func testHandleNormalization() {
         XCTAssertEqual(CommunicationHandle(value: "+1 (555) 0100", kind: .phoneNumber).normalized?.value, "+15550100")
         XCTAssertNil(CommunicationHandle(value: "nobody", kind: .emailAddress).normalized)
