@@ -1,3 +1,5 @@
+// The monotonic clock, which the loop and the table writer pace themselves by.
+
 import Glibc
 
 /// Nanoseconds on the monotonic clock.
