@@ -74,9 +74,10 @@ final class EventProgress: Sendable {
         }
     }
 
-    /// Writes the state while its lock is held, so that the file goes through the states
-    /// in their order: snapshots written after the lock was let go could land out of order,
-    /// the last one written an older mark (a restarted app was then shown a response again).
+    /// Writes the state to the file; called with the state's lock held, so that the file goes
+    /// through the states in their order (snapshots written after the lock was let go could
+    /// land out of order, the last one written an older mark: a restarted app was then shown
+    /// a response again).
     private func save(_ s: (mark: Int64?, above: Set<Int64>, topics: Set<String>)) {
         guard let path else { return }
         var o: JSONObject = [
