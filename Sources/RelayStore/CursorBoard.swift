@@ -38,7 +38,14 @@ final class CursorBoard: Sendable {
 
 /// The cursors posted to a board, by member and session, as the writer files them.
 struct PostedCursors {
-    private var cursors: [String: [String: Int64]] = [:]
+    /// One dictionary keyed by both names: one lookup a post (hashing both in one go) where
+    /// a dictionary of dictionaries took two.
+    private struct Key: Hashable {
+        let member: String
+        let session: String
+    }
+
+    private var cursors: [Key: Int64] = [:]
     private var taken: [CursorBoard.Post] = []
 
     /// Files what was posted to `board` since the last call.
@@ -46,12 +53,12 @@ struct PostedCursors {
         board.take(into: &taken)
         for post in taken {
             switch post {
-            case .cursor(let member, let session, let cursor): cursors[member, default: [:]][session] = cursor
-            case .forget(let member): cursors[member] = nil
+            case .cursor(let member, let session, let cursor): cursors[Key(member: member, session: session)] = cursor
+            case .forget(let member): cursors = cursors.filter { $0.key.member != member }  // rare: a member removed
             }
         }
     }
 
-    /// The cursors posted for `member`'s sessions, by session name.
-    subscript(member: String) -> [String: Int64]? { cursors[member] }
+    /// The cursor last posted for `session` of `member`.
+    subscript(member: String, session: String) -> Int64? { cursors[Key(member: member, session: session)] }
 }

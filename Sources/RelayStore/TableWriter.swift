@@ -57,6 +57,8 @@ final class TableWriter: @unchecked Sendable {
     /// When the thread last offered its core to others, and how often it has (for tests).
     private var lastYield = 0
     private(set) var yields = 0
+    /// Rows since the clock was last read (reading it costs about what reading a row does).
+    private var unpaced = 0
 
     init(db: SQLiteDatabase, sync: SyncMode) {
         self.db = db
@@ -89,8 +91,11 @@ final class TableWriter: @unchecked Sendable {
     static let yieldAfterNanos = 100_000
 
     /// Offers the core to others once the writer has worked `yieldAfterNanos` (called
-    /// between rows: a row takes a few microseconds).
+    /// between rows: a row takes a few microseconds; the clock is read every eighth).
     private func pace() {
+        unpaced += 1
+        guard unpaced >= 8 else { return }
+        unpaced = 0
         let now = monotonicNanos()
         guard now - lastYield >= Self.yieldAfterNanos else { return }
         sched_yield()
@@ -180,10 +185,10 @@ final class TableWriter: @unchecked Sendable {
         }
         let changes = folded.changes
         var forgotten: [QuestionID] = []
-        var events: [String: [EventRow]] = [:]
         let cursorsBefore = cursors  // what the tables keep if the transaction fails
         do {
             try batch.bytes.withUnsafeBufferPointer { bytes in
+                var events: [MemberBytes: [EventRow]] = [:]  // keys point into `bytes`
                 try db.transaction {
                     for change in changes {
                         pace()
@@ -195,14 +200,14 @@ final class TableWriter: @unchecked Sendable {
                             guard let key = questionKeys[question] else { break }
                             try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
                         case .event(let e):
-                            events[String(decoding: bytes[e.member], as: UTF8.self), default: []].append(e)
+                            events[MemberBytes(bytes.raw(e.member)), default: []].append(e)
                         case .other(let at):
                             try write(JournaledChange.other(at: at, in: batch.bytes))
                         }
                     }
                     // After the batch's sessions: their cursors are written in the same transaction.
                     for (member, rows) in events {
-                        try write(events: rows, of: member, in: bytes)
+                        try write(events: rows, of: String(decoding: member.bytes, as: UTF8.self), in: bytes)
                         pace()
                     }
                     try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES('journalGeneration', ?)", [.int(batch.generation)])
@@ -285,10 +290,9 @@ final class TableWriter: @unchecked Sendable {
     /// would cost more than the events).
     private func acknowledged(by member: String, in rows: [EventRow]) throws -> Int64? {
         guard let stored = cursors[member], let acknowledged = stored.values.min() else { return nil }
-        guard let posted = posted[member] else { return acknowledged }
         var moved: [(session: String, cursor: Int64)] = []
         for (name, cursor) in stored {
-            if let p = posted[name], p > cursor { moved.append((name, p)) }
+            if let p = posted[member, name], p > cursor { moved.append((name, p)) }
         }
         guard !moved.isEmpty else { return acknowledged }
         var merged = stored
@@ -440,6 +444,19 @@ final class TableWriter: @unchecked Sendable {
         }
         return dropped
     }
+}
+
+/// A member's id where it lies in a batch's bytes: events are grouped by it without making
+/// a string of each one's (a string per member instead).
+private struct MemberBytes: Hashable {
+    let bytes: UnsafeRawBufferPointer
+    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    static func == (a: Self, b: Self) -> Bool {
+        a.bytes.count == b.bytes.count && (a.bytes.count == 0 || memcmp(a.bytes.baseAddress!, b.bytes.baseAddress!, a.bytes.count) == 0)
+    }
+
+    func hash(into hasher: inout Hasher) { hasher.combine(bytes: bytes) }
 }
 
 extension UnsafeBufferPointer<UInt8> {
