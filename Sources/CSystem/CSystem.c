@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -162,4 +163,8 @@ long cs_raise_fd_limit(void) {
         getrlimit(RLIMIT_NOFILE, &rl);
     }
     return (long)rl.rlim_cur;
+}
+
+int cs_name_thread(const char *name) {
+    return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0);
 }

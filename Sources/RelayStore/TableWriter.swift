@@ -63,9 +63,7 @@ final class TableWriter: @unchecked Sendable {
     init(db: SQLiteDatabase, sync: SyncMode) {
         self.db = db
         self.sync = sync
-        let thread = Thread { self.run() }
-        thread.name = "table-writer"
-        thread.start()
+        Thread { self.run() }.start()
     }
 
     /// Finishes the batch in hand, then ends the thread.
@@ -103,7 +101,12 @@ final class TableWriter: @unchecked Sendable {
         lastYield = monotonicNanos()
     }
 
+    /// The thread's name where `top -H`, `ps -L` and `perf` show it (Foundation's
+    /// `Thread.name` does not reach the kernel here).
+    static let threadName = "table-writer"
+
     private func run() {
+        _ = cs_name_thread(Self.threadName)
         _ = cs_lower_thread_priority(Self.niceness)
         condition.lock()
         while true {

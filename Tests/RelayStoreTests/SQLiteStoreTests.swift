@@ -512,6 +512,18 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertTrue(niceValues.contains(mine + TableWriter.niceness), "\(niceValues)")
     }
 
+    func testTheTableWritersThreadIsNamedForTheToolsThatListThreads() throws {
+        let store = try SQLiteStore(path: path)
+        store.checkpointThreshold = 1
+        store.saveFamily("fam")
+        try store.commit()  // hands the batch to the writer's thread
+        try store.settle(wait: true)
+        let names = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").compactMap {
+            try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8).trimmingCharacters(in: .newlines)
+        }
+        XCTAssertTrue(names.contains(TableWriter.threadName), "\(names)")
+    }
+
     func testTheTableWriterOffersItsCoreDuringALongBatch() throws {
         let store = try SQLiteStore(path: path)
         store.checkpointThreshold = 2000

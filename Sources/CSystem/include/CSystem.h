@@ -50,5 +50,8 @@ ssize_t cs_send(int fd, const void *buf, size_t len);
 int cs_lower_thread_priority(int by);
 /// Sets RLIMIT_NOFILE's soft limit to its hard limit; returns the new soft limit.
 long cs_raise_fd_limit(void);
+/// Names the calling thread as `top -H`, `ps -L` and `perf` show it (at most 15 bytes
+/// are kept). Returns 0, or -1 with errno set.
+int cs_name_thread(const char *name);
 
 #endif
