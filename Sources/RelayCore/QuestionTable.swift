@@ -44,7 +44,7 @@ struct QuestionTable {
         for i in shards.indices { shards[i].reserveCapacity(each + each / 8) }
     }
 
-    /// How many questions it holds.
+    /// How many questions it holds (for tests).
     var count: Int { shards.reduce(0) { $0 + $1.count } }
 
     /// How many the fullest shard holds (for tests).

@@ -54,7 +54,8 @@ final class TableWriter: @unchecked Sendable {
     private var scratch: [UInt8] = []
     /// Where a question's content is closed when the journal holds it open (`withContent`).
     private var contentScratch: [UInt8] = []
-    /// When the thread last offered its core to others, and how often it has (for tests).
+    /// When the thread started its batch or last offered its core to others, and how often
+    /// it has offered it (for tests).
     private var lastYield = 0
     private(set) var yields = 0
     /// Rows since the clock was last read (reading it costs about what reading a row does).
