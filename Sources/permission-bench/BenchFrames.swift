@@ -48,11 +48,13 @@ struct BenchFrames {
 
     /// Appends the body of the ask for question `number` of `family`.
     func appendAsk(family: Int, number: Int, to out: inout [UInt8]) {
-        out += askPrefix
-        appendID(family: family, number: number, to: &out)
-        out += askMiddle
-        appendID(family: family, number: number, to: &out)
-        out += askSuffix
+        withID(family: family, number: number) { id in
+            out += askPrefix
+            out.append(contentsOf: id)
+            out += askMiddle
+            out.append(contentsOf: id)
+            out += askSuffix
+        }
     }
 
     private static let answerStart = Array(#"{"type":"answer","id":""#.utf8), answerMiddle = Array(#"","questionId":""#.utf8)
@@ -97,19 +99,35 @@ struct BenchFrames {
     /// `FFFFFFFF-RRRR-4RRR-8000-NNNNNNNNNNNN`: the family, the run and the question's number
     /// in hex.
     func appendID(family: Int, number: Int, to out: inout [UInt8]) {
-        func hex(_ v: Int, _ digits: Int) {
-            for k in stride(from: digits - 1, through: 0, by: -1) {
-                let nibble = UInt8((v >> (4 * k)) & 0xF)
-                out.append(nibble < 10 ? 48 + nibble : 55 + nibble)
-            }
+        withID(family: family, number: number) { out.append(contentsOf: $0) }
+    }
+
+    /// Calls `body` with the id `appendID` writes, put together on the stack: appended a
+    /// byte at a time, it took a sixth of the load generator's instructions per cycle.
+    private func withID<R>(family: Int, number: Int, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 36) { id in
+            let p = id.baseAddress!
+            Self.writeHex(family, digits: 8, at: p)
+            p[8] = UInt8(ascii: "-")
+            Self.writeHex(run >> 12, digits: 4, at: p + 9)
+            p[13] = UInt8(ascii: "-")
+            p[14] = UInt8(ascii: "4")
+            Self.writeHex(run, digits: 3, at: p + 15)
+            let variant: StaticString = "-8000-"
+            (p + 18).initialize(from: variant.utf8Start, count: 6)
+            Self.writeHex(number, digits: 12, at: p + 24)
+            return body(UnsafeBufferPointer(id))
         }
-        hex(family, 8)
-        out.append(UInt8(ascii: "-"))
-        hex(run >> 12, 4)
-        out.append(contentsOf: "-4".utf8)
-        hex(run, 3)
-        out.append(contentsOf: "-8000-".utf8)
-        hex(number, 12)
+    }
+
+    /// The lowest `digits` hex digits of `v`, uppercase, most significant first.
+    private static func writeHex(_ v: Int, digits: Int, at p: UnsafeMutablePointer<UInt8>) {
+        var v = v
+        for k in stride(from: digits - 1, through: 0, by: -1) {
+            let nibble = UInt8(v & 0xF)
+            p[k] = nibble < 10 ? 48 + nibble : 55 + nibble
+            v >>= 4
+        }
     }
 
     /// The question number in an id `appendID` wrote.
