@@ -38,8 +38,10 @@ final class LoadGenerator {
     /// answered by guardian n mod G), -1 for the others.
     private var guardianIndex: [Int] = []
     private var childFD: [Int32] = []
-    /// When each question in flight was asked, by its number.
+    /// When each question in flight was sent (its ask written), by its number.
     private var sentAt: [Int: UInt64] = [:]
+    /// By descriptor: the asks queued in this turn and not yet written (`flush` times them).
+    private var unsent: [[Int]] = []
     /// By descriptor: the highest seq read in this turn (0: none), to ack at its end.
     private var ackSeq: [Int] = []
     /// The connections written to or to ack in this turn, each once (`isTouched`, by descriptor).
@@ -127,13 +129,27 @@ final class LoadGenerator {
         guardianIndex += repeatElement(-1, count: n)
         ackSeq += repeatElement(0, count: n)
         isTouched += repeatElement(false, count: n)
+        unsent += repeatElement([], count: n)
     }
 
     private func ask(_ fd: Int32) {
         counter += 1
         let number = counter, family = familyOfChild[Int(fd)]
         loop.queueFrame(fd) { frames.appendAsk(family: family, number: number, to: &$0) }
-        sentAt[counter] = now()
+        unsent[Int(fd)].append(number)
+    }
+
+    /// Writes what is queued for `fd`, its asks timed from now: a cycle starts when its
+    /// ask is sent, not when the turn queued it (the turn goes on to read and handle other
+    /// connections' frames first, a wait that one client on its own would not have).
+    private func flush(_ fd: Int32) {
+        let slot = Int(fd)
+        if !unsent[slot].isEmpty {
+            let t = now()
+            for n in unsent[slot] { sentAt[n] = t }
+            unsent[slot].removeAll(keepingCapacity: true)
+        }
+        loop.flush(fd)
     }
 
     /// Runs for `warmup` + `duration` seconds and measures the latter.
@@ -141,7 +157,7 @@ final class LoadGenerator {
         var result = LoadResult()
         for fd in childFD {
             for _ in 0..<window { ask(fd) }
-            loop.flush(fd)
+            flush(fd)
         }
         let measureFrom = now() + UInt64(warmup * 1e9)
         let end = measureFrom + UInt64(duration * 1e9)
@@ -232,7 +248,7 @@ final class LoadGenerator {
             if !baseline && ackSeq[slot] > 0 { loop.queueFrame(fd) { BenchFrames.appendAck(ackSeq[slot], to: &$0) } }
             ackSeq[slot] = 0
             isTouched[slot] = false
-            loop.flush(fd)
+            flush(fd)
         }
         touched.removeAll(keepingCapacity: true)
         return ok
