@@ -56,6 +56,7 @@ let package = Package(
         .testTarget(name: "RelayServerTests", dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem"]),
         .testTarget(name: "EndToEndTests", dependencies: ["RelayProtocol", "RelayServer", "CSystem", "PermissionKit"]),
         .testTarget(name: "PermissionKitTests", dependencies: ["PermissionKit", "RelayProtocol"]),
+        .testTarget(name: "permission-benchTests", dependencies: ["permission-bench", "RelayProtocol"]),
     ],
     swiftLanguageModes: [.v6]
 )

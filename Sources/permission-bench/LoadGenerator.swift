@@ -194,9 +194,6 @@ final class LoadGenerator {
         return sentAt.count
     }
 
-    private static let typeResponse: StaticString = #""type":"response""#, typeAnswer: StaticString = #""type":"answer""#
-    private static let typeQuestion: StaticString = #""type":"question""#, typeAsk: StaticString = #""type":"ask""#
-    private static let typeError: StaticString = #""type":"error""#
     private static let questionID: StaticString = #""question":{"id":""#, questionIdField: StaticString = #""questionId":""#
 
     /// One loop turn: guardians answer questions, children take responses (and ask again
@@ -206,22 +203,20 @@ final class LoadGenerator {
         var failed = 0
         let ok = loop.poll(timeoutMs: 100) { fd, body in
             let slot = Int(fd)
-            if let seq = BenchFrames.seq(in: body), seq > ackSeq[slot] {
+            guard let head = BenchFrames.Head(body) else { return }
+            if let seq = head.seq, seq > ackSeq[slot] {
                 ackSeq[slot] = seq
                 touch(fd)
             }
             let isChild = familyOfChild[slot] >= 0
-            let wanted =
-                isChild
-                ? find(Self.typeResponse, in: body, within: 24) != nil || find(Self.typeAnswer, in: body, within: 24) != nil
-                : find(Self.typeQuestion, in: body, within: 24) != nil || find(Self.typeAsk, in: body, within: 24) != nil
+            let wanted = isChild ? head.is("response") || head.is("answer") : head.is("question") || head.is("ask")
             guard wanted else {
-                if find(Self.typeError, in: body, within: 24) != nil { failed += 1 }
+                if head.is("error") { failed += 1 }
                 return
             }
             let at =
-                find(Self.questionID, in: body).map { $0 + Self.questionID.utf8CodeUnitCount }
-                ?? find(Self.questionIdField, in: body).map { $0 + Self.questionIdField.utf8CodeUnitCount }
+                find(Self.questionID, in: body, from: head.end).map { $0 + Self.questionID.utf8CodeUnitCount }
+                ?? find(Self.questionIdField, in: body, from: head.end).map { $0 + Self.questionIdField.utf8CodeUnitCount }
             guard let at, at + 36 <= body.count else {
                 failed += 1
                 return
