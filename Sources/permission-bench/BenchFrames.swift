@@ -146,7 +146,8 @@ struct BenchFrames {
     /// What the load generator reads of a frame before anything else: its type, and the
     /// `seq` that comes right after it in an event. Read once: searching for each type the
     /// frame might have, one after another, cost about a sixth of the generator's
-    /// instructions per cycle.
+    /// instructions per cycle. It points into the frame, so it lasts only as long as the
+    /// frame's bytes do.
     struct Head {
         private let body: UnsafeBufferPointer<UInt8>
         private let type: Range<Int>
