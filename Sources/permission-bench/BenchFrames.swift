@@ -164,7 +164,7 @@ struct BenchFrames {
             guard let close = body[start...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
             self.body = body
             type = start..<close
-            seq = BenchFrames.seq(in: body, from: close)
+            seq = BenchFrames.seq(in: body, after: close)
         }
 
         /// Whether the frame's type is `name`.
@@ -175,9 +175,9 @@ struct BenchFrames {
 
     private static let seqField: StaticString = #""seq":"#
 
-    /// The `seq` of an event whose body starts at `start` of `bytes` (it comes right
-    /// after the type), or nil.
-    static func seq(in bytes: UnsafeBufferPointer<UInt8>, from start: Int = 0) -> Int? {
+    /// The `seq` of an event, which comes within 24 bytes after `start` (where its type
+    /// ends), or nil.
+    private static func seq(in bytes: UnsafeBufferPointer<UInt8>, after start: Int) -> Int? {
         guard let seqAt = find(seqField, in: bytes, from: start, within: start + 24) else { return nil }
         var v = 0
         var i = seqAt + seqField.utf8CodeUnitCount
@@ -186,9 +186,5 @@ struct BenchFrames {
             i += 1
         }
         return v
-    }
-
-    static func seq(in bytes: [UInt8], from start: Int = 0) -> Int? {
-        bytes.withUnsafeBufferPointer { seq(in: $0, from: start) }
     }
 }

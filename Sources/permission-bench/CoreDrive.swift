@@ -98,19 +98,16 @@ final class CoreDrive {
         var sent: [[UInt8]] = []
         core.drainOutputs { output in
             guard case .send(let conn, let bytes) = output else { return }
-            if let seq = BenchFrames.seq(in: bytes, from: 4) { seen[conn] = max(seen[conn] ?? 0, seq) }
-            if Self.starts(bytes, with: Self.typeError) { errors += 1 }
-            if Self.starts(bytes, with: Self.typeResponse) { responses += 1 }
+            bytes.withUnsafeBufferPointer { frame in
+                // The body, after the frame's 4-byte header, read as the load generator reads it.
+                guard frame.count > 4, let head = BenchFrames.Head(UnsafeBufferPointer(rebasing: frame[4...])) else { return }
+                if let seq = head.seq { seen[conn] = max(seen[conn] ?? 0, seq) }
+                if head.is("error") { errors += 1 }
+                if head.is("response") { responses += 1 }
+            }
             if keeping { sent.append(bytes) }
         }
         return sent
-    }
-    private static let typeError = Array(#"{"type":"error""#.utf8), typeResponse = Array(#"{"type":"response""#.utf8)
-
-    /// Whether a frame's body (after its 4-byte header) starts with `prefix`: the relay
-    /// writes every frame's type first.
-    private static func starts(_ frame: [UInt8], with prefix: [UInt8]) -> Bool {
-        frame.count >= 4 + prefix.count && frame[4..<(4 + prefix.count)].elementsEqual(prefix)
     }
 
     /// Runs `rounds` rounds of W cycles per family: children ack and ask (one turn), then

@@ -214,14 +214,14 @@ final class LoadGenerator {
                 if head.is("error") { failed += 1 }
                 return
             }
-            let at =
+            let idAt =
                 find(Self.questionID, in: body, from: head.end).map { $0 + Self.questionID.utf8CodeUnitCount }
                 ?? find(Self.questionIdField, in: body, from: head.end).map { $0 + Self.questionIdField.utf8CodeUnitCount }
-            guard let at, at + 36 <= body.count else {
+            guard let idAt, idAt + 36 <= body.count else {
                 failed += 1
                 return
             }
-            let id = UnsafeBufferPointer(rebasing: body[at..<(at + 36)])
+            let id = UnsafeBufferPointer(rebasing: body[idAt..<(idAt + 36)])
             if isChild {
                 guard let n = BenchFrames.number(inID: id), let sent = sentAt.removeValue(forKey: n) else { return }
                 let at = now()
