@@ -26,6 +26,8 @@ extension RelayCore {
             guard let q = questions[top.id], q.status == .pending, let e = q.content.expiration, e <= now else { continue }
             close(question: q, reason: .expired, now: now)
         }
+        // Handles one approval made known together run out together: one event per child says so.
+        var lapsed: [(child: Member, handles: [NormalizedHandle])] = []
         while let top = knownDeadlines.top, top.at <= now {
             _ = knownDeadlines.pop()
             let child = top.child
@@ -37,8 +39,13 @@ extension RelayCore {
             } else {
                 child.known[top.handle] = nil
                 store.deleteKnownHandle(child: child.id, handle: top.handle)
-                announceKnown(child: top.child, added: [], removed: [top.handle], now: now)
+                if let i = lapsed.firstIndex(where: { $0.child === child }) {
+                    lapsed[i].handles.append(top.handle)
+                } else {
+                    lapsed.append((child, [top.handle]))
+                }
             }
         }
+        for l in lapsed { announceKnown(child: l.child, added: [], removed: l.handles, now: now) }
     }
 }

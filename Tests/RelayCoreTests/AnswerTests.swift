@@ -102,6 +102,32 @@ final class AnswerTests: XCTestCase {
         XCTAssertEqual(h.ok(c, ["type": "knownHandles", "handles": [handle]])["known"]?.array?.count, 0)
     }
 
+    /// The handles one timed approval made known in one event lapse in one event too.
+    func testHandlesApprovedTogetherLapseInOneEvent() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        let q = h.question(
+            handles: ["+1 555 0100", "+1 555 0101", "+1 555 0102"],
+            choices: [
+                .object(["id": "hour", "title": "For an hour", "answer": "approval", "durationSeconds": 3600]),
+                .object(["id": "no", "title": "No", "answer": "denial"]),
+            ])
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "hour"])
+        let handles: Set<String> = ["+15550100", "+15550101", "+15550102"]
+        func values(_ list: JSON?) -> Set<String> { Set(list?.array?.compactMap { $0["value"]?.string } ?? []) }
+        let added = h.events(c, "knownHandlesChanged")
+        XCTAssertEqual(added.count, 1)
+        XCTAssertEqual(values(added.first?["added"]), handles)
+        h.advance(seconds: 3601)
+        let lapsed = h.events(c, "knownHandlesChanged")
+        XCTAssertEqual(lapsed.count, 1, "one event for the three handles")
+        XCTAssertEqual(values(lapsed.first?["removed"]), handles)
+        XCTAssertEqual(lapsed.first?["added"]?.array?.count, 0)
+    }
+
     func testTimedApprovalOfAPermanentlyKnownHandleChangesNothing() throws {
         let h = try CoreHarness()
         h.standardFamilies()
