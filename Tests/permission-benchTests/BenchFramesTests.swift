@@ -40,6 +40,8 @@ final class BenchFramesTests: XCTestCase {
             XCTAssertNil(h?.seq, "a seq far from the type is no event's")
         }
         head(#"{"type":"ack","seq":0}"#) { h, _ in XCTAssertEqual(h?.seq, 0) }
+        // Every event is acknowledged, also those of a type longer than the first's.
+        head(#"{"type":"knownHandlesChanged","seq":123456,"added":[],"removed":[]}"#) { h, _ in XCTAssertEqual(h?.seq, 123456) }
         head(#"{"re":"a","code":"badRequest","type":"error"}"#) { h, _ in XCTAssertNil(h, "a type far from the start") }
         head(#"{"type":"unterminated"#) { h, _ in XCTAssertNil(h) }
         head(#"{"seq":3}"#) { h, _ in XCTAssertNil(h) }
