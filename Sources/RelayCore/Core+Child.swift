@@ -88,7 +88,8 @@ extension RelayCore {
             let allowed = bucket.take(rate: config.askRateLimit, capacity: capacity, now: r.now)
             child.askBucket = bucket
             guard allowed else {
-                throw RequestError(.rateLimited, "too many asks: at most \(config.askRateLimit) per second; try again shortly")
+                let rate = Self.count(config.askRateLimit), burst = Self.count(capacity)
+                throw RequestError(.rateLimited, "too many asks: at most \(rate) per second, in bursts of \(burst); try again shortly")
             }
         }
 
@@ -270,5 +271,10 @@ extension RelayCore {
             out.appendJSONField("reason", name: reason.name)
             if let guardian { out.appendJSONField("by", guardian) }
         }
+    }
+
+    /// A rate as people write it: `20`, not `20.0`; `0.5` as it is.
+    static func count(_ v: Double) -> String {
+        v == v.rounded() && abs(v) < 1e15 ? String(Int64(v)) : String(v)
     }
 }

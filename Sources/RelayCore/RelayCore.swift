@@ -44,8 +44,10 @@ public struct CoreConfig: Sendable {
     public var maxFrameBytes = defaultMaxFrameBytes
     /// 0: no limit.
     public var maxPendingPerChild = 256
-    /// Sustained asks per second per child; 0 turns rate limiting off.
-    public var askRateLimit = 20.0
+    /// Sustained asks per second per child, in bursts of twice as many; 0 turns rate
+    /// limiting off. The default's burst lets a child fill the 64 pending questions every
+    /// relay must accept (wire contract §7) at once, as after a time offline.
+    public var askRateLimit = 32.0
     public var retentionSeconds: Int64 = 7 * 86400
     /// The relay's own uid: peers with it (or root) may open admin sessions.
     public var relayUID: UInt32 = 0

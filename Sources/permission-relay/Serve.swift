@@ -32,7 +32,8 @@ enum Serve {
                                            after 3N (default: 15)
           --handshake-timeout-seconds N    Close connections without hello after N seconds (default: 5)
           --max-pending-per-child N        Pending questions per child, 0 = no limit (default: 256)
-          --ask-rate-limit N               Sustained asks per second per child, 0 = off (default: 20)
+          --ask-rate-limit N               Sustained asks per second per child, in bursts of 2N,
+                                           0 = off (default: 32)
           --max-connections N              Open connections at most (default: 4096)
           --max-output-bytes N             Unsent bytes per connection before it is dropped as a
                                            slow consumer (default: 16777216)

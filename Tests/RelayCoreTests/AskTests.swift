@@ -174,6 +174,17 @@ final class AskTests: XCTestCase {
         h.ok(c2, ["type": "ask", "question": .object(h.question())])
     }
 
+    /// With the default limits a child may ask the 64 questions every relay accepts in one
+    /// burst (wire contract §7), and the one after them is told the rate.
+    func testDefaultRateLetsAChildFillSixtyFourPendingAtOnce() throws {
+        let h = try CoreHarness { $0.askRateLimit = CoreConfig().askRateLimit }
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        for _ in 0..<64 { h.ok(c, ["type": "ask", "question": .object(h.question())]) }
+        let refused = h.error(c, ["type": "ask", "question": .object(h.question())], .rateLimited)
+        XCTAssertEqual(refused["message"]?.string, "too many asks: at most 32 per second, in bursts of 64; try again shortly")
+    }
+
     func testAllKnown() throws {
         let h = try CoreHarness()
         h.standardFamilies()
