@@ -88,7 +88,7 @@ extension RelayCore {
             let allowed = bucket.take(rate: config.askRateLimit, capacity: capacity, now: r.now)
             child.askBucket = bucket
             guard allowed else {
-                let rate = Self.count(config.askRateLimit), burst = Self.count(capacity)
+                let rate = Self.plainNumber(config.askRateLimit), burst = Self.plainNumber(capacity)
                 throw RequestError(.rateLimited, "too many asks: at most \(rate) per second, in bursts of \(burst); try again shortly")
             }
         }
@@ -273,8 +273,8 @@ extension RelayCore {
         }
     }
 
-    /// A rate as people write it: `20`, not `20.0`; `0.5` as it is.
-    static func count(_ v: Double) -> String {
+    /// A number as people write it: `32`, not `32.0`; `0.5` as it is.
+    static func plainNumber(_ v: Double) -> String {
         v == v.rounded() && abs(v) < 1e15 ? String(Int64(v)) : String(v)
     }
 }
