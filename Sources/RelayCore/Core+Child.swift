@@ -88,7 +88,8 @@ extension RelayCore {
             let allowed = bucket.take(rate: config.askRateLimit, capacity: capacity, now: r.now)
             child.askBucket = bucket
             guard allowed else {
-                let rate = Self.plainNumber(config.askRateLimit), burst = Self.plainNumber(capacity)
+                // As JSON writes numbers: `32`, not `32.0`.
+                let rate = JSON.double(config.askRateLimit).text, burst = JSON.double(capacity).text
                 throw RequestError(.rateLimited, "too many asks: at most \(rate) per second, in bursts of \(burst); try again shortly")
             }
         }
@@ -271,10 +272,5 @@ extension RelayCore {
             out.appendJSONField("reason", name: reason.name)
             if let guardian { out.appendJSONField("by", guardian) }
         }
-    }
-
-    /// A number as people write it: `32`, not `32.0`; `0.5` as it is.
-    static func plainNumber(_ v: Double) -> String {
-        v == v.rounded() && abs(v) < 1e15 ? String(Int64(v)) : String(v)
     }
 }
