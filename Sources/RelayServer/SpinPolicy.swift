@@ -10,8 +10,10 @@ import RelayStore
 
 /// Waits for events, polling first when the last wait ended within the window.
 public struct SpinPolicy: Sendable {
-    /// The relay's window unless configured otherwise.
-    public static let defaultMicroseconds = 50
+    /// The relay's window unless configured otherwise: long enough to span a client's turn
+    /// on a slow virtual machine, where a wait for the next request that outlasts the window
+    /// ends in a sleep whose wake-up, tens of µs there, keeps the next wait long as well.
+    public static let defaultMicroseconds = 200
     /// How long a wait polls before sleeping; 0 never polls.
     let windowNanos: Int
     private var dense = false

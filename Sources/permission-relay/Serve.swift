@@ -43,7 +43,7 @@ enum Serve {
           --spin-microseconds N            While requests come in close together, poll up to N µs
                                            for the next before sleeping: lower latency, for a
                                            busy core while that lasts; 0 = always sleep
-                                           (default: 50, at most 10000)
+                                           (default: \(SpinPolicy.defaultMicroseconds), at most 10000)
           --log-level LEVEL                debug, info, warning or error (default: info)
           -h, --help                       Show this help.
 
