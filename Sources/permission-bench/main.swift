@@ -35,6 +35,10 @@ let usage = """
       --sync normal|full         The relay's durability mode (default normal)
       --socket PATH              Measure a running relay instead of starting one (no baseline;
                                  each run provisions families of its own)
+      --compare PATH             Measure another build's relay (its permission-relay) in place
+                                 of the baseline, each run's order alternating; the ratio is
+                                 this relay's rate over that one's (scripts/compare.sh builds
+                                 a git revision and runs this)
       --json                     One JSON object per grid point
       --svg FILE                 Also draw the latency distributions of every run
       --trace FILE               Also write every measured cycle as a CSV row: point, server,
@@ -62,6 +66,7 @@ let usage = """
       permission-bench --runs 3
       permission-bench --grid quick --json --svg latency.svg
       permission-bench --families 100 --window 1 --trace cycles.csv
+      permission-bench --families 100 --window 1 --runs 5 --compare /tmp/main/permission-relay
       permission-bench idle --connections 10000
       permission-bench startup
       valgrind --tool=callgrind permission-bench core --families 100 --window 8 --rounds 10
@@ -178,10 +183,11 @@ enum Servers {
     }
 }
 
-/// Starts a server process and waits for the line that says it listens.
+/// Starts a server process (a path, or a name beside this program) and waits for the line
+/// that says it listens.
 func startServer(_ executable: String, _ args: [String], readyWord: String) throws -> Process {
     let p = Process()
-    p.executableURL = bin.appendingPathComponent(executable)
+    p.executableURL = executable.contains("/") ? URL(fileURLWithPath: executable) : bin.appendingPathComponent(executable)
     p.arguments = args
     let out = Pipe()
     p.standardOutput = out
@@ -245,7 +251,10 @@ func measure(_ point: Point, socket: String, pid: Int32?, baseline: Bool, a: Arg
     return Figures(result: result, serverCPU: cpu, serverRSSBytes: rss)
 }
 
-func runPoint(_ point: Point, _ a: Arguments) throws -> (relay: Figures, baseline: Figures?) {
+/// Measures the relay at one point, then the baseline forwarder, or the relay `--compare`
+/// names (first in every other run, so that a machine that speeds up or slows down within a
+/// run favors neither).
+func runPoint(_ point: Point, _ a: Arguments, run: Int) throws -> (relay: Figures, other: Figures?) {
     if let socket = a.value("--socket") {
         return (try measure(point, socket: socket, pid: nil, baseline: false, a: a), nil)
     }
@@ -254,16 +263,27 @@ func runPoint(_ point: Point, _ a: Arguments) throws -> (relay: Figures, baselin
     try? FileManager.default.removeItem(at: dir)
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }
-    let relay = try startServer(
-        "permission-relay",
-        [
-            "serve", "--socket", dir.appendingPathComponent("r.sock").path, "--data", dir.appendingPathComponent("data").path,
-            "--ask-rate-limit", "0", "--max-pending-per-child", "0", "--max-connections", "100000",
-            "--sync", a.value("--sync") ?? "normal",
-        ], readyWord: "listening")
-    let relayFigures = try measure(
-        point, socket: dir.appendingPathComponent("r.sock").path, pid: relay.processIdentifier, baseline: false, a: a)
-    Servers.stop(relay)
+    func measureRelay(_ executable: String, _ name: String) throws -> Figures {
+        let socket = dir.appendingPathComponent("\(name).sock").path
+        let relay = try startServer(
+            executable,
+            [
+                "serve", "--socket", socket, "--data", dir.appendingPathComponent("\(name)-data").path,
+                "--ask-rate-limit", "0", "--max-pending-per-child", "0", "--max-connections", "100000",
+                "--sync", a.value("--sync") ?? "normal",
+            ], readyWord: "listening")
+        defer { Servers.stop(relay) }
+        return try measure(point, socket: socket, pid: relay.processIdentifier, baseline: false, a: a)
+    }
+    if let other = a.value("--compare") {
+        if run % 2 == 0 {
+            let theirs = try measureRelay(other, "compared")
+            return (try measureRelay("permission-relay", "r"), theirs)
+        }
+        let mine = try measureRelay("permission-relay", "r")
+        return (mine, try measureRelay(other, "compared"))
+    }
+    let relayFigures = try measureRelay("permission-relay", "r")
     let forwarder = try startServer(
         "permission-bench", ["forward", "--socket", dir.appendingPathComponent("b.sock").path], readyWord: "forwarding")
     let baseFigures = try measure(
@@ -295,15 +315,16 @@ final class CycleTrace {
 
 func fmt(_ v: Double, _ digits: Int = 0) -> String { v.isNaN ? "-" : String(format: "%.\(digits)f", v) }
 
-/// Prints a point's figures (medians when there were several runs); `ratio` is the
-/// median of the runs' relay-to-baseline ratios of cycles per second.
-func report(_ point: Point, _ r: Summary, _ b: Summary?, ratio: Double?, runs: Int, json: Bool) {
+/// Prints a point's figures (medians when there were several runs) beside those of the
+/// baseline, or of the relay compared, named `otherName`; `ratio` is the median of the runs'
+/// ratios of the relay's cycles per second to the other's.
+func report(_ point: Point, _ r: Summary, _ b: Summary?, otherName: String, ratio: Double?, runs: Int, json: Bool) {
     if json {
         var o: JSONObject = [
             "families": .int(Int64(point.families)), "window": .int(Int64(point.window)), "guardians": .int(Int64(point.guardians)),
             "runs": .int(Int64(runs)),
         ]
-        for (name, f) in [("relay", Optional(r)), ("baseline", b)] {
+        for (name, f) in [("relay", Optional(r)), (otherName, b)] {
             guard let f else { continue }
             o[name] = .object([
                 "cyclesPerSecond": .double(f.cyclesPerSecond), "p50Micros": .double(f.p50), "p90Micros": .double(f.p90),
@@ -334,8 +355,8 @@ func report(_ point: Point, _ r: Summary, _ b: Summary?, ratio: Double?, runs: I
             .map { String(repeating: " ", count: max(0, 10 - $0.count)) + $0 }.joined())
     printOut(row("relay", r))
     if let b, let ratio {
-        printOut(row("baseline", b))
-        printOut("ratio     cycles/s \(fmt(ratio * 100))% of baseline; p50 \(fmt(r.p50 / b.p50, 2))× baseline")
+        printOut(row(otherName, b))
+        printOut("ratio     cycles/s \(fmt(ratio * 100))% of \(otherName)'s; p50 \(fmt(r.p50 / b.p50, 2))× \(otherName)'s")
     }
 }
 
@@ -403,7 +424,7 @@ Servers.exit(
             args,
             valueFlags: [
                 "--grid", "--families", "--window", "--guardians", "--runs", "--duration", "--warmup", "--avatar-bytes", "--sync",
-                "--socket", "--svg", "--trace",
+                "--socket", "--svg", "--trace", "--compare",
             ],
             switchFlags: ["--json"])
         var points: [Point]
@@ -420,6 +441,18 @@ Servers.exit(
             default: throw CLIError.usage("--grid must be standard or quick")
             }
         }
+        if let other = a.value("--compare") {
+            guard a.value("--socket") == nil else {
+                throw CLIError.usage("--compare and --socket go separately: --compare starts both relays")
+            }
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: other, isDirectory: &isDirectory), !isDirectory.boolValue,
+                FileManager.default.isExecutableFile(atPath: other)
+            else {
+                throw CLIError.usage("--compare: no executable at \(other); give the path of another build's permission-relay")
+            }
+        }
+        let otherName = a.value("--compare") == nil ? "baseline" : "compared"
         let guardians = try a.int("--guardians", default: 1, min: 1)
         for i in points.indices { points[i].guardians = guardians }
         let runs = try a.int("--runs", default: 1, min: 1)
@@ -433,9 +466,9 @@ Servers.exit(
                 if !a.has("--json") {
                     printErr("measuring \(p.heading)\(runs > 1 ? ", run \(k) of \(runs)" : "")…")
                 }
-                let (r, b) = try runPoint(p, a)
+                let (r, b) = try runPoint(p, a, run: k)
                 trace?.write(p, "relay", run: k, r.result)
-                if let b { trace?.write(p, "baseline", run: k, b.result) }
+                if let b { trace?.write(p, otherName, run: k, b.result) }
                 relayRuns.append(Summary(r))
                 relayMicros += r.result.latenciesMicros
                 if let b {
@@ -446,10 +479,10 @@ Servers.exit(
             }
             let relay = Summary(medianOf: relayRuns)
             report(
-                p, relay, baseRuns.isEmpty ? nil : Summary(medianOf: baseRuns), ratio: ratios.isEmpty ? nil : median(ratios),
-                runs: runs, json: a.has("--json"))
+                p, relay, baseRuns.isEmpty ? nil : Summary(medianOf: baseRuns), otherName: otherName,
+                ratio: ratios.isEmpty ? nil : median(ratios), runs: runs, json: a.has("--json"))
             series.append(("relay \(p.label)", relayMicros))
-            if !baseMicros.isEmpty { series.append(("baseline \(p.label)", baseMicros)) }
+            if !baseMicros.isEmpty { series.append(("\(otherName) \(p.label)", baseMicros)) }
             failed = failed || relay.errors > 0 || relay.lost > 0 || relayRuns.contains { $0.cycles == 0 }
         }
         if let file = a.value("--svg") {

@@ -6,14 +6,15 @@ import RelayProtocol
 import XCTest
 
 final class BenchTests: XCTestCase {
-    /// Runs one point with `options` and checks that both the relay and the baseline completed
-    /// cycles without errors or losses; returns the point's JSON line.
+    /// Runs one point with `options` and checks that both the relay and the other server (the
+    /// baseline, or the relay compared) completed cycles without errors or losses; returns the
+    /// point's JSON line.
     @discardableResult
-    private func runCleanly(_ options: [String]) throws -> JSON {
+    private func runCleanly(_ options: [String], other: String = "baseline") throws -> JSON {
         let p = try ProgramRun("permission-bench", options + ["--duration", "0.5", "--warmup", "0.1", "--json"], env: [:])
         let line = try JSON.parse(p.nextLine() ?? "")
         XCTAssertEqual(p.finish(), 0)
-        for side in ["relay", "baseline"] {
+        for side in ["relay", other] {
             XCTAssertGreaterThan(line[side]?["cycles"]?.int ?? 0, 0, side)
             XCTAssertEqual(line[side]?["errors"]?.int, 0, side)
             XCTAssertEqual(line[side]?["lost"]?.int, 0, "\(side): every question answered, every response matched")
@@ -36,6 +37,26 @@ final class BenchTests: XCTestCase {
     func testWithSeveralGuardiansEachQuestionIsAnsweredOnce() throws {
         let line = try runCleanly(["--families", "2", "--window", "3", "--guardians", "3"])
         XCTAssertEqual(line["guardians"]?.int, 3)
+    }
+
+    /// `--compare` runs another relay binary in the baseline's place, run for run, and says
+    /// so; a path that is not an executable is a usage error before anything starts.
+    func testAnotherRelayBuildIsMeasuredInTheBaselinesPlace() throws {
+        let line = try runCleanly(["--families", "2", "--window", "2", "--runs", "2", "--compare", relayBinary], other: "compared")
+        XCTAssertNil(line["baseline"], "the relay compared takes the baseline's place")
+        XCTAssertEqual(line["runs"]?.int, 2)
+        for path in ["/no/such/relay", productsDirectory.path] {
+            let refused = Process()
+            refused.executableURL = productsDirectory.appendingPathComponent("permission-bench")
+            refused.arguments = ["--families", "1", "--window", "1", "--compare", path]
+            let err = Pipe()
+            refused.standardError = err
+            try refused.run()
+            let said = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            refused.waitUntilExit()
+            XCTAssertEqual(refused.terminationStatus, 64, path)
+            XCTAssertTrue(said.contains("--compare: no executable at \(path)"), said)
+        }
     }
 
     /// A running relay is measured too, its CPU and memory found through the socket's peer,
