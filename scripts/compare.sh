@@ -17,8 +17,10 @@ tree=.build/compare/$rev
 if [ ! -d "$tree" ]; then
     mkdir -p .build/compare
     unpacked=$(mktemp -d .build/compare/unpacking.XXXXXX)
+    trap 'rm -rf "$unpacked"' EXIT
     git archive "$rev" | tar -x -C "$unpacked"
     mv "$unpacked" "$tree"
+    trap - EXIT
 fi
 echo "building $rev in $tree…" >&2
 (cd "$tree" && swift build -c release --product permission-relay >&2)
