@@ -275,7 +275,8 @@ func runPoint(_ point: Point, _ a: Arguments, run: Int) throws -> (relay: Figure
         defer { Servers.stop(relay) }
         return try measure(point, socket: socket, pid: relay.processIdentifier, baseline: false, a: a)
     }
-    if let other = a.value("--compare") {
+    if let given = a.value("--compare") {
+        let other = URL(fileURLWithPath: given).path  // absolute: a bare name is not one beside this program
         if run % 2 == 0 {
             let theirs = try measureRelay(other, "compared")
             return (try measureRelay("permission-relay", "r"), theirs)
