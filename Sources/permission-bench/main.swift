@@ -251,10 +251,10 @@ func measure(_ point: Point, socket: String, pid: Int32?, baseline: Bool, a: Arg
     return Figures(result: result, serverCPU: cpu, serverRSSBytes: rss)
 }
 
-/// Measures the relay at one point, then the baseline forwarder, or the relay `--compare`
-/// names (first in every other run, so that a machine that speeds up or slows down within a
-/// run favors neither).
-func runPoint(_ point: Point, _ a: Arguments, run: Int) throws -> (relay: Figures, other: Figures?) {
+/// Measures the relay at one point, then the baseline forwarder, or the relay at `compared`
+/// (first in every other run, so that a machine that speeds up or slows down within a run
+/// favors neither).
+func runPoint(_ point: Point, _ a: Arguments, run: Int, compared: String?) throws -> (relay: Figures, other: Figures?) {
     if let socket = a.value("--socket") {
         return (try measure(point, socket: socket, pid: nil, baseline: false, a: a), nil)
     }
@@ -275,8 +275,7 @@ func runPoint(_ point: Point, _ a: Arguments, run: Int) throws -> (relay: Figure
         defer { Servers.stop(relay) }
         return try measure(point, socket: socket, pid: relay.processIdentifier, baseline: false, a: a)
     }
-    if let given = a.value("--compare") {
-        let other = URL(fileURLWithPath: given).path  // absolute: a bare name is not one beside this program
+    if let other = compared {
         if run % 2 == 0 {
             let theirs = try measureRelay(other, "compared")
             return (try measureRelay("permission-relay", "r"), theirs)
@@ -442,18 +441,20 @@ Servers.exit(
             default: throw CLIError.usage("--grid must be standard or quick")
             }
         }
-        if let other = a.value("--compare") {
+        // The relay to compare, as an absolute path: a bare name is not one beside this program.
+        let compared = try a.value("--compare").map { given -> String in
             guard a.value("--socket") == nil else {
                 throw CLIError.usage("--compare and --socket go separately: --compare starts both relays")
             }
             var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: other, isDirectory: &isDirectory), !isDirectory.boolValue,
-                FileManager.default.isExecutableFile(atPath: other)
+            guard FileManager.default.fileExists(atPath: given, isDirectory: &isDirectory), !isDirectory.boolValue,
+                FileManager.default.isExecutableFile(atPath: given)
             else {
-                throw CLIError.usage("--compare: no executable at \(other); give the path of another build's permission-relay")
+                throw CLIError.usage("--compare: no executable at \(given); give the path of another build's permission-relay")
             }
+            return URL(fileURLWithPath: given).path
         }
-        let otherName = a.value("--compare") == nil ? "baseline" : "compared"
+        let otherName = compared == nil ? "baseline" : "compared"
         let guardians = try a.int("--guardians", default: 1, min: 1)
         for i in points.indices { points[i].guardians = guardians }
         let runs = try a.int("--runs", default: 1, min: 1)
@@ -467,7 +468,7 @@ Servers.exit(
                 if !a.has("--json") {
                     printErr("measuring \(p.heading)\(runs > 1 ? ", run \(k) of \(runs)" : "")…")
                 }
-                let (r, b) = try runPoint(p, a, run: k)
+                let (r, b) = try runPoint(p, a, run: k, compared: compared)
                 trace?.write(p, "relay", run: k, r.result)
                 if let b { trace?.write(p, otherName, run: k, b.result) }
                 relayRuns.append(Summary(r))
