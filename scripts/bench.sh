@@ -3,6 +3,7 @@
 # e.g. `scripts/bench.sh --grid quick` or `--families 100 --window 8 --json`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift build -c release --product permission-relay
-swift build -c release --product permission-bench
+# The build's progress goes to stderr: stdout is the benchmark's (`--json > file`).
+swift build -c release --product permission-relay >&2
+swift build -c release --product permission-bench >&2
 exec "$(swift build -c release --show-bin-path)/permission-bench" "$@"
