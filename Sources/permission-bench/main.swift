@@ -48,7 +48,7 @@ let usage = """
     COLUMNS: cycles/s completed in the measured time; cycle latency (ask sent → response
     received) at p50, p90, p99 and its max, in µs; cpu µs: the server's CPU time (user +
     system, all threads) per cycle; sys %: the part of it spent in the kernel; gen µs: the
-    load generator's CPU per cycle; RSS MB: the server's resident memory at the end;
+    load generator's CPU per cycle; RSS MiB: the server's resident memory at the end;
     err/lost: failed cycles and questions never answered (both must be 0).
 
     idle: relay memory per idle authenticated session (RSS growth over N sessions, default 10000).
@@ -351,7 +351,7 @@ func report(_ point: Point, _ r: Summary, _ b: Summary?, otherName: String, rati
     printOut("\n\(point.heading)\(runs > 1 ? ", medians of \(runs) runs" : "")")
     printOut(
         "          "
-            + ["cycles/s", "p50 µs", "p90 µs", "p99 µs", "max µs", "cpu µs", "sys %", "gen µs", "RSS MB", "err/lost"]
+            + ["cycles/s", "p50 µs", "p90 µs", "p99 µs", "max µs", "cpu µs", "sys %", "gen µs", "RSS MiB", "err/lost"]
             .map { String(repeating: " ", count: max(0, 10 - $0.count)) + $0 }.joined())
     printOut(row("relay", r))
     if let b, let ratio {
