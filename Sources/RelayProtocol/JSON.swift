@@ -407,7 +407,10 @@ private struct Parser {
         }
         let text = String(decoding: UnsafeBufferPointer(rebasing: buf[start..<i]), as: UTF8.self)
         if integral, let v = Int64(text) { return .int(v) }
-        guard let d = Double(text), d.isFinite else { throw JSONParseError(reason: "number out of range", offset: start) }
+        // A number beyond a double's range is still JSON: it reads as infinite (as JavaScript
+        // and Python read it), so a frame holding one is answered like any other — an unknown
+        // field ignored, a known one the wrong type. Encoding writes it as null.
+        guard let d = Double(text) else { throw JSONParseError(reason: "invalid number", offset: start) }
         return .double(d)
     }
 }

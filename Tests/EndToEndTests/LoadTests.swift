@@ -108,4 +108,122 @@ final class LoadTests: XCTestCase {
         XCTAssertEqual(try child.event("response")["question"]?["id"]?.string, id)
         XCTAssertEqual(relay.terminate(), 0)
     }
+
+    /// Every part of every request, one at a time, replaced by a value of another kind —
+    /// integers past 64 bits, fractions, huge exponents, strings, arrays, objects, null: each
+    /// request still gets its one reply, in order, and the relay goes on serving.
+    func testEveryPartOfEveryRequestReplacedByAnotherKindOfValueGetsItsReply() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let child = try relay.connect()
+        _ = try child.hello("c0", tokens["c0"]!, session: "tablet")
+        let guardian = try relay.connect()
+        _ = try guardian.hello("g0", tokens["g0"]!)
+        let admin = try relay.admin()
+        let asked = UUID().uuidString
+        XCTAssertEqual(try child.request(["type": "ask", "question": question(asked)])["type"]?.string, "ok")
+        let handles: JSON = [.object(["value": "+1 555 0100", "kind": "phoneNumber"])]
+        var timed = question()
+        if case .object(var q) = timed {
+            q["choices"] = [
+                .object(["id": "ok", "title": "OK", "answer": "approval", "durationSeconds": 60]),
+                .object(["id": "no", "title": "No", "answer": "denial"]),
+            ]
+            q["defaultChoice"] = "no"
+            q["expirationDate"] = "2099-01-01T00:00:00Z"
+            timed = .object(q)
+        }
+        let requests: [(Client, JSONObject)] = [
+            (child, ["type": "ask", "question": question()]),
+            (child, ["type": "ask", "question": timed]),
+            (child, ["type": "cancel", "questionId": .string(asked)]),
+            (child, ["type": "questions", "status": "pending"]),
+            (child, ["type": "knownHandles", "handles": handles]),
+            (child, ["type": "subscribe", "topics": ["communication"]]),
+            (child, ["type": "ack", "seq": 1]),
+            (guardian, ["type": "answer", "questionId": .string(asked), "choice": "approve"]),
+            (guardian, ["type": "pending", "child": "c0"]),
+            (guardian, ["type": "setLimits", "child": "c0", "enabled": true]),
+            (guardian, ["type": "addKnownHandles", "child": "c0", "handles": handles]),
+            (guardian, ["type": "removeKnownHandles", "child": "c0", "handles": handles]),
+            (guardian, ["type": "history", "child": "c0", "limit": 5]),
+            (admin, ["type": "status"]),
+            (admin, ["type": "createFamily", "family": "f9"]),
+            (admin, ["type": "addMember", "family": "f9", "member": "m9", "role": "child"]),
+            (admin, ["type": "rotateToken", "member": "nobody"]),
+            (admin, ["type": "removeMember", "member": "nobody"]),
+        ]
+        // Written into the frame's text in place of one part, so numbers no JSON type of the
+        // relay's can hold reach it as they are.
+        let others = [
+            "null", "true", "-1", "0", "9223372036854775807", "9223372036854775808", "-9223372036854775809",
+            "18446744073709551616", "1e400", "-1e400", "1.5", "-0.0", "\"\"", "\"\\u0000\"", "\"9223372036854775808\"",
+            "\"\(String(repeating: "x", count: 4096))\"", "[]", "[null]", "{}", "{\"a\":1}",
+        ]
+        var expected: [ObjectIdentifier: [String]] = [:]
+        var sent = 0
+        for (n, (client, plain)) in requests.enumerated() {
+            var request = plain
+            if request["type"]?.string != "ack" { request["id"] = .string(Self.idSlot) }
+            for part in 1..<Self.parts(of: .object(request)) {
+                var next = 0
+                let template = Self.replacing(part, in: .object(request), next: &next).text
+                for (k, other) in others.enumerated() {
+                    let id = "p\(n).\(part).\(k)"
+                    let text = template.replacingOccurrences(of: "\"\(Self.slot)\"", with: other)
+                        .replacingOccurrences(of: Self.idSlot, with: id)
+                    try client.c.sendRaw(framed(Array(text.utf8)))
+                    sent += 1
+                    if template.contains(Self.idSlot) { expected[ObjectIdentifier(client), default: []].append(id) }
+                }
+            }
+        }
+        XCTAssertGreaterThan(sent, 1000)
+        // A ping is answered after the replies to everything sent before it.
+        for client in [child, guardian, admin] {
+            try client.send(["type": "ping"])
+            let ids = Set(expected[ObjectIdentifier(client)] ?? [])
+            var replied = Set<String>()
+            while let f = try client.c.receive(), f["type"]?.string != "pong" {
+                // (An id replaced by another string is no longer one of ours.)
+                guard let re = f["re"]?.string, ids.contains(re) else { continue }
+                XCTAssertTrue(replied.insert(re).inserted, "two replies to \(re)")
+            }
+            XCTAssertEqual(ids.subtracting(replied).sorted(), [], "requests without a reply")
+        }
+        // Still serving a full cycle.
+        XCTAssertEqual(try guardian.request(["type": "setLimits", "child": "c0", "enabled": true])["type"]?.string, "ok")
+        let id = UUID().uuidString
+        XCTAssertEqual(try child.request(["type": "subscribe", "topics": ["communication"]])["type"]?.string, "ok")
+        XCTAssertEqual(try child.request(["type": "ask", "question": question(id)])["type"]?.string, "ok")
+        XCTAssertEqual(try guardian.request(["type": "answer", "questionId": .string(id), "choice": "approve"])["type"]?.string, "ok")
+        XCTAssertEqual(try child.event("response")["question"]?["id"]?.string, id)
+        XCTAssertEqual(relay.terminate(), 0)
+    }
+
+    private static let slot = "@@another-kind-of-value@@"
+    private static let idSlot = "@@request-id@@"
+
+    /// How many parts `json` has, itself included (every value, however deep).
+    private static func parts(of json: JSON) -> Int {
+        switch json {
+        case .object(let o): 1 + o.fields.reduce(0) { $0 + parts(of: $1.value) }
+        case .array(let a): 1 + a.reduce(0) { $0 + parts(of: $1) }
+        default: 1
+        }
+    }
+
+    /// `json` with its part number `target` (numbered depth first from `next`, itself
+    /// first) replaced by the string `slot`.
+    private static func replacing(_ target: Int, in json: JSON, next: inout Int) -> JSON {
+        let number = next
+        next += 1
+        if number == target { return .string(slot) }
+        switch json {
+        case .object(let o): return .object(JSONObject(o.fields.map { .init($0.key, replacing(target, in: $0.value, next: &next)) }))
+        case .array(let a): return .array(a.map { replacing(target, in: $0, next: &next) })
+        default: return json
+        }
+    }
 }

@@ -16,10 +16,23 @@ final class JSONTests: XCTestCase {
         XCTAssertEqual(try JSON.parse(" 0 "), .int(0))
     }
 
+    /// JSON puts no bound on numbers: those beyond a double's range read as infinite (and
+    /// are then no integer), those too small as zero, and a frame holding one stays readable.
+    func testNumbersBeyondADoublesRangeReadAsInfinite() throws {
+        XCTAssertEqual(try JSON.parse("1e999"), .double(.infinity))
+        XCTAssertEqual(try JSON.parse("-1E+400"), .double(-.infinity))
+        XCTAssertEqual(try JSON.parse(String(repeating: "9", count: 400)), .double(.infinity))
+        XCTAssertEqual(try JSON.parse("1e-999"), .double(0))
+        let frame = try JSON.parse(#"{"type":"ack","id":"a","seq":1e400}"#)
+        XCTAssertEqual(frame["id"]?.string, "a")
+        XCTAssertNil(frame["seq"]?.int)
+        XCTAssertEqual(frame["seq"]?.encoded, Array("null".utf8))
+    }
+
     func testRejectsMalformedInput() {
         let bad = [
             "", "{", "[1,]", "{\"a\":}", "01", "1.", "-", "tru", "\"\u{01}\"", "\"\\x\"", "{\"a\" 1}", "[1] 2",
-            "\"\\ud800\"", "\"\\udc00x\"", "NaN", "1e999", "{'a':1}",
+            "\"\\ud800\"", "\"\\udc00x\"", "NaN", "Infinity", "-Infinity", "1e", "{'a':1}",
         ]
         for s in bad {
             XCTAssertThrowsError(try JSON.parse(s), s)
