@@ -95,10 +95,11 @@ extension JSON {
         default: return nil
         }
     }
+    /// A finite number (one beyond a double's range, read as infinite, is none).
     public var number: Double? {
         switch self {
         case .int(let i): return Double(i)
-        case .double(let d): return d
+        case .double(let d) where d.isFinite: return d
         default: return nil
         }
     }

@@ -26,6 +26,7 @@ final class JSONTests: XCTestCase {
         let frame = try JSON.parse(#"{"type":"ack","id":"a","seq":1e400}"#)
         XCTAssertEqual(frame["id"]?.string, "a")
         XCTAssertNil(frame["seq"]?.int)
+        XCTAssertNil(frame["seq"]?.number)
         XCTAssertEqual(frame["seq"]?.encoded, Array("null".utf8))
     }
 
