@@ -239,7 +239,20 @@ public final class RelayCore {
         do {
             parsed = try JSON.parse(body)
         } catch {
-            reject(conn, re: nil, established, .badFrame, "the frame is not valid UTF-8 JSON: \(error)")
+            var why = error
+            if error.tooDeep {
+                // Nested deeper than the parser goes, a frame may still be JSON: then its error
+                // carries its id (§1).
+                do {
+                    let json = try JSON.parseTruncatingDepth(body).json
+                    let message = "the frame nests arrays and objects deeper than \(JSON.maxDepth) levels"
+                    reject(conn, re: json["id"]?.string, established, .badFrame, message)
+                    return
+                } catch {
+                    why = error
+                }
+            }
+            reject(conn, re: nil, established, .badFrame, "the frame is not valid UTF-8 JSON: \(why)")
             return
         }
         guard case .object(let frame) = parsed else {

@@ -115,10 +115,12 @@ extension JSON {
 
 // MARK: - Parsing
 
-/// Why bytes are not a JSON document.
+/// Why bytes are not a JSON document (or, when `tooDeep`, one nested deeper than
+/// `JSON.maxDepth`, which is JSON all the same).
 public struct JSONParseError: Error, Sendable, CustomStringConvertible {
     public let reason: String
     public let offset: Int
+    public var tooDeep = false
     public var description: String { "\(reason) at byte \(offset)" }
 }
 
@@ -152,6 +154,18 @@ extension JSON {
     public static func parse(_ text: String) throws(JSONParseError) -> JSON {
         try parse(Array(text.utf8))
     }
+
+    /// Parses as `parse` does, except that an array or object nested deeper than `maxDepth`
+    /// is checked without recursion and read as null; `truncated` says whether one was. What
+    /// a frame too deep to take says of itself (its id, for the error's `re`) is read so.
+    public static func parseTruncatingDepth(_ bytes: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> (
+        json: JSON, truncated: Bool
+    ) {
+        var p = Parser(bytes)
+        p.truncating = true
+        let json = try p.document()
+        return (json, p.truncated)
+    }
 }
 
 extension UnsafeBufferPointer<UInt8> {
@@ -172,6 +186,10 @@ private struct Parser {
     let buf: UnsafeBufferPointer<UInt8>
     var i = 0
     var depth = 0
+    /// Whether an array or object past `JSON.maxDepth` is skipped (and read as null) rather
+    /// than refused; `truncated` records that one was.
+    var truncating = false
+    var truncated = false
 
     init(_ buf: UnsafeBufferPointer<UInt8>) { self.buf = buf }
 
@@ -190,8 +208,13 @@ private struct Parser {
     mutating func value() throws(JSONParseError) -> JSON {
         guard i < buf.count else { throw fail("unexpected end of input") }
         switch buf[i] {
-        case UInt8(ascii: "{"): return try object()
-        case UInt8(ascii: "["): return try array()
+        case UInt8(ascii: "{"), UInt8(ascii: "["):
+            if truncating && depth >= JSON.maxDepth {
+                try skipNested()
+                truncated = true
+                return .null
+            }
+            return buf[i] == UInt8(ascii: "{") ? try object() : try array()
         case UInt8(ascii: "\""): return .string(try string())
         case UInt8(ascii: "t"): try literal("true"); return .bool(true)
         case UInt8(ascii: "f"): try literal("false"); return .bool(false)
@@ -211,7 +234,64 @@ private struct Parser {
 
     mutating func enter() throws(JSONParseError) {
         depth += 1
-        if depth > JSON.maxDepth { throw fail("nesting deeper than \(JSON.maxDepth)") }
+        if depth > JSON.maxDepth {
+            var error = fail("nesting deeper than \(JSON.maxDepth)")
+            error.tooDeep = true
+            throw error
+        }
+    }
+
+    /// Skips the array or object at `i`, however deep, checking that it is JSON: a loop
+    /// with the closing brackets still owed, not recursion (a hostile frame can nest as
+    /// deep as it is long).
+    mutating func skipNested() throws(JSONParseError) {
+        var owed: [UInt8] = []
+        repeat {
+            skipSpace()  // at a value
+            guard i < buf.count else { throw fail("unexpected end of input") }
+            switch buf[i] {
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                let close = buf[i] == UInt8(ascii: "{") ? UInt8(ascii: "}") : UInt8(ascii: "]")
+                i += 1
+                skipSpace()
+                if i < buf.count, buf[i] == close {
+                    i += 1
+                } else {
+                    owed.append(close)
+                    if close == UInt8(ascii: "}") { try fieldName() }
+                    continue
+                }
+            case UInt8(ascii: "\""): _ = try string()
+            case UInt8(ascii: "t"): try literal("true")
+            case UInt8(ascii: "f"): try literal("false")
+            case UInt8(ascii: "n"): try literal("null")
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): _ = try number()
+            default: throw fail("unexpected character")
+            }
+            // After a value: close what it ends, or go on to the next item.
+            while let close = owed.last {
+                skipSpace()
+                guard i < buf.count else { throw fail("unexpected end of input") }
+                if buf[i] == UInt8(ascii: ",") {
+                    i += 1
+                    if close == UInt8(ascii: "}") { try fieldName() }
+                    break
+                }
+                guard buf[i] == close else { throw fail("expected ',' or '\(Character(Unicode.Scalar(close)))'") }
+                i += 1
+                owed.removeLast()
+            }
+        } while !owed.isEmpty
+    }
+
+    /// Reads `"name":` (and the space around it).
+    mutating func fieldName() throws(JSONParseError) {
+        skipSpace()
+        guard i < buf.count, buf[i] == UInt8(ascii: "\"") else { throw fail("expected a field name") }
+        _ = try string()
+        skipSpace()
+        guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+        i += 1
     }
 
     mutating func object() throws(JSONParseError) -> JSON {

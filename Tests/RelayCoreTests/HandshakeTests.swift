@@ -70,6 +70,17 @@ final class HandshakeTests: XCTestCase {
         let r = h.drain(c).first!
         XCTAssertEqual(r["code"]?.string, "badFrame")
         XCTAssertEqual(r["re"]?.string, "q")
+        // Nested deeper than the parser takes, but JSON: refused with its id.
+        let deep = String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)
+        h.sendRaw(c, Array(#"{"type":"limits","id":"d","extra":\#(deep)}"#.utf8))
+        let tooDeep = h.drain(c).first!
+        XCTAssertEqual(tooDeep["code"]?.string, "badFrame")
+        XCTAssertEqual(tooDeep["re"]?.string, "d")
+        h.sendRaw(c, Array(#"{"type":"limits","id":"e","extra":\#(deep.dropLast())}"#.utf8))  // and not JSON
+        let notJSON = h.drain(c).first!
+        XCTAssertEqual(notJSON["code"]?.string, "badFrame")
+        XCTAssertNil(notJSON["re"])
+        XCTAssertTrue(notJSON["message"]?.string?.contains("not valid UTF-8 JSON") ?? false)
         _ = h.error(c, ["type": "frobnicate"], .unknownType)
         h.send(c, ["type": "limits"])
         XCTAssertEqual(h.drain(c).first?["code"]?.string, "badRequest", "a request without id")

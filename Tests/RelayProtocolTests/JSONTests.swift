@@ -44,9 +44,36 @@ final class JSONTests: XCTestCase {
 
     func testNestingIsBounded() {
         let deep = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
-        XCTAssertThrowsError(try JSON.parse(deep))
+        XCTAssertThrowsError(try JSON.parse(deep)) { XCTAssertTrue(($0 as? JSONParseError)?.tooDeep ?? false) }
         let ok = String(repeating: "[", count: 60) + String(repeating: "]", count: 60)
         XCTAssertNoThrow(try JSON.parse(ok))
+        XCTAssertThrowsError(try JSON.parse("[1,]")) { XCTAssertFalse(($0 as? JSONParseError)?.tooDeep ?? true) }
+    }
+
+    /// A document nested too deep is still JSON: read with what is too deep checked and
+    /// taken as null, however deep it goes; anything that is not JSON in there is still refused.
+    func testWhatIsNestedTooDeepIsCheckedAndReadAsNull() throws {
+        func truncating(_ text: String) throws -> (json: JSON, truncated: Bool) {
+            try Array(text.utf8).withUnsafeBufferPointer { try JSON.parseTruncatingDepth($0) }
+        }
+        func nested(_ depth: Int, _ inner: String) -> String {
+            (0..<depth).map { $0 % 2 == 0 ? "[" : #"{"k":"# }.joined() + inner
+                + (0..<depth).reversed().map { $0 % 2 == 0 ? "]" : "}" }.joined()
+        }
+        // Levels in all: the outer object's, `depth`, and the inner list's three.
+        for depth in [JSON.maxDepth - 4, JSON.maxDepth - 3, 100_000] {
+            let text = #"{"id":"x","deep":"# + nested(depth, #"[1, "two", {"three": [true, false, null, -4.5e1]}, {}, []]"#) + "}"
+            let (json, truncated) = try truncating(text)
+            XCTAssertEqual(json["id"]?.string, "x", "depth \(depth)")
+            XCTAssertEqual(truncated, 1 + depth + 3 > JSON.maxDepth, "depth \(depth)")
+            if !truncated { XCTAssertEqual(json, try JSON.parse(text)) }
+            XCTAssertThrowsError(try truncating(#"{"id":"x","deep":"# + nested(depth, "[1,]") + "}"), "depth \(depth)")
+            XCTAssertThrowsError(try truncating(#"{"id":"x","deep":"# + nested(depth, #"{"a" 1}"#) + "}"), "depth \(depth)")
+            XCTAssertThrowsError(try truncating(#"{"id":"x","deep":"# + nested(depth, "[\"\u{01}\"]") + "}"), "depth \(depth)")
+            XCTAssertThrowsError(try truncating(String(text.dropLast(2))), "depth \(depth), cut short")
+        }
+        XCTAssertEqual(try truncating(#"{"a":[1,{"b":[]}]}"#).json, try JSON.parse(#"{"a":[1,{"b":[]}]}"#))
+        XCTAssertEqual(try truncating(#"{"a":[1,{"b":[]}]}"#).truncated, false)
     }
 
     /// Foundation's JSONSerialization is the reference: on generated and mutated documents
