@@ -63,9 +63,18 @@ public struct RelayConfiguration: Sendable {
 
     /// Reads `{"member": …, "token": …}` from a file.
     public static func readCredentials(_ path: String) throws(AskError) -> (member: String, token: String) {
-        guard let data = FileManager.default.contents(atPath: path), let json = try? JSON.parse(Array(data)),
-            let member = json["member"]?.string, let token = json["token"]?.string
-        else { throw AskError.systemError(underlyingError: ClientError.credentials(path)) }
+        func failure(_ why: String) -> AskError { AskError.systemError(underlyingError: ClientError.credentials(path, why: why)) }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { throw failure("no such file") }
+        guard !isDirectory.boolValue else { throw failure("it is a directory") }
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw failure(FileManager.default.isReadableFile(atPath: path) ? error.localizedDescription : "permission denied")
+        }
+        guard let json = try? JSON.parse(Array(data)), let member = json["member"]?.string, let token = json["token"]?.string
+        else { throw failure(#"expected {"member": …, "token": …}"#) }
         return (member, token)
     }
 
@@ -91,8 +100,8 @@ public enum ClientError: Error, Sendable, CustomStringConvertible {
     case unauthorized(String)
     /// The relay answered with an error.
     case relay(code: String, message: String)
-    /// The credentials file is missing or not `{"member":…,"token":…}`.
-    case credentials(String)
+    /// The credentials file at the path cannot be read, or is not `{"member":…,"token":…}`.
+    case credentials(String, why: String)
     /// The client was closed.
     case closed
 
@@ -101,7 +110,7 @@ public enum ClientError: Error, Sendable, CustomStringConvertible {
         case .unavailable(let why): return "the relay is not available: \(why)"
         case .unauthorized(let why): return "the relay refused the credentials: \(why)"
         case .relay(let code, let message): return "\(code): \(message)"
-        case .credentials(let path): return "cannot read credentials from \(path): expected {\"member\": …, \"token\": …}"
+        case .credentials(let path, let why): return "cannot read credentials from \(path): \(why)"
         case .closed: return "the client was closed"
         }
     }

@@ -62,6 +62,32 @@ final class ValueTests: XCTestCase {
         XCTAssertEqual(Date(timeIntervalSince1970: 1.5).rfc3339, "1970-01-01T00:00:01.500Z")
     }
 
+    /// A credentials file that cannot be used says why: missing, a directory, or not the shape.
+    func testCredentialsThatCannotBeReadSayWhy() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("credentials-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        func why(_ path: String) -> String? {
+            do {
+                _ = try RelayConfiguration.readCredentials(path)
+                return nil
+            } catch {
+                guard case .systemError(let e) = error else { return "another error: \(error)" }
+                return "\(e)"
+            }
+        }
+        let good = dir.appendingPathComponent("good.json").path
+        try Data(#"{"member":"alex","token":"t0k","family":"smiths"}"#.utf8).write(to: URL(fileURLWithPath: good))
+        XCTAssertNil(why(good))
+        XCTAssertEqual(try RelayConfiguration.readCredentials(good).member, "alex")
+        let missing = dir.appendingPathComponent("missing.json").path
+        XCTAssertEqual(why(missing), "cannot read credentials from \(missing): no such file")
+        XCTAssertEqual(why(dir.path), "cannot read credentials from \(dir.path): it is a directory")
+        let shapeless = dir.appendingPathComponent("shapeless.json").path
+        try Data(#"{"member":"alex"}"#.utf8).write(to: URL(fileURLWithPath: shapeless))
+        XCTAssertEqual(why(shapeless), #"cannot read credentials from \#(shapeless): expected {"member": …, "token": …}"#)
+    }
+
     func testEventProgressIsContiguousAndSurvivesARestart() throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("progress-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: path) }
