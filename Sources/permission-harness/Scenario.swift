@@ -49,10 +49,22 @@ final class ScenarioRun {
     }
 
     func run() throws {
-        guard let data = FileManager.default.contents(atPath: file), let s = try? JSON.parse(Array(data)).object else {
-            throw ScenarioFailure(description: "\(file) is not a JSON object")
+        name = (file as NSString).lastPathComponent
+        guard let data = FileManager.default.contents(atPath: file) else {
+            var isDirectory: ObjCBool = false
+            let why =
+                !FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory)
+                ? "no such file" : isDirectory.boolValue ? "it is a directory" : "it cannot be read"
+            throw ScenarioFailure(description: "cannot read the scenario \(file): \(why)")
         }
-        name = s["name"]?.string ?? (file as NSString).lastPathComponent
+        let parsed: JSON
+        do {
+            parsed = try JSON.parse(Array(data))
+        } catch {
+            throw ScenarioFailure(description: "the scenario \(file) is not valid JSON: \(error)")
+        }
+        guard let s = parsed.object else { throw ScenarioFailure(description: "the scenario \(file) is not a JSON object") }
+        name = s["name"]?.string ?? name
         if let flags = s["relayFlags"]?.array { relayFlags = flags.compactMap(\.string) }
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         if externalSocket == nil { try startRelay() }
