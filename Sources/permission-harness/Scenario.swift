@@ -161,9 +161,19 @@ final class ScenarioRun {
 
     // MARK: - Steps
 
+    /// A step's duration in seconds under `key`: `fallback` when it is absent, and a failure
+    /// that says so when it is not a number of seconds (a typo must not pass as the default).
+    private func seconds(_ step: JSONObject, _ key: String, default fallback: Double) throws -> Double {
+        guard let value = step[key] else { return fallback }
+        guard let s = value.number, s >= 0, s <= 86400 else {
+            throw ScenarioFailure(description: "\"\(key)\" must be a number of seconds from 0 to 86400, not \(value.text)")
+        }
+        return s
+    }
+
     private func perform(_ what: String, _ step: JSONObject) throws {
         let who = step["actor"]?.string ?? "harness"
-        let timeout = step["timeout"]?.number ?? 10
+        let timeout = try seconds(step, "timeout", default: 10)
         switch what {
         case "ask":
             var q = step["question"]?.object ?? [:]
@@ -218,7 +228,7 @@ final class ScenarioRun {
         case "no-event":
             let event = step["event"]?.string ?? ""
             let sym = step["id"]?.string
-            let window = step["within"]?.number ?? 1
+            let window = try seconds(step, "within", default: 1)
             if let e = try actor(who).take(
                 timeout: window, { e in e["event"]?.string == event && (sym == nil || e["id"]?.string == self.uuid(sym!)) })
             {
@@ -246,7 +256,7 @@ final class ScenarioRun {
             _ = try actor(who)
             log(who, "started")
         case "sleep":
-            let s = step["seconds"]?.number ?? 1
+            let s = try seconds(step, "seconds", default: 1)
             Thread.sleep(forTimeInterval: s)
             log("harness", "slept \(s) s")
         default:

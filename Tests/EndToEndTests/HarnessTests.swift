@@ -56,7 +56,7 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(lines.last, "0 passed, 1 failed")
     }
 
-    func testAScenarioFileThatCannotBeUsedSaysWhy() throws {
+    func testAScenarioThatCannotBeUsedSaysWhy() throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("scenarios-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
@@ -65,17 +65,22 @@ final class HarnessTests: XCTestCase {
         let list = dir.appendingPathComponent("list.json")
         try Data("[1]".utf8).write(to: list)
         let missing = dir.appendingPathComponent("missing.json")
-        let run = try ProgramRun("permission-harness", ["run", missing.path, cut.path, list.path, dir.path], env: [:])
+        let typo = dir.appendingPathComponent("typo.json")
+        try Data(#"{"steps": [{"do": "sleep", "seconds": "2"}]}"#.utf8).write(to: typo)
+        let run = try ProgramRun("permission-harness", ["run", missing.path, cut.path, list.path, dir.path, typo.path], env: [:])
         var lines: [String] = []
         while let l = run.nextLine() { lines.append(l) }
         XCTAssertEqual(run.finish(), 1)
         let failures = lines.filter { $0.contains("FAIL") }
-        XCTAssertEqual(failures.count, 4, "\(lines)")
-        let reasons = ["no such file", "is not valid JSON: unexpected end of input", "is not a JSON object", "it is a directory"]
+        XCTAssertEqual(failures.count, 5, "\(lines)")
+        let reasons = [
+            "no such file", "is not valid JSON: unexpected end of input", "is not a JSON object", "it is a directory",
+            #"step 1 (sleep): "seconds" must be a number of seconds"#,
+        ]
         for (line, why) in zip(failures, reasons) {
             XCTAssertTrue(line.contains(why), "\(line) should say \(why)")
         }
-        XCTAssertEqual(lines.last, "0 passed, 4 failed")
+        XCTAssertEqual(lines.last, "0 passed, 5 failed")
     }
 
     func testScenariosAgainstARunningRelay() throws {
