@@ -41,7 +41,7 @@ let usage = """
 
     OPTIONS:
     \(ClientOptions.help)
-          --json                 Machine-readable output (one JSON object per line)
+      --json               Machine-readable output (one JSON object per line)
 
     EXIT STATUS:
       0 approved (or success), 2 denied, 3 expired or cancelled, 1 error, 64 usage error

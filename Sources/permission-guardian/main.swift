@@ -27,7 +27,7 @@ let usage = """
 
     OPTIONS:
     \(ClientOptions.help)
-          --json                 Machine-readable output (one JSON object per line)
+      --json               Machine-readable output (one JSON object per line)
 
     EXIT STATUS:
       0 success, 1 error (one line on stderr says what), 64 usage error
