@@ -61,6 +61,17 @@ public final class RelayServer {
 
     private var epfd: Int32 = -1
     private var listenFD: Int32 = -1
+    /// A descriptor held in reserve. Out of descriptors, the loop lets it go just long enough
+    /// to take a waiting connection and tell it `busy`: a connection left waiting keeps the
+    /// listening socket ready, and the level-triggered loop would spin on it.
+    private var spareFD: Int32 = -1
+    /// Accepting stopped until then, when even the spare could not take a connection.
+    private var acceptPausedUntil: Timestamp?
+    /// Connections refused since the last line logged about them, and why: one line a
+    /// second at most, however many a flood brings.
+    private var refusedSinceLog = 0
+    private var refusalReason = ""
+    private var lastRefusalLog = Timestamp(milliseconds: 0)
     private let signalPipe: [Int32]
     private var conns: [ConnectionID: Conn] = [:]
     /// The connections a dispatch queued output for, each once, reused across turns.
@@ -167,7 +178,10 @@ public final class RelayServer {
         if config.handleSignals { cs_route_signals(signalPipe[1]) }
         cs_epoll_ctl(epfd, 0, listenFD, cs_epollin, Self.listenToken)
         cs_epoll_ctl(epfd, 0, signalPipe[0], cs_epollin, Self.signalToken)
+        spareFD = Self.openSpare()
     }
+
+    private static func openSpare() -> Int32 { open("/dev/null", O_RDONLY | O_CLOEXEC) }
 
     private func teardown() {
         for id in Array(conns.keys) { closeNow(id) }
@@ -176,8 +190,10 @@ public final class RelayServer {
             unlink(config.socketPath)
         }
         if epfd >= 0 { Glibc.close(epfd) }
+        if spareFD >= 0 { Glibc.close(spareFD) }
         listenFD = -1
         epfd = -1
+        spareFD = -1
     }
 
     /// Stop accepting, answer the frames in hand, commit, say goodbye, close (§9).
@@ -209,6 +225,7 @@ public final class RelayServer {
         let idleTimeout = 1000
         var timeout = idleTimeout
         if let d = relay.nextDeadline { timeout = max(0, min(timeout, Int(d.milliseconds - now.milliseconds) + 1)) }
+        if let until = acceptPausedUntil { timeout = max(0, min(timeout, Int(until.milliseconds - now.milliseconds) + 1)) }
         if relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) { timeout = 0 }
 
         let n = spin.wait(timeoutMs: Int32(timeout)) { cs_epoll_wait(epfd, &ready, Int32(ready.count), $0) }
@@ -232,6 +249,10 @@ public final class RelayServer {
 
         relay.tick(now: t)
         checkTimers(now: t)
+        if let until = acceptPausedUntil, t >= until {
+            acceptPausedUntil = nil
+            cs_epoll_ctl(epfd, 1, listenFD, cs_epollin, Self.listenToken)
+        }
         for id in relay.replaying {
             guard let c = conns[id], c.pendingBytes < replayLowWater else { continue }
             relay.continueReplay(id)
@@ -279,15 +300,14 @@ public final class RelayServer {
         while true {
             let fd = cs_accept(listenFD)
             guard fd >= 0 else {
-                if errno == EMFILE || errno == ENFILE { log(.warning, "out of file descriptors; refusing connections") }
+                if errno == EMFILE || errno == ENFILE {
+                    if refuseWithSpare(now: now) { continue }
+                    if errno != EAGAIN && errno != EWOULDBLOCK { pauseAccepting(now: now) }
+                }
                 return
             }
             if conns.count >= config.maxConnections {
-                let busy = RequestError(.busy, "the relay is at its connection limit (\(config.maxConnections)); try again later")
-                let frame = busy.frame(re: nil).frame
-                _ = frame.withUnsafeBytes { cs_send(fd, $0.baseAddress, $0.count) }
-                Glibc.close(fd)
-                log(.warning, "refused a connection: at the limit of \(config.maxConnections)")
+                refuse(fd, "at its connection limit (\(config.maxConnections))", now: now)
                 continue
             }
             let id = nextID
@@ -298,6 +318,49 @@ public final class RelayServer {
             relay.connected(id, peerUID: uid >= 0 ? UInt32(uid) : nil)
             setInterest(c)
         }
+    }
+
+    /// Tells a connection `busy`, closes it, and notes it for the log.
+    private func refuse(_ fd: Int32, _ why: String, now: Timestamp) {
+        let frame = RequestError(.busy, "the relay is \(why); try again later").frame(re: nil).frame
+        _ = frame.withUnsafeBytes { cs_send(fd, $0.baseAddress, $0.count) }
+        Glibc.close(fd)
+        refusedSinceLog += 1
+        refusalReason = why
+        logRefusals(now: now)
+    }
+
+    /// Logs the connections refused since the last such line, once a second at most.
+    private func logRefusals(now: Timestamp) {
+        guard refusedSinceLog > 0, now.milliseconds - lastRefusalLog.milliseconds >= 1000 else { return }
+        let what = refusedSinceLog == 1 ? "a connection" : "\(refusedSinceLog) connections"
+        log(.warning, "refused \(what): the relay is \(refusalReason)")
+        refusedSinceLog = 0
+        lastRefusalLog = now
+    }
+
+    /// Out of descriptors: lets the spare go to take the next waiting connection, refuses it,
+    /// and takes the spare back. False (errno set by the accept) when no connection was taken.
+    private func refuseWithSpare(now: Timestamp) -> Bool {
+        guard spareFD >= 0 else { return false }
+        Glibc.close(spareFD)
+        let fd = cs_accept(listenFD)
+        let acceptErrno = errno
+        if fd >= 0 { refuse(fd, "out of file descriptors", now: now) }
+        spareFD = Self.openSpare()
+        errno = acceptErrno
+        return fd >= 0
+    }
+
+    /// Stops watching the listening socket for a tenth of a second, when even the spare
+    /// could not take a waiting connection (the whole system is out of descriptors).
+    private func pauseAccepting(now: Timestamp) {
+        guard acceptPausedUntil == nil else { return }
+        acceptPausedUntil = Timestamp(milliseconds: now.milliseconds + 100)
+        cs_epoll_ctl(epfd, 1, listenFD, 0, Self.listenToken)
+        guard now.milliseconds - lastRefusalLog.milliseconds >= 1000 else { return }
+        log(.warning, "out of file descriptors, even the one kept in reserve: not accepting connections for a while")
+        lastRefusalLog = now
     }
 
     private func drainSignals() {
@@ -351,6 +414,7 @@ public final class RelayServer {
         // Connection timers need no finer grain than a quarter second; skip the scan in between.
         guard now.milliseconds - lastTimerScan.milliseconds >= 250 else { return }
         lastTimerScan = now
+        logRefusals(now: now)
         let hb = Int64(coreConfig.heartbeatSeconds) * 1000
         let handshake = Int64(config.handshakeTimeoutSeconds * 1000)
         for (id, c) in conns {

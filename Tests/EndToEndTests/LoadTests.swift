@@ -2,6 +2,7 @@
 
 import Foundation
 import RelayProtocol
+import RelayServer
 import XCTest
 
 final class LoadTests: XCTestCase {
@@ -33,6 +34,34 @@ final class LoadTests: XCTestCase {
             XCTAssertEqual(try c.event("response")["guardian"]?.string, "g\(i)")
         }
         for g in guardians { XCTAssertEqual(try g.reply("x")["status"]?.string, "answered") }
+    }
+
+    /// Out of file descriptors, the relay tells each connection it cannot take `busy` and
+    /// closes it, rather than leaving it waiting while the listening socket, ready for it,
+    /// keeps the loop spinning; once connections close it takes new ones again.
+    func testOutOfDescriptorsEachWaitingConnectionIsToldBusyAndNothingSpins() throws {
+        let relay = try RelayProcess(openFileLimit: 40)
+        try relay.start()
+        var held: [BlockingConnection] = []
+        for _ in 0..<60 { held.append(try BlockingConnection(path: relay.socket)) }
+        var refused = 0
+        for c in held.suffix(10) {
+            c.setTimeout(seconds: 10)
+            let f = try c.receive()
+            XCTAssertEqual(f?["code"]?.string, "busy")
+            XCTAssertTrue(f?["message"]?.string?.contains("out of file descriptors") ?? false)
+            if f?["code"]?.string == "busy", try c.receive() == nil { refused += 1 }  // then closed
+        }
+        XCTAssertEqual(refused, 10)
+        // Every connection has been dealt with; a relay spinning on the listening socket
+        // would burn its core meanwhile.
+        let before = relay.cpuSeconds()
+        Thread.sleep(forTimeInterval: 0.5)
+        XCTAssertLessThan(relay.cpuSeconds() - before, 0.2, "the loop spins while out of descriptors")
+        held.removeAll()  // closes them
+        let admin = try relay.admin()
+        XCTAssertEqual(try admin.request(["type": "status"])["type"]?.string, "ok", "taking connections again")
+        XCTAssertEqual(relay.terminate(), 0)
     }
 
     func testNoDescriptorLeaks() throws {

@@ -23,15 +23,18 @@ final class RelayProcess {
     let socket: String
     let data: String
     let flags: [String]
+    /// The relay's open-file limit (`ulimit -n`), when a test sets one.
+    let openFileLimit: Int?
     private(set) var process: Process?
     private(set) var output = ""
 
-    init(flags: [String] = ["--ask-rate-limit", "0"]) throws {
+    init(flags: [String] = ["--ask-rate-limit", "0"], openFileLimit: Int? = nil) throws {
         dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("pre-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         socket = dir.appendingPathComponent("s").path
         data = dir.appendingPathComponent("data").path
         self.flags = flags
+        self.openFileLimit = openFileLimit
         armWatchdog()
     }
 
@@ -59,6 +62,10 @@ final class RelayProcess {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: relayBinary)
         p.arguments = ["serve", "--socket", socket, "--data", data] + flags
+        if let openFileLimit {  // the shell sets the limit and becomes the relay (same pid)
+            p.executableURL = URL(fileURLWithPath: "/bin/sh")
+            p.arguments = ["-c", #"ulimit -n \#(openFileLimit) && exec "$0" "$@""#, relayBinary] + p.arguments!
+        }
         let out = Pipe()
         p.standardOutput = out
         p.standardError = FileHandle(forWritingAtPath: "/dev/null")
@@ -119,6 +126,16 @@ final class RelayProcess {
             }
         }
         return tokens
+    }
+
+    /// CPU time (user and system) the relay has used, in seconds.
+    func cpuSeconds() -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let end = stat.lastIndex(of: ")")
+        else { return -1 }
+        let fields = stat[stat.index(after: end)...].split(separator: " ")  // state is field 3
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return -1 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// Open descriptors of the relay process.
