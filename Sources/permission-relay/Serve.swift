@@ -102,7 +102,10 @@ enum Serve {
 
         let limit = Int(cs_raise_fd_limit())
         if server.maxConnections + 64 > limit {
-            log(.warning, "the open-file limit is \(limit); --max-connections \(server.maxConnections) may not be reachable")
+            log(
+                .warning,
+                "the open-file limit is \(limit); --max-connections \(server.maxConnections) may not be reachable"
+                    + " (connections past what it allows are told busy)")
         }
 
         let store: SQLiteStore
