@@ -284,14 +284,16 @@ private struct Parser {
         } while !owed.isEmpty
     }
 
-    /// Reads `"name":` (and the space around it).
-    mutating func fieldName() throws(JSONParseError) {
+    /// Reads `"name":` (and the space before it); returns the name.
+    @discardableResult
+    mutating func fieldName() throws(JSONParseError) -> String {
         skipSpace()
         guard i < buf.count, buf[i] == UInt8(ascii: "\"") else { throw fail("expected a field name") }
-        _ = try string()
+        let name = try string()
         skipSpace()
         guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
         i += 1
+        return name
     }
 
     mutating func object() throws(JSONParseError) -> JSON {
@@ -306,12 +308,7 @@ private struct Parser {
             return .object(JSONObject(fields))
         }
         while true {
-            skipSpace()
-            guard i < buf.count, buf[i] == UInt8(ascii: "\"") else { throw fail("expected a field name") }
-            let key = try string()
-            skipSpace()
-            guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
-            i += 1
+            let key = try fieldName()
             skipSpace()
             fields.append(JSONObject.Field(key, try value()))
             skipSpace()

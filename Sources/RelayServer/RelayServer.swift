@@ -300,10 +300,7 @@ public final class RelayServer {
         while true {
             let fd = cs_accept(listenFD)
             guard fd >= 0 else {
-                if errno == EMFILE || errno == ENFILE {
-                    if refuseWithSpare(now: now) { continue }
-                    if errno != EAGAIN && errno != EWOULDBLOCK { pauseAccepting(now: now) }
-                }
+                if errno == EMFILE || errno == ENFILE, refuseWithSpare(now: now) { continue }
                 return
             }
             if conns.count >= config.maxConnections {
@@ -340,15 +337,19 @@ public final class RelayServer {
     }
 
     /// Out of descriptors: lets the spare go to take the next waiting connection, refuses it,
-    /// and takes the spare back. False (errno set by the accept) when no connection was taken.
+    /// and takes the spare back; true when it took one. When even that fails with connections
+    /// still waiting, accepting pauses.
     private func refuseWithSpare(now: Timestamp) -> Bool {
-        guard spareFD >= 0 else { return false }
-        Glibc.close(spareFD)
-        let fd = cs_accept(listenFD)
-        let acceptErrno = errno
-        if fd >= 0 { refuse(fd, "out of file descriptors", now: now) }
-        spareFD = Self.openSpare()
-        errno = acceptErrno
+        var fd: Int32 = -1
+        var nothingWaiting = false
+        if spareFD >= 0 {
+            Glibc.close(spareFD)
+            fd = cs_accept(listenFD)
+            nothingWaiting = fd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
+            if fd >= 0 { refuse(fd, "out of file descriptors", now: now) }
+            spareFD = Self.openSpare()
+        }
+        if fd < 0 && !nothingWaiting { pauseAccepting(now: now) }
         return fd >= 0
     }
 
