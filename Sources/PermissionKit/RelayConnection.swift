@@ -206,12 +206,19 @@ final class RelayConnection: Sendable {
         Glibc.close(wakeFDs.write)
     }
 
-    /// A connection past its welcome: the socket, the decoder's leftovers, and frames
-    /// that came in the same read as the welcome.
+    /// A connection past its welcome: the socket, the decoder's leftovers, frames that
+    /// came in the same read as the welcome, and the relay's heartbeat interval.
     private struct Greeted {
         let fd: Int32
         var decoder: FrameDecoder
         let early: [JSONObject]
+        let heartbeat: Duration
+    }
+
+    /// The interval the welcome gives (the client pings on the relay's interval, and
+    /// takes three silent ones for a dead relay), kept within a sane range.
+    static func heartbeat(of welcome: JSONObject) -> Duration {
+        .seconds(min(max(welcome["heartbeatSeconds"]?.int ?? 15, 1), 3600))
     }
 
     /// Connects and completes hello; nil (state unavailable) when either fails.
@@ -243,7 +250,7 @@ final class RelayConnection: Sendable {
                     onWelcome(f)
                     setState(.ready)
                     let early = Array(frames.drop { $0["type"]?.string != "welcome" }.dropFirst())
-                    return Greeted(fd: fd, decoder: decoder, early: early)
+                    return Greeted(fd: fd, decoder: decoder, early: early, heartbeat: Self.heartbeat(of: f))
                 }
                 if f["type"]?.string == "error" {
                     let code = f["code"]?.string ?? "error"
@@ -269,7 +276,7 @@ final class RelayConnection: Sendable {
         shared.withLock { s in for i in s.pending.indices { s.pending[i].sent = false } }
         var lastHeard = ContinuousClock.now
         var lastSent = ContinuousClock.now
-        let heartbeat = Duration.seconds(15)
+        let heartbeat = greeted.heartbeat
         handle(greeted.early, fd)
         while true {
             // Send what is waiting: new or unanswered requests, acks, extra frames.

@@ -100,6 +100,29 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(child.connectionState, .unavailable)
     }
 
+    func testAHungRelayIsNoticedWithinThreeOfItsHeartbeatsAndAskingGoesOnOnceItWakes() async throws {
+        let relay = try RelayProcess(flags: ["--ask-rate-limit", "0", "--heartbeat-seconds", "1"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let child = AskCenter(configuration: config(relay, "c0", tokens, timeout: .seconds(30)))
+        var states = child.connectionStates().makeAsyncIterator()
+        while await states.next() != .ready {}
+
+        kill(relay.pid, SIGSTOP)  // the socket stays open; only silence tells
+        let stopped = ContinuousClock.now
+        while await states.next() == .ready {}
+        let noticed = ContinuousClock.now - stopped
+        XCTAssertLessThan(noticed, .seconds(8), "the welcome's heartbeatSeconds (1) sets the client's interval, not its own 15")
+        XCTAssertGreaterThanOrEqual(noticed, .seconds(2), "a relay is given three silent intervals")
+
+        let question = contact()
+        async let asked: Void = child.ask(question)
+        kill(relay.pid, SIGCONT)
+        try await asked
+        let all = try await child.questions()
+        XCTAssertEqual(all.map(\.id), [question.id])
+    }
+
     func testRelayKilledMidAskAndMidAnswerLosesAndRepeatsNothing() async throws {
         let relay = try RelayProcess()
         try relay.start()
