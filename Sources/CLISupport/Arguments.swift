@@ -5,7 +5,7 @@ import Foundation
 
 /// Why a command stopped.
 public enum CLIError: Error {
-    /// Wrong arguments: print the message and the command's usage, exit 64.
+    /// Wrong arguments: print the message and the command's usage in short, exit 64.
     case usage(String)
     /// The command could not do its work: exit 1.
     case failure(String)
@@ -80,13 +80,26 @@ public func printErr(_ s: String) {
     FileHandle.standardError.write(Data((s + "\n").utf8))
 }
 
-/// Runs a program's `main`: usage errors print the usage and exit 64, failures one
-/// line on stderr and exit 1.
+/// The USAGE and COMMANDS sections of a help text: what a usage error shows under its
+/// message, so that the message is not lost above the whole help.
+public func usageSummary(of help: String) -> String {
+    var kept: [Substring] = []
+    var keeping = false
+    for line in help.split(separator: "\n", omittingEmptySubsequences: false) {
+        if line.hasPrefix("USAGE:") || line.hasPrefix("COMMANDS:") { keeping = true }
+        if line.isEmpty { keeping = false }
+        if keeping { kept.append(line) }
+    }
+    return kept.joined(separator: "\n")
+}
+
+/// Runs a program's `main`: usage errors print the message, the usage in short and
+/// where the rest is, and exit 64; failures print one line on stderr and exit 1.
 public func runMain(program: String, usage: @escaping () -> String, _ body: () async throws -> Int32) async -> Int32 {
     do {
         return try await body()
     } catch CLIError.usage(let message) {
-        printErr("\(program): \(message)\n\n\(usage())")
+        printErr("\(program): \(message)\n\(usageSummary(of: usage()))\n(--help shows every option, with examples)")
         return 64
     } catch CLIError.failure(let message) {
         printErr("\(program): \(message)")

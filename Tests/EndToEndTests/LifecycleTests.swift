@@ -54,7 +54,12 @@ final class LifecycleTests: XCTestCase {
             let r = run(["serve", "--spin-microseconds", spin])
             XCTAssertEqual(r.status, 64, spin)
             XCTAssertTrue(r.stderr.contains("--spin-microseconds"), r.stderr)
+            // The message first, then the usage in short: not buried above every option.
+            XCTAssertTrue(r.stderr.hasPrefix("permission-relay: --spin-microseconds"), r.stderr)
+            XCTAssertTrue(r.stderr.contains("USAGE: permission-relay serve [options]\n(--help shows"), r.stderr)
+            XCTAssertFalse(r.stderr.contains("OPTIONS:"), r.stderr)
         }
+        XCTAssertTrue(run([]).stderr.contains("COMMANDS:\n  serve"), "no command: the commands are listed")
         XCTAssertEqual(run(["member", "add", "fam"]).status, 64)
         let down = run(["status", "--socket", "/tmp/no-such-relay.sock"])
         XCTAssertEqual(down.status, 1)
