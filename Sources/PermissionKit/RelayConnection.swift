@@ -182,9 +182,7 @@ final class RelayConnection: Sendable {
                 if !shared.withLock({ $0.closed }) { setState(.connecting) }
                 continue
             }
-            failExpired()
-            let jitter = Double.random(in: 0.75...1.25)
-            waitForWake(max: delay * jitter)
+            waitToReconnect(until: .now + delay * Double.random(in: 0.75...1.25))
             delay = min(delay * 2, config.maxReconnectDelay)
         }
         let (pending, watchers) = shared.withLock { s in
@@ -365,10 +363,22 @@ final class RelayConnection: Sendable {
         for p in all { p.continuation.resume(throwing: error) }
     }
 
-    private func waitForWake(max: Duration) {
-        var fds = [pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0)]
-        let ms = Int32((max / .milliseconds(1)).rounded(.up))
-        if poll(&fds, 1, ms) > 0 { drainWake() }
+    /// Waits out a reconnect delay, failing each request whose deadline comes meanwhile
+    /// (a backoff of seconds must not hold a request seconds past its own); a new request
+    /// or `close` ends the wait at once.
+    private func waitToReconnect(until end: ContinuousClock.Instant) {
+        while true {
+            failExpired()
+            let now = ContinuousClock.now
+            guard now < end else { return }
+            let wakeAt = min(end, shared.withLock { $0.pending.map(\.deadline).min() } ?? end)
+            var fds = [pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0)]
+            let ms = Int32(min(Double(Int32.max), ((wakeAt - now) / .milliseconds(1)).rounded(.up)))
+            if poll(&fds, 1, ms) > 0 {
+                drainWake()
+                return
+            }
+        }
     }
 
     private func withID(_ f: JSONObject, _ id: String) -> JSONObject {

@@ -98,6 +98,21 @@ final class PermissionKitTests: XCTestCase {
         }
         XCTAssertGreaterThanOrEqual(ContinuousClock.now - started, .milliseconds(500))
         XCTAssertEqual(child.connectionState, .unavailable)
+
+        // A reconnect delay longer than the request's time does not make it fail late.
+        var slow = config(relay, "c0", tokens, timeout: .milliseconds(500))
+        (slow.reconnectDelay, slow.maxReconnectDelay) = (.seconds(4), .seconds(4))
+        let patient = AskCenter(configuration: slow)
+        let asked = ContinuousClock.now
+        do {
+            try await patient.ask(contact())
+            XCTFail("the relay is down")
+        } catch let e as AskError {
+            XCTAssertEqual(e, .notAvailable)
+        }
+        let failedAfter = ContinuousClock.now - asked
+        XCTAssertGreaterThanOrEqual(failedAfter, .milliseconds(500))
+        XCTAssertLessThan(failedAfter, .seconds(2), "the request's deadline, not the 3–5 s wait before the next attempt")
     }
 
     func testAHungRelayIsNoticedWithinThreeOfItsHeartbeatsAndAskingGoesOnOnceItWakes() async throws {
