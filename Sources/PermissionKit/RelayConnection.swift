@@ -241,8 +241,10 @@ final class RelayConnection: Sendable {
             return nil
         }
         let deadline = ContinuousClock.now + .seconds(10)
-        while ContinuousClock.now < deadline {
-            guard readable(fd, until: deadline), let frames = read(fd, &decoder) else { break }
+        while ContinuousClock.now < deadline && !shared.withLock({ $0.closed }) {
+            failExpired()  // a relay slow to welcome does not hold a request past its deadline
+            guard readableUnlessWoken(fd, until: min(deadline, earliestDeadline() ?? deadline)) else { continue }
+            guard let frames = read(fd, &decoder) else { break }
             for f in frames {
                 if f["type"]?.string == "welcome" {
                     onWelcome(f)
@@ -304,7 +306,7 @@ final class RelayConnection: Sendable {
                 guard write(fd, ["type": "ping"]) else { return }
                 lastSent = now
             }
-            let nextDeadline = shared.withLock { $0.pending.map(\.deadline).min() }
+            let nextDeadline = earliestDeadline()
             var wait = min(heartbeat, max(.zero, (lastSent + heartbeat) - now))
             if let d = nextDeadline { wait = min(wait, max(.zero, d - now)) }
             var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0)]
@@ -339,6 +341,10 @@ final class RelayConnection: Sendable {
         }
     }
 
+    private func earliestDeadline() -> ContinuousClock.Instant? {
+        shared.withLock { $0.pending.map(\.deadline).min() }
+    }
+
     private func failExpired() {
         let now = ContinuousClock.now
         let (expired, why) = shared.withLock { s -> ([Pending], ClientError) in
@@ -371,7 +377,7 @@ final class RelayConnection: Sendable {
             failExpired()
             let now = ContinuousClock.now
             guard now < end else { return }
-            let wakeAt = min(end, shared.withLock { $0.pending.map(\.deadline).min() } ?? end)
+            let wakeAt = min(end, earliestDeadline() ?? end)
             var fds = [pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0)]
             let ms = Int32(min(Double(Int32.max), ((wakeAt - now) / .milliseconds(1)).rounded(.up)))
             if poll(&fds, 1, ms) > 0 {
@@ -399,10 +405,14 @@ final class RelayConnection: Sendable {
         return true
     }
 
-    private func readable(_ fd: Int32, until deadline: ContinuousClock.Instant) -> Bool {
-        var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
+    /// Whether `fd` became readable by `deadline`; false also when a new request or
+    /// `close` woke the thread first (the caller looks at its deadlines again).
+    private func readableUnlessWoken(_ fd: Int32, until deadline: ContinuousClock.Instant) -> Bool {
+        var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0)]
         let ms = Int32(max(0, ((deadline - .now) / .milliseconds(1)).rounded(.up)))
-        return poll(&fds, 1, ms) > 0
+        guard poll(&fds, 2, ms) > 0 else { return false }
+        if fds[1].revents != 0 { drainWake() }
+        return fds[0].revents != 0
     }
 
     /// Reads what is available; nil when the connection ended.

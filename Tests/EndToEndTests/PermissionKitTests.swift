@@ -130,10 +130,21 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertLessThan(noticed, .seconds(8), "the welcome's heartbeatSeconds (1) sets the client's interval, not its own 15")
         XCTAssertGreaterThanOrEqual(noticed, .seconds(2), "a relay is given three silent intervals")
 
+        // A new connection to the hung relay is accepted (by the kernel) but never welcomed.
+        let other = AskCenter(configuration: config(relay, "c0", tokens, session: "other", timeout: .seconds(1)))
+        let asked = ContinuousClock.now
+        do {
+            try await other.ask(contact())
+            XCTFail("the relay is hung")
+        } catch let e as AskError {
+            XCTAssertEqual(e, .notAvailable)
+        }
+        XCTAssertLessThan(ContinuousClock.now - asked, .seconds(4), "the request's deadline, not the 10 s wait for a welcome")
+
         let question = contact()
-        async let asked: Void = child.ask(question)
+        async let resent: Void = child.ask(question)
         kill(relay.pid, SIGCONT)
-        try await asked
+        try await resent
         let all = try await child.questions()
         XCTAssertEqual(all.map(\.id), [question.id])
     }
