@@ -100,6 +100,17 @@ public func parseExpiry(_ text: String, now: Date = Date()) -> Date? {
     return iso.date(from: text)
 }
 
+/// What a long-running command says when another client takes its session.
+public let replacedNotice =
+    "another client opened this session (same member and --session, by default MEMBER-HOSTNAME); this one connects"
+    + " again in a while. Give each client a --session of its own."
+
+/// Says on stderr each time another client takes this one's session (the library then
+/// pauses before it connects again).
+public func reportReplacements(_ states: AsyncStream<ConnectionState>) -> Task<Void, Never> {
+    Task { for await state in states where state == .replaced { printErr(replacedNotice) } }
+}
+
 /// Runs `cleanup` and exits 0 on SIGTERM or SIGINT, so a long-running command (watch,
 /// auto) records what it processed before it goes. Keep the returned sources alive.
 public func stopOnSignals(_ cleanup: @escaping @Sendable () async -> Void) -> [any DispatchSourceSignal] {

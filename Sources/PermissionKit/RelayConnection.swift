@@ -18,6 +18,12 @@ public enum ConnectionState: String, Sendable, Equatable {
     case ready
     /// The last attempt failed; the client keeps retrying in the background.
     case unavailable
+    /// Another client opened the same durable session (same member, same session name)
+    /// and the relay closed this connection in its favour. The client connects again after
+    /// a pause that doubles each time this happens in a row (1 s up to 32 s): two clients
+    /// that share a session name take it from each other ever more rarely, instead of as
+    /// fast as they can. Give each app or device a session name of its own.
+    case replaced
 }
 
 final class RelayConnection: Sendable {
@@ -48,6 +54,8 @@ final class RelayConnection: Sendable {
         var extraFrames: [JSONObject] = []
         var watchers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
         var closed = false
+        /// The relay said it closes the connection because another client took its session.
+        var replaced = false
         /// The I/O thread has ended.
         var finished = false
         var nextID = 1
@@ -172,14 +180,34 @@ final class RelayConnection: Sendable {
 
     // MARK: - The I/O thread
 
+    /// The pause before connecting again after the `n`th replacement in a row, without
+    /// its jitter.
+    static func pauseAfterReplacement(_ n: Int) -> Duration { .seconds(1 << min(max(n, 1) - 1, 5)) }
+
     private func run() {
         var delay = config.reconnectDelay
+        var replacedInARow = 0
         while !shared.withLock({ $0.closed }) {
             if let greeted = connectAndGreet() {
                 delay = config.reconnectDelay
+                let connected = ContinuousClock.now
                 serve(greeted)
                 Glibc.close(greeted.fd)
-                if !shared.withLock({ $0.closed }) { setState(.connecting) }
+                guard !shared.withLock({ $0.closed }) else { continue }
+                let replaced = shared.withLock { s in
+                    defer { s.replaced = false }
+                    return s.replaced
+                }
+                guard replaced else {
+                    replacedInARow = 0
+                    setState(.connecting)
+                    continue
+                }
+                // Taken back within the minute: the other client is still there.
+                replacedInARow = ContinuousClock.now - connected < .seconds(60) ? replacedInARow + 1 : 1
+                setState(.replaced)
+                let pause = Self.pauseAfterReplacement(replacedInARow) * Double.random(in: 0.75...1.25)
+                waitToReconnect(until: .now + pause, endedByRequests: false)
                 continue
             }
             waitToReconnect(until: .now + delay * Double.random(in: 0.75...1.25))
@@ -334,6 +362,7 @@ final class RelayConnection: Sendable {
             }
             switch f["type"]?.string {
             case "ping": _ = write(fd, ["type": "pong"])
+            case "closing" where f["reason"]?.string == "sessionReplaced": shared.withLock { $0.replaced = true }
             case "pong", "closing": break
             default:
                 if f["seq"] != nil { onEvent(f) }
@@ -370,9 +399,9 @@ final class RelayConnection: Sendable {
     }
 
     /// Waits out a reconnect delay, failing each request whose deadline comes meanwhile
-    /// (a backoff of seconds must not hold a request seconds past its own); a new request
-    /// or `close` ends the wait at once.
-    private func waitToReconnect(until end: ContinuousClock.Instant) {
+    /// (a backoff of seconds must not hold a request seconds past its own); `close`, and
+    /// unless `endedByRequests` is false a new request, end the wait at once.
+    private func waitToReconnect(until end: ContinuousClock.Instant, endedByRequests: Bool = true) {
         while true {
             failExpired()
             let now = ContinuousClock.now
@@ -382,7 +411,7 @@ final class RelayConnection: Sendable {
             let ms = Int32(min(Double(Int32.max), ((wakeAt - now) / .milliseconds(1)).rounded(.up)))
             if poll(&fds, 1, ms) > 0 {
                 drainWake()
-                return
+                if endedByRequests || shared.withLock({ $0.closed }) { return }
             }
         }
     }

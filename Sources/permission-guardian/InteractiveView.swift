@@ -99,6 +99,8 @@ struct InteractiveView {
                 loaded = true
             case .connection(let s):
                 connection = s
+                if s == .replaced { message = replacedNotice }
+                if s == .replaced { message = "another client opened this session; give each a --session of its own (q to quit)" }
             }
             selected = min(selected, max(pending.count - 1, 0))
             draw(pending, selected, message, connection)

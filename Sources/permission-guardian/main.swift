@@ -128,6 +128,8 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
                 : "answered \(id) with \(p[1])")
     case "watch":
         if !json { printErr("watching the family's questions (Ctrl-C to stop)") }
+        let notices = reportReplacements(center.connectionStates())
+        defer { notices.cancel() }
         let questions = center.questions()
         let closed = center.closedQuestions()
         await withTaskGroup(of: Void.self) { group in
@@ -160,6 +162,8 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
         if !json {
             printErr("answering every question with \(a.value("--choice") ?? (approve ? "an approval" : "a denial")) (Ctrl-C to stop)")
         }
+        let notices = reportReplacements(center.connectionStates())
+        defer { notices.cancel() }
         for await q in center.questions() {
             let choice =
                 a.value("--choice").flatMap { id in q.choices.first { $0.id == id } }

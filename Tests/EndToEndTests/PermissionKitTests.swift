@@ -149,6 +149,33 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(all.map(\.id), [question.id])
     }
 
+    func testTwoClientsOfOneSessionTakeItFromEachOtherEverMoreRarely() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let first = GuardianCenter(configuration: config(relay, "g0", tokens, session: "shared"))
+        var firstStates = first.connectionStates().makeAsyncIterator()
+        while await firstStates.next() != .ready {}
+        let second = GuardianCenter(configuration: config(relay, "g0", tokens, session: "shared"))
+        while await firstStates.next() != .replaced {}
+
+        // Each taking the session back at once, the two made thousands of hellos a second.
+        let admin = try relay.admin()
+        let framesIn = { try admin.request(["type": "status"])["framesIn"]?.int ?? -1 }
+        let before = try framesIn()
+        try await Task.sleep(for: .seconds(3))  // a window to count in: what is measured is what did not happen
+        let hellos = try framesIn() - before - 1
+        XCTAssertLessThan(hellos, 40, "frames the relay read in 3 s while two clients shared a session")
+
+        await second.close()
+        let child = AskCenter(configuration: config(relay, "c0", tokens))
+        let question = contact()
+        try await child.ask(question)
+        var incoming = first.questions().makeAsyncIterator()
+        let seen = try await next(&incoming)
+        XCTAssertEqual(seen.id, question.id, "the first client has the session again")
+    }
+
     func testRelayKilledMidAskAndMidAnswerLosesAndRepeatsNothing() async throws {
         let relay = try RelayProcess()
         try relay.start()
