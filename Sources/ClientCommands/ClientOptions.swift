@@ -15,13 +15,17 @@ public enum ClientOptions {
           --token TOKEN        The member's token (env PERMISSION_TOKEN)
           --credentials FILE   A file {"member": …, "token": …}, as `permission-relay member add --json` prints it
                                (env PERMISSION_CREDENTIALS)
-          --session NAME       Durable session name (env PERMISSION_SESSION; default: MEMBER-HOSTNAME)
+          --session NAME       Durable session: where the relay keeps this app's place in the member's
+                               events, for watch, auto, the interactive view, ask and ask-update (env
+                               PERMISSION_SESSION; default: MEMBER-HOSTNAME); the other commands need none
           --state-dir DIR      Where the last processed event is kept (env PERMISSION_STATE_DIR)
           -h, --help           Show this help.
         """
 
-    /// The configuration from the options, falling back to the environment.
-    public static func configuration(_ a: Arguments, session: String? = nil) throws -> RelayConfiguration {
+    /// The configuration from the options, falling back to the environment. A command
+    /// that waits for events is `durable`; one that only sends requests opens an ephemeral
+    /// session, which takes no durable session from a `watch` beside it.
+    public static func configuration(_ a: Arguments, durable: Bool = true) throws -> RelayConfiguration {
         var env = ProcessInfo.processInfo.environment
         if let v = a.value("--socket") { env["PERMISSION_RELAY_SOCKET"] = v }
         if let v = a.value("--member") { env["PERMISSION_MEMBER"] = v }
@@ -31,11 +35,12 @@ public enum ClientOptions {
             if a.value("--member") == nil { env["PERMISSION_MEMBER"] = nil }
             if a.value("--token") == nil { env["PERMISSION_TOKEN"] = nil }
         }
-        if let v = a.value("--session") ?? session { env["PERMISSION_SESSION"] = v }
+        if let v = a.value("--session") { env["PERMISSION_SESSION"] = v }
         if let v = a.value("--state-dir") { env["PERMISSION_STATE_DIR"] = v }
         do {
             var config = try RelayConfiguration.fromEnvironment(env)
             config.requestTimeout = .seconds(3)  // a person at a terminal wants a quick answer when the relay is down
+            if !durable { (config.session, config.stateFile) = (nil, nil) }
             return config
         } catch AskError.systemError(let e) {
             throw CLIError.failure("\(e)")

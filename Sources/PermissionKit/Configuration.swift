@@ -13,8 +13,12 @@ public struct RelayConfiguration: Sendable {
     public var member: String
     /// The member's token.
     public var token: String
-    /// The durable session name (per app or device).
-    public var session: String
+    /// The durable session name (per app or device): the relay keeps its place in the
+    /// member's event stream across connections, and replays what it missed. nil opens
+    /// an ephemeral session instead, which sees events from each connection on only and
+    /// takes no durable session from another client: for a client that only sends
+    /// requests (a one-off command), set it and `stateFile` to nil.
+    public var session: String?
     /// Where the last processed `seq` is kept between runs; nil keeps it in memory only.
     public var stateFile: String?
     /// How long a request waits for the relay (including reconnects) before it fails.
@@ -23,7 +27,7 @@ public struct RelayConfiguration: Sendable {
     public var reconnectDelay: Duration = .milliseconds(100)
     public var maxReconnectDelay: Duration = .seconds(5)
 
-    public init(socketPath: String, member: String, token: String, session: String, stateFile: String? = nil) {
+    public init(socketPath: String, member: String, token: String, session: String?, stateFile: String? = nil) {
         self.socketPath = socketPath
         self.member = member
         self.token = token

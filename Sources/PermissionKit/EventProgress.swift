@@ -55,6 +55,15 @@ final class EventProgress: Sendable {
         }
     }
 
+    /// An ephemeral session's stream starts at the head at every connection: what came
+    /// between two connections is not for it.
+    func restart(at head: Int64) {
+        state.withLock { s in
+            s.mark = head
+            s.above = []
+        }
+    }
+
     func isDone(_ seq: Int64) -> Bool {
         state.withLock { s in (s.mark.map { seq <= $0 } ?? false) || s.above.contains(seq) }
     }

@@ -20,8 +20,9 @@ final class MemberSession: Sendable {
         connection = configuration.map {
             RelayConnection(
                 config: $0, resumePoint: { progress.mark },
-                onWelcome: { w in
-                    progress.welcome(head: w["head"]?.int ?? 0, cursor: w["cursor"]?.int ?? 0)
+                onWelcome: { [durable = $0.session != nil] w in
+                    let head = w["head"]?.int ?? 0
+                    if durable { progress.welcome(head: head, cursor: w["cursor"]?.int ?? 0) } else { progress.restart(at: head) }
                     onWelcome(w)
                 },
                 setup: setup, onEvent: onEvent)

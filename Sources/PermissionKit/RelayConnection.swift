@@ -259,9 +259,11 @@ final class RelayConnection: Sendable {
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         var hello: JSONObject = [
             "type": "hello", "id": "hello", "protocol": 1, "member": .string(config.member), "token": .string(config.token),
-            "session": .string(config.session),
         ]
-        if let resume = resumePoint() { hello["resume"] = .int(resume) }
+        if let session = config.session {
+            hello["session"] = .string(session)
+            if let resume = resumePoint() { hello["resume"] = .int(resume) }
+        }
         var decoder = FrameDecoder(maxFrameBytes: 64 << 20)
         guard write(fd, hello) else {
             Glibc.close(fd)

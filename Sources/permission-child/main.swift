@@ -181,7 +181,10 @@ func run() async throws -> Int32 {
     let a = try Arguments(Array(args.dropFirst()), valueFlags: flags, switchFlags: ["--wait", "--json"])
     let known = ["ask", "ask-update", "cancel", "watch", "known", "limits", "questions"]
     guard known.contains(command) else { throw CLIError.usage("unknown command \"\(command)\"") }
-    let center = AskCenter(configuration: try ClientOptions.configuration(a))
+    // Asking opens the durable session too: its place in the stream, kept from the ask on,
+    // is where a later `watch` finds the response that came meanwhile.
+    let durable = ["ask", "ask-update", "watch"].contains(command)
+    let center = AskCenter(configuration: try ClientOptions.configuration(a, durable: durable))
     let signals = stopOnSignals { await center.close() }
     defer { _ = signals }
     let status = try await perform(command, a, center)

@@ -91,7 +91,8 @@ func run() async throws -> Int32 {
     if command == nil && (isatty(0) == 0 || isatty(1) == 0) {
         throw CLIError.usage("no command given (the interactive view needs a terminal)")
     }
-    let center = GuardianCenter(configuration: try ClientOptions.configuration(a))
+    let waits = ["watch", "auto", "view"].contains(command ?? "view")
+    let center = GuardianCenter(configuration: try ClientOptions.configuration(a, durable: waits))
     let signals = command == nil ? [] : stopOnSignals { await center.close() }
     defer { _ = signals }
     let status: Int32

@@ -11,12 +11,20 @@ final class ProgramRun {
     private var buffer = ""
     private(set) var lines: [String] = []
 
-    init(_ name: String, _ args: [String], env: [String: String]) throws {
+    /// `stderr`: a new file to write the program's stderr to (by default it is dropped).
+    init(_ name: String, _ args: [String], env: [String: String], stderr: String? = nil) throws {
         process.executableURL = productsDirectory.appendingPathComponent(name)
         process.arguments = args
         process.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
         process.standardOutput = out
-        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        if let stderr {
+            guard FileManager.default.createFile(atPath: stderr, contents: nil), let file = FileHandle(forWritingAtPath: stderr) else {
+                throw CocoaError(.fileWriteUnknown)
+            }
+            process.standardError = file
+        } else {
+            process.standardError = FileHandle.nullDevice
+        }
         try process.run()
     }
 
@@ -73,8 +81,33 @@ final class ProgramTests: XCTestCase {
             env: env)
     }
 
-    private func guardian(_ args: [String]) throws -> ProgramRun {
-        try ProgramRun("permission-guardian", args + ["--credentials", relay.dir.appendingPathComponent("guardian.json").path], env: env)
+    private func guardian(_ args: [String], stderr: String? = nil) throws -> ProgramRun {
+        try ProgramRun(
+            "permission-guardian", args + ["--credentials", relay.dir.appendingPathComponent("guardian.json").path], env: env,
+            stderr: stderr)
+    }
+
+    func testCommandsBesideAWatchLeaveItsSessionAlone() throws {
+        let log = relay.dir.appendingPathComponent("watch.err").path
+        let watch = try guardian(["watch", "--json"], stderr: log)
+        let pid = watch.process.processIdentifier
+        let giveUp = DispatchWorkItem { kill(pid, SIGTERM) }  // a line that never comes ends the test, not CI
+        DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: giveUp)
+        defer { giveUp.cancel() }
+        let ask = try child(["ask", "+15550126", "--json"])
+        XCTAssertEqual(ask.finish(), 0)
+        let id = try JSON.parse(ask.nextLine() ?? "")["questionId"]?.string ?? ""
+        XCTAssertEqual(try JSON.parse(watch.nextLine() ?? "")["questionId"]?.string, id)
+        // Each of these says hello as the same member, with the same default session name.
+        for args in [["pending"], ["history"], ["answer", id, "approve"], ["known", "add", "c0", "+15550127"]] {
+            XCTAssertEqual(try guardian(args).finish(), 0, args.joined(separator: " "))
+        }
+        let closed = try JSON.parse(watch.nextLine() ?? "")
+        XCTAssertEqual(closed["type"]?.string, "questionClosed")
+        XCTAssertEqual(closed["questionId"]?.string, id)
+        watch.stop()
+        let said = try String(contentsOfFile: log, encoding: .utf8)
+        XCTAssertFalse(said.contains("another client opened this session"), said)
     }
 
     func testAskWaitExitCodesTellTheOutcome() throws {
