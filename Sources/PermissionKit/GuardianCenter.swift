@@ -75,9 +75,10 @@ public final class GuardianCenter: Sendable {
     private struct Hub {
         var questionConsumers: [UUID: @Sendable (GuardianQuestion) -> Void] = [:]
         var closedConsumers: [UUID: @Sendable (ClosedQuestion) -> Void] = [:]
-        /// Events up to here were already in the stream when the connection opened: their
-        /// questions are stale or come with `pending()`, so the streams skip them.
-        var replayedUpTo: Int64 = 0
+        /// Events up to here were already in the stream when the center first connected:
+        /// their questions are stale or come with `pending()`, so the streams skip them.
+        /// What a reconnection replays came while the center was away, and is news.
+        var replayedUpTo: Int64?
     }
 
     /// A center for an explicit identity; without one every operation fails with `notAvailable`.
@@ -85,7 +86,7 @@ public final class GuardianCenter: Sendable {
         let box = WeakBox<GuardianCenter>()
         session = MemberSession(
             configuration: configuration,
-            onWelcome: { w in box.value?.hub.withLock { $0.replayedUpTo = w["head"]?.int ?? 0 } },
+            onWelcome: { w in box.value?.hub.withLock { $0.replayedUpTo = $0.replayedUpTo ?? w["head"]?.int ?? 0 } },
             onEvent: { e in box.value?.handle(e) })
         box.value = self
         session.start()  // only now can an event reach `handle`
@@ -175,7 +176,7 @@ public final class GuardianCenter: Sendable {
     private func handle(_ e: JSONObject) {
         guard let seq = e["seq"]?.int, !session.progress.isDone(seq) else { return }
         session.done(seq)
-        let replayed = hub.withLock { seq <= $0.replayedUpTo }
+        let replayed = hub.withLock { seq <= $0.replayedUpTo ?? 0 }
         switch replayed ? nil : e["type"]?.string {
         case "question":
             if let q = e["question"].flatMap(GuardianQuestion.init(wire:)) {
