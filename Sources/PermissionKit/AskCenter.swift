@@ -86,6 +86,9 @@ public final class AskCenter: Sendable {
         var held: [Int64: JSONObject] = [:]
         /// Recent responses, replayed to consumers that join later in this process.
         var history: [JSONObject] = []
+        /// Recent outcomes, likewise: the connection opens (and replays what closed while
+        /// the app was away) as the center is made, before the app can ask for them.
+        var outcomeHistory: [QuestionOutcome] = []
         var limitsEnabled: Bool?
     }
 
@@ -174,11 +177,15 @@ public final class AskCenter: Sendable {
         return stream
     }
 
-    /// Questions that closed without a response: cancelled (here or on another device) or expired.
+    /// Questions that closed without a response: cancelled (here or on another device) or
+    /// expired, from now on (and those already received in this process).
     public func outcomes() -> AsyncStream<QuestionOutcome> {
         let (stream, continuation) = AsyncStream<QuestionOutcome>.makeStream()
         let key = UUID()
-        hub.withLock { $0.outcomeConsumers[key] = { continuation.yield($0) } }
+        hub.withLock { h in  // the earlier ones go first: no new one is handed on meanwhile
+            for o in h.outcomeHistory { continuation.yield(o) }
+            h.outcomeConsumers[key] = { continuation.yield($0) }
+        }
         continuation.onTermination = { [weak self] _ in self?.hub.withLock { _ = $0.outcomeConsumers.removeValue(forKey: key) } }
         register([CommunicationTopic.id, SignificantAppUpdateTopic.id])
         return stream
@@ -285,7 +292,12 @@ public final class AskCenter: Sendable {
             for c in consumers { c(e) }
         case "questionClosed":
             if let o = QuestionOutcome(event: e) {
-                for c in hub.withLock({ Array($0.outcomeConsumers.values) }) { c(o) }
+                let consumers = hub.withLock { h in
+                    h.outcomeHistory.append(o)
+                    if h.outcomeHistory.count > 256 { h.outcomeHistory.removeFirst() }
+                    return Array(h.outcomeConsumers.values)
+                }
+                for c in consumers { c(o) }
             }
         case "limitsChanged":
             hub.withLock { $0.limitsEnabled = e["enabled"]?.bool }

@@ -178,6 +178,28 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(seen?.id, question.id, "the first client has the session again, and what came meanwhile")
     }
 
+    func testAnOutcomeReplayedAsTheCenterConnectsReachesOutcomesAskedForAfterwards() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let closures = guardian.closedQuestions()
+        var question = contact()
+        question.expirationDate = Date(timeIntervalSinceNow: 1)
+        let asking = AskCenter(configuration: config(relay, "c0", tokens))
+        try await asking.ask(question)
+        await asking.close()
+        let expired = await firstElement(of: closures, within: .seconds(10))
+        XCTAssertEqual(expired?.reason, "expired")
+
+        // The app starts again: its center connects at once and is replayed the closure.
+        let app = AskCenter(configuration: config(relay, "c0", tokens))
+        _ = try await app.limitsEnabled()  // its reply comes after the replay
+        let outcome = await firstElement(of: app.outcomes(), within: .seconds(5))
+        XCTAssertEqual(outcome?.questionID, question.id)
+        XCTAssertEqual(outcome?.reason, .expired)
+    }
+
     func testRelayKilledMidAskAndMidAnswerLosesAndRepeatsNothing() async throws {
         let relay = try RelayProcess()
         try relay.start()
