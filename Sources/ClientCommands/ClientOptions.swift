@@ -110,10 +110,26 @@ public let replacedNotice =
     "another client opened this session (same member and --session, by default MEMBER-HOSTNAME); this one connects"
     + " again in a while. Give each client a --session of its own."
 
-/// Says on stderr each time another client takes this one's session (the library then
-/// pauses before it connects again).
-public func reportReplacements(_ states: AsyncStream<ConnectionState>) -> Task<Void, Never> {
-    Task { for await state in states where state == .replaced { printErr(replacedNotice) } }
+/// What a command says when the relay refuses its credentials.
+public let refusedNotice =
+    "the relay refused the credentials: the member's token was rotated, or the member removed;"
+    + " `permission-relay token rotate MEMBER` issues a new token"
+
+/// For a command that waits for events: says on stderr each time another client takes
+/// this one's session (the library then pauses before it connects again), and ends the
+/// program with status 1 when the relay refuses the credentials (the library has stopped).
+public func reportConnectionTrouble(_ states: AsyncStream<ConnectionState>, program: String) -> Task<Void, Never> {
+    Task {
+        for await state in states {
+            switch state {
+            case .replaced: printErr("\(program): \(replacedNotice)")
+            case .refused:
+                printErr("\(program): \(refusedNotice)")
+                exit(1)
+            default: break
+            }
+        }
+    }
 }
 
 /// Runs `cleanup` and exits 0 on SIGTERM or SIGINT, so a long-running command (watch,

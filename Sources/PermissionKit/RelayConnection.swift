@@ -24,6 +24,11 @@ public enum ConnectionState: String, Sendable, Equatable {
     /// that share a session name take it from each other ever more rarely, instead of as
     /// fast as they can. Give each app or device a session name of its own.
     case replaced
+    /// The relay refused the member, its token or its hello (a rotated token, a removed
+    /// member, a malformed session name). The client stops connecting, since trying again
+    /// would be refused again, and every request fails with `ClientError.unauthorized`
+    /// (as `AskError.systemError`); a center with new credentials is needed.
+    case refused
 }
 
 final class RelayConnection: Sendable {
@@ -56,6 +61,8 @@ final class RelayConnection: Sendable {
         var closed = false
         /// The relay said it closes the connection because another client took its session.
         var replaced = false
+        /// The relay refused the credentials: the thread ends, and requests fail with `lastError`.
+        var refused = false
         /// The I/O thread has ended.
         var finished = false
         var nextID = 1
@@ -131,7 +138,7 @@ final class RelayConnection: Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<JSONObject, any Error>) in
                 let refused = shared.withLock { s -> (any Error)? in
-                    if s.closed { return ClientError.closed }
+                    if s.closed { return s.refused ? s.lastError ?? ClientError.closed : ClientError.closed }
                     s.pending.append(Pending(id: id, frame: frame, deadline: deadline, continuation: c))
                     return nil
                 }
@@ -213,15 +220,16 @@ final class RelayConnection: Sendable {
             waitToReconnect(until: .now + delay * Double.random(in: 0.75...1.25))
             delay = min(delay * 2, config.maxReconnectDelay)
         }
-        let (pending, watchers) = shared.withLock { s in
+        if shared.withLock({ $0.refused }) { setState(.refused) }
+        let (pending, watchers, error) = shared.withLock { s in
             defer {
                 s.pending.removeAll()
                 s.watchers.removeAll()
                 s.finished = true
             }
-            return (s.pending, Array(s.watchers.values))
+            return (s.pending, Array(s.watchers.values), s.refused ? s.lastError ?? .closed : .closed)
         }
-        for p in pending { p.continuation.resume(throwing: ClientError.closed) }
+        for p in pending { p.continuation.resume(throwing: error) }
         for w in watchers { w.finish() }
     }
 
@@ -288,7 +296,10 @@ final class RelayConnection: Sendable {
                     let error: ClientError =
                         code == "unauthorized" ? .unauthorized(message) : .relay(code: code, message: message)
                     setState(.unavailable, error: error)
-                    if code == "unauthorized" { failAll(error) }
+                    if code == "unauthorized" {
+                        shared.withLock { s in (s.refused, s.closed) = (true, true) }
+                        failAll(error)
+                    }
                     Glibc.close(fd)
                     return nil
                 }

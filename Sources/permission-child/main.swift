@@ -227,7 +227,7 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter) async throw
             let updates = center.responses(for: SignificantAppUpdateTopic.self)
             let outcomes = center.outcomes()
             if !json { printErr("watching responses and outcomes (Ctrl-C to stop)") }
-            let notices = reportReplacements(center.connectionStates())
+            let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-child")
             defer { notices.cancel() }
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await printResponses(responses, json: json) { describePeople($0.topic) } }

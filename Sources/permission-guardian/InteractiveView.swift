@@ -100,7 +100,7 @@ struct InteractiveView {
             case .connection(let s):
                 connection = s
                 if s == .replaced { message = replacedNotice }
-                if s == .replaced { message = "another client opened this session; give each a --session of its own (q to quit)" }
+                if s == .refused { message = refusedNotice + " (q to quit)" }
             }
             selected = min(selected, max(pending.count - 1, 0))
             draw(pending, selected, message, connection)

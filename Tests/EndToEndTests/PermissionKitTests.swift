@@ -200,6 +200,26 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(outcome?.reason, .expired)
     }
 
+    func testARotatedTokenStopsTheCenterAndItsRequestsFailAtOnce() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let states = guardian.connectionStates()
+        _ = try await guardian.pending()
+        _ = try relay.admin().request(["type": "rotateToken", "member": "g0"])
+        let refused = await firstElement(of: states, where: { $0 == .refused }, within: .seconds(10))
+        XCTAssertEqual(refused, .refused, "the relay closes the connection and refuses the old token")
+        let asked = ContinuousClock.now
+        do {
+            _ = try await guardian.pending()
+            XCTFail("the token was rotated")
+        } catch AskError.systemError(let e as ClientError) {
+            guard case .unauthorized = e else { return XCTFail("\(e)") }
+        }
+        XCTAssertLessThan(ContinuousClock.now - asked, .seconds(1), "refused at once, not after the request's 10 s")
+    }
+
     func testRelayKilledMidAskAndMidAnswerLosesAndRepeatsNothing() async throws {
         let relay = try RelayProcess()
         try relay.start()
@@ -296,12 +316,14 @@ final class PermissionKitTests: XCTestCase {
     }
 }
 
-/// The first element of `stream`, or nil when none comes within `limit`.
-func firstElement<T: Sendable>(of stream: AsyncStream<T>, within limit: Duration) async -> T? {
+/// The first element of `stream` that `matches`, or nil when none comes within `limit`.
+func firstElement<T: Sendable>(
+    of stream: AsyncStream<T>, where matches: @escaping @Sendable (T) -> Bool = { _ in true }, within limit: Duration
+) async -> T? {
     await withTaskGroup(of: T?.self) { group in
         group.addTask {
-            var it = stream.makeAsyncIterator()
-            return await it.next()
+            for await element in stream where matches(element) { return element }
+            return nil
         }
         group.addTask {
             try? await Task.sleep(for: limit)

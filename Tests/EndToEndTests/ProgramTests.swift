@@ -87,6 +87,22 @@ final class ProgramTests: XCTestCase {
             stderr: stderr)
     }
 
+    func testAWatchWhoseTokenIsRotatedSaysSoAndEnds() throws {
+        let log = relay.dir.appendingPathComponent("watch.err").path
+        let watch = try guardian(["watch", "--json"], stderr: log)
+        let pid = watch.process.processIdentifier
+        let giveUp = DispatchWorkItem { kill(pid, SIGTERM) }  // it would otherwise retry forever
+        DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: giveUp)
+        defer { giveUp.cancel() }
+        let ask = try child(["ask", "+15550128", "--json"])
+        XCTAssertEqual(ask.finish(), 0)
+        XCTAssertNotNil(watch.nextLine(), "the watch is connected")
+        _ = try relay.admin().request(["type": "rotateToken", "member": "g0"])
+        XCTAssertEqual(watch.finish(), 1)
+        let said = try String(contentsOfFile: log, encoding: .utf8)
+        XCTAssertTrue(said.contains("permission-guardian: the relay refused the credentials"), said)
+    }
+
     func testCommandsBesideAWatchLeaveItsSessionAlone() throws {
         let log = relay.dir.appendingPathComponent("watch.err").path
         let watch = try guardian(["watch", "--json"], stderr: log)
