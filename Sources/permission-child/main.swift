@@ -110,6 +110,8 @@ func send<T: QuestionTopic>(_ q: PermissionQuestion<T>, center: AskCenter, _ a: 
     }
     let responses = center.responses(for: T.self)
     let outcomes = center.outcomes()
+    let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-child")
+    defer { notices.cancel() }
     let r = try await center.submit(q)
     if !json { printErr("asked \(r.questionID) (\(r.status)); waiting for a guardian…") }
     let timeout = try a.double("--timeout", default: 0)
