@@ -239,11 +239,13 @@ extension RelayCore {
 
     func alreadyAnswered(_ q: QuestionRecord) -> RequestError {
         var extra: JSONObject = [:]
+        var message = "question \(q.id) was already answered"
         if let o = q.outcome {
             extra["answeredBy"] = .string(o.guardian)
             extra["choice"] = o.choice.json
+            message += " by \(o.guardian): \(o.choice.title) (\(o.choice.answer.rawValue))"
         }
-        return RequestError(.alreadyAnswered, "question \(q.id) was already answered", extra: extra)
+        return RequestError(.alreadyAnswered, message, extra: extra)
     }
 
     /// Ends a pending question as cancelled or expired: stores it and tells the child and the guardians.

@@ -55,6 +55,7 @@ final class AnswerTests: XCTestCase {
         let lost = h.error(g1, ["type": "answer", "questionId": q["id"]!, "choice": "approve"], .alreadyAnswered)
         XCTAssertEqual(lost["answeredBy"]?.string, "g2")
         XCTAssertEqual(lost["choice"]?["id"]?.string, "decline")
+        XCTAssertEqual(lost["message"]?.string, "question \(q["id"]!.string!) was already answered by g2: Decline (denial)")
         h.ok(g2, ["type": "answer", "questionId": q["id"]!, "choice": "decline"])  // idempotent for the winner
         _ = h.error(g2, ["type": "answer", "questionId": q["id"]!, "choice": "approve"], .alreadyAnswered)
         XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty, "a denial changes no known handle")
