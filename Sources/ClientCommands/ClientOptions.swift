@@ -115,14 +115,19 @@ public let refusedNotice =
     "the relay refused the credentials: the member's token was rotated, or the member removed;"
     + " `permission-relay token rotate MEMBER` issues a new token"
 
-/// For a command that waits for events: says on stderr each time another client takes
-/// this one's session (the library then pauses before it connects again), and ends the
-/// program with status 1 when the relay refuses the credentials (the library has stopped).
+/// For a command that waits for events: says on stderr when another client takes this
+/// one's session again within a minute (the library pauses before it connects again; a
+/// one-off `ask` beside a `watch` takes it once, which is no news), and ends the program
+/// with status 1 when the relay refuses the credentials (the library has stopped).
 public func reportConnectionTrouble(_ states: AsyncStream<ConnectionState>, program: String) -> Task<Void, Never> {
     Task {
+        var lastReplaced: ContinuousClock.Instant?
         for await state in states {
             switch state {
-            case .replaced: printErr("\(program): \(replacedNotice)")
+            case .replaced:
+                let now = ContinuousClock.now
+                if let last = lastReplaced, now - last < .seconds(60) { printErr("\(program): \(replacedNotice)") }
+                lastReplaced = now
             case .refused:
                 printErr("\(program): \(refusedNotice)")
                 exit(1)

@@ -103,6 +103,28 @@ final class ProgramTests: XCTestCase {
         XCTAssertTrue(said.contains("permission-guardian: the relay refused the credentials"), said)
     }
 
+    func testAnAskBesideTheChildsWatchTakesItsSessionOnceWithoutAWord() throws {
+        let log = relay.dir.appendingPathComponent("child-watch.err").path
+        let watch = try ProgramRun(
+            "permission-child",
+            ["watch", "--json", "--credentials", relay.dir.appendingPathComponent("child.json").path, "--session", "cli"],
+            env: env, stderr: log)
+        let pid = watch.process.processIdentifier
+        let giveUp = DispatchWorkItem { kill(pid, SIGTERM) }  // a line that never comes ends the test, not CI
+        DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: giveUp)
+        defer { giveUp.cancel() }
+        for number in ["+15550131", "+15550132"] {  // the first makes sure the watch is connected
+            let ask = try child(["ask", number, "--json"])  // the same durable session as the watch
+            XCTAssertEqual(ask.finish(), 0)
+            let id = try JSON.parse(ask.nextLine() ?? "")["questionId"]?.string ?? ""
+            XCTAssertEqual(try guardian(["answer", id, "approve"]).finish(), 0)
+            XCTAssertEqual(try JSON.parse(watch.nextLine() ?? "")["questionId"]?.string, id)
+        }
+        watch.stop()
+        let said = try String(contentsOfFile: log, encoding: .utf8)
+        XCTAssertFalse(said.contains("another client opened this session"), said)
+    }
+
     func testCommandsBesideAWatchLeaveItsSessionAlone() throws {
         let log = relay.dir.appendingPathComponent("watch.err").path
         let watch = try guardian(["watch", "--json"], stderr: log)
