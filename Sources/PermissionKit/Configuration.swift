@@ -35,6 +35,14 @@ public struct RelayConfiguration: Sendable {
         self.stateFile = stateFile
     }
 
+    /// Whether this durable session already follows the responses of `topic`: an earlier
+    /// run registered it (by asking, or by consuming responses), so the relay keeps them
+    /// for the session whoever asks. A client that only asks can then do so on an
+    /// ephemeral session, and leave the durable one to the app that watches it.
+    public func sessionFollows<Topic: QuestionTopic>(_ topic: Topic.Type) -> Bool {
+        session != nil && EventProgress(path: stateFile).topics.contains(Topic.id)
+    }
+
     /// The relay's default socket for this user, as `permission-relay serve` chooses it.
     public static var defaultSocketPath: String { RelayDefaults.socketPath() }
 

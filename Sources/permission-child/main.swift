@@ -183,9 +183,15 @@ func run() async throws -> Int32 {
     let a = try Arguments(Array(args.dropFirst()), valueFlags: flags, switchFlags: ["--wait", "--json"])
     let known = ["ask", "ask-update", "cancel", "watch", "known", "limits", "questions"]
     guard known.contains(command) else { throw CLIError.usage("unknown command \"\(command)\"") }
-    // Asking opens the durable session too: its place in the stream, kept from the ask on,
-    // is where a later `watch` finds the response that came meanwhile.
-    let durable = ["ask", "ask-update", "watch"].contains(command)
+    // Asking opens the durable session too, unless the session already follows the topic:
+    // its place in the stream, kept from the ask on, is where a later `watch` finds the
+    // response that came meanwhile.
+    var durable = command == "watch" || a.has("--wait")
+    if !durable,
+        let topic: any QuestionTopic.Type = ["ask": CommunicationTopic.self, "ask-update": SignificantAppUpdateTopic.self][command]
+    {
+        durable = !(try ClientOptions.configuration(a).sessionFollows(topic))
+    }
     let center = AskCenter(configuration: try ClientOptions.configuration(a, durable: durable))
     let signals = stopOnSignals { await center.close() }
     defer { _ = signals }
