@@ -16,8 +16,8 @@ public enum ClientOptions {
           --credentials FILE   A file {"member": …, "token": …}, as `permission-relay member add --json` prints it
                                (env PERMISSION_CREDENTIALS)
           --session NAME       Durable session: where the relay keeps this app's place in the member's
-                               events, for watch, auto, the interactive view, ask and ask-update (env
-                               PERMISSION_SESSION; default: MEMBER-HOSTNAME); the other commands need none
+                               events, for watch, auto, the interactive view, --wait, and ask until the
+                               session follows its topic (env PERMISSION_SESSION; default: MEMBER-HOSTNAME)
           --state-dir DIR      Where the last processed event is kept (env PERMISSION_STATE_DIR)
           -h, --help           Show this help.
         """
