@@ -110,16 +110,21 @@ public let replacedNotice =
     "another client opened this session (same member and --session, by default MEMBER-HOSTNAME); this one connects"
     + " again in a while. Give each client a --session of its own."
 
-/// What a command says when the relay refuses its credentials.
-public let refusedNotice =
-    "the relay refused the credentials: the member's token was rotated, or the member removed;"
-    + " `permission-relay token rotate MEMBER` issues a new token"
+/// What a command says when the relay refuses its credentials: the relay's reason, and
+/// what may be wrong.
+public func refusal(_ error: ClientError?) -> String {
+    "\(error?.description ?? "the relay refused the credentials"); check the member and token: a rotated token or a"
+        + " removed member is refused (`permission-relay token rotate MEMBER` issues a new token)"
+}
 
 /// For a command that waits for events: says on stderr when another client takes this
 /// one's session again within a minute (the library pauses before it connects again; a
 /// one-off `ask` beside a `watch` takes it once, which is no news), and ends the program
-/// with status 1 when the relay refuses the credentials (the library has stopped).
-public func reportConnectionTrouble(_ states: AsyncStream<ConnectionState>, program: String) -> Task<Void, Never> {
+/// with status 1 when the relay refuses the credentials (the library has stopped), with
+/// the reason `why` gives.
+public func reportConnectionTrouble(
+    _ states: AsyncStream<ConnectionState>, program: String, why: @escaping @Sendable () -> ClientError?
+) -> Task<Void, Never> {
     Task {
         var lastReplaced: ContinuousClock.Instant?
         for await state in states {
@@ -129,7 +134,7 @@ public func reportConnectionTrouble(_ states: AsyncStream<ConnectionState>, prog
                 if let last = lastReplaced, now - last < .seconds(60) { printErr("\(program): \(replacedNotice)") }
                 lastReplaced = now
             case .refused:
-                printErr("\(program): \(refusedNotice)")
+                printErr("\(program): \(refusal(why()))")
                 exit(1)
             default: break
             }

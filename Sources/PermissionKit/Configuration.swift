@@ -90,12 +90,17 @@ public struct RelayConfiguration: Sendable {
         return (member, token)
     }
 
-    static func defaultSession(member: String) -> String {
+    /// `<member>-<host>`, in what the relay takes for a session name ([A-Za-z0-9._-]{1,64}):
+    /// a host name's other characters (an umlaut, say) would have it refuse the hello.
+    static func defaultSession(member: String, host: String = hostName()) -> String {
+        let kept = host.filter { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == ".") }
+        return String("\(member)-\(kept.isEmpty ? "app" : kept)".prefix(64))
+    }
+
+    static func hostName() -> String {
         var name = [UInt8](repeating: 0, count: 256)
         gethostname(&name, 255)
-        let host = String(decoding: name.prefix { $0 != 0 }, as: UTF8.self).filter { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." }
-        let s = "\(member)-\(host.isEmpty ? "app" : host)"
-        return String(s.prefix(64))
+        return String(decoding: name.prefix { $0 != 0 }, as: UTF8.self)
     }
 
     static func defaultStateDirectory(_ env: [String: String]) -> String {

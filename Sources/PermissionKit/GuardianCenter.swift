@@ -165,8 +165,14 @@ public final class GuardianCenter: Sendable {
                 ?? 0)
     }
 
+    /// Whether the relay can be reached now.
     public var connectionState: ConnectionState { session.state }
 
+    /// Why the last attempt to connect failed, or why the relay refused this client
+    /// (`connectionState` `unavailable` or `refused`).
+    public var connectionError: ClientError? { session.lastError }
+
+    /// The connection state now and on every change.
     public func connectionStates() -> AsyncStream<ConnectionState> { session.states() }
 
     func call(_ req: JSONObject) async throws -> JSONObject { try await session.call(req) }

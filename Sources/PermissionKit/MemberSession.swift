@@ -58,6 +58,8 @@ final class MemberSession: Sendable {
 
     var state: ConnectionState { connection?.state ?? .unavailable }
 
+    var lastError: ClientError? { connection?.lastError }
+
     func states() -> AsyncStream<ConnectionState> {
         connection?.states()
             ?? AsyncStream {

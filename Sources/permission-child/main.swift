@@ -110,7 +110,7 @@ func send<T: QuestionTopic>(_ q: PermissionQuestion<T>, center: AskCenter, _ a: 
     }
     let responses = center.responses(for: T.self)
     let outcomes = center.outcomes()
-    let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-child")
+    let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-child") { center.connectionError }
     defer { notices.cancel() }
     let r = try await center.submit(q)
     if !json { printErr("asked \(r.questionID) (\(r.status)); waiting for a guardian…") }
@@ -235,7 +235,7 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter) async throw
             let updates = center.responses(for: SignificantAppUpdateTopic.self)
             let outcomes = center.outcomes()
             if !json { printErr("watching responses and outcomes (Ctrl-C to stop)") }
-            let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-child")
+            let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-child") { center.connectionError }
             defer { notices.cancel() }
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await printResponses(responses, json: json) { describePeople($0.topic) } }

@@ -100,7 +100,7 @@ struct InteractiveView {
             case .connection(let s):
                 connection = s
                 if s == .replaced { message = replacedNotice }
-                if s == .refused { message = refusedNotice + " (q to quit)" }
+                if s == .refused { message = refusal(center.connectionError) + " (q to quit)" }
             }
             selected = min(selected, max(pending.count - 1, 0))
             draw(pending, selected, message, connection)

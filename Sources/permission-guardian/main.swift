@@ -129,7 +129,7 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
                 : "answered \(id) with \(p[1])")
     case "watch":
         if !json { printErr("watching the family's questions (Ctrl-C to stop)") }
-        let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-guardian")
+        let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-guardian") { center.connectionError }
         defer { notices.cancel() }
         let questions = center.questions()
         let closed = center.closedQuestions()
@@ -163,7 +163,7 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
         if !json {
             printErr("answering every question with \(a.value("--choice") ?? (approve ? "an approval" : "a denial")) (Ctrl-C to stop)")
         }
-        let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-guardian")
+        let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-guardian") { center.connectionError }
         defer { notices.cancel() }
         for await q in center.questions() {
             let choice =

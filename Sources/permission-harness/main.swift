@@ -93,7 +93,7 @@ func scriptedGuardian(_ a: Arguments) async throws -> Int32 {
     guard let token = r["token"]?.string else { throw CLIError.failure("could not join \(family): \(r["message"]?.string ?? "")") }
     printErr("joined \(family) as \(member); policy \(policy) (Ctrl-C to stop)")
     let center = GuardianCenter(configuration: RelayConfiguration(socketPath: socket, member: member, token: token, session: "harness"))
-    let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-harness")
+    let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-harness") { center.connectionError }
     defer { notices.cancel() }
     for await q in center.questions() {
         guard parts[0] != "never" else {

@@ -100,7 +100,7 @@ final class ProgramTests: XCTestCase {
         _ = try relay.admin().request(["type": "rotateToken", "member": "g0"])
         XCTAssertEqual(watch.finish(), 1)
         let said = try String(contentsOfFile: log, encoding: .utf8)
-        XCTAssertTrue(said.contains("permission-guardian: the relay refused the credentials"), said)
+        XCTAssertTrue(said.contains("permission-guardian: the relay refused the credentials: unknown member or wrong token;"), said)
     }
 
     func testAsksBesideTheChildsWatchLeaveItsSessionAlone() throws {

@@ -145,6 +145,22 @@ final class ValueTests: XCTestCase {
         }
     }
 
+    func testTheDefaultSessionNameIsOneTheRelayTakes() throws {
+        let valid = try NSRegularExpression(pattern: "^[A-Za-z0-9._-]{1,64}$")
+        let cases: [(member: String, host: String, session: String)] = [
+            ("kim", "Jürgens-MacBook.local", "kim-Jrgens-MacBook.local"),
+            ("kim", "ホスト", "kim-app"),
+            ("kim", "", "kim-app"),
+            ("kim", "tablet٣", "kim-tablet"),
+            (String(repeating: "m", count: 64), "host", String(repeating: "m", count: 64)),
+        ]
+        for c in cases {
+            let session = RelayConfiguration.defaultSession(member: c.member, host: c.host)
+            XCTAssertEqual(session, c.session)
+            XCTAssertEqual(valid.numberOfMatches(in: session, range: NSRange(session.startIndex..., in: session)), 1, session)
+        }
+    }
+
     func testHandleNormalization() {
         XCTAssertEqual(CommunicationHandle(value: "+1 (555) 0100", kind: .phoneNumber).normalized?.value, "+15550100")
         XCTAssertNil(CommunicationHandle(value: "nobody", kind: .emailAddress).normalized)
