@@ -40,7 +40,7 @@ let package = Package(
         .executableTarget(
             name: "permission-relay",
             dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem", "CLISupport"]),
-        .target(name: "ClientCommands", dependencies: ["PermissionKit", "CLISupport"]),
+        .target(name: "ClientCommands", dependencies: ["PermissionKit", "CLISupport", "RelayProtocol"]),
         .executableTarget(name: "permission-child", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol"]),
         .executableTarget(
             name: "permission-harness", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol", "RelayServer"]),

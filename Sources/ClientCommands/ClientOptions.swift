@@ -4,6 +4,7 @@
 import CLISupport
 import Foundation
 import PermissionKit
+import RelayProtocol
 
 /// `--socket`, `--member`, `--token`, `--credentials`, `--session`, `--state-dir`.
 public enum ClientOptions {
@@ -37,6 +38,9 @@ public enum ClientOptions {
         }
         if let v = a.value("--session") { env["PERMISSION_SESSION"] = v }
         if let v = a.value("--state-dir") { env["PERMISSION_STATE_DIR"] = v }
+        if let session = env["PERMISSION_SESSION"], !session.isEmpty, !Identifier.isValid(session) {
+            throw CLIError.usage("--session (or PERMISSION_SESSION) must match [A-Za-z0-9._-]{1,64}, not \"\(session)\"")
+        }
         do {
             var config = try RelayConfiguration.fromEnvironment(env)
             config.requestTimeout = .seconds(3)  // a person at a terminal wants a quick answer when the relay is down

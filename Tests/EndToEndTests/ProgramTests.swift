@@ -238,6 +238,7 @@ final class ProgramTests: XCTestCase {
                 "permission-guardian", ["pending"], env: ["PERMISSION_MEMBER": "", "PERMISSION_TOKEN": "", "PERMISSION_CREDENTIALS": ""]
             ).finish(), 64)
         XCTAssertEqual(try child(["ask", "+1555", "--choice", "broken"]).finish(), 64)
+        XCTAssertEqual(try child(["watch"], session: "my tablet").finish(), 64, "a session name the relay would refuse")
         let wrong = try ProgramRun("permission-guardian", ["pending", "--member", "g0", "--token", "nope"], env: env)
         XCTAssertEqual(wrong.finish(), 1)
         relay.crash()
