@@ -21,6 +21,17 @@ public final class CommunicationLimits: Sendable {
         (try? await center.knownHandles(in: handles)) ?? []
     }
 
+    /// Every response to communication questions, as `AskCenter.responses(for:)` gives them
+    /// (Apple's earlier spelling, which it has since deprecated for that one).
+    public var updates: AsyncStream<PermissionResponse<CommunicationTopic>> {
+        center.responses(for: CommunicationTopic.self)
+    }
+
+    /// Asks the child's guardians, as `AskCenter.ask` does (Apple's earlier spelling).
+    public func ask(_ question: PermissionQuestion<CommunicationTopic>) async throws {
+        try await center.ask(question)
+    }
+
     /// Whether the child's guardians have communication limits on (beyond Apple's API).
     public func isEnabled() async throws -> Bool {
         try await center.limitsEnabled()

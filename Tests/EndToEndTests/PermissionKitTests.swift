@@ -38,7 +38,9 @@ final class PermissionKitTests: XCTestCase {
         let tokens = try relay.provision(families: 1)
         let child = AskCenter(configuration: config(relay, "c0", tokens))
         let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let limits = CommunicationLimits(center: child)
         var responses = child.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        var updates = limits.updates.makeAsyncIterator()  // Apple's earlier spelling of the same
         var incoming = guardian.questions().makeAsyncIterator()
         let question = contact()
         let receipt = try await child.submit(question)
@@ -51,8 +53,10 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(response.question.id, question.id)
         XCTAssertEqual(response.choice, .approve)
         XCTAssertEqual(response.guardian, "g0")
+        let update = try await next(&updates)
+        XCTAssertEqual(update.question.id, question.id)
+        XCTAssertEqual(update.choice, .approve)
         let handle = question.topic.personInformation[0].handle
-        let limits = CommunicationLimits(center: child)
         let known = await limits.isKnownHandle(handle)
         XCTAssertTrue(known)
         let state = try await child.state(for: handle)
@@ -166,7 +170,7 @@ final class PermissionKitTests: XCTestCase {
         while first.connectionState != .replaced { _ = await firstStates.next() }
         await second.close()
         let question = contact()
-        try await child.ask(question)
+        try await CommunicationLimits(center: child).ask(question)  // Apple's earlier spelling of child.ask
         let seen = await firstElement(of: incoming, within: .seconds(20))
         XCTAssertEqual(seen?.id, question.id, "the first client has the session again, and what came meanwhile")
     }
