@@ -99,6 +99,9 @@ public final class RelayServer {
         var interest: UInt32 = 0
         let openedAt: Timestamp
         var lastHeard: Timestamp
+        /// Since when the decoder has held part of a frame (nil when it holds none, or only
+        /// whole frames a replay keeps waiting).
+        var partSince: Timestamp?
         var pinged = false
         var closing: CloseReason?
         var closingSince: Timestamp?
@@ -406,9 +409,12 @@ public final class RelayServer {
             switch c.decoder.withNextFrame({ relay.receive(id, body: $0, now: now) }) {
             case .frame: continue
             case .violation(let code, let message): relay.framingViolation(id, code, message)
-            case .incomplete: return
+            case .incomplete:
+                c.partSince = c.decoder.bufferedCount > 0 ? c.partSince ?? now : nil
+                return
             }
         }
+        c.partSince = nil
     }
 
     private func checkTimers(now: Timestamp) {
@@ -432,6 +438,10 @@ public final class RelayServer {
                 if now.milliseconds - c.openedAt.milliseconds >= handshake { relay.drop(id, .handshakeTimeout) }
             } else if silent >= 3 * hb {
                 relay.drop(id, .heartbeatTimeout)
+            } else if let since = c.partSince, now.milliseconds - since.milliseconds >= 3 * hb {
+                // Bytes that trickle in keep a connection from being silent; a frame that
+                // never ends would still hold its buffer (up to the largest frame) for good.
+                relay.framingViolation(id, .badFrame, "a frame stayed incomplete for \(3 * hb / 1000) s; closing")
             } else if silent >= hb && !c.pinged {
                 c.pinged = true
                 c.out.append(contentsOf: (["type": "ping"] as JSONObject).frame)

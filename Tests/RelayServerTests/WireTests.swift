@@ -91,6 +91,26 @@ final class WireTests: XCTestCase {
         XCTAssertEqual(frames.last?["reason"]?.string, "heartbeatTimeout")
     }
 
+    func testAFrameThatNeverEndsIsRefusedThoughItsBytesKeepComing() throws {
+        let relay = try InProcessRelay { _, core in core.heartbeatSeconds = 1 }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("g1", tokens["g1"]!)
+        try c.sendRaw([0, 1, 0, 0] + Array(#"{"type":"pending","id":"p","pad":""#.utf8))  // 65,536 bytes announced
+        // A byte every 200 ms: never silent for a heartbeat, never a whole frame.
+        let started = Date()
+        var closed = false
+        while !closed && Date().timeIntervalSince(started) < 8 {
+            Thread.sleep(forTimeInterval: 0.2)
+            closed = (try? c.sendRaw([UInt8(ascii: "x")])) == nil
+        }
+        let frames = try c.untilClosed()
+        let refusal = frames.first { $0["type"]?.string == "error" }
+        XCTAssertEqual(refusal?["code"]?.string, "badFrame", "\(frames)")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 6, "three heartbeat intervals (3 s), not never")
+    }
+
     func testConnectionLimitAnswersBusy() throws {
         let relay = try InProcessRelay { server, _ in server.maxConnections = 2 }
         defer { relay.stop() }
