@@ -131,7 +131,8 @@ final class PermissionKitTests: XCTestCase {
         while await states.next() == .ready {}
         let noticed = ContinuousClock.now - stopped
         XCTAssertLessThan(noticed, .seconds(8), "the welcome's heartbeatSeconds (1) sets the client's interval, not its own 15")
-        XCTAssertGreaterThanOrEqual(noticed, .seconds(2), "a relay is given three silent intervals")
+        XCTAssertGreaterThanOrEqual(
+            noticed, .seconds(1), "a relay is given three silent intervals (the last one heard may have been up to one before)")
 
         // A new connection to the hung relay is accepted (by the kernel) but never welcomed.
         let other = AskCenter(configuration: config(relay, "c0", tokens, session: "other", timeout: .seconds(1)))
