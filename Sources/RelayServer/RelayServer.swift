@@ -405,12 +405,14 @@ public final class RelayServer {
     /// stays in `conns` meanwhile: the core's closes take effect at the dispatch.
     private func process(_ c: Conn, now: Timestamp) {
         let id = c.id
+        var whole = false
         while relay.takesFrames(id) {
             switch c.decoder.withNextFrame({ relay.receive(id, body: $0, now: now) }) {
-            case .frame: continue
+            case .frame: whole = true
             case .violation(let code, let message): relay.framingViolation(id, code, message)
             case .incomplete:
-                c.partSince = c.decoder.bufferedCount > 0 ? c.partSince ?? now : nil
+                // After a whole frame the part held is the next frame's, begun in this read.
+                c.partSince = c.decoder.bufferedCount == 0 ? nil : whole ? now : c.partSince ?? now
                 return
             }
         }

@@ -111,6 +111,27 @@ final class WireTests: XCTestCase {
         XCTAssertLessThan(Date().timeIntervalSince(started), 6, "three heartbeat intervals (3 s), not never")
     }
 
+    func testFramesThatKeepComingSplitAcrossWritesAreNotAFrameThatNeverEnds() throws {
+        let relay = try InProcessRelay { _, core in core.heartbeatSeconds = 1 }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("g1", tokens["g1"]!)
+        // Each write ends halfway through a frame, for longer than three heartbeat intervals:
+        // the part the relay holds is always a new frame's.
+        let frame = (["type": "pending", "id": "p"] as JSONObject).frame
+        let (head, tail) = (Array(frame[..<(frame.count / 2)]), Array(frame[(frame.count / 2)...]))
+        try c.sendRaw(head)
+        let started = Date()
+        while Date().timeIntervalSince(started) < 4.5 {
+            try c.sendRaw(tail + head)
+            try c.expect(type: "ok")  // the frame the write completed
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        try c.sendRaw(tail)
+        try c.expect(type: "ok")
+    }
+
     func testConnectionLimitAnswersBusy() throws {
         let relay = try InProcessRelay { server, _ in server.maxConnections = 2 }
         defer { relay.stop() }
