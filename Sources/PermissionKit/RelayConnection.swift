@@ -217,6 +217,7 @@ final class RelayConnection: Sendable {
                 waitToReconnect(until: .now + pause, endedByRequests: false)
                 continue
             }
+            if shared.withLock({ $0.closed }) { break }  // refused: nothing to wait for
             waitToReconnect(until: .now + delay * Double.random(in: 0.75...1.25))
             delay = min(delay * 2, config.maxReconnectDelay)
         }
