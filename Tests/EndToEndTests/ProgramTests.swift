@@ -52,6 +52,15 @@ final class ProgramRun {
         if process.isRunning { kill(process.processIdentifier, SIGTERM) }
         process.waitUntilExit()
     }
+
+    /// Stops the program (SIGTERM) if it still runs after `seconds`, so that a line that
+    /// never comes ends the test rather than CI. Cancel the returned item when done.
+    func stopAfter(seconds: Double) -> DispatchWorkItem {
+        let pid = process.processIdentifier
+        let item = DispatchWorkItem { kill(pid, SIGTERM) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + seconds, execute: item)
+        return item
+    }
 }
 
 final class ProgramTests: XCTestCase {
@@ -90,9 +99,7 @@ final class ProgramTests: XCTestCase {
     func testAWatchWhoseTokenIsRotatedSaysSoAndEnds() throws {
         let log = relay.dir.appendingPathComponent("watch.err").path
         let watch = try guardian(["watch", "--json"], stderr: log)
-        let pid = watch.process.processIdentifier
-        let giveUp = DispatchWorkItem { kill(pid, SIGTERM) }  // it would otherwise retry forever
-        DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: giveUp)
+        let giveUp = watch.stopAfter(seconds: 30)
         defer { giveUp.cancel() }
         let ask = try child(["ask", "+15550128", "--json"])
         XCTAssertEqual(ask.finish(), 0)
@@ -109,9 +116,7 @@ final class ProgramTests: XCTestCase {
             "permission-child",
             ["watch", "--json", "--credentials", relay.dir.appendingPathComponent("child.json").path, "--session", "cli"],
             env: env, stderr: log)
-        let pid = watch.process.processIdentifier
-        let giveUp = DispatchWorkItem { kill(pid, SIGTERM) }  // a line that never comes ends the test, not CI
-        DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: giveUp)
+        let giveUp = watch.stopAfter(seconds: 30)
         defer { giveUp.cancel() }
         // The watch is surely connected for the second and third (it printed the first's response):
         // two asks that took its session would make it say so.
@@ -130,9 +135,7 @@ final class ProgramTests: XCTestCase {
     func testCommandsBesideAWatchLeaveItsSessionAlone() throws {
         let log = relay.dir.appendingPathComponent("watch.err").path
         let watch = try guardian(["watch", "--json"], stderr: log)
-        let pid = watch.process.processIdentifier
-        let giveUp = DispatchWorkItem { kill(pid, SIGTERM) }  // a line that never comes ends the test, not CI
-        DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: giveUp)
+        let giveUp = watch.stopAfter(seconds: 30)
         defer { giveUp.cancel() }
         let ask = try child(["ask", "+15550126", "--json"])
         XCTAssertEqual(ask.finish(), 0)
