@@ -218,6 +218,24 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertLessThan(ContinuousClock.now - asked, .seconds(1), "refused at once, not after the request's 10 s")
     }
 
+    func testARefusalAfterFailedAttemptsIsPublishedAtOnce() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        _ = try relay.provision(families: 1)
+        relay.crash()
+        var slow = config(relay, "g0", ["g0": "not-the-token"])
+        (slow.reconnectDelay, slow.maxReconnectDelay) = (.seconds(5), .seconds(5))
+        let guardian = GuardianCenter(configuration: slow)
+        let states = guardian.connectionStates()
+        let down = await firstElement(of: states, where: { $0 == .unavailable }, within: .seconds(5))
+        XCTAssertEqual(down, .unavailable, "the first attempt finds no relay")
+        let failed = ContinuousClock.now
+        try relay.start()  // the next attempt, 3.75 to 6.25 s after the first, is refused
+        let refused = await firstElement(of: states, where: { $0 == .refused }, within: .seconds(15))
+        XCTAssertEqual(refused, .refused)
+        XCTAssertLessThan(ContinuousClock.now - failed, .seconds(7), "at the refusal, not a reconnect delay (3.75 s or more) after it")
+    }
+
     func testRelayKilledMidAskAndMidAnswerLosesAndRepeatsNothing() async throws {
         let relay = try RelayProcess()
         try relay.start()
