@@ -23,10 +23,10 @@ public enum ClientOptions {
           -h, --help           Show this help.
         """
 
-    /// The configuration from the options, falling back to the environment. A command
-    /// that waits for events is `durable`; one that only sends requests opens an ephemeral
-    /// session, which takes no durable session from a `watch` beside it.
-    public static func configuration(_ a: Arguments, durable: Bool = true) throws -> RelayConfiguration {
+    /// The configuration from the options, falling back to the environment. (A command
+    /// that only sends requests takes its `ephemeral` form, leaving the durable session to
+    /// a `watch` beside it.)
+    public static func configuration(_ a: Arguments) throws -> RelayConfiguration {
         var env = ProcessInfo.processInfo.environment
         if let v = a.value("--socket") { env["PERMISSION_RELAY_SOCKET"] = v }
         if let v = a.value("--member") { env["PERMISSION_MEMBER"] = v }
@@ -44,7 +44,6 @@ public enum ClientOptions {
         do {
             var config = try RelayConfiguration.fromEnvironment(env)
             config.requestTimeout = .seconds(3)  // a person at a terminal wants a quick answer when the relay is down
-            if !durable { (config.session, config.stateFile) = (nil, nil) }
             return config
         } catch AskError.systemError(let e) {
             throw CLIError.failure("\(e)")

@@ -35,6 +35,14 @@ public struct RelayConfiguration: Sendable {
         self.stateFile = stateFile
     }
 
+    /// This configuration with an ephemeral session and no state file: for a client that
+    /// only sends requests, which then takes no durable session from another client.
+    public var ephemeral: RelayConfiguration {
+        var c = self
+        (c.session, c.stateFile) = (nil, nil)
+        return c
+    }
+
     /// Whether this durable session already follows the responses of `topic`: an earlier
     /// run registered it (by asking, or by consuming responses), so the relay keeps them
     /// for the session whoever asks. A client that only asks can then do so on an

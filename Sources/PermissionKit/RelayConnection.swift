@@ -67,6 +67,9 @@ final class RelayConnection: Sendable {
         var finished = false
         var nextID = 1
         var lastError: ClientError?
+
+        /// What a request fails with once the connection is closed for good.
+        var closedError: ClientError { refused ? lastError ?? .closed : .closed }
     }
 
     init(
@@ -138,7 +141,7 @@ final class RelayConnection: Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<JSONObject, any Error>) in
                 let refused = shared.withLock { s -> (any Error)? in
-                    if s.closed { return s.refused ? s.lastError ?? ClientError.closed : ClientError.closed }
+                    if s.closed { return s.closedError }
                     s.pending.append(Pending(id: id, frame: frame, deadline: deadline, continuation: c))
                     return nil
                 }
@@ -228,7 +231,7 @@ final class RelayConnection: Sendable {
                 s.watchers.removeAll()
                 s.finished = true
             }
-            return (s.pending, Array(s.watchers.values), s.refused ? s.lastError ?? .closed : .closed)
+            return (s.pending, Array(s.watchers.values), s.closedError)
         }
         for p in pending { p.continuation.resume(throwing: error) }
         for w in watchers { w.finish() }

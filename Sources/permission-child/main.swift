@@ -186,13 +186,14 @@ func run() async throws -> Int32 {
     // Asking opens the durable session too, unless the session already follows the topic:
     // its place in the stream, kept from the ask on, is where a later `watch` finds the
     // response that came meanwhile.
+    let config = try ClientOptions.configuration(a)
     var durable = command == "watch" || a.has("--wait")
     if !durable,
         let topic: any QuestionTopic.Type = ["ask": CommunicationTopic.self, "ask-update": SignificantAppUpdateTopic.self][command]
     {
-        durable = !(try ClientOptions.configuration(a).sessionFollows(topic))
+        durable = !config.sessionFollows(topic)
     }
-    let center = AskCenter(configuration: try ClientOptions.configuration(a, durable: durable))
+    let center = AskCenter(configuration: durable ? config : config.ephemeral)
     let signals = stopOnSignals { await center.close() }
     defer { _ = signals }
     let status = try await perform(command, a, center)

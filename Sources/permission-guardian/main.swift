@@ -91,8 +91,9 @@ func run() async throws -> Int32 {
     if command == nil && (isatty(0) == 0 || isatty(1) == 0) {
         throw CLIError.usage("no command given (the interactive view needs a terminal)")
     }
+    let config = try ClientOptions.configuration(a)
     let waits = ["watch", "auto", "view"].contains(command ?? "view")
-    let center = GuardianCenter(configuration: try ClientOptions.configuration(a, durable: waits))
+    let center = GuardianCenter(configuration: waits ? config : config.ephemeral)
     let signals = command == nil ? [] : stopOnSignals { await center.close() }
     defer { _ = signals }
     let status: Int32
