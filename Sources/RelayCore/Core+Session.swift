@@ -63,6 +63,10 @@ extension RelayCore {
                 close(other.id, .sessionReplaced)
             }
             let existing = m.sessions[name]
+            if existing == nil, !makeRoomForSession(of: m) {
+                let open = "\(memberID) already has \(m.sessions.count) durable sessions open, the relay's limit"
+                return refuse(.busy, "\(open); close one, or connect without a session")
+            }
             var record = existing?.record ?? SessionRecord(member: memberID, name: name, cursor: head, topics: [])
             var start = record.cursor
             if let resume {
@@ -84,6 +88,7 @@ extension RelayCore {
                     start = firstKept - 1
                 }
             }
+            durable.lastUse = nextSessionUse()
             session.durable = durable
             session.topics = record.topics
             session.replayAfter = start < head ? start : nil
@@ -97,6 +102,30 @@ extension RelayCore {
         m.live.append(c)
         send(conn, welcome)
         continueReplay(conn)
+    }
+
+    /// Before `member` gets a new durable session: at the limit, forgets the least recently
+    /// used one that no connection holds (after a restart, the one furthest behind). False
+    /// when every one is open.
+    private func makeRoomForSession(of member: Member) -> Bool {
+        let limit = config.maxSessionsPerMember
+        guard limit > 0, member.sessions.count >= limit else { return true }
+        let open = Set(member.live.compactMap { $0.session?.durable.map(ObjectIdentifier.init) })
+        let idle = member.sessions.values.filter { !open.contains(ObjectIdentifier($0)) }
+        guard
+            let oldest = idle.min(by: {
+                ($0.lastUse, $0.record.cursor, $0.record.name) < ($1.lastUse, $1.record.cursor, $1.record.name)
+            })
+        else { return false }
+        oldest.dirty = false  // its row goes now: no late cursor write
+        member.sessions[oldest.record.name] = nil
+        store.deleteSession(member: member.id, name: oldest.record.name)
+        return makeRoomForSession(of: member)  // a lowered limit may leave more than one over
+    }
+
+    func nextSessionUse() -> Int64 {
+        sessionUses += 1
+        return sessionUses
     }
 
     /// Moves the session's cursor up to `seq` (never past its stream's head, never back).

@@ -49,6 +49,8 @@ final class Family {
 final class DurableSession {
     var record: SessionRecord
     var dirty = false
+    /// When it was last opened or closed, in `RelayCore.sessionUses`; 0 for none since start.
+    var lastUse: Int64 = 0
 
     init(_ record: SessionRecord) { self.record = record }
 }

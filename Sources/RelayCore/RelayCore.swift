@@ -58,6 +58,10 @@ public struct CoreConfig: Sendable {
     /// Questions remembered per child; past it the oldest finished ones are forgotten, so a
     /// child that asks and cancels forever cannot grow the relay without bound.
     public var maxQuestionsPerChild = 10_000
+    /// Durable sessions remembered per member; a new one past it makes the relay forget the
+    /// least recently used one that is not open, so a member that names a new session on
+    /// every connection cannot grow the relay without bound. 0: no limit.
+    public var maxSessionsPerMember = 64
 
     public init() {}
 }
@@ -74,6 +78,8 @@ public final class RelayCore {
     var questions = QuestionTable()
     /// Sessions whose cursor an ack moved since the last `flushCursors`.
     var dirtySessions: [DurableSession] = []
+    /// Counts the openings and closings of durable sessions, to tell which was used last.
+    var sessionUses: Int64 = 0
     var connections: [ConnectionID: Connection] = [:]
     /// Connections whose session is replaying stored events.
     public internal(set) var replaying: Set<ConnectionID> = []
@@ -208,6 +214,7 @@ public final class RelayCore {
         guard let c = connections.removeValue(forKey: conn) else { return }
         replaying.remove(conn)
         c.session?.member?.live.removeAll { $0 === c }
+        if let durable = c.session?.durable { durable.lastUse = nextSessionUse() }
     }
 
     /// Whether the connection's session is still replaying; the reactor holds back its

@@ -38,6 +38,8 @@ indirect enum Change: Equatable {
     case unknown(String, NormalizedHandle)
     case session(SessionRecord)
     case dropSessions(String)
+    /// One durable session of a member (member, name) forgotten.
+    case dropSession(String, String)
     case event(EventRecord)
 }
 
@@ -94,6 +96,10 @@ extension Change {
         case .dropSessions(let member):
             w.int(9)
             w.string(member)
+        case .dropSession(let member, let name):
+            w.int(12)
+            w.string(member)
+            w.string(name)
         case .event(let e): Self.write(event: e, into: &w)
         }
     }
@@ -248,6 +254,7 @@ extension Change {
             return .session(SessionRecord(member: member, name: name, cursor: cursor, topics: topics))
         case 9: return .dropSessions(try r.string())
         case 10: return .event(try EventBatch.read(member: try r.string(), from: &r))
+        case 12: return .dropSession(try r.string(), try r.string())
         case let tag: throw JournalError(description: "unknown journal change \(tag)")
         }
     }
@@ -293,6 +300,8 @@ extension StoreSnapshot {
                 sessionsByKey[key] = s
             case .dropSessions(let member):
                 sessionsByKey = sessionsByKey.filter { $0.value.member != member }
+            case .dropSession(let member, let name):
+                sessionsByKey["\(member)\u{0}\(name)"] = nil
             case .event(let e):
                 heads[e.member] = max(heads[e.member] ?? 0, e.seq)
             }

@@ -14,8 +14,9 @@ final class CursorBoard: Sendable {
     enum Post {
         /// `session` of `member` has acknowledged everything up to `cursor`.
         case cursor(member: String, session: String, cursor: Int64)
-        /// `member`'s sessions were dropped: what was posted for them before goes.
-        case forget(member: String)
+        /// `member`'s sessions (or only `session`) were dropped: what was posted for them
+        /// before goes.
+        case forget(member: String, session: String?)
     }
 
     private let posts = Mutex<[Post]>([])
@@ -24,8 +25,8 @@ final class CursorBoard: Sendable {
         posts.withLock { $0.append(.cursor(member: member, session: session, cursor: cursor)) }
     }
 
-    func forget(member: String) {
-        posts.withLock { $0.append(.forget(member: member)) }
+    func forget(member: String, session: String? = nil) {
+        posts.withLock { $0.append(.forget(member: member, session: session)) }
     }
 
     /// Swaps the posts made since the last call into `taken`, whose buffer (emptied) the
@@ -54,7 +55,8 @@ struct PostedCursors {
         for post in taken {
             switch post {
             case .cursor(let member, let session, let cursor): cursors[Key(member: member, session: session)] = cursor
-            case .forget(let member): cursors = cursors.filter { $0.key.member != member }  // rare: a member removed
+            case .forget(let member, nil): cursors = cursors.filter { $0.key.member != member }  // rare: a member removed
+            case .forget(let member, let session?): cursors[Key(member: member, session: session)] = nil
             }
         }
     }

@@ -155,8 +155,7 @@ extension JournaledChange {
 /// Changes with each question's successive writes folded into one, so a question asked
 /// and answered between two checkpoints is written once, and likewise each durable
 /// session's (its cursor moves with every ack). Only these changes touch a question's
-/// row, and only a session's own changes and its member's `dropSessions` touch a
-/// session's: folding them cannot reorder anything else. (Folded as they are read: a
+/// row, and only a session's own changes and drops touch a session's: folding them cannot reorder anything else. (Folded as they are read: a
 /// batch's changes are not copied again.)
 struct FoldedChanges {
     private(set) var changes: [JournaledChange] = []
@@ -178,10 +177,10 @@ struct FoldedChanges {
             changes.append(change)
             return
         case .other(let at):
-            // Only the changes of sessions fold (tags 8, a session, and 9, dropping them): only
-            // those are read here; the rest keep their place.
+            // Only the changes of sessions fold (tags 8, a session, 9, dropping a member's, and
+            // 12, dropping one): only those are read here; the rest keep their place.
             var tag = ByteReader(bytes: bytes, i: at)
-            guard case 8...9 = try tag.int() else {
+            guard [8, 9, 12].contains(try tag.int()) else {
                 changes.append(change)
                 return
             }
@@ -195,6 +194,9 @@ struct FoldedChanges {
                 }
             case .dropSessions(let member):
                 lastSession[member] = nil  // a later write of one of its sessions stays after the drop
+                changes.append(change)
+            case .dropSession(let member, let name):
+                lastSession[member]?[name] = nil
                 changes.append(change)
             default:
                 changes.append(change)

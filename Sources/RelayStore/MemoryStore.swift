@@ -62,6 +62,11 @@ public final class MemoryStore: RelayStore {
         dirty = true
     }
 
+    public func deleteSession(member: String, name: String) {
+        snapshot.sessions.removeAll { $0.member == member && $0.name == name }
+        dirty = true
+    }
+
     public func appendEvent(_ event: EventRecord) {
         streams[event.member, default: []].append(event)
         snapshot.heads[event.member] = max(snapshot.heads[event.member] ?? 0, event.seq)

@@ -23,7 +23,10 @@ public protocol RelayStore: AnyObject {
     /// An ack moved a durable session's cursor: it is saved lazily, but the store may use
     /// it at once to leave out events that every durable session has acknowledged.
     func noteCursor(member: String, session: String, cursor: Int64)
+    /// Forgets every durable session of `member`.
     func deleteSessions(member: String)
+    /// Forgets one durable session of `member`.
+    func deleteSession(member: String, name: String)
     func appendEvent(_ event: EventRecord)
 
     /// Up to `limit` events of `member` with a seq above `seq`, in order.

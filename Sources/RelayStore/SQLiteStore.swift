@@ -187,6 +187,10 @@ public final class SQLiteStore: RelayStore {
         writer.board.forget(member: member)
         record(.dropSessions(member))
     }
+    public func deleteSession(member: String, name: String) {
+        writer.board.forget(member: member, session: name)
+        record(.dropSession(member, name))
+    }
     public func appendEvent(_ event: EventRecord) {
         record { Change.write(event: event, into: &$0) }
         lastEventFrame = (turn.bytes.count - event.frame.count)..<turn.bytes.count  // the frame is written last

@@ -379,6 +379,9 @@ final class TableWriter: @unchecked Sendable {
         case .dropSessions(let member):
             try db.run("DELETE FROM sessions WHERE member = ?", [.text(member)])
             cursors[member] = nil
+        case .dropSession(let member, let name):
+            try db.run("DELETE FROM sessions WHERE member = ? AND name = ?", [.text(member), .text(name)])
+            cursors[member]?[name] = nil
         }
     }
 

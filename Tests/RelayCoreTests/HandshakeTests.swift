@@ -131,4 +131,53 @@ final class HandshakeTests: XCTestCase {
         XCTAssertNil(h.closed[second])
         XCTAssertEqual(h.drain(first).last?["reason"]?.string, "sessionReplaced")
     }
+
+    /// The durable sessions of `member` the store holds, by name.
+    private func storedSessions(_ h: CoreHarness, of member: String) throws -> [String] {
+        try h.store.commit()
+        return try h.store.load().sessions.filter { $0.member == member }.map(\.name).sorted()
+    }
+
+    func testANewSessionPastTheLimitForgetsTheLeastRecentlyUsedClosedOne() throws {
+        let h = try CoreHarness { $0.maxSessionsPerMember = 3 }
+        h.standardFamilies()
+        for name in ["a", "b", "c", "a"] { h.core.disconnected(h.login("g1", session: name).0) }
+        let (pad, _) = h.login("g1", session: "pad")  // b was used least recently
+        XCTAssertEqual(try storedSessions(h, of: "g1"), ["a", "c", "pad"])
+        XCTAssertNil(h.closed[pad])
+
+        // Open sessions are never forgotten: with a and pad open, d takes c's place.
+        let (a, _) = h.login("g1", session: "a")
+        let (d, _) = h.login("g1", session: "d")
+        XCTAssertEqual(try storedSessions(h, of: "g1"), ["a", "d", "pad"])
+        XCTAssertNil(h.closed[a])
+        XCTAssertNil(h.closed[d])
+
+        // With every one open, a new one is refused and nothing is forgotten.
+        let e = h.connect(uid: 5000)
+        h.send(e, ["type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "e"])
+        XCTAssertEqual(h.drain(e).first?["code"]?.string, "busy")
+        XCTAssertEqual(h.closed[e], .handshakeFailed)
+        XCTAssertEqual(try storedSessions(h, of: "g1"), ["a", "d", "pad"])
+        XCTAssertEqual(try storedSessions(h, of: "g2"), [], "another member's limit is its own")
+    }
+
+    func testAfterARestartTheSessionFurthestBehindIsForgottenFirst() throws {
+        let h = try CoreHarness { $0.maxSessionsPerMember = 2 }
+        h.standardFamilies()
+        let (ahead, _) = h.login("c1", session: "ahead")
+        h.core.disconnected(h.login("c1", session: "behind").0)
+        let a = h.admin()
+        h.ok(a, ["type": "setLimits", "child": "c1", "enabled": false])  // an event for c1
+        h.send(ahead, ["type": "ack", "seq": 1])
+        h.core.flushCursors()
+        h.core.disconnected(ahead)
+        try h.restart()
+        let (_, welcome) = h.login("c1", session: "new")
+        XCTAssertEqual(welcome["cursor"]?.int, 1)
+        XCTAssertEqual(try storedSessions(h, of: "c1"), ["ahead", "new"])
+        // A forgotten session is new when it comes back: without `resume` it starts at the head.
+        let (_, again) = h.login("c1", session: "behind")
+        XCTAssertEqual(again["cursor"]?.int, 1)
+    }
 }

@@ -368,6 +368,7 @@ final class SQLiteStoreTests: XCTestCase {
             .unknown("c1", h),
             .session(SessionRecord(member: "c1", name: "a.b-c", cursor: Int64.max, topics: [.communication, .significantAppUpdate])),
             .dropSessions("c1"),
+            .dropSession("c1", "a.b-c"),
             .event(EventRecord(member: "c1", seq: 1, at: Timestamp(milliseconds: 3), topic: .significantAppUpdate, frame: [])),
             .event(
                 EventRecord(
@@ -416,7 +417,8 @@ final class SQLiteStoreTests: XCTestCase {
         let changes = [
             Change.question(pendingA), session("phone", 1), .family("f"), .questionState(state(of: a)), session("pad", 1),
             .question(b), session("phone", 4), .forgetQuestion(b.key), .questionState(state(of: b)), session("phone", 5),
-            .dropSessions("c1"), session("phone", 0), session("phone", 2),
+            .dropSessions("c1"), session("phone", 0), session("phone", 2), session("pad", 7), .dropSession("c1", "pad"),
+            session("pad", 3),
         ]
         var writer = ByteWriter()
         Change.encode(changes, into: &writer)
@@ -427,7 +429,7 @@ final class SQLiteStoreTests: XCTestCase {
             folded,
             [
                 .question(a), session("phone", 5), .family("f"), session("pad", 1), .forgetQuestion(b.key), .dropSessions("c1"),
-                session("phone", 2),
+                session("phone", 2), session("pad", 7), .dropSession("c1", "pad"), session("pad", 3),
             ])
         var s = StoreSnapshot()
         s.apply(folded)

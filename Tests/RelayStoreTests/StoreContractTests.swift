@@ -106,6 +106,43 @@ final class StoreContractTests: XCTestCase {
         }
     }
 
+    func testOneDurableSessionIsForgottenAndTheOthersKept() throws {
+        // Forgotten while its row is still in the journal, and again once it is in the tables.
+        for written in [false, true] {
+            for (name, store, reopen) in try stores() {
+                let kept = [
+                    SessionRecord(member: "c1", name: "pad", cursor: 2, topics: []),
+                    SessionRecord(member: "c2", name: "phone", cursor: 1, topics: []),
+                ]
+                for s in kept + [SessionRecord(member: "c1", name: "phone", cursor: 5, topics: [.communication])] {
+                    store.saveSession(s)
+                }
+                try store.commit()
+                if written { try store.checkpoint() }
+                store.deleteSession(member: "c1", name: "phone")
+                try store.commit()
+                if written { try store.checkpoint() }
+                let loaded = try reopen().load().sessions.sorted { ($0.member, $0.name) < ($1.member, $1.name) }
+                XCTAssertEqual(loaded, kept, "\(name), written into the tables: \(written)")
+            }
+        }
+    }
+
+    func testASessionForgottenAndStartedAgainDoesNotInheritTheOldOnesAcks() throws {
+        let store = try SQLiteStore(path: tempDir().appendingPathComponent("relay.db").path)
+        store.saveSession(SessionRecord(member: "c1", name: "phone", cursor: 0, topics: []))
+        try store.commit()
+        store.noteCursor(member: "c1", session: "phone", cursor: 100)  // the old session's acks
+        store.deleteSession(member: "c1", name: "phone")
+        store.saveSession(SessionRecord(member: "c1", name: "phone", cursor: 0, topics: []))
+        for seq in 1...10 {
+            store.appendEvent(EventRecord(member: "c1", seq: Int64(seq), at: Timestamp(milliseconds: 1), topic: nil, frame: [0]))
+        }
+        try store.commit()
+        try store.checkpoint()  // the table writer leaves out events every session acknowledged
+        XCTAssertEqual(try store.events(member: "c1", after: 0, limit: 100).map(\.seq), Array(1...10))
+    }
+
     func testSQLiteRecordsMigrationsAndRefusesANewerSchema() throws {
         let path = tempDir().appendingPathComponent("relay.db").path
         let store = try SQLiteStore(path: path)
