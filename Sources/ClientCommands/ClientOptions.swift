@@ -120,18 +120,26 @@ public func refusal(_ error: ClientError?) -> String {
         + " removed member is refused (`permission-relay token rotate MEMBER` issues a new token)"
 }
 
-/// For a command that waits for events: says on stderr when another client takes this
-/// one's session again within a minute (the library pauses before it connects again; a
-/// one-off `ask` beside a `watch` takes it once, which is no news), and ends the program
-/// with status 1 when the relay refuses the credentials (the library has stopped), with
-/// the reason `why` gives.
+/// For a command that waits for events: says on stderr when the relay cannot be reached
+/// (once, with the reason `why` gives, until it is reached again, which it also says),
+/// when another client takes this one's session again within a minute (the library pauses
+/// before it connects again; a one-off `ask` beside a `watch` takes it once, which is no
+/// news), and ends the program with status 1 when the relay refuses the credentials (the
+/// library has stopped).
 public func reportConnectionTrouble(
     _ states: AsyncStream<ConnectionState>, program: String, why: @escaping @Sendable () -> ClientError?
 ) -> Task<Void, Never> {
     Task {
         var lastReplaced: ContinuousClock.Instant?
+        var unreachable = false
         for await state in states {
             switch state {
+            case .unavailable where !unreachable:
+                unreachable = true
+                printErr("\(program): \(why()?.description ?? "the relay is not available"); still trying")
+            case .ready where unreachable:
+                unreachable = false
+                printErr("\(program): connected to the relay again")
             case .replaced:
                 let now = ContinuousClock.now
                 if let last = lastReplaced, now - last < .seconds(60) { printErr("\(program): \(replacedNotice)") }

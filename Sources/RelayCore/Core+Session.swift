@@ -64,7 +64,7 @@ extension RelayCore {
             }
             let existing = m.sessions[name]
             if existing == nil, !makeRoomForSession(of: m) {
-                let open = "\(memberID) already has \(m.sessions.count) durable sessions open, the relay's limit"
+                let open = "\(memberID) already has as many durable sessions open as the relay allows (\(m.sessions.count))"
                 return refuse(.busy, "\(open); close one, or connect without a session")
             }
             var record = existing?.record ?? SessionRecord(member: memberID, name: name, cursor: head, topics: [])

@@ -11,13 +11,16 @@ final class ProgramRun {
     private var buffer = ""
     private(set) var lines: [String] = []
 
-    /// `stderr`: a new file to write the program's stderr to (by default it is dropped).
-    init(_ name: String, _ args: [String], env: [String: String], stderr: String? = nil) throws {
+    /// `stderr`: a new file to write the program's stderr to (by default it is dropped);
+    /// `stderrInLines`: read it with stdout instead.
+    init(_ name: String, _ args: [String], env: [String: String], stderr: String? = nil, stderrInLines: Bool = false) throws {
         process.executableURL = productsDirectory.appendingPathComponent(name)
         process.arguments = args
         process.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
         process.standardOutput = out
-        if let stderr {
+        if stderrInLines {
+            process.standardError = out
+        } else if let stderr {
             guard FileManager.default.createFile(atPath: stderr, contents: nil), let file = FileHandle(forWritingAtPath: stderr) else {
                 throw CocoaError(.fileWriteUnknown)
             }
@@ -41,6 +44,14 @@ final class ProgramRun {
             if chunk.isEmpty { return nil }
             buffer += String(decoding: chunk, as: UTF8.self)
         }
+    }
+
+    /// The next line that contains `text`, skipping the lines before it; nil at EOF.
+    func nextLine(containing text: String) -> String? {
+        while let l = nextLine() {
+            if l.contains(text) { return l }
+        }
+        return nil
     }
 
     func finish() -> Int32 {
@@ -108,6 +119,28 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(watch.finish(), 1)
         let said = try String(contentsOfFile: log, encoding: .utf8)
         XCTAssertTrue(said.contains("permission-guardian: the relay refused the credentials: unknown member or wrong token;"), said)
+    }
+
+    func testAWatchSaysWhenTheRelayIsGoneAndWhenItIsBack() throws {
+        let watch = try ProgramRun(
+            "permission-guardian", ["watch", "--json", "--credentials", relay.dir.appendingPathComponent("guardian.json").path],
+            env: env, stderrInLines: true)
+        let giveUp = watch.stopAfter(seconds: 40)
+        defer { giveUp.cancel() }
+        for round in 0..<2 {
+            let ask = try child(["ask", "+1555014\(round)", "--json"])
+            XCTAssertEqual(ask.finish(), 0)
+            let id = try JSON.parse(ask.nextLine() ?? "")["questionId"]?.string ?? "?"
+            XCTAssertNotNil(watch.nextLine(containing: id), "round \(round): the watch is connected")
+            guard round == 0 else { break }
+            relay.crash()
+            let gone = watch.nextLine(containing: "permission-guardian: ")
+            XCTAssertTrue(gone?.contains("the relay is not available: cannot connect to \(relay.socket)") ?? false, gone ?? "EOF")
+            XCTAssertTrue(gone?.hasSuffix("still trying") ?? false, gone ?? "EOF")
+            try relay.start()
+            XCTAssertEqual(watch.nextLine(containing: "permission-guardian: "), "permission-guardian: connected to the relay again")
+        }
+        watch.stop()
     }
 
     func testAsksBesideTheChildsWatchLeaveItsSessionAlone() throws {
