@@ -32,6 +32,10 @@ public struct ServerConfig: Sendable {
     /// How long the loop polls for events before it sleeps, when traffic is dense
     /// (SpinPolicy.swift); 0 always sleeps.
     public var spinMicroseconds = SpinPolicy.defaultMicroseconds
+    /// The wall clock, for the rules (questions' expiry, timestamps, retention). The
+    /// connections' timers (handshake, heartbeat, pauses) run on the monotonic clock, so a
+    /// wall clock set forward or back neither drops every connection nor keeps dead ones.
+    public var wallClock: @Sendable () -> Timestamp = { Timestamp.now() }
 
     public init(socketPath: String) { self.socketPath = socketPath }
 }
@@ -66,21 +70,25 @@ public final class RelayServer {
     /// listening socket ready, and the level-triggered loop would spin on it.
     private var spareFD: Int32 = -1
     /// Accepting stopped until then, when even the spare could not take a connection.
-    private var acceptPausedUntil: Timestamp?
+    private var acceptPausedUntil: Int64?
     /// Connections refused since the last line logged about them, and why: one line a
     /// second at most, however many a flood brings.
     private var refusedSinceLog = 0
     private var refusalReason = ""
-    private var lastRefusalLog = Timestamp(milliseconds: 0)
+    private var lastRefusalLog: Int64 = .min / 2
     private let signalPipe: [Int32]
     private var conns: [ConnectionID: Conn] = [:]
     /// The connections a dispatch queued output for, each once, reused across turns.
     private var touched: [Conn] = []
     private var nextID: ConnectionID = 1
     private var stopping = false
-    private var lastPrune = Timestamp(milliseconds: 0)
-    private var lastTimerScan = Timestamp(milliseconds: 0)
-    private var lastCursorFlush = Timestamp(milliseconds: 0)
+    // Times on the monotonic clock, in milliseconds (`Self.monotonicMillis`), as are the
+    // connections' own.
+    private var lastPrune: Int64
+    private var lastTimerScan: Int64 = .min / 2
+    private var lastCursorFlush: Int64 = .min / 2
+    /// The monotonic time of the current turn.
+    private var turnMillis: Int64 = 0
     private var scratch = [UInt8](repeating: 0, count: 65536)
     private var ready = [cs_ready](repeating: cs_ready(), count: 256)
     private var spin: SpinPolicy
@@ -97,20 +105,20 @@ public final class RelayServer {
         var out: [UInt8] = []
         var outStart = 0
         var interest: UInt32 = 0
-        let openedAt: Timestamp
-        var lastHeard: Timestamp
+        let openedAt: Int64
+        var lastHeard: Int64
         /// Since when the decoder has held part of a frame (nil when it holds none, or only
         /// whole frames a replay keeps waiting).
-        var partSince: Timestamp?
+        var partSince: Int64?
         var pinged = false
         var closing: CloseReason?
-        var closingSince: Timestamp?
+        var closingSince: Int64?
         var peerGone = false
         /// Listed in `touched` during a dispatch.
         var touched = false
         var pendingBytes: Int { out.count - outStart }
 
-        init(id: ConnectionID, fd: Int32, decoder: FrameDecoder, at now: Timestamp) {
+        init(id: ConnectionID, fd: Int32, decoder: FrameDecoder, at now: Int64) {
             self.id = id
             self.fd = fd
             self.decoder = decoder
@@ -131,7 +139,7 @@ public final class RelayServer {
         self.log = log
         self.core = makeCore
         self.relay = try makeCore()
-        self.lastPrune = .now()
+        self.lastPrune = Self.monotonicMillis()
         var fds: [Int32] = [-1, -1]
         guard cs_pipe(&fds) == 0 else { throw ServerError("cannot create a pipe: \(String(cString: strerror(errno)))") }
         signalPipe = fds
@@ -224,16 +232,17 @@ public final class RelayServer {
     // MARK: - One turn
 
     private func turn() throws {
-        let now = Timestamp.now()
+        let now = config.wallClock()
         let idleTimeout = 1000
         var timeout = idleTimeout
         if let d = relay.nextDeadline { timeout = max(0, min(timeout, Int(d.milliseconds - now.milliseconds) + 1)) }
-        if let until = acceptPausedUntil { timeout = max(0, min(timeout, Int(until.milliseconds - now.milliseconds) + 1)) }
+        if let until = acceptPausedUntil { timeout = max(0, min(timeout, Int(until - Self.monotonicMillis()) + 1)) }
         if relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) { timeout = 0 }
 
         let n = spin.wait(timeoutMs: Int32(timeout)) { cs_epoll_wait(epfd, &ready, Int32(ready.count), $0) }
         guard n >= 0 else { throw ServerError("epoll_wait failed: \(String(cString: strerror(errno)))") }
-        let t = Timestamp.now()
+        let t = config.wallClock()
+        turnMillis = Self.monotonicMillis()
         // A quiet second is the time to write the journal into the tables; a wait cut short
         // by a deadline is not quiet, and a busy relay hands its batches over as it goes.
         if n == 0 && timeout == idleTimeout { checkpoint() }
@@ -241,7 +250,7 @@ public final class RelayServer {
         for k in 0..<Int(n) {
             let r = ready[k]
             switch r.token {
-            case Self.listenToken: acceptAll(now: t)
+            case Self.listenToken: acceptAll()
             case Self.signalToken: drainSignals()
             default:
                 let id = ConnectionID(r.token)
@@ -251,8 +260,8 @@ public final class RelayServer {
         }
 
         relay.tick(now: t)
-        checkTimers(now: t)
-        if let until = acceptPausedUntil, t >= until {
+        checkTimers()
+        if let until = acceptPausedUntil, turnMillis >= until {
             acceptPausedUntil = nil
             cs_epoll_ctl(epfd, 1, listenFD, cs_epollin, Self.listenToken)
         }
@@ -261,7 +270,7 @@ public final class RelayServer {
             relay.continueReplay(id)
             process(c, now: t)
         }
-        guard commit(cursors: Double(t.milliseconds - lastCursorFlush.milliseconds) >= config.cursorFlushSeconds * 1000) else { return }
+        guard commit(cursors: Double(turnMillis - lastCursorFlush) >= config.cursorFlushSeconds * 1000) else { return }
         dispatchOutputs()
         prune(now: t)
     }
@@ -276,7 +285,7 @@ public final class RelayServer {
     private func commit(cursors: Bool = true) -> Bool {
         if cursors {
             relay.flushCursors()
-            lastCursorFlush = .now()
+            lastCursorFlush = Self.monotonicMillis()
         }
         guard store.hasChanges else { return true }
         do {
@@ -299,21 +308,21 @@ public final class RelayServer {
         }
     }
 
-    private func acceptAll(now: Timestamp) {
+    private func acceptAll() {
         while true {
             let fd = cs_accept(listenFD)
             guard fd >= 0 else {
-                if errno == EMFILE || errno == ENFILE, refuseWithSpare(now: now) { continue }
+                if errno == EMFILE || errno == ENFILE, refuseWithSpare() { continue }
                 return
             }
             if conns.count >= config.maxConnections {
-                refuse(fd, "at its connection limit (\(config.maxConnections))", now: now)
+                refuse(fd, "at its connection limit (\(config.maxConnections))")
                 continue
             }
             let id = nextID
             nextID += 1
             let uid = cs_peer_uid(fd)
-            let c = Conn(id: id, fd: fd, decoder: FrameDecoder(maxFrameBytes: coreConfig.maxFrameBytes), at: now)
+            let c = Conn(id: id, fd: fd, decoder: FrameDecoder(maxFrameBytes: coreConfig.maxFrameBytes), at: turnMillis)
             conns[id] = c
             relay.connected(id, peerUID: uid >= 0 ? UInt32(uid) : nil)
             setInterest(c)
@@ -321,51 +330,53 @@ public final class RelayServer {
     }
 
     /// Tells a connection `busy`, closes it, and notes it for the log.
-    private func refuse(_ fd: Int32, _ why: String, now: Timestamp) {
+    private func refuse(_ fd: Int32, _ why: String) {
         let frame = RequestError(.busy, "the relay is \(why); try again later").frame(re: nil).frame
         _ = frame.withUnsafeBytes { cs_send(fd, $0.baseAddress, $0.count) }
         Glibc.close(fd)
         refusedSinceLog += 1
         refusalReason = why
-        logRefusals(now: now)
+        logRefusals()
     }
 
     /// Logs the connections refused since the last such line, once a second at most.
-    private func logRefusals(now: Timestamp) {
-        guard refusedSinceLog > 0, now.milliseconds - lastRefusalLog.milliseconds >= 1000 else { return }
+    private func logRefusals() {
+        guard refusedSinceLog > 0, turnMillis - lastRefusalLog >= 1000 else { return }
         let what = refusedSinceLog == 1 ? "a connection" : "\(refusedSinceLog) connections"
         log(.warning, "refused \(what): the relay is \(refusalReason)")
         refusedSinceLog = 0
-        lastRefusalLog = now
+        lastRefusalLog = turnMillis
     }
 
     /// Out of descriptors: lets the spare go to take the next waiting connection, refuses it,
     /// and takes the spare back; true when it took one. When even that fails with connections
     /// still waiting, accepting pauses.
-    private func refuseWithSpare(now: Timestamp) -> Bool {
+    private func refuseWithSpare() -> Bool {
         var fd: Int32 = -1
         var nothingWaiting = false
         if spareFD >= 0 {
             Glibc.close(spareFD)
             fd = cs_accept(listenFD)
             nothingWaiting = fd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
-            if fd >= 0 { refuse(fd, "out of file descriptors", now: now) }
+            if fd >= 0 { refuse(fd, "out of file descriptors") }
             spareFD = Self.openSpare()
         }
-        if fd < 0 && !nothingWaiting { pauseAccepting(now: now) }
+        if fd < 0 && !nothingWaiting { pauseAccepting() }
         return fd >= 0
     }
 
     /// Stops watching the listening socket for a tenth of a second, when even the spare
     /// could not take a waiting connection (the whole system is out of descriptors).
-    private func pauseAccepting(now: Timestamp) {
+    private func pauseAccepting() {
         guard acceptPausedUntil == nil else { return }
-        acceptPausedUntil = Timestamp(milliseconds: now.milliseconds + 100)
+        acceptPausedUntil = turnMillis + 100
         cs_epoll_ctl(epfd, 1, listenFD, 0, Self.listenToken)
-        guard now.milliseconds - lastRefusalLog.milliseconds >= 1000 else { return }
+        guard turnMillis - lastRefusalLog >= 1000 else { return }
         log(.warning, "out of file descriptors, even the one kept in reserve: not accepting connections for a while")
-        lastRefusalLog = now
+        lastRefusalLog = turnMillis
     }
+
+    private static func monotonicMillis() -> Int64 { Int64(monotonicNanos() / 1_000_000) }
 
     private func drainSignals() {
         var b = [UInt8](repeating: 0, count: 16)
@@ -380,7 +391,7 @@ public final class RelayServer {
             let n = scratch.withUnsafeMutableBytes { Glibc.read(c.fd, $0.baseAddress, $0.count) }
             if n > 0 {
                 scratch.withUnsafeBytes { c.decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-                c.lastHeard = now
+                c.lastHeard = turnMillis
                 c.pinged = false
                 budget -= n
                 if c.decoder.bufferedCount > coreConfig.maxFrameBytes && relay.isReplaying(id) { break }
@@ -412,35 +423,36 @@ public final class RelayServer {
             case .violation(let code, let message): relay.framingViolation(id, code, message)
             case .incomplete:
                 // After a whole frame the part held is the next frame's, begun in this read.
-                c.partSince = c.decoder.bufferedCount == 0 ? nil : whole ? now : c.partSince ?? now
+                c.partSince = c.decoder.bufferedCount == 0 ? nil : whole ? turnMillis : c.partSince ?? turnMillis
                 return
             }
         }
         c.partSince = nil
     }
 
-    private func checkTimers(now: Timestamp) {
+    private func checkTimers() {
+        let now = turnMillis
         // Connection timers need no finer grain than a quarter second; skip the scan in between.
-        guard now.milliseconds - lastTimerScan.milliseconds >= 250 else { return }
+        guard now - lastTimerScan >= 250 else { return }
         lastTimerScan = now
-        logRefusals(now: now)
+        logRefusals()
         let hb = Int64(coreConfig.heartbeatSeconds) * 1000
         let handshake = Int64(config.handshakeTimeoutSeconds * 1000)
         for (id, c) in conns {
             if let since = c.closingSince {
                 // A peer that does not read its last frames is not waited for long.
-                if now.milliseconds - since.milliseconds >= 2000 {
+                if now - since >= 2000 {
                     relay.disconnected(id)
                     closeNow(id)
                 }
                 continue
             }
-            let silent = now.milliseconds - c.lastHeard.milliseconds
+            let silent = now - c.lastHeard
             if !relay.isEstablished(id) {
-                if now.milliseconds - c.openedAt.milliseconds >= handshake { relay.drop(id, .handshakeTimeout) }
+                if now - c.openedAt >= handshake { relay.drop(id, .handshakeTimeout) }
             } else if silent >= 3 * hb {
                 relay.drop(id, .heartbeatTimeout)
-            } else if let since = c.partSince, now.milliseconds - since.milliseconds >= 3 * hb {
+            } else if let since = c.partSince, now - since >= 3 * hb {
                 // Bytes that trickle in keep a connection from being silent; a frame that
                 // never ends would still hold its buffer (up to the largest frame) for good.
                 relay.framingViolation(id, .badFrame, "a frame stayed incomplete for \(3 * hb / 1000) s; closing")
@@ -468,7 +480,7 @@ public final class RelayServer {
                 if id != lastID { (lastID, last) = (id, conns[id]) }
                 guard let c = last else { return }
                 c.closing = reason
-                c.closingSince = Timestamp.now()
+                c.closingSince = Self.monotonicMillis()
                 touch(c)
             }
         }
@@ -534,8 +546,8 @@ public final class RelayServer {
     }
 
     private func prune(now: Timestamp) {
-        guard Double(now.milliseconds - lastPrune.milliseconds) >= config.pruneIntervalSeconds * 1000 else { return }
-        lastPrune = now
+        guard Double(turnMillis - lastPrune) >= config.pruneIntervalSeconds * 1000 else { return }
+        lastPrune = turnMillis
         do {
             let n = try store.pruneEvents(
                 olderThan: Timestamp(milliseconds: now.milliseconds - coreConfig.retentionSeconds * 1000),

@@ -6,6 +6,7 @@ import RelayCore
 import RelayProtocol
 import RelayServer
 import RelayStore
+import Synchronization
 import XCTest
 
 final class InProcessRelay: @unchecked Sendable {
@@ -135,4 +136,13 @@ func sampleQuestion(id: String = UUID().uuidString, avatarBytes: Int = 0) -> JSO
     return [
         "id": .string(id), "topic": .object(["kind": "communication", "personInformation": [.object(person)], "actions": ["message"]]),
     ]
+}
+
+/// A wall clock a test can set forward or back.
+final class SettableClock: Sendable {
+    private let offset = Mutex<Int64>(0)
+
+    func now() -> Timestamp { Timestamp(milliseconds: Timestamp.now().milliseconds + offset.withLock { $0 }) }
+
+    func move(seconds: Int64) { offset.withLock { $0 += seconds * 1000 } }
 }

@@ -91,6 +91,47 @@ final class WireTests: XCTestCase {
         XCTAssertEqual(frames.last?["reason"]?.string, "heartbeatTimeout")
     }
 
+    func testAWallClockSetForwardExpiresWhatIsDueAndKeepsTheConnections() throws {
+        let clock = SettableClock()
+        let relay = try InProcessRelay { server, _ in server.wallClock = { clock.now() } }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let child = try relay.connect()
+        try child.hello("c1", tokens["c1"]!)
+        try child.send(["type": "subscribe", "id": "s", "topics": ["communication"]])
+        try child.expect(type: "ok")
+        let guardian = try relay.connect()
+        try guardian.hello("g1", tokens["g1"]!)
+        var q = sampleQuestion()
+        q["expirationDate"] = .string(Timestamp(milliseconds: clock.now().milliseconds + 600_000).rfc3339)
+        try child.send(["type": "ask", "id": "a", "question": .object(q)])
+        try child.expect(type: "ok")
+        try guardian.expect(type: "question")
+        clock.move(seconds: 3600)  // far past three heartbeat intervals of silence, on the wall
+        XCTAssertEqual(try child.expect(type: "questionClosed")["reason"]?.string, "expired")
+        XCTAssertEqual(try guardian.expect(type: "questionClosed")["reason"]?.string, "expired")
+        for c in [child, guardian] {
+            try c.send(["type": "ping"])
+            try c.expect(type: "pong")
+        }
+    }
+
+    func testAWallClockSetBackStillPingsAndClosesASilentSession() throws {
+        let clock = SettableClock()
+        let relay = try InProcessRelay { server, core in
+            server.wallClock = { clock.now() }
+            core.heartbeatSeconds = 1
+        }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("g1", tokens["g1"]!)
+        clock.move(seconds: -3600)
+        let frames = try c.untilClosed()  // never answers: pinged, then closed
+        XCTAssertEqual(frames.first?["type"]?.string, "ping")
+        XCTAssertEqual(frames.last?["reason"]?.string, "heartbeatTimeout")
+    }
+
     func testAFrameThatNeverEndsIsRefusedThoughItsBytesKeepComing() throws {
         let relay = try InProcessRelay { _, core in core.heartbeatSeconds = 1 }
         defer { relay.stop() }
