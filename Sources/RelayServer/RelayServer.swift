@@ -69,6 +69,8 @@ public final class RelayServer {
     /// to take a waiting connection and tell it `busy`: a connection left waiting keeps the
     /// listening socket ready, and the level-triggered loop would spin on it.
     private var spareFD: Int32 = -1
+    /// The socket file this relay created (device and inode).
+    private var socketFile: (dev_t, ino_t)?
     /// Accepting stopped until then, when even the spare could not take a connection.
     private var acceptPausedUntil: Int64?
     /// Connections refused since the last line logged about them, and why: one line a
@@ -167,7 +169,12 @@ public final class RelayServer {
 
     private func bind() throws {
         let path = config.socketPath
-        if access(path, F_OK) == 0 {
+        var st = stat()
+        if lstat(path, &st) == 0 {
+            // Only a socket is ever removed: a mistyped --socket must not cost someone a file.
+            guard st.st_mode & S_IFMT == S_IFSOCK else {
+                throw ServerError("\(path) exists and is not a socket; choose another --socket, or remove it if it is not needed")
+            }
             let probe = cs_connect_unix(path)
             if probe >= 0 {
                 Glibc.close(probe)
@@ -184,6 +191,7 @@ public final class RelayServer {
         umask(oldMask)
         if listenFD == -2 { throw ServerError("socket path is too long (at most 107 bytes): \(path)") }
         guard listenFD >= 0 else { throw ServerError("cannot listen on \(path): \(String(cString: strerror(errno)))") }
+        socketFile = Self.fileID(path)
         epfd = cs_epoll_create()
         guard epfd >= 0 else { throw ServerError("cannot create the event loop") }
         if config.handleSignals { cs_route_signals(signalPipe[1]) }
@@ -194,11 +202,24 @@ public final class RelayServer {
 
     private static func openSpare() -> Int32 { open("/dev/null", O_RDONLY | O_CLOEXEC) }
 
+    /// The device and inode of the file at `path`, not following a symbolic link.
+    private static func fileID(_ path: String) -> (dev_t, ino_t)? {
+        var st = stat()
+        return lstat(path, &st) == 0 ? (st.st_dev, st.st_ino) : nil
+    }
+
+    /// Removes the socket file if it is still this relay's: one removed meanwhile (say, by a
+    /// cleaner of /tmp) may have been replaced by another relay's, which must stay.
+    private func removeSocketFile() {
+        guard let mine = socketFile, let now = Self.fileID(config.socketPath), now == mine else { return }
+        unlink(config.socketPath)
+    }
+
     private func teardown() {
         for id in Array(conns.keys) { closeNow(id) }
         if listenFD >= 0 {
             Glibc.close(listenFD)
-            unlink(config.socketPath)
+            removeSocketFile()
         }
         if epfd >= 0 { Glibc.close(epfd) }
         if spareFD >= 0 { Glibc.close(spareFD) }
@@ -211,7 +232,7 @@ public final class RelayServer {
     private func shutdown() {
         log(.info, "shutting down")
         Glibc.close(listenFD)
-        unlink(config.socketPath)
+        removeSocketFile()
         listenFD = -1
         for id in Array(conns.keys) { relay.drop(id, .shutdown) }
         if !commit() { return }

@@ -38,6 +38,35 @@ final class LifecycleTests: XCTestCase {
         XCTAssertTrue(sameData.stderr.contains("data directory"), sameData.stderr)
     }
 
+    func testAFileThatIsNotASocketIsNeverRemoved() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("not-a-socket-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let notes = dir.appendingPathComponent("notes.txt").path
+        try "precious".write(toFile: notes, atomically: true, encoding: .utf8)
+        let link = dir.appendingPathComponent("link.sock").path
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: notes)
+        for path in [notes, link] {
+            let r = run(["serve", "--socket", path, "--data", dir.appendingPathComponent("data").path])
+            XCTAssertEqual(r.status, 1, r.stderr)
+            XCTAssertTrue(r.stderr.contains("\(path) exists and is not a socket"), r.stderr)
+        }
+        XCTAssertEqual(try String(contentsOfFile: notes, encoding: .utf8), "precious")
+        XCTAssertEqual(try FileManager.default.destinationOfSymbolicLink(atPath: link), notes)
+    }
+
+    func testARelayStoppingLeavesAnotherRelaysSocketInItsPlace() throws {
+        let first = try RelayProcess()
+        try first.start()
+        try FileManager.default.removeItem(atPath: first.socket)  // as a cleaner of /tmp might
+        let second = try RelayProcess(socket: first.socket)
+        try second.start()
+        XCTAssertEqual(first.terminate(), 0)
+        XCTAssertEqual(try second.admin().request(["type": "status"])["type"]?.string, "ok", "the second relay is still reachable")
+        XCTAssertEqual(second.terminate(), 0)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: first.socket), "the second removes its own")
+    }
+
     func testHelpUsageErrorsAndAdminCommands() throws {
         for words in [
             ["--help"], ["serve", "--help"], ["family", "create", "--help"], ["member", "add", "--help"],
@@ -95,6 +124,11 @@ final class LifecycleTests: XCTestCase {
         p.standardOutput = out
         p.standardError = err
         try! p.run()
+        // A relay that starts serving where the test expects a refusal ends the test, not CI.
+        let pid = p.processIdentifier
+        let stray = DispatchWorkItem { kill(pid, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: stray)
+        defer { stray.cancel() }
         let o = out.fileHandleForReading.readDataToEndOfFile()
         let e = err.fileHandleForReading.readDataToEndOfFile()
         p.waitUntilExit()

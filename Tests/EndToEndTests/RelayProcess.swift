@@ -28,10 +28,11 @@ final class RelayProcess {
     private(set) var process: Process?
     private(set) var output = ""
 
-    init(flags: [String] = ["--ask-rate-limit", "0"], openFileLimit: Int? = nil) throws {
+    /// `socket`: where to listen, when not in its own directory.
+    init(flags: [String] = ["--ask-rate-limit", "0"], openFileLimit: Int? = nil, socket: String? = nil) throws {
         dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("pre-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        socket = dir.appendingPathComponent("s").path
+        self.socket = socket ?? dir.appendingPathComponent("s").path
         data = dir.appendingPathComponent("data").path
         self.flags = flags
         self.openFileLimit = openFileLimit
