@@ -207,8 +207,7 @@ public final class AskCenter: Sendable {
     public func questions(status: String? = nil) async throws -> [QuestionSummary] {
         var req: JSONObject = ["type": "questions"]
         if let status { req["status"] = .string(status) }
-        let r = try await call(req)
-        return (r["questions"]?.array ?? []).compactMap(QuestionSummary.init(wire:))
+        return try await session.list(req).compactMap(QuestionSummary.init(wire:))
     }
 
     /// Where `handle` stands: known, waiting for an answer, denied, expired, or never asked.

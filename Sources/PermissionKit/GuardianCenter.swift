@@ -133,18 +133,19 @@ public final class GuardianCenter: Sendable {
         try await answer(question.id, with: choice.id)
     }
 
-    /// The family's pending questions (of one child, if given), oldest first.
+    /// The family's pending questions (of one child, if given), oldest first: all of them,
+    /// over as many replies as the relay needs to send them.
     public func pending(child: String? = nil) async throws -> [GuardianQuestion] {
         var req: JSONObject = ["type": "pending"]
         if let child { req["child"] = .string(child) }
-        return (try await call(req)["questions"]?.array ?? []).compactMap(GuardianQuestion.init(wire:))
+        return try await session.list(req).compactMap(GuardianQuestion.init(wire:))
     }
 
     /// Questions newest first, with their status and answer.
     public func history(child: String? = nil, limit: Int = 100) async throws -> [GuardianQuestion] {
-        var req: JSONObject = ["type": "history", "limit": .int(Int64(limit))]
+        var req: JSONObject = ["type": "history"]
         if let child { req["child"] = .string(child) }
-        return (try await call(req)["questions"]?.array ?? []).compactMap(GuardianQuestion.init(wire:))
+        return try await session.list(req, limit: limit).compactMap(GuardianQuestion.init(wire:))
     }
 
     public func setCommunicationLimits(for child: String, enabled: Bool) async throws {

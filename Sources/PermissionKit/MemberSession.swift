@@ -48,6 +48,21 @@ final class MemberSession: Sendable {
         return r
     }
 
+    /// The questions a list request (`pending`, `history`, `questions`) names, at most
+    /// `limit`: a reply holds what fits in the relay's budget and says `more`, with the
+    /// `next` to ask for the rest `after`.
+    func list(_ req: JSONObject, limit: Int? = nil) async throws -> [JSON] {
+        var req = req
+        var questions: [JSON] = []
+        while true {
+            if let limit { req["limit"] = .int(Int64(limit - questions.count)) }
+            let r = try await call(req)
+            questions += r["questions"]?.array ?? []
+            guard r["more"]?.bool == true, let next = r["next"]?.string, questions.count < limit ?? .max else { return questions }
+            req["after"] = .string(next)
+        }
+    }
+
     /// Sends a frame without waiting for its reply (e.g. a grown subscription).
     func sendLater(_ frame: JSONObject) { connection?.sendLater(frame) }
 

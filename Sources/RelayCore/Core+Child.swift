@@ -153,9 +153,8 @@ extension RelayCore {
             }
             filter = st
         }
-        let list = r.member.questionOrder.reversed().compactMap { questions[$0] }
-            .filter { filter == nil || $0.status == filter }
-        return ["questions": .array(list.map(questionJSON))]
+        let list = r.member.questionOrder.compactMap { questions[$0] }.filter { filter == nil || $0.status == filter }
+        return try page(list, newestFirst: true, r)
     }
 
     func limits(_ r: Request) throws(RequestError) -> ReplyFields {

@@ -60,9 +60,8 @@ extension RelayCore {
 
     func pending(_ r: Request) throws(RequestError) -> ReplyFields {
         let children = try childrenInScope(r)
-        let list = children.flatMap(\.questionOrder).compactMap { questions[$0] }
-            .filter { $0.status == .pending }.sorted { $0.createdAt < $1.createdAt }
-        return ["questions": .array(list.map(questionJSON))]
+        let list = children.flatMap(\.questionOrder).compactMap { questions[$0] }.filter { $0.status == .pending }
+        return try page(list, newestFirst: false, r)
     }
 
     func history(_ r: Request) throws(RequestError) -> ReplyFields {
@@ -74,9 +73,7 @@ extension RelayCore {
             guard let n = v.int, n > 0 else { throw RequestError(.badRequest, "\"limit\" must be a positive integer") }
             limit = Int(min(n, 10_000))
         }
-        let list = children.flatMap(\.questionOrder).compactMap { questions[$0] }
-            .sorted { $0.createdAt > $1.createdAt }.prefix(limit)
-        return ["questions": .array(list.map(questionJSON))]
+        return try page(children.flatMap(\.questionOrder).compactMap { questions[$0] }, newestFirst: true, limit: limit, r)
     }
 
     func setLimits(_ r: Request) throws(RequestError) -> ReplyFields {

@@ -51,6 +51,9 @@ public struct CoreConfig: Sendable {
     public var retentionSeconds: Int64 = 7 * 86400
     /// The relay's own uid: peers with it (or root) may open admin sessions.
     public var relayUID: UInt32 = 0
+    /// Bytes of questions in one reply to `pending`, `history` or `questions`, about (at
+    /// least one question); keep it well under the reactor's output limit.
+    public var listReplyBytes = 4 << 20
     /// Events replayed per step before the reactor lets the socket drain.
     public var replayBatch = 512
     /// Bytes replayed per step, about; keep it well under the reactor's output limit.

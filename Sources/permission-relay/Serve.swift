@@ -95,6 +95,7 @@ enum Serve {
             throw CLIError.usage("--max-output-bytes must be at least twice --max-frame-bytes (\(2 * core.maxFrameBytes))")
         }
         core.replayBudgetBytes = min(core.replayBudgetBytes, server.maxOutputBytes / 4)
+        core.listReplyBytes = min(core.listReplyBytes, server.maxOutputBytes / 4)
         // Prune often enough that no event outlives the retention window by much.
         server.pruneIntervalSeconds = min(60, max(0.25, Double(core.retentionSeconds) / 4))
 

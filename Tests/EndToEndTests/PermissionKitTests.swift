@@ -69,6 +69,33 @@ final class PermissionKitTests: XCTestCase {
         }
     }
 
+    func testPendingQuestionsTooLargeForOneReplyAllReachTheGuardian() async throws {
+        // Questions with 200 KiB avatars, more of them than the relay lets a connection hold
+        // unsent: in one reply, the relay dropped the guardian asking, at every try.
+        let relay = try RelayProcess(flags: ["--ask-rate-limit", "0", "--max-output-bytes", "\(4 << 20)"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let child = AskCenter(configuration: config(relay, "c0", tokens))
+        var asked: [UUID] = []
+        for i in 0..<20 {
+            let person = CommunicationTopic.PersonInformation(
+                handle: CommunicationHandle(value: "+1 555 01\(10 + i)", kind: .phoneNumber),
+                avatarImage: Data(repeating: UInt8(i), count: 200 << 10))
+            let q = PermissionQuestion(topic: CommunicationTopic(personInformation: [person], actions: [.message]))
+            _ = try await child.submit(q)
+            asked.append(q.id)
+        }
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let pending = try await guardian.pending()
+        XCTAssertEqual(pending.map(\.id), asked, "every one, oldest first")
+        guard case .communication(let topic)? = pending.last?.topic else { return XCTFail("a communication question") }
+        XCTAssertEqual(topic.personInformation.first?.avatarImage?.count, 200 << 10)
+        let history = try await guardian.history(limit: 15)
+        XCTAssertEqual(history.map(\.id), Array(asked.reversed().prefix(15)))
+        let own = try await child.questions()
+        XCTAssertEqual(own.count, 20)
+    }
+
     func testAskErrorsFromTheRelay() async throws {
         let relay = try RelayProcess()
         try relay.start()

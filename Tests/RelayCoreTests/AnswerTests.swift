@@ -204,6 +204,50 @@ final class AnswerTests: XCTestCase {
         _ = h.error(g, ["type": "history", "limit": 0], .badRequest)
     }
 
+    func testLargeListsComeInPagesThatTogetherHoldEveryQuestionOnce() throws {
+        let h = try CoreHarness { $0.listReplyBytes = 2000 }  // some four of these questions a page
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        var asked: [(second: Int, id: String)] = []
+        for i in 0..<10 {
+            let q = h.question(handles: ["+1 555 01\(10 + i)"])
+            h.ok(c, ["type": "ask", "question": .object(q)])
+            asked.append((i / 3, q["id"]!.string!))
+            if i % 3 == 2 { h.advance(seconds: 1) }  // three asked in each second: ties, which the id breaks
+        }
+        let oldestFirst = asked.sorted { ($0.second, $0.id) < ($1.second, $1.id) }.map { JSON.string($0.id) }
+        /// Every page of `request`, followed through `next`.
+        func pages(_ conn: ConnectionID, _ request: JSONObject) -> [[JSON]] {
+            var request = request
+            var out: [[JSON]] = []
+            while true {
+                let r = h.ok(conn, request)
+                out.append(r["questions"]?.array ?? [])
+                guard r["more"]?.bool == true, let next = r["next"] else {
+                    XCTAssertNil(r["next"], "next only with more")
+                    return out
+                }
+                request["after"] = next
+            }
+        }
+        let pending = pages(g, ["type": "pending"])
+        XCTAssertGreaterThan(pending.count, 1, "the list does not fit in one reply")
+        XCTAssertTrue(pending.allSatisfy { $0.count <= 5 }, "\(pending.map(\.count))")
+        XCTAssertEqual(pending.flatMap { $0.map { $0["id"]! } }, oldestFirst, "oldest first, each once")
+        XCTAssertEqual(pages(c, ["type": "questions"]).flatMap { $0.map { $0["id"]! } }, oldestFirst.reversed())
+        XCTAssertEqual(pages(g, ["type": "history"]).flatMap { $0.map { $0["id"]! } }, oldestFirst.reversed())
+        let first = h.ok(g, ["type": "history", "limit": 2])
+        XCTAssertEqual(first["questions"]?.array?.map { $0["id"]! }, Array(oldestFirst.reversed().prefix(2)))
+        XCTAssertEqual(first["more"], true, "the history goes on past the limit")
+        let onePerPage = try CoreHarness { $0.listReplyBytes = 1 }
+        onePerPage.standardFamilies()
+        let (c2, _) = onePerPage.login("c1")
+        for _ in 0..<2 { onePerPage.ok(c2, ["type": "ask", "question": .object(onePerPage.question())]) }
+        XCTAssertEqual(onePerPage.ok(c2, ["type": "questions"])["questions"]?.array?.count, 1, "a page holds one at least")
+        _ = h.error(g, ["type": "pending", "after": "yesterday"], .badRequest)
+    }
+
     func testKnownHandleChangesByGuardians() throws {
         let h = try CoreHarness()
         h.standardFamilies()
