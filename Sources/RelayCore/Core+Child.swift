@@ -98,10 +98,9 @@ extension RelayCore {
             content: content, child: child.id, family: child.family.id, status: .pending,
             attempt: (previous?.attempt ?? 0) + 1, createdAt: previous?.createdAt ?? r.now)
         questions.save(record)
-        if previous == nil {
-            child.questionOrder.append(record.key)
-            forgetOldQuestions(of: child)
-        }
+        if previous == nil { child.questionOrder.append(record.key) }
+        child.questionBytes += content.encoded.count - (previous?.content.encoded.count ?? 0)
+        forgetOldQuestions(of: child)
         child.pendingQuestions = pendingNow + 1
         if let e = content.expiration { questionDeadlines.push((e, record.key)) }
         appendEvent(to: guardians, topic: nil, type: "question", capacity: content.encoded.count + 240, now: r.now) { out in
@@ -168,11 +167,15 @@ extension RelayCore {
 
     // MARK: - Shared by several requests
 
-    /// Keeps at most `maxQuestionsPerChild` questions of a child by forgetting the oldest
-    /// finished ones (a resend of a forgotten id is taken as a new question).
+    /// Keeps at most `maxQuestionsPerChild` questions of a child, and their contents within
+    /// `maxQuestionBytesPerChild`, by forgetting the oldest finished ones (a resend of a
+    /// forgotten id is taken as a new question).
     private func forgetOldQuestions(of child: Member) {
-        let forgotten = child.questionOrder.forgetOldest(keeping: config.maxQuestionsPerChild) { key in
-            questions.status(of: key) != .pending
+        let (maxCount, maxBytes) = (config.maxQuestionsPerChild, config.maxQuestionBytesPerChild)
+        let forgotten = child.questionOrder.forgetOldest(while: { $0 > maxCount || child.questionBytes > maxBytes }) { key in
+            guard let entry = questions.entry(key), entry.record.status != .pending else { return false }
+            child.questionBytes -= entry.record.content.encoded.count
+            return true
         }
         for key in forgotten {
             questions.removeValue(forKey: key)

@@ -20,6 +20,8 @@ final class Member {
     // A child's questions and contacts (empty for a guardian).
     /// Question ids in order of first ask.
     var questionOrder = QuestionOrder()
+    /// The size of its remembered questions' contents, in bytes.
+    var questionBytes = 0
     var pendingQuestions = 0
     var known: [NormalizedHandle: KnownHandleRecord] = [:]
     var askBucket: TokenBucket?

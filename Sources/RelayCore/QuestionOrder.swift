@@ -19,10 +19,16 @@ struct QuestionOrder: Sequence {
 
     /// Forgets the oldest ids that `canForget` allows until at most `limit` remain; returns them.
     mutating func forgetOldest(keeping limit: Int, where canForget: (QuestionID) -> Bool) -> [QuestionID] {
-        guard count > limit else { return [] }
+        forgetOldest(while: { $0 > limit }, where: canForget)
+    }
+
+    /// Forgets the oldest ids that `canForget` allows while `over` holds of the count left
+    /// (and of whatever `canForget` keeps track of); returns them.
+    mutating func forgetOldest(while over: (Int) -> Bool, where canForget: (QuestionID) -> Bool) -> [QuestionID] {
+        guard over(count) else { return [] }
         var forgotten: [QuestionID] = []
         var i = head
-        while count > limit && i < slots.count {
+        while over(count) && i < slots.count {
             if let id = slots[i], canForget(id) {
                 slots[i] = nil
                 count -= 1

@@ -61,6 +61,10 @@ public struct CoreConfig: Sendable {
     /// Questions remembered per child; past it the oldest finished ones are forgotten, so a
     /// child that asks and cancels forever cannot grow the relay without bound.
     public var maxQuestionsPerChild = 10_000
+    /// The size of the questions remembered per child (their contents, avatars included),
+    /// kept under this the same way: a child that asks and cancels questions with large
+    /// avatars cannot fill the relay's memory and disk with them either.
+    public var maxQuestionBytesPerChild = 64 << 20
     /// Durable sessions remembered per member; a new one past it makes the relay forget the
     /// least recently used one that is not open, so a member that names a new session on
     /// every connection cannot grow the relay without bound. 0: no limit.
@@ -114,6 +118,7 @@ public final class RelayCore {
             questions.save(q)
             guard let child = members[q.child] else { continue }
             child.questionOrder.append(q.key)
+            child.questionBytes += q.content.encoded.count
             if q.status == .pending {
                 child.pendingQuestions += 1
                 if let e = q.content.expiration { questionDeadlines.push((e, q.key)) }

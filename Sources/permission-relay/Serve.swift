@@ -40,6 +40,9 @@ enum Serve {
           --retention-seconds N            Keep events this long (default: 604800, 7 days)
           --max-questions-per-child N      Questions remembered per child; the oldest finished
                                            ones are forgotten past it (default: 10000)
+          --max-question-bytes-per-child N Size of the questions remembered per child, avatars
+                                           included; past it the oldest finished ones are
+                                           forgotten (default: 67108864, 64 MiB)
           --max-sessions-per-member N      Durable sessions remembered per member; past it the
                                            least recently used closed one is forgotten,
                                            0 = no limit (default: 64)
@@ -59,7 +62,7 @@ enum Serve {
         "--socket", "--data", "--sync", "--max-frame-bytes", "--heartbeat-seconds", "--handshake-timeout-seconds",
         "--max-pending-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
         "--retention-seconds", "--log-level", "--max-questions-per-child", "--checkpoint-changes", "--spin-microseconds",
-        "--max-sessions-per-member",
+        "--max-sessions-per-member", "--max-question-bytes-per-child",
     ]
 
     static func run(_ args: [String]) throws {
@@ -81,6 +84,8 @@ enum Serve {
         core.askRateLimit = try a.double("--ask-rate-limit", default: core.askRateLimit)
         core.retentionSeconds = Int64(try a.int("--retention-seconds", default: Int(core.retentionSeconds), min: 1))
         core.maxQuestionsPerChild = try a.int("--max-questions-per-child", default: core.maxQuestionsPerChild, min: 1)
+        core.maxQuestionBytesPerChild = try a.int(
+            "--max-question-bytes-per-child", default: core.maxQuestionBytesPerChild, min: 1)
         core.maxSessionsPerMember = try a.int("--max-sessions-per-member", default: core.maxSessionsPerMember, min: 0)
         core.relayUID = getuid()
         var server = ServerConfig(socketPath: socket)

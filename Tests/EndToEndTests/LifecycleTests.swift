@@ -166,6 +166,30 @@ final class LimitFlagTests: XCTestCase {
         _ = held
     }
 
+    func testSessionAndQuestionSizeFlags() throws {
+        let relay = try RelayProcess(flags: [
+            "--ask-rate-limit", "0", "--max-sessions-per-member", "1", "--max-question-bytes-per-child", "1",
+        ])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let first = try relay.connect()
+        _ = try first.hello("g0", tokens["g0"]!, session: "phone")
+        let second = try relay.connect()
+        try second.send(["type": "hello", "id": "h", "protocol": 1, "member": "g0", "token": .string(tokens["g0"]!), "session": "pad"])
+        XCTAssertEqual(try second.c.receive()?["code"]?.string, "busy", "one session, and it is open")
+
+        let c = try relay.connect()
+        _ = try c.hello("c0", tokens["c0"]!)
+        let ids = try (0..<2).map { _ in
+            let q = question()
+            XCTAssertEqual(try c.request(["type": "ask", "question": q])["type"]?.string, "ok")
+            XCTAssertEqual(try c.request(["type": "cancel", "questionId": q["id"]!])["type"]?.string, "ok")
+            return q["id"]!
+        }
+        let kept = try c.request(["type": "questions"])["questions"]?.array?.map { $0["id"]! }
+        XCTAssertEqual(kept, [ids[1]], "every question is over a byte: only the newest stays")
+    }
+
     func testRateLimitFlag() throws {
         let relay = try RelayProcess(flags: ["--ask-rate-limit", "1"])
         try relay.start()

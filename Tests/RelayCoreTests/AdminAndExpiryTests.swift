@@ -114,4 +114,44 @@ final class BoundsTests: XCTestCase {
         XCTAssertTrue(kept.contains { $0["id"] == last["id"] }, "the newest are kept")
         XCTAssertEqual(try store.load().questions.count, 5, "the store forgets them too")
     }
+
+    func testAChildsQuestionsWithLargeAvatarsStayWithinTheirSizeAcrossARestart() throws {
+        let store = MemoryStore()
+        let h = try CoreHarness(store: store) { $0.maxQuestionBytesPerChild = 20_000 }
+        h.standardFamilies()
+        var (c, _) = h.login("c1")
+        let avatar = Data(repeating: 7, count: 3000).base64EncodedString()
+        func large() -> JSONObject {
+            var q = h.question()
+            q["topic"] = .object([
+                "kind": "communication",
+                "personInformation": [
+                    .object(["handle": .object(["value": "+1 555 0100", "kind": "phoneNumber"]), "avatarImage": .string(avatar)])
+                ],
+            ])
+            return q
+        }
+        func stored() throws -> (count: Int, bytes: Int) {
+            let questions = try store.load().questions
+            return (questions.count, questions.reduce(0) { $0 + $1.content.encoded.count })
+        }
+        let pending = large()
+        h.ok(c, ["type": "ask", "question": .object(pending)])
+        var last = pending
+        for round in 0..<2 {
+            for _ in 0..<20 {
+                last = large()
+                h.ok(c, ["type": "ask", "question": .object(last)])
+                h.ok(c, ["type": "cancel", "questionId": last["id"]!])
+            }
+            let (count, bytes) = try stored()
+            XCTAssertLessThanOrEqual(bytes, 20_000, "round \(round)")
+            XCTAssertGreaterThan(count, 2, "round \(round): only as many are forgotten as the size needs")
+            let kept = h.ok(c, ["type": "questions"])["questions"]!.array!
+            XCTAssertTrue(kept.contains { $0["id"] == pending["id"] }, "pending questions are never forgotten")
+            XCTAssertTrue(kept.contains { $0["id"] == last["id"] }, "the newest are kept")
+            try h.restart()  // the size is counted again from what the store holds
+            c = h.login("c1").0
+        }
+    }
 }
