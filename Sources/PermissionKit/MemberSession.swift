@@ -57,8 +57,12 @@ final class MemberSession: Sendable {
         while true {
             if let limit { req["limit"] = .int(Int64(limit - questions.count)) }
             let r = try await call(req)
-            questions += r["questions"]?.array ?? []
-            guard r["more"]?.bool == true, let next = r["next"]?.string, questions.count < limit ?? .max else { return questions }
+            let page = r["questions"]?.array ?? []
+            questions += page
+            // A page always holds one question at least: an empty one would only repeat.
+            guard r["more"]?.bool == true, let next = r["next"]?.string, !page.isEmpty, questions.count < limit ?? .max else {
+                return questions
+            }
             req["after"] = .string(next)
         }
     }
