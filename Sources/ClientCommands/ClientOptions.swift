@@ -52,6 +52,21 @@ public enum ClientOptions {
         }
     }
 
+    /// `config`, checked for a command that keeps its place in the member's events: where
+    /// its state file goes must be writable, or a watch started again would show events
+    /// again and each ask would take the watch's session.
+    public static func durable(_ config: RelayConfiguration) throws -> RelayConfiguration {
+        guard let path = config.stateFile else { return config }
+        let dir = (path as NSString).deletingLastPathComponent
+        try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        guard access(dir, W_OK) == 0 else {
+            throw CLIError.failure(
+                "cannot keep this client's place in the relay's events in \(dir): \(String(cString: strerror(errno)));"
+                    + " choose a writable --state-dir (or PERMISSION_STATE_DIR)")
+        }
+        return config
+    }
+
     /// One clear line for an error of the library or the relay.
     public static func describe(_ error: any Error) -> String {
         switch error {

@@ -193,7 +193,7 @@ func run() async throws -> Int32 {
     {
         durable = !config.sessionFollows(topic)
     }
-    let center = AskCenter(configuration: durable ? config : config.ephemeral)
+    let center = AskCenter(configuration: durable ? try ClientOptions.durable(config) : config.ephemeral)
     let signals = stopOnSignals { await center.close() }
     defer { _ = signals }
     let status = try await perform(command, a, center)

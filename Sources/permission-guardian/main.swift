@@ -93,7 +93,7 @@ func run() async throws -> Int32 {
     }
     let config = try ClientOptions.configuration(a)
     let waits = ["watch", "auto", "view"].contains(command ?? "view")
-    let center = GuardianCenter(configuration: waits ? config : config.ephemeral)
+    let center = GuardianCenter(configuration: waits ? try ClientOptions.durable(config) : config.ephemeral)
     let signals = command == nil ? [] : stopOnSignals { await center.close() }
     defer { _ = signals }
     let status: Int32

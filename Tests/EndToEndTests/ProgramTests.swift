@@ -277,6 +277,15 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(try child(["watch"], session: "my tablet").finish(), 64, "a session name the relay would refuse")
         let wrong = try ProgramRun("permission-guardian", ["pending", "--member", "g0", "--token", "nope"], env: env)
         XCTAssertEqual(wrong.finish(), 1)
+        // A watch that could not keep its place says so at once, instead of watching without it.
+        let nowhere = relay.dir.appendingPathComponent("child.json").path + "/state"  // under a file
+        let err = relay.dir.appendingPathComponent("nowhere.err").path
+        let lost = try guardian(["watch", "--state-dir", nowhere], stderr: err)
+        let giveUp = lost.stopAfter(seconds: 30)
+        defer { giveUp.cancel() }
+        XCTAssertEqual(lost.finish(), 1)
+        let said = try String(contentsOfFile: err, encoding: .utf8)
+        XCTAssertTrue(said.contains("cannot keep this client's place in the relay's events in \(nowhere)"), said)
         relay.crash()
         var down = env
         down["PERMISSION_RELAY_SOCKET"] = relay.socket
