@@ -10,6 +10,8 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     public var description: String { "SQLite error \(code): \(message)" }
     /// The disk or the database is full.
     public var isFull: Bool { code & 0xFF == SQLITE_FULL }
+    /// The file is not a database, or a damaged one.
+    public var isDamaged: Bool { code & 0xFF == SQLITE_CORRUPT || code & 0xFF == SQLITE_NOTADB }
 }
 
 let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)

@@ -125,6 +125,10 @@ enum Serve {
             store.checkpointThreshold = try a.int("--checkpoint-changes", default: store.checkpointThreshold, min: 1)
         } catch let error as CLIError {
             throw error
+        } catch let error as SQLiteError where error.isDamaged {
+            throw CLIError.failure(
+                "cannot open the store in \(data): \(error); relay.db is damaged or is not the relay's: restore it from a"
+                    + " backup, or move the directory aside to start with an empty store")
         } catch {
             throw CLIError.failure("cannot open the store in \(data): \(error)")
         }

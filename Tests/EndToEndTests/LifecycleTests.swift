@@ -201,6 +201,26 @@ final class LimitFlagTests: XCTestCase {
         XCTAssertEqual(codes, ["ok", "ok", "rateLimited", "rateLimited"], "a burst of 2 at 1 per second")
     }
 
+    func testADamagedStoreIsAClearErrorAndIsLeftAsItIs() throws {
+        let relay = try RelayProcess()
+        try FileManager.default.createDirectory(atPath: relay.data, withIntermediateDirectories: true)
+        let db = relay.data + "/relay.db"
+        let garbage = Data((0..<65536).map { UInt8(truncatingIfNeeded: $0 &* 7919) })
+        XCTAssertTrue(FileManager.default.createFile(atPath: db, contents: garbage))
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: relayBinary)
+        p.arguments = ["serve", "--socket", relay.socket, "--data", relay.data]
+        let err = Pipe()
+        p.standardError = err
+        p.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        try p.run()
+        let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 1)
+        XCTAssertTrue(text.contains("relay.db is damaged or is not the relay's: restore it from a backup"), text)
+        XCTAssertEqual(FileManager.default.contents(atPath: db), garbage, "nothing is written over it")
+    }
+
     func testUnwritableDataDirectoryIsAClearError() throws {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("not-a-dir-\(UUID().uuidString)")
         XCTAssertTrue(FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8)))
