@@ -49,6 +49,14 @@ public final class SQLiteStore: RelayStore {
     /// write instead of two) and the more of its events are acknowledged before it is
     /// written (left out); the journal holds them durably meanwhile.
     public var checkpointThreshold = 32768
+    /// The same, in bytes: a few large changes (questions with avatars) fill memory and the
+    /// journal long before they are many.
+    public var checkpointBytes = 64 << 20
+
+    /// Whether the backlog holds `times` thresholds' worth of changes, by count or size.
+    private func backlogHolds(_ times: Int) -> Bool {
+        backlog.count >= times * checkpointThreshold || backlog.bytes.count >= times * checkpointBytes
+    }
 
     /// Opens (creating if needed) the database at `path`, with its journals at
     /// `path-changes.0` and `.1`, and brings its schema up to date. A new database gets
@@ -214,17 +222,17 @@ public final class SQLiteStore: RelayStore {
     public func commit() throws {
         guard turnCount > 0 else { return }
         defer { discardChanges() }
-        if sealed != nil && backlog.count >= 8 * checkpointThreshold { try settle(wait: true) }
+        if sealed != nil && backlogHolds(8) { try settle(wait: true) }
         try settle(wait: false)
         // A backlog that still holds the generation before (a batch the writer could not
         // take) is written here and now: its journal cannot be started over yet.
-        if sealed == nil && backlog.count >= checkpointThreshold && appliedGeneration < generation - 1 {
+        if sealed == nil && backlogHolds(1) && appliedGeneration < generation - 1 {
             try checkpoint()
         }
         try startNextGenerationIfWritten()
         try journal(for: generation).append(record: &turn.bytes)
         backlog.append(turnBytes, count: turnCount)
-        if sealed == nil && backlog.count >= checkpointThreshold && appliedGeneration >= generation - 1 {
+        if sealed == nil && backlogHolds(1) && appliedGeneration >= generation - 1 {
             try handOver()
         }
     }

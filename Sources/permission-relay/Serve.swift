@@ -26,7 +26,8 @@ enum Serve {
           --sync normal|full               normal survives a killed process; full also survives
                                            power loss (default: normal)
           --checkpoint-changes N           Changes gathered in the journal before they are written
-                                           into the database's tables (default: 32768)
+                                           into the database's tables, or 64 MiB of them
+                                           (default: 32768)
           --max-frame-bytes N              Largest frame accepted (default: 1048576)
           --heartbeat-seconds N            Ping silent connections after N seconds, close them
                                            after 3N (default: 15)

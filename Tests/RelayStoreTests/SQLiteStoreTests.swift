@@ -239,6 +239,25 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try SQLiteStore(path: path).load().sessions.first { $0.member == "g1" }?.cursor, 3)
     }
 
+    func testABacklogOfLargeChangesIsHandedOverByItsSizeThoughTheyAreFew() throws {
+        let store = try SQLiteStore(path: path)
+        _ = try store.load()
+        store.checkpointThreshold = 1000
+        store.checkpointBytes = 100_000
+        store.writer.hold(true)
+        for seq: Int64 in 1...3 {
+            XCTAssertNil(store.sealed, "\(seq - 1) changes of 40 KB wait in the backlog")
+            let frame = [UInt8](repeating: 7, count: 40_000)
+            store.appendEvent(EventRecord(member: "g1", seq: seq, at: Timestamp(milliseconds: seq), topic: nil, frame: frame))
+            try store.commit()
+        }
+        XCTAssertEqual(store.sealed?.count, 3, "120 KB went to the writer")
+        store.writer.hold(false)
+        try store.settle(wait: true)
+        XCTAssertEqual(store.journaledChanges, 0)
+        XCTAssertEqual(try SQLiteStore(path: path).events(member: "g1", after: 0, limit: 10).map(\.seq), [1, 2, 3])
+    }
+
     /// A batch that fails after the writer counted newer cursors leaves the writer's view
     /// of them as the tables have it, so that the retry stores the cursors it counts.
     func testABatchThatFailsLeavesTheCursorsAsTheTablesHaveThem() throws {
