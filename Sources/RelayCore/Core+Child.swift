@@ -102,7 +102,7 @@ extension RelayCore {
         child.questionBytes += content.encoded.count - (previous?.content.encoded.count ?? 0)
         forgetOldQuestions(of: child)
         child.pendingQuestions = pendingNow + 1
-        if let e = content.expiration { questionDeadlines.push((e, record.key)) }
+        if let e = content.expiration { addDeadline(e, of: record.key) }
         appendEvent(to: guardians, topic: nil, type: "question", capacity: content.encoded.count + 240, now: r.now) { out in
             out.appendJSONKey("question")
             appendQuestion(record, to: &out)

@@ -20,6 +20,20 @@ extension RelayCore {
         }
     }
 
+    /// Files the expiry of a question asked. The deadlines of questions answered, cancelled
+    /// or forgotten before they expire stay in the heap until then: when they are most of
+    /// it, it is compacted (a child asking and cancelling questions that expire in years
+    /// would otherwise grow it without bound).
+    func addDeadline(_ at: Timestamp, of key: QuestionID) {
+        questionDeadlines.push((at, key))
+        guard questionDeadlines.count >= 2 * liveDeadlines + 1024 else { return }
+        questionDeadlines.compact { d in
+            guard let entry = questions.entry(d.id) else { return false }
+            return entry.record.status == .pending && entry.record.content.expiration == d.at
+        }
+        liveDeadlines = questionDeadlines.count
+    }
+
     func expireDue(now: Timestamp) {
         while let top = questionDeadlines.top, top.at <= now {
             _ = questionDeadlines.pop()

@@ -1,5 +1,7 @@
-// A binary min-heap for deadlines (question expiry, timed approvals). Entries are
-// never removed early: a popped entry is checked against the current state instead.
+// A binary min-heap for deadlines (question expiry, timed approvals). Entries are not
+// removed one by one: a popped entry is checked against the current state instead, and
+// the owner compacts the heap now and then (`compact`) so that stale entries for a far
+// future do not pile up.
 
 struct Heap<Element> {
     private var items: [Element] = []
@@ -21,11 +23,22 @@ struct Heap<Element> {
         }
     }
 
+    /// Keeps only the entries `keep` accepts.
+    mutating func compact(keeping keep: (Element) -> Bool) {
+        items.removeAll { !keep($0) }
+        for i in stride(from: items.count / 2 - 1, through: 0, by: -1) { siftDown(from: i) }
+    }
+
     mutating func pop() -> Element? {
         guard !items.isEmpty else { return nil }
         items.swapAt(0, items.count - 1)
         let e = items.removeLast()
-        var i = 0
+        siftDown(from: 0)
+        return e
+    }
+
+    private mutating func siftDown(from start: Int) {
+        var i = start
         while true {
             let l = 2 * i + 1
             let r = l + 1
@@ -36,6 +49,5 @@ struct Heap<Element> {
             items.swapAt(i, m)
             i = m
         }
-        return e
     }
 }

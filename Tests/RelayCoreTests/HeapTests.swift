@@ -1,0 +1,33 @@
+@testable import RelayCore
+import RelayProtocol
+import XCTest
+
+final class HeapTests: XCTestCase {
+    func testACompactedHeapKeepsItsOrder() {
+        var heap = Heap<Int>(by: <)
+        var rng = SystemRandomNumberGenerator()
+        let values = (0..<500).map { _ in Int.random(in: 0..<10_000, using: &rng) }
+        for v in values { heap.push(v) }
+        heap.compact { $0 % 3 == 0 }
+        var popped: [Int] = []
+        while let v = heap.pop() { popped.append(v) }
+        XCTAssertEqual(popped, values.filter { $0 % 3 == 0 }.sorted())
+    }
+
+    func testDeadlinesOfQuestionsCancelledLongBeforeTheyExpireDoNotPileUp() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let soon = h.question(expiresIn: 60)
+        h.ok(c, ["type": "ask", "question": .object(soon)])
+        for _ in 0..<1500 {
+            let q = h.question(expiresIn: 10 * 365 * 86400)
+            h.ok(c, ["type": "ask", "question": .object(q)])
+            h.ok(c, ["type": "cancel", "questionId": q["id"]!])
+        }
+        XCTAssertLessThan(h.core.questionDeadlines.count, 2 * 1 + 1024 + 1, "the cancelled questions' deadlines are let go")
+        h.advance(seconds: 61)
+        let expired = h.ok(c, ["type": "questions", "status": "expired"])["questions"]?.array
+        XCTAssertEqual(expired?.map { $0["id"] }, [soon["id"]], "the pending one still expires")
+    }
+}
