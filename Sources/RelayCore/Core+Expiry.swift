@@ -21,17 +21,17 @@ extension RelayCore {
     }
 
     /// Files the expiry of a question asked. The deadlines of questions answered, cancelled
-    /// or forgotten before they expire stay in the heap until then: when they are most of
-    /// it, it is compacted (a child asking and cancelling questions that expire in years
-    /// would otherwise grow it without bound).
+    /// or forgotten before they expire are dropped from the heap as it grows, not one by one.
     func addDeadline(_ at: Timestamp, of key: QuestionID) {
-        questionDeadlines.push((at, key))
-        guard questionDeadlines.count >= 2 * liveDeadlines + 1024 else { return }
-        questionDeadlines.compact { d in
+        questionDeadlines.push((at, key)) { d in
             guard let entry = questions.entry(d.id) else { return false }
             return entry.record.status == .pending && entry.record.content.expiration == d.at
         }
-        liveDeadlines = questionDeadlines.count
+    }
+
+    /// Files when a timed approval of `handle` runs out; renewed ones' older deadlines go likewise.
+    func addDeadline(_ at: Timestamp, child: Member, handle: NormalizedHandle) {
+        knownDeadlines.push((at, child, handle)) { d in d.child.known[d.handle]?.until == d.at }
     }
 
     func expireDue(now: Timestamp) {

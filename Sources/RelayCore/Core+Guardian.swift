@@ -144,7 +144,7 @@ extension RelayCore {
             var record = before ?? KnownHandleRecord(child: child.id, handle: h, permanent: false, until: nil, actions: [])
             if let until {
                 record.until = max(record.until ?? until, until)
-                if record.until != before?.until { knownDeadlines.push((until, child, h)) }
+                if record.until != before?.until { addDeadline(until, child: child, handle: h) }
             } else {
                 record.permanent = true
             }

@@ -1,11 +1,13 @@
 // A binary min-heap for deadlines (question expiry, timed approvals). Entries are not
 // removed one by one: a popped entry is checked against the current state instead, and
-// the owner compacts the heap now and then (`compact`) so that stale entries for a far
-// future do not pile up.
+// pushes compact the heap now and then (`push(_:droppingStale:)`) so that stale entries
+// for a far future do not pile up.
 
 struct Heap<Element> {
     private var items: [Element] = []
     private let less: (Element, Element) -> Bool
+    /// How many entries the last compaction left.
+    private var liveAtCompaction = 0
 
     init(by less: @escaping (Element, Element) -> Bool) { self.less = less }
 
@@ -23,10 +25,20 @@ struct Heap<Element> {
         }
     }
 
+    /// Pushes `e`, and when the heap has doubled since it was last compacted (and holds a
+    /// thousand entries at least), keeps only the entries `isLive` accepts: stale entries
+    /// for a far future cannot pile up, at an amortized cost of about one check a push.
+    mutating func push(_ e: Element, droppingStale isLive: (Element) -> Bool) {
+        push(e)
+        guard items.count >= 2 * liveAtCompaction + 1024 else { return }
+        compact(keeping: isLive)
+    }
+
     /// Keeps only the entries `keep` accepts.
     mutating func compact(keeping keep: (Element) -> Bool) {
         items.removeAll { !keep($0) }
         for i in stride(from: items.count / 2 - 1, through: 0, by: -1) { siftDown(from: i) }
+        liveAtCompaction = items.count
     }
 
     mutating func pop() -> Element? {

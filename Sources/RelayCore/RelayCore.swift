@@ -92,8 +92,6 @@ public final class RelayCore {
     public internal(set) var replaying: Set<ConnectionID> = []
     // Timers.
     var questionDeadlines = Heap<(at: Timestamp, id: QuestionID)>(by: { $0.at < $1.at })
-    /// How many deadlines were left after the heap was last compacted.
-    var liveDeadlines = 0
     var knownDeadlines = Heap<(at: Timestamp, child: Member, handle: NormalizedHandle)>(by: { $0.at < $1.at })
     // Statistics for `status`.
     var framesIn = 0

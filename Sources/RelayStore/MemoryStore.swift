@@ -26,7 +26,7 @@ public final class MemoryStore: RelayStore {
     }
 
     public func saveQuestion(_ question: QuestionRecord) {
-        if let i = snapshot.questions.firstIndex(where: { $0.id == question.id }) {
+        if let i = snapshot.questions.firstIndex(where: { $0.key == question.key }) {
             snapshot.questions[i] = question
         } else {
             snapshot.questions.append(question)
