@@ -52,8 +52,8 @@ public struct CoreConfig: Sendable {
     /// The relay's own uid: peers with it (or root) may open admin sessions.
     public var relayUID: UInt32 = 0
     /// Bytes of questions in one reply to `pending`, `history` or `questions`, about (at
-    /// least one question); keep it well under the reactor's output limit.
-    public var listReplyBytes = 4 << 20
+    /// least one question); keep it under the reactor's output limit, with room to spare.
+    public var listReplyBytes = 12 << 20
     /// Events replayed per step before the reactor lets the socket drain.
     public var replayBatch = 512
     /// Bytes replayed per step, about; keep it well under the reactor's output limit.
@@ -68,7 +68,7 @@ public struct CoreConfig: Sendable {
     /// Durable sessions remembered per member; a new one past it makes the relay forget the
     /// least recently used one that is not open, so a member that names a new session on
     /// every connection cannot grow the relay without bound. 0: no limit.
-    public var maxSessionsPerMember = 64
+    public var maxSessionsPerMember = 1024
 
     public init() {}
 }

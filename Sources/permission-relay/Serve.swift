@@ -46,7 +46,7 @@ enum Serve {
                                            forgotten (default: 67108864, 64 MiB)
           --max-sessions-per-member N      Durable sessions remembered per member; past it the
                                            least recently used closed one is forgotten,
-                                           0 = no limit (default: 64)
+                                           0 = no limit (default: 1024)
           --spin-microseconds N            While requests come in close together, poll up to N µs
                                            for the next before sleeping: lower latency, for a
                                            busy core while that lasts; 0 = always sleep
@@ -101,7 +101,7 @@ enum Serve {
             throw CLIError.usage("--max-output-bytes must be at least twice --max-frame-bytes (\(2 * core.maxFrameBytes))")
         }
         core.replayBudgetBytes = min(core.replayBudgetBytes, server.maxOutputBytes / 4)
-        core.listReplyBytes = min(core.listReplyBytes, server.maxOutputBytes / 4)
+        core.listReplyBytes = min(core.listReplyBytes, server.maxOutputBytes / 4 * 3)
         // Prune often enough that no event outlives the retention window by much.
         server.pruneIntervalSeconds = min(60, max(0.25, Double(core.retentionSeconds) / 4))
 

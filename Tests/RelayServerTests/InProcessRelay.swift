@@ -28,7 +28,7 @@ final class InProcessRelay: @unchecked Sendable {
         cc.askRateLimit = 0
         configure(&sc, &cc)
         cc.replayBudgetBytes = min(cc.replayBudgetBytes, sc.maxOutputBytes / 4)
-        cc.listReplyBytes = min(cc.listReplyBytes, sc.maxOutputBytes / 4)
+        cc.listReplyBytes = min(cc.listReplyBytes, sc.maxOutputBytes / 4 * 3)
         let store = try store ?? SQLiteStore(path: dir.appendingPathComponent("relay.db").path)
         let coreConfig = cc
         server = try RelayServer(config: sc, coreConfig: cc, store: store, log: Log(level: .error) { _ in }) {
