@@ -2,6 +2,7 @@
 // live as they arrive and close, answered with single keys. One task owns the view
 // state; keys, questions, closures and clock ticks reach it through one stream.
 
+import CSystem
 import ClientCommands
 import Foundation
 import Glibc
@@ -107,18 +108,34 @@ struct InteractiveView {
         }
     }
 
+    /// Draws the screen, fitted to the terminal: as many questions as its height allows,
+    /// scrolled so that the selected one shows, each line cut to its width.
     private func draw(_ pending: [GuardianQuestion], _ selected: Int, _ message: String, _ state: ConnectionState) {
-        var out = "\u{1B}[H\u{1B}[2J"
-        out += "Permission requests — \(pending.count) pending   [relay: \(state.rawValue)]\r\n\r\n"
-        if pending.isEmpty { out += "  Nothing to answer right now.\r\n" }
-        for (i, q) in pending.enumerated() {
-            let marker = i == selected ? "›" : " "
-            out += "\(marker) \(summary(q))\r\n"
-            out += "    \(q.expirationDate == nil ? "no expiry" : timeLeft(until: q.expirationDate) + " left") · choices: "
-            out += q.choices.enumerated().map { "\($0.offset + 1) \($0.element.title)" }.joined(separator: ", ") + "\r\n"
+        var rows: Int32 = 24, cols: Int32 = 80
+        _ = cs_terminal_size(1, &rows, &cols)
+        func line(_ text: String) -> String {
+            (text.count <= Int(cols) ? text : String(text.prefix(max(Int(cols) - 1, 1))) + "…") + "\r\n"
         }
-        out += "\r\n\(message)\r\n"
-        out += "↑/↓ select · a approve · d decline · 1-9 choice · q quit\r\n"
+        // Header and a blank line, a line above and below the list for what is scrolled
+        // away, and the message and keys under a blank line; one row spare, so that the last
+        // line's newline does not scroll the header away.
+        let room = max(1, (Int(rows) - 8) / 2)
+        let first = min(max(0, selected - (room - 1) / 2), max(0, pending.count - room))
+        let shown = pending.indices.clamped(to: first..<min(first + room, pending.count))
+        var out = "\u{1B}[H\u{1B}[2J"
+        out += line("Permission requests — \(pending.count) pending   [relay: \(state.rawValue)]") + "\r\n"
+        out += pending.isEmpty ? line("  Nothing to answer right now.") : line(first > 0 ? "  ↑ \(first) more" : "")
+        for i in shown {
+            let q = pending[i]
+            out += line("\(i == selected ? "›" : " ") \(summary(q))")
+            let left = q.expirationDate == nil ? "no expiry" : timeLeft(until: q.expirationDate) + " left"
+            let choices = q.choices.enumerated().map { "\($0.offset + 1) \($0.element.title)" }.joined(separator: ", ")
+            out += line("    \(left) · choices: \(choices)")
+        }
+        let below = pending.count - shown.upperBound
+        out += line(below > 0 ? "  ↓ \(below) more" : "")
+        out += "\r\n" + line(message)
+        out += line("↑/↓ select · a approve · d decline · 1-9 choice · q quit")
         FileHandle.standardOutput.write(Data(out.utf8))
     }
 }

@@ -313,6 +313,30 @@ final class ProgramTests: XCTestCase {
     }
 
     @discardableResult
+    func testGuardianTerminalViewFitsTheTerminalAndScrollsToTheSelection() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
+            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
+        }
+        for n in 0..<6 { XCTAssertEqual(try child(["ask", "+155501\(40 + n)"]).finish(), 0) }
+        let session = "pgs\(getpid())"
+        let command =
+            "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --credentials \(relay.dir.appendingPathComponent("guardian.json").path)"
+        // 14 rows: room for three questions, two lines each, with the header and the keys.
+        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "64", "-y", "14", command]), 0)
+        defer { _ = tmux(["kill-session", "-t", session]) }
+        XCTAssertTrue(
+            waitForScreen(session) { screen in
+                screen.hasPrefix("Permission requests — 6 pending") && screen.contains("› c0 asks to communicate with +15550140")
+                    && screen.contains("↓ 3 more") && !screen.contains("+15550143") && screen.contains("q quit")
+            })
+        for _ in 0..<5 { _ = tmux(["send-keys", "-t", session, "j"]) }
+        XCTAssertTrue(
+            waitForScreen(session) { screen in
+                screen.hasPrefix("Permission requests — 6 pending") && screen.contains("↑ 3 more")
+                    && screen.contains("› c0 asks to communicate with +15550145") && !screen.contains("+15550142")
+            })
+    }
+
     private func tmux(_ args: [String]) -> Int32 { spawn("/usr/bin/tmux", args, capture: false).status }
 
     /// Reads the tmux screen until `ok` holds (a terminal offers no event to wait on), for at most 10 s.

@@ -53,5 +53,8 @@ long cs_raise_fd_limit(void);
 /// Names the calling thread as `top -H`, `ps -L` and `perf` show it (at most 15 bytes
 /// are kept). Returns 0, or -1 with errno set.
 int cs_name_thread(const char *name);
+/// The size of the terminal on fd (ioctl TIOCGWINSZ, which Swift cannot call: it is
+/// variadic). Returns 0, or -1 when fd is not a terminal.
+int cs_terminal_size(int fd, int *rows, int *cols);
 
 #endif
