@@ -123,6 +123,21 @@ public func parseExpiry(_ text: String, now: Date = Date()) -> Date? {
     return iso.date(from: text)
 }
 
+/// `text` as it may go to a terminal: each character a terminal would act on instead of
+/// show — controls, with which escape sequences begin, and the marks that reorder text
+/// (either could make a question read as another) — is shown as U+FFFD. Questions come
+/// from the child's side, and a guardian reads them to decide.
+public func terminalSafe(_ text: String) -> String {
+    func unsafe(_ u: Unicode.Scalar) -> Bool {
+        switch u.value {
+        case 0..<0x20, 0x7F...0x9F, 0x061C, 0x200E, 0x200F, 0x2028...0x202E, 0x2066...0x2069: true
+        default: false
+        }
+    }
+    guard text.unicodeScalars.contains(where: unsafe) else { return text }
+    return String(String.UnicodeScalarView(text.unicodeScalars.map { unsafe($0) ? "\u{FFFD}" : $0 }))
+}
+
 /// What a long-running command says when another client takes its session.
 public let replacedNotice =
     "another client opened this session (same member and --session, by default MEMBER-HOSTNAME); this one connects"

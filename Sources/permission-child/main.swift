@@ -134,7 +134,7 @@ func send<T: QuestionTopic>(_ q: PermissionQuestion<T>, center: AskCenter, _ a: 
                 printOut(
                     json
                         ? line(["questionId": .string(q.id.uuidString), "outcome": .string(o.reason.rawValue)])
-                        : "\(o.reason.rawValue)\(o.defaultChoice.map { "; default choice: \($0.title)" } ?? "")")
+                        : terminalSafe("\(o.reason.rawValue)\(o.defaultChoice.map { "; default choice: \($0.title)" } ?? "")"))
                 return Exit.closed
             }
             return Exit.failure
@@ -169,7 +169,7 @@ func printResponses<T: QuestionTopic>(
         printOut(
             json
                 ? responseLine(r.question.id, r.choice, r.guardian)
-                : "\(r.question.id): \(verdict) (\(r.choice.title), by \(r.guardian)) — \(describe(r.question))")
+                : terminalSafe("\(r.question.id): \(verdict) (\(r.choice.title), by \(r.guardian)) — \(describe(r.question))"))
     }
 }
 
@@ -278,8 +278,9 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter) async throw
                 } else {
                     let who = q.handles.map(\.value).joined(separator: ", ")
                     printOut(
-                        "\(q.id)  \(q.status.padding(toLength: 9, withPad: " ", startingAt: 0))  \(q.topicKind)  \(who)\(q.choice.map { "  → \($0.title) by \(q.guardian ?? "")" } ?? "")"
-                    )
+                        terminalSafe(
+                            "\(q.id)  \(q.status.padding(toLength: 9, withPad: " ", startingAt: 0))  \(q.topicKind)  \(who)\(q.choice.map { "  → \($0.title) by \(q.guardian ?? "")" } ?? "")"
+                        ))
                 }
             }
             if list.isEmpty && !json { printOut("no questions") }

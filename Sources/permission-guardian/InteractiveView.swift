@@ -114,7 +114,8 @@ struct InteractiveView {
         var rows: Int32 = 24, cols: Int32 = 80
         _ = cs_terminal_size(1, &rows, &cols)
         func line(_ text: String) -> String {
-            (text.count <= Int(cols) ? text : String(text.prefix(max(Int(cols) - 1, 1))) + "…") + "\r\n"
+            let text = terminalSafe(text)
+            return (text.count <= Int(cols) ? text : String(text.prefix(max(Int(cols) - 1, 1))) + "…") + "\r\n"
         }
         // Header and a blank line, a line above and below the list for what is scrolled
         // away, and the message and keys under a blank line; one row spare, so that the last

@@ -45,15 +45,19 @@ let flags: Set<String> = ClientOptions.valueFlags.union(["--child", "--choice", 
 
 func line(_ o: JSONObject) -> String { JSON.object(o).text }
 
+/// One line about the question, safe for a terminal (`terminalSafe`).
 func summary(_ q: GuardianQuestion) -> String {
     switch q.topic {
     case .communication(let t):
         let actions = t.actions.isEmpty ? "communicate" : t.actions.map(\.rawValue).sorted().joined(separator: "/")
-        return "\(q.child) asks to \(actions) with \(describePeople(t))"
+        return terminalSafe("\(q.child) asks to \(actions) with \(describePeople(t))")
     case .significantAppUpdate(let u):
-        return "\(q.child) asks to keep using the app after an update: \(u.description)"
+        return terminalSafe("\(q.child) asks to keep using the app after an update: \(u.description)")
     }
 }
+
+/// The question's choice ids, as the commands list them.
+func choiceIDs(_ q: GuardianQuestion) -> String { terminalSafe(q.choices.map(\.id).joined(separator: "|")) }
 
 func questionLine(_ q: GuardianQuestion) -> JSONObject {
     var o: JSONObject = [
@@ -117,7 +121,7 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
             printOut(
                 json
                     ? line(questionLine(q))
-                    : "\(q.id)  \(timeLeft(until: q.expirationDate))  \(summary(q))  [\(q.choices.map(\.id).joined(separator: "|"))]")
+                    : "\(q.id)  \(timeLeft(until: q.expirationDate))  \(summary(q))  [\(choiceIDs(q))]")
         }
         if list.isEmpty && !json { printOut("no pending questions") }
     case "answer":
@@ -141,7 +145,7 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
                     printOut(
                         json
                             ? line(questionLine(q))
-                            : "question \(q.id): \(summary(q)) [\(q.choices.map(\.id).joined(separator: "|"))], \(timeLeft(until: q.expirationDate))"
+                            : "question \(q.id): \(summary(q)) [\(choiceIDs(q))], \(timeLeft(until: q.expirationDate))"
                     )
                 }
             }
@@ -173,7 +177,9 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
             do {
                 try await center.answer(q, with: choice)
                 printOut(
-                    json ? line(["questionId": .string(q.id.uuidString), "choice": .string(choice.id)]) : "\(choice.id): \(summary(q))")
+                    json
+                        ? line(["questionId": .string(q.id.uuidString), "choice": .string(choice.id)])
+                        : "\(terminalSafe(choice.id)): \(summary(q))")
             } catch let e as RelayError where ["alreadyAnswered", "expired", "cancelled"].contains(e.code) {
                 printErr("skipped \(q.id): \(e.code)")
             }
@@ -201,7 +207,7 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
     case "history":
         let list = try await center.history(child: a.value("--child"), limit: try a.int("--limit", default: 100, min: 1))
         for q in list {
-            let answer = q.answer.map { " → \($0.choice.title) by \($0.guardian)" } ?? ""
+            let answer = q.answer.map { " → \(terminalSafe($0.choice.title)) by \($0.guardian)" } ?? ""
             printOut(
                 json
                     ? line(questionLine(q))

@@ -295,6 +295,19 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(p.finish(), 1)
     }
 
+    func testWhatAChildWritesCannotDriveTheGuardiansTerminal() throws {
+        // A clear screen and a change of title, then text reordered to read backwards.
+        let description = "Chat \u{1B}[2J\u{1B}]0;pwned\u{07}with \u{202E}Kim"
+        let choices = ["--choice", "ok\u{1B}[8m:Fine:approval", "--choice", "no:No:denial"]
+        XCTAssertEqual(try child(["ask-update", "--description", description] + choices).finish(), 0)
+        let pending = try guardian(["pending"])
+        XCTAssertEqual(pending.finish(), 0)
+        let text = pending.nextLine() ?? ""
+        XCTAssertTrue(text.contains("Chat \u{FFFD}[2J\u{FFFD}]0;pwned\u{FFFD}with \u{FFFD}Kim"), text)
+        XCTAssertTrue(text.contains("[ok\u{FFFD}[8m|no]"), text)
+        XCTAssertFalse(text.unicodeScalars.contains { $0.value < 0x20 || $0 == "\u{202E}" }, text)
+    }
+
     func testGuardianTerminalViewShowsAQuestionAndApprovesIt() throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
             return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
