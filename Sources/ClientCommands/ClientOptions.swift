@@ -67,10 +67,11 @@ public enum ClientOptions {
         return config
     }
 
-    /// One clear line for an error of the library or the relay.
+    /// One clear line for an error of the library or the relay (a relay's message may
+    /// quote what the child's side wrote, such as a choice's title).
     public static func describe(_ error: any Error) -> String {
         switch error {
-        case let e as RelayError: return e.description
+        case let e as RelayError: return terminalSafe(e.description)
         case AskError.notAvailable: return "the relay is not available (is `permission-relay serve` running, and is --socket right?)"
         case AskError.systemError(let underlying): return "\(underlying)"
         case let e as AskError: return e.errorDescription ?? "\(e)"
