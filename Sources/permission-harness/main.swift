@@ -106,7 +106,7 @@ func scriptedGuardian(_ a: Arguments) async throws -> Int32 {
             if delay > 0 { try? await Task.sleep(for: .seconds(delay)) }
             do {
                 try await center.answer(q, with: choice)
-                printOut("\(q.id): \(choice.id)")
+                printOut("\(q.id): \(terminalSafe(choice.id))")
             } catch {
                 printErr("\(q.id): \(ClientOptions.describe(error))")
             }
