@@ -97,8 +97,12 @@ extension RelayCore {
         let record = QuestionRecord(
             content: content, child: child.id, family: child.family.id, status: .pending,
             attempt: (previous?.attempt ?? 0) + 1, createdAt: previous?.createdAt ?? r.now)
-        questions.save(record)
-        if previous == nil { child.questionOrder.append(record.key) }
+        if previous == nil {
+            questions.insert(record)
+            child.questionOrder.append(record.key)
+        } else {
+            questions.save(record)
+        }
         child.questionBytes += content.encoded.count - (previous?.content.encoded.count ?? 0)
         forgetOldQuestions(of: child)
         child.pendingQuestions = pendingNow + 1
@@ -152,8 +156,7 @@ extension RelayCore {
             }
             filter = st
         }
-        let list = r.member.questionOrder.compactMap { questions[$0] }.filter { filter == nil || $0.status == filter }
-        return try page(list, newestFirst: true, r)
+        return try page(r.member.questionOrder, newestFirst: true, r) { filter == nil || $0.status == filter }
     }
 
     func limits(_ r: Request) throws(RequestError) -> ReplyFields {

@@ -60,8 +60,7 @@ extension RelayCore {
 
     func pending(_ r: Request) throws(RequestError) -> ReplyFields {
         let children = try childrenInScope(r)
-        let list = children.flatMap(\.questionOrder).compactMap { questions[$0] }.filter { $0.status == .pending }
-        return try page(list, newestFirst: false, r)
+        return try page(children.lazy.flatMap(\.questionOrder), newestFirst: false, r) { $0.status == .pending }
     }
 
     func history(_ r: Request) throws(RequestError) -> ReplyFields {
@@ -73,7 +72,7 @@ extension RelayCore {
             guard let n = v.int, n > 0 else { throw RequestError(.badRequest, "\"limit\" must be a positive integer") }
             limit = Int(min(n, 10_000))
         }
-        return try page(children.flatMap(\.questionOrder).compactMap { questions[$0] }, newestFirst: true, limit: limit, r)
+        return try page(children.lazy.flatMap(\.questionOrder), newestFirst: true, limit: limit, r) { _ in true }
     }
 
     func setLimits(_ r: Request) throws(RequestError) -> ReplyFields {

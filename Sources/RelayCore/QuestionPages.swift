@@ -7,18 +7,25 @@
 import RelayProtocol
 import RelayStore
 
-/// A place in a list of questions ordered by when each was first asked (ties by id): the
-/// last question a reply held, as the `next` that the following request gives as `after`.
-struct PageCursor: Comparable {
+/// Where a question stands in a list: by when it was first asked, ties in the order the
+/// relay took them.
+struct PageKey: Comparable {
+    let createdAt: Int64
+    let order: Int64
+
+    static func < (a: PageKey, b: PageKey) -> Bool { (a.createdAt, a.order) < (b.createdAt, b.order) }
+}
+
+/// The last question a reply held, as the `next` that the following request gives as
+/// `after`: `<milliseconds>:<question id>`.
+struct PageCursor {
     let createdAt: Int64
     let id: QuestionID
 
-    init(_ q: QuestionRecord) {
-        createdAt = q.createdAt.milliseconds
-        id = q.key
+    init(createdAt: Int64, id: QuestionID) {
+        (self.createdAt, self.id) = (createdAt, id)
     }
 
-    /// Reads `<milliseconds>:<question id>`, as `text` writes it.
     init?(text: String) {
         let parts = text.split(separator: ":", maxSplits: 1)
         guard parts.count == 2, let at = Int64(parts[0]), let id = QuestionID(String(parts[1])) else { return nil }
@@ -26,36 +33,45 @@ struct PageCursor: Comparable {
     }
 
     var text: String { "\(createdAt):\(id)" }
-
-    static func < (a: PageCursor, b: PageCursor) -> Bool { (a.createdAt, a.id.high, a.id.low) < (b.createdAt, b.id.high, b.id.low) }
 }
 
 extension RelayCore {
-    /// The reply to a list request: `questions` in order (`newestFirst`, else oldest first),
-    /// from after the request's `after`, at most `limit` and as many as fit in the reply
-    /// budget (always one); when more remain, `more` and the `next` to ask for them with.
-    func page(_ questions: [QuestionRecord], newestFirst: Bool, limit: Int = .max, _ r: Request) throws(RequestError)
-        -> ReplyFields
-    {
-        var list = questions.map { (PageCursor($0), $0) }.sorted { newestFirst ? $0.0 > $1.0 : $0.0 < $1.0 }
+    /// The reply to a list request: the questions of `keys` that `include` takes, in order
+    /// (`newestFirst`, else oldest first), from after the request's `after`, at most `limit`
+    /// and as many as fit in the reply budget (always one); when more remain, `more` and
+    /// the `next` to ask for them with.
+    func page(
+        _ keys: some Sequence<QuestionID>, newestFirst: Bool, limit: Int = .max, _ r: Request,
+        where include: (QuestionRecord) -> Bool
+    ) throws(RequestError) -> ReplyFields {
+        var list: [(key: PageKey, entry: QuestionTable.Entry)] = []
+        for id in keys {
+            guard let entry = questions.entry(id), include(entry.record) else { continue }
+            list.append((PageKey(createdAt: entry.record.createdAt.milliseconds, order: entry.order), entry))
+        }
+        list.sort { newestFirst ? $0.key > $1.key : $0.key < $1.key }
         if let after = try r.optionalString("after") {
             guard let cursor = PageCursor(text: after) else {
                 throw RequestError(.badRequest, "\"after\" must be the \"next\" of an earlier reply of this list")
             }
-            list.removeAll { newestFirst ? $0.0 >= cursor : $0.0 <= cursor }
+            // A question no longer remembered stands after every other asked in its millisecond.
+            let at = PageKey(
+                createdAt: cursor.createdAt, order: questions.entry(cursor.id)?.order ?? (newestFirst ? .min : .max))
+            list.removeAll { newestFirst ? $0.key >= at : $0.key <= at }
         }
         var held: [JSON] = []
         var bytes = 0
-        var last: PageCursor?
-        for (cursor, q) in list.prefix(limit) {
+        var last: QuestionRecord?
+        for (_, entry) in list.prefix(limit) {
             var encoded: [UInt8] = []
-            appendQuestion(q, to: &encoded)
+            appendQuestion(entry.record, to: &encoded)
             guard held.isEmpty || bytes + encoded.count <= config.listReplyBytes else { break }
             bytes += encoded.count
             held.append((try? JSON.parse(encoded)) ?? .null)
-            last = cursor
+            last = entry.record
         }
         guard held.count < list.count, let last else { return ["questions": .array(held)] }
-        return ["questions": .array(held), "more": true, "next": .string(last.text)]
+        let next = PageCursor(createdAt: last.createdAt.milliseconds, id: last.key)
+        return ["questions": .array(held), "more": true, "next": .string(next.text)]
     }
 }

@@ -15,11 +15,19 @@ import RelayStore
 struct QuestionTable {
     final class Entry {
         var record: QuestionRecord
-        init(_ record: QuestionRecord) { self.record = record }
+        /// Where the question stands in the order of first asks (since the relay started:
+        /// it loads its questions in that order).
+        let order: Int64
+
+        init(_ record: QuestionRecord, order: Int64) {
+            self.record = record
+            self.order = order
+        }
     }
 
     private static let shardBits = 8
     private var shards = [[QuestionID: Entry]](repeating: [:], count: 1 << shardBits)
+    private var asked: Int64 = 0
 
     /// The shard of `key`: its bits mixed, since clients choose ids and need not make them random.
     @inline(__always) private static func shard(_ key: QuestionID) -> Int {
@@ -33,8 +41,17 @@ struct QuestionTable {
     /// The status of a question, read in place (copying the record out costs more).
     func status(of key: QuestionID) -> QuestionStatus? { entry(key)?.record.status }
 
-    /// Holds `record` under its id, in place of any record held before.
-    mutating func save(_ record: QuestionRecord) { shards[Self.shard(record.key)][record.key] = Entry(record) }
+    /// Holds `record` under its id, in place of any record held before (keeping its place
+    /// in the order of asking).
+    mutating func save(_ record: QuestionRecord) {
+        if let entry = entry(record.key) { entry.record = record } else { insert(record) }
+    }
+
+    /// Holds the record of a question asked for the first time (one lookup fewer than `save`).
+    mutating func insert(_ record: QuestionRecord) {
+        asked += 1
+        shards[Self.shard(record.key)][record.key] = Entry(record, order: asked)
+    }
 
     mutating func removeValue(forKey key: QuestionID) { shards[Self.shard(key)][key] = nil }
 
