@@ -214,7 +214,10 @@ public final class AskCenter: Sendable {
     public func state(for handle: CommunicationHandle) async throws -> HandleState {
         guard let key = handle.normalized else { return .notDetermined }
         let known = try await call(["type": "knownHandles", "handles": [handle.wire]])["known"]?.array ?? []
-        let latest = try await questions().first { q in q.handles.contains { $0.normalized == key } }
+        // Newest first: the pages after the one that names the handle cannot change the answer.
+        let asks = { (q: QuestionSummary) in q.handles.contains { $0.normalized == key } }
+        let latest = try await session.list(["type": "questions"]) { QuestionSummary(wire: $0).map(asks) ?? false }
+            .compactMap(QuestionSummary.init(wire:)).first(where: asks)
         if !known.isEmpty {
             if let q = latest, q.status == "answered", q.choice?.answer == .approval, let s = q.choice?.durationSeconds,
                 let at = q.answeredAt

@@ -49,9 +49,9 @@ final class MemberSession: Sendable {
     }
 
     /// The questions a list request (`pending`, `history`, `questions`) names, at most
-    /// `limit`: a reply holds what fits in the relay's budget and says `more`, with the
-    /// `next` to ask for the rest `after`.
-    func list(_ req: JSONObject, limit: Int? = nil) async throws -> [JSON] {
+    /// `limit`, or up to the page that holds one `enough` takes: a reply holds what fits in
+    /// the relay's budget and says `more`, with the `next` to ask for the rest `after`.
+    func list(_ req: JSONObject, limit: Int? = nil, until enough: (JSON) -> Bool = { _ in false }) async throws -> [JSON] {
         var req = req
         var questions: [JSON] = []
         while true {
@@ -60,7 +60,9 @@ final class MemberSession: Sendable {
             let page = r["questions"]?.array ?? []
             questions += page
             // A page always holds one question at least: an empty one would only repeat.
-            guard r["more"]?.bool == true, let next = r["next"]?.string, !page.isEmpty, questions.count < limit ?? .max else {
+            guard r["more"]?.bool == true, let next = r["next"]?.string, !page.isEmpty, questions.count < limit ?? .max,
+                !page.contains(where: enough)
+            else {
                 return questions
             }
             req["after"] = .string(next)

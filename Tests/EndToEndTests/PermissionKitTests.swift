@@ -94,6 +94,13 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(history.map(\.id), Array(asked.reversed().prefix(15)))
         let own = try await child.questions()
         XCTAssertEqual(own.count, 20)
+        // The newest question is on the first page of the child's list: one page is enough.
+        let admin = try relay.admin()
+        let before = try admin.request(["type": "status"])["framesIn"]?.int ?? 0
+        let state = try await child.state(for: CommunicationHandle(value: "+1 555 0129", kind: .phoneNumber))
+        XCTAssertEqual(state, .pending)
+        let after = try admin.request(["type": "status"])["framesIn"]?.int ?? 0
+        XCTAssertEqual(after - before, 3, "status, knownHandles and one page of questions")
     }
 
     func testAskErrorsFromTheRelay() async throws {
