@@ -6,6 +6,10 @@
 # that comparing against it again builds nothing). Options after the revision go to
 # permission-bench; --runs is 5 unless given.
 set -euo pipefail
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then  # the comment above, as help
+    sed -n '2,/^set -euo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+fi
 cd "$(dirname "$0")/.."
 if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then
     echo "usage: scripts/compare.sh REVISION [permission-bench options]" >&2

@@ -5,6 +5,10 @@
 #   scripts/demo.sh --manual   # you are the guardian: answer in the interactive view (needs tmux)
 # PERMISSION_BIN_DIR=DIR uses the programs already built in DIR instead of building them.
 set -euo pipefail
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then  # the comment above, as help
+    sed -n '2,/^set -euo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+fi
 cd "$(dirname "$0")/.."
 
 bin=${PERMISSION_BIN_DIR:-}

@@ -5,6 +5,10 @@
 # provisioning. Usage: scripts/profile-core.sh [F] [W]  (default 100 8). Needs valgrind.
 # The C targets are built with DWARF 4 debug info: valgrind 3.19 cannot read clang's DWARF 5.
 set -euo pipefail
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then  # the comment above, as help
+    sed -n '2,/^set -euo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+fi
 cd "$(dirname "$0")/.."
 families=${1:-100}
 window=${2:-8}
