@@ -9,6 +9,10 @@ if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then  # the comment above, as
     sed -n '2,/^set -euo pipefail/p' "$0" | sed '$d; s/^# \{0,1\}//'
     exit 0
 fi
+if [ $# -gt 1 ] || { [ $# -eq 1 ] && [ "$1" != "--manual" ]; }; then
+    echo "demo: unknown option ${2:-$1}; usage: scripts/demo.sh [--manual] (--help says more)" >&2
+    exit 64
+fi
 cd "$(dirname "$0")/.."
 
 bin=${PERMISSION_BIN_DIR:-}
