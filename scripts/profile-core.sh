@@ -12,6 +12,10 @@ fi
 cd "$(dirname "$0")/.."
 families=${1:-100}
 window=${2:-8}
+if ! [[ "$families" =~ ^[1-9][0-9]*$ && "$window" =~ ^[1-9][0-9]*$ ]] || [ $# -gt 2 ]; then
+    echo "profile-core: usage: scripts/profile-core.sh [FAMILIES] [WINDOW], positive whole numbers (--help says more)" >&2
+    exit 64
+fi
 command -v valgrind > /dev/null || { echo "valgrind is needed: apt-get install valgrind" >&2; exit 1; }
 swift build -c release --scratch-path .build/profile -Xcc -gdwarf-4 --product permission-bench
 bench=.build/profile/release/permission-bench
