@@ -427,6 +427,9 @@ Servers.exit(
                 "--socket", "--svg", "--trace", "--compare",
             ],
             switchFlags: ["--json"])
+        // Checked before any server starts (they are read again where used).
+        guard ["normal", "full"].contains(a.value("--sync") ?? "normal") else { throw CLIError.usage("--sync must be normal or full") }
+        _ = (try a.int("--avatar-bytes", default: 0), try a.double("--duration", default: 5), try a.double("--warmup", default: 1))
         var points: [Point]
         if a.value("--families") != nil || a.value("--window") != nil {
             points = [Point(families: try a.int("--families", default: 1, min: 1), window: try a.int("--window", default: 1, min: 1))]
