@@ -76,8 +76,9 @@ struct AdminCommand: Sendable {
                 "permission-relay member add smiths sam --role guardian --json",
             ],
             request: { p, a in
-                guard let role = a.value("--role"), role == "child" || role == "guardian" else {
-                    throw CLIError.usage("--role child|guardian is required")
+                guard let role = a.value("--role") else { throw CLIError.usage("--role child|guardian is required") }
+                guard role == "child" || role == "guardian" else {
+                    throw CLIError.usage("--role must be child or guardian, not \"\(role)\"")
                 }
                 return ["type": "addMember", "family": .string(p[0]), "member": .string(p[1]), "role": .string(role)]
             },
