@@ -30,10 +30,10 @@ final class LifecycleTests: XCTestCase {
         let st = try relay.admin().request(["type": "status"])
         XCTAssertEqual(st["families"]?.int, 1)
 
-        let second = run(["serve", "--socket", relay.socket, "--data", relay.dir.appendingPathComponent("other").path])
+        let second = runRelay(["serve", "--socket", relay.socket, "--data", relay.dir.appendingPathComponent("other").path])
         XCTAssertEqual(second.status, 1)
         XCTAssertTrue(second.stderr.contains("already serving"), second.stderr)
-        let sameData = run(["serve", "--socket", relay.dir.appendingPathComponent("s2").path, "--data", relay.data])
+        let sameData = runRelay(["serve", "--socket", relay.dir.appendingPathComponent("s2").path, "--data", relay.data])
         XCTAssertEqual(sameData.status, 1)
         XCTAssertTrue(sameData.stderr.contains("data directory"), sameData.stderr)
     }
@@ -47,7 +47,7 @@ final class LifecycleTests: XCTestCase {
         let link = dir.appendingPathComponent("link.sock").path
         try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: notes)
         for path in [notes, link] {
-            let r = run(["serve", "--socket", path, "--data", dir.appendingPathComponent("data").path])
+            let r = runRelay(["serve", "--socket", path, "--data", dir.appendingPathComponent("data").path])
             XCTAssertEqual(r.status, 1, r.stderr)
             XCTAssertTrue(r.stderr.contains("\(path) exists and is not a socket"), r.stderr)
         }
@@ -72,15 +72,15 @@ final class LifecycleTests: XCTestCase {
             ["--help"], ["serve", "--help"], ["family", "create", "--help"], ["member", "add", "--help"],
             ["member", "remove", "--help"], ["token", "rotate", "--help"], ["limits", "set", "--help"], ["status", "--help"],
         ] {
-            let r = run(words)
+            let r = runRelay(words)
             XCTAssertEqual(r.status, 0, words.joined(separator: " "))
             XCTAssertTrue(r.stdout.contains("USAGE:") && r.stdout.contains("EXAMPLES:"), words.joined(separator: " "))
         }
-        XCTAssertEqual(run([]).status, 64)
-        XCTAssertEqual(run(["frobnicate"]).status, 64)
-        XCTAssertEqual(run(["serve", "--sync", "sometimes"]).status, 64)
+        XCTAssertEqual(runRelay([]).status, 64)
+        XCTAssertEqual(runRelay(["frobnicate"]).status, 64)
+        XCTAssertEqual(runRelay(["serve", "--sync", "sometimes"]).status, 64)
         for spin in ["-1", "10001", "soon"] {
-            let r = run(["serve", "--spin-microseconds", spin])
+            let r = runRelay(["serve", "--spin-microseconds", spin])
             XCTAssertEqual(r.status, 64, spin)
             XCTAssertTrue(r.stderr.contains("--spin-microseconds"), r.stderr)
             // The message first, then the usage in short: not buried above every option.
@@ -88,51 +88,32 @@ final class LifecycleTests: XCTestCase {
             XCTAssertTrue(r.stderr.contains("USAGE: permission-relay serve [options]\n(--help shows"), r.stderr)
             XCTAssertFalse(r.stderr.contains("OPTIONS:"), r.stderr)
         }
-        XCTAssertTrue(run([]).stderr.contains("COMMANDS:\n  serve"), "no command: the commands are listed")
-        XCTAssertEqual(run(["member", "add", "fam"]).status, 64)
-        let down = run(["status", "--socket", "/tmp/no-such-relay.sock"])
+        XCTAssertTrue(runRelay([]).stderr.contains("COMMANDS:\n  serve"), "no command: the commands are listed")
+        XCTAssertEqual(runRelay(["member", "add", "fam"]).status, 64)
+        let down = runRelay(["status", "--socket", "/tmp/no-such-relay.sock"])
         XCTAssertEqual(down.status, 1)
         XCTAssertTrue(down.stderr.contains("cannot connect"), down.stderr)
 
         let relay = try RelayProcess()
         try relay.start()
         let s = ["--socket", relay.socket]
-        XCTAssertEqual(run(["family", "create", "smiths"] + s).status, 0)
-        let added = run(["member", "add", "smiths", "alex", "--role", "child", "--json"] + s)
+        XCTAssertEqual(runRelay(["family", "create", "smiths"] + s).status, 0)
+        let added = runRelay(["member", "add", "smiths", "alex", "--role", "child", "--json"] + s)
         XCTAssertEqual(added.status, 0)
         let token = try JSON.parse(added.stdout.trimmingCharacters(in: .whitespacesAndNewlines))["token"]?.string
         XCTAssertEqual(token?.count, 43)
-        XCTAssertEqual(run(["member", "add", "smiths", "sam", "--role", "guardian"] + s).status, 0)
-        let dup = run(["family", "create", "smiths"] + s)
+        XCTAssertEqual(runRelay(["member", "add", "smiths", "sam", "--role", "guardian"] + s).status, 0)
+        let dup = runRelay(["family", "create", "smiths"] + s)
         XCTAssertEqual(dup.status, 1)
         XCTAssertTrue(dup.stderr.contains("conflict"), dup.stderr)
-        XCTAssertEqual(run(["limits", "set", "alex", "off"] + s).status, 0)
-        XCTAssertEqual(run(["limits", "set", "alex", "maybe"] + s).status, 64)
-        let rotated = run(["token", "rotate", "alex", "--json"] + s)
+        XCTAssertEqual(runRelay(["limits", "set", "alex", "off"] + s).status, 0)
+        XCTAssertEqual(runRelay(["limits", "set", "alex", "maybe"] + s).status, 64)
+        let rotated = runRelay(["token", "rotate", "alex", "--json"] + s)
         XCTAssertNotEqual(try JSON.parse(rotated.stdout.trimmingCharacters(in: .whitespacesAndNewlines))["token"]?.string, token)
-        let status = run(["status", "--json"] + s)
+        let status = runRelay(["status", "--json"] + s)
         XCTAssertEqual(try JSON.parse(status.stdout.trimmingCharacters(in: .whitespacesAndNewlines))["members"]?.int, 2)
-        XCTAssertEqual(run(["member", "remove", "alex"] + s).status, 0)
-        XCTAssertEqual(run(["member", "remove", "alex"] + s).status, 1)
-    }
-
-    private func run(_ args: [String]) -> (status: Int32, stdout: String, stderr: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: relayBinary)
-        p.arguments = args
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try! p.run()
-        // A relay that starts serving where the test expects a refusal ends the test, not CI.
-        let pid = p.processIdentifier
-        let stray = DispatchWorkItem { kill(pid, SIGKILL) }
-        DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: stray)
-        defer { stray.cancel() }
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+        XCTAssertEqual(runRelay(["member", "remove", "alex"] + s).status, 0)
+        XCTAssertEqual(runRelay(["member", "remove", "alex"] + s).status, 1)
     }
 }
 
@@ -207,17 +188,9 @@ final class LimitFlagTests: XCTestCase {
         let db = relay.data + "/relay.db"
         let garbage = Data((0..<65536).map { UInt8(truncatingIfNeeded: $0 &* 7919) })
         XCTAssertTrue(FileManager.default.createFile(atPath: db, contents: garbage))
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: relayBinary)
-        p.arguments = ["serve", "--socket", relay.socket, "--data", relay.data]
-        let err = Pipe()
-        p.standardError = err
-        p.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
-        try p.run()
-        let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        XCTAssertEqual(p.terminationStatus, 1)
-        XCTAssertTrue(text.contains("relay.db is damaged or is not the relay's: restore it from a backup"), text)
+        let r = runRelay(["serve", "--socket", relay.socket, "--data", relay.data])
+        XCTAssertEqual(r.status, 1)
+        XCTAssertTrue(r.stderr.contains("relay.db is damaged or is not the relay's: restore it from a backup"), r.stderr)
         XCTAssertEqual(FileManager.default.contents(atPath: db), garbage, "nothing is written over it")
     }
 
@@ -225,18 +198,30 @@ final class LimitFlagTests: XCTestCase {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("not-a-dir-\(UUID().uuidString)")
         XCTAssertTrue(FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8)))
         defer { try? FileManager.default.removeItem(at: file) }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: relayBinary)
-        p.arguments = ["serve", "--socket", "/tmp/unused-\(UUID().uuidString.prefix(6)).sock", "--data", file.path + "/data"]
-        let err = Pipe()
-        p.standardError = err
-        p.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
-        try p.run()
-        let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        XCTAssertEqual(p.terminationStatus, 1)
-        XCTAssertTrue(text.contains(file.path), text)
+        let r = runRelay(["serve", "--socket", "/tmp/unused-\(UUID().uuidString.prefix(6)).sock", "--data", file.path + "/data"])
+        XCTAssertEqual(r.status, 1)
+        XCTAssertTrue(r.stderr.contains(file.path), r.stderr)
     }
+}
+
+/// Runs the relay binary with `args` to its end: its status and what it printed.
+private func runRelay(_ args: [String]) -> (status: Int32, stdout: String, stderr: String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: relayBinary)
+    p.arguments = args
+    let out = Pipe(), err = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    try! p.run()
+    // A relay that starts serving where the test expects a refusal ends the test, not CI.
+    let pid = p.processIdentifier
+    let stray = DispatchWorkItem { kill(pid, SIGKILL) }
+    DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: stray)
+    defer { stray.cancel() }
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
 }
 
 extension BlockingConnection {

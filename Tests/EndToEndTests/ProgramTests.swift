@@ -325,7 +325,6 @@ final class ProgramTests: XCTestCase {
         XCTAssertTrue(waitForScreen(session) { $0.contains("0 pending") })
     }
 
-    @discardableResult
     func testGuardianTerminalViewFitsTheTerminalAndScrollsToTheSelection() throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
             return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
@@ -350,6 +349,7 @@ final class ProgramTests: XCTestCase {
             })
     }
 
+    @discardableResult
     private func tmux(_ args: [String]) -> Int32 { spawn("/usr/bin/tmux", args, capture: false).status }
 
     /// Reads the tmux screen until `ok` holds (a terminal offers no event to wait on), for at most 10 s.
