@@ -77,7 +77,11 @@ func notify(_ q: GuardianQuestion) {
     guard let tool = paths.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else { return }
     let p = Process()
     p.executableURL = URL(fileURLWithPath: tool)
-    p.arguments = ["--app-name=permission-guardian", "Permission request", summary(q)]
+    // The body may be read as markup (the notification specification's subset of HTML):
+    // what the child wrote is escaped, so that it cannot add a link or hide text.
+    let body = summary(q).replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
+        .replacingOccurrences(of: ">", with: "&gt;")
+    p.arguments = ["--app-name=permission-guardian", "Permission request", body]
     try? p.run()
 }
 
