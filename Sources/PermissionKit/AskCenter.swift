@@ -8,12 +8,15 @@ import Synchronization
 
 /// The relay refused a request: its error code and message (beyond Apple's API).
 public struct RelayError: Error, Sendable, CustomStringConvertible {
+    /// The contract's error code, e.g. `tooManyPending` (protocol.md lists them all).
     public let code: String
+    /// The relay's explanation, for people.
     public let message: String
     /// Extra fields of the error frame (e.g. `answeredBy` with `alreadyAnswered`).
     public let details: [String: String]
     public var description: String { "\(code): \(message)" }
 
+    /// An error as the relay would send it (for tests and stand-ins).
     public init(code: String, message: String, details: [String: String] = [:]) {
         self.code = code
         self.message = message
@@ -26,9 +29,11 @@ public struct RelayError: Error, Sendable, CustomStringConvertible {
 
 /// What `submit` tells about an accepted question.
 public struct AskReceipt: Sendable, Equatable {
+    /// The question's id (the one it was asked with).
     public let questionID: UUID
     /// `pending`, or `answered` for a resend of an answered question.
     public let status: String
+    /// 1 for a first ask; one more each time a cancelled or expired question is asked again.
     public let attempt: Int
     /// Every handle of the question is already known.
     public let allKnown: Bool
@@ -36,10 +41,13 @@ public struct AskReceipt: Sendable, Equatable {
 
 /// How a question ended without a response (Apple's API stays silent on these).
 public struct QuestionOutcome: Sendable, Equatable {
+    /// Why it ended: withdrawn by the child (any of its apps), or unanswered in time.
     public enum Reason: String, Sendable {
         case cancelled, expired
     }
+    /// The question that ended.
     public let questionID: UUID
+    /// Why it ended.
     public let reason: Reason
     /// For an expired question: the choice to assume.
     public let defaultChoice: PermissionChoice?
@@ -47,16 +55,25 @@ public struct QuestionOutcome: Sendable, Equatable {
 
 /// One of this child's questions as the relay holds it.
 public struct QuestionSummary: Sendable {
+    /// The question's id.
     public let id: UUID
+    /// `communication` or `significantAppUpdate`.
     public let topicKind: String
+    /// `pending`, `answered`, `cancelled` or `expired`.
     public let status: String
+    /// How many times it was asked (a cancelled or expired question may be asked again).
     public let attempt: Int
+    /// When it was first asked.
     public let createdAt: Date
+    /// When it expires, if it does.
     public let expirationDate: Date?
+    /// The handles of the people it asks about (none for an app update).
     public let handles: [CommunicationHandle]
     /// When answered: the choice, who chose it and when.
     public let choice: PermissionChoice?
+    /// When answered: the guardian who answered.
     public let guardian: String?
+    /// When answered: when.
     public let answeredAt: Date?
 }
 
@@ -145,6 +162,7 @@ public final class AskCenter: Sendable {
         try await cancel(questionID: question.id)
     }
 
+    /// Withdraws a pending question by its id (say, one asked by an earlier run of the app).
     public func cancel(questionID: UUID) async throws {
         _ = try await call(["type": "cancel", "questionId": .string(questionID.uuidString)])
     }

@@ -9,6 +9,7 @@ public final class CommunicationLimits: Sendable {
 
     private let center: AskCenter
 
+    /// The limits of the child `center` speaks for.
     public init(center: AskCenter) { self.center = center }
 
     /// Whether the relay knows `handle` for this child; false when it cannot be asked.

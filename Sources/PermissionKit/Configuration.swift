@@ -23,10 +23,14 @@ public struct RelayConfiguration: Sendable {
     public var stateFile: String?
     /// How long a request waits for the relay (including reconnects) before it fails.
     public var requestTimeout: Duration = .seconds(10)
-    /// Reconnect backoff: first delay and cap; each wait gets ±25% jitter.
+    /// Reconnect backoff: the first delay, doubling at each failed attempt; each wait gets
+    /// ±25% jitter.
     public var reconnectDelay: Duration = .milliseconds(100)
+    /// The longest the backoff grows to.
     public var maxReconnectDelay: Duration = .seconds(5)
 
+    /// A member's connection to the relay at `socketPath`; `session` names a durable
+    /// session (nil: ephemeral), and `stateFile` keeps the app's place between runs.
     public init(socketPath: String, member: String, token: String, session: String?, stateFile: String? = nil) {
         self.socketPath = socketPath
         self.member = member

@@ -14,13 +14,21 @@ public struct GuardianQuestion: Sendable, Identifiable {
         case significantAppUpdate(SignificantAppUpdateTopic)
     }
 
+    /// The question's id, as the child's app chose it.
     public let id: UUID
+    /// The child who asks (a member id).
     public let child: String
+    /// What the child asks about.
     public let topic: Topic
+    /// The answers to offer, in order; answer with one of them.
     public let choices: [PermissionChoice]
+    /// The choice the child's app assumes when nobody answers in time.
     public let defaultChoice: PermissionChoice
+    /// When it expires unanswered, if it does.
     public let expirationDate: Date?
+    /// When it was first asked.
     public let createdAt: Date
+    /// 1 for a first ask; more for a question asked again after it was cancelled or expired.
     public let attempt: Int
     /// `pending`, `answered`, `cancelled` or `expired`.
     public let status: String
@@ -56,7 +64,9 @@ public struct GuardianQuestion: Sendable, Identifiable {
 
 /// A question that closed, whoever closed it.
 public struct ClosedQuestion: Sendable, Equatable {
+    /// The question that closed.
     public let questionID: UUID
+    /// The child who had asked it.
     public let child: String
     /// `answered`, `cancelled` or `expired`.
     public let reason: String
@@ -129,6 +139,7 @@ public final class GuardianCenter: Sendable {
         _ = try await call(["type": "answer", "questionId": .string(questionID.uuidString), "choice": .string(choiceID)])
     }
 
+    /// Answers `question` with `choice`, one of its `choices`, as `answer(_:with:)` by ids.
     public func answer(_ question: GuardianQuestion, with choice: PermissionChoice) async throws {
         try await answer(question.id, with: choice.id)
     }
@@ -148,6 +159,8 @@ public final class GuardianCenter: Sendable {
         return try await session.list(req, limit: limit).compactMap(GuardianQuestion.init(wire:))
     }
 
+    /// Turns a child's communication limits on or off. Off, the child's app may allow
+    /// contacts without asking; the child's sessions hear of the change.
     public func setCommunicationLimits(for child: String, enabled: Bool) async throws {
         _ = try await call(["type": "setLimits", "child": .string(child), "enabled": .bool(enabled)])
     }

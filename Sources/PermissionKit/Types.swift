@@ -13,8 +13,10 @@ public struct CommunicationHandle: Codable, Hashable, Sendable {
 
     /// The value of the communication handle.
     public var value: String
+    /// What the value is: a phone number, an e-mail address, or an app's own kind of id.
     public var kind: Kind
 
+    /// A handle as the app knows it; the relay compares handles by their `normalized` form.
     public init(value: String, kind: Kind) {
         self.value = value
         self.kind = kind
@@ -36,6 +38,7 @@ public protocol QuestionTopic: Codable, Sendable {
 
 /// A request to communicate with one or more people.
 public struct CommunicationTopic: QuestionTopic, Hashable {
+    /// The topic's name on the wire, and in subscriptions.
     public static let id = "communication"
 
     /// A communication action you can request permission for.
@@ -45,11 +48,14 @@ public struct CommunicationTopic: QuestionTopic, Hashable {
 
     /// Who the child wants to communicate with.
     public struct PersonInformation: Codable, Hashable, Sendable {
+        /// How the child would reach the person; what a guardian's approval makes known.
         public var handle: CommunicationHandle
+        /// The person's name, to show the guardian.
         public var nameComponents: PersonNameComponents?
         /// PNG bytes (Apple's CGImage has no Linux counterpart).
         public var avatarImage: Data?
 
+        /// A person, by handle, with a name and a picture when the app has them.
         public init(handle: CommunicationHandle, nameComponents: PersonNameComponents? = nil, avatarImage: Data? = nil) {
             self.handle = handle
             self.nameComponents = nameComponents
@@ -57,9 +63,12 @@ public struct CommunicationTopic: QuestionTopic, Hashable {
         }
     }
 
+    /// The people to communicate with (1 to 64).
     public var personInformation: [PersonInformation]
+    /// The ways to communicate; empty means `communicate`.
     public var actions: Set<Action>
 
+    /// A request to communicate with `personInformation` in the ways `actions` names.
     public init(personInformation: [PersonInformation], actions: Set<Action> = []) {
         self.personInformation = personInformation
         self.actions = actions
@@ -68,8 +77,11 @@ public struct CommunicationTopic: QuestionTopic, Hashable {
 
 /// A request to keep using an app after a significant update.
 public struct SignificantAppUpdateTopic: QuestionTopic, Hashable {
+    /// The topic's name on the wire, and in subscriptions.
     public static let id = "significantAppUpdate"
+    /// What changed, for the guardian to read (not empty).
     public let description: String
+    /// A request to keep using the app after the update `description` tells of.
     public init(description: String) { self.description = description }
 }
 
@@ -80,12 +92,16 @@ public struct PermissionChoice: Codable, Hashable, Sendable, Identifiable {
         case approval, denial
     }
 
+    /// The choice's id, unique within its question; a guardian answers with it.
     public var id: String
+    /// What the guardian is shown, unique within its question.
     public var title: String
+    /// Whether choosing it approves or denies.
     public var answer: Answer
     /// An approval that lasts this long (beyond Apple's API: time-limited approvals).
     public var durationSeconds: Int?
 
+    /// A choice of your own; a question needs at least one approval and one denial.
     public init(id: String, title: String, answer: Answer, durationSeconds: Int? = nil) {
         self.id = id
         self.title = title
@@ -101,7 +117,10 @@ public struct PermissionChoice: Codable, Hashable, Sendable, Identifiable {
 
 /// A question for a guardian.
 public struct PermissionQuestion<Topic: QuestionTopic>: Codable, Sendable, Identifiable {
+    /// The question's id: asking again with it resends the same question (or asks again
+    /// after it was cancelled or expired).
     public let id: UUID
+    /// What the question is about.
     public let topic: Topic
     /// The possible answers; approve and decline unless given.
     public private(set) var choices: [PermissionChoice]
@@ -134,12 +153,14 @@ extension PermissionQuestion where Topic == CommunicationTopic {
         self.init(communicationTopic: CommunicationTopic(personInformation: handles.map { .init(handle: $0) }))
     }
 
+    /// Asks about a whole topic: people with names and pictures, and the ways to communicate.
     public init(communicationTopic: Topic) {
         self.init(topic: communicationTopic)
     }
 }
 
 extension PermissionQuestion where Topic == SignificantAppUpdateTopic {
+    /// Asks to keep using the app after a significant update.
     public init(significantAppUpdateTopic: Topic) {
         self.init(topic: significantAppUpdateTopic)
     }
@@ -151,13 +172,15 @@ public struct PermissionResponse<Topic: QuestionTopic>: Sendable {
     public let choice: PermissionChoice
     /// The original question.
     public let question: PermissionQuestion<Topic>
-    /// Who answered, and when (beyond Apple's API).
+    /// Who answered (beyond Apple's API).
     public let guardian: String
+    /// When the guardian answered (beyond Apple's API).
     public let answeredAt: Date
 }
 
 /// An error that can occur when asking a guardian.
 public enum AskError: Error, Sendable, LocalizedError, Equatable {
+    /// A failure the relay named with a code this library does not know.
     case unknown
     /// Communication limits are off for this child: the app may allow the contact directly.
     case communicationLimitsNotEnabled
@@ -165,6 +188,7 @@ public enum AskError: Error, Sendable, LocalizedError, Equatable {
     case contactSyncNotSetup
     /// The question breaks a rule (its message says which).
     case invalidQuestion
+    /// A failure underneath the API: refused credentials, a relay error of its own kind.
     case systemError(underlyingError: any Error)
     /// The relay cannot be reached, or the child may not ask (bad credentials, too many questions).
     case notAvailable
