@@ -36,6 +36,11 @@ public struct ServerConfig: Sendable {
     /// connections' timers (handshake, heartbeat, pauses) run on the monotonic clock, so a
     /// wall clock set forward or back neither drops every connection nor keeps dead ones.
     public var wallClock: @Sendable () -> Timestamp = { Timestamp.now() }
+    /// The data directory, whose file system's free space is checked at start and with
+    /// every pruning (a warning while it is low); nil checks nothing.
+    public var dataDirectory: String?
+    /// How that free space is read (tests give their own).
+    public var diskSpace: @Sendable (String) -> DiskSpace? = { DiskSpace.of($0) }
 
     public init(socketPath: String) { self.socketPath = socketPath }
 }
@@ -91,6 +96,8 @@ public final class RelayServer {
     private var lastCursorFlush: Int64 = .min / 2
     /// The monotonic time of the current turn.
     private var turnMillis: Int64 = 0
+    /// When the last warning of a low disk was logged, while it stays low.
+    private var lowDiskWarned: Int64?
     private var scratch = [UInt8](repeating: 0, count: 65536)
     private var ready = [cs_ready](repeating: cs_ready(), count: 256)
     private var spin: SpinPolicy
@@ -160,6 +167,8 @@ public final class RelayServer {
     public func run(onReady: () -> Void = {}) throws {
         try bind()
         defer { teardown() }
+        turnMillis = Self.monotonicMillis()
+        checkDiskSpace()
         onReady()
         while !stopping {
             try turn()
@@ -576,6 +585,25 @@ public final class RelayServer {
             if n > 0 { log(.debug, "pruned \(n) events") }
         } catch {
             log(.warning, "could not prune old events: \(error)")
+        }
+        checkDiskSpace()
+    }
+
+    /// Warns while the data directory's file system is low on space (every ten minutes),
+    /// and says when it has room again.
+    private func checkDiskSpace() {
+        guard let dir = config.dataDirectory, let space = config.diskSpace(dir) else { return }
+        if space.isLow {
+            if let last = lowDiskWarned, turnMillis - last < 600_000 { return }
+            lowDiskWarned = turnMillis
+            log(
+                .warning,
+                "the data directory's file system has \(space.available >> 20) MiB free of \(space.total >> 20) MiB;"
+                    + " once it is full the relay cannot take changes (each one fails, and clients reconnect and resend):"
+                    + " free some space, or move --data")
+        } else if lowDiskWarned != nil {
+            lowDiskWarned = nil
+            log(.info, "the data directory's file system has room again (\(space.available >> 20) MiB free)")
         }
     }
 }

@@ -90,6 +90,7 @@ enum Serve {
         core.maxSessionsPerMember = try a.int("--max-sessions-per-member", default: core.maxSessionsPerMember, min: 0)
         core.relayUID = getuid()
         var server = ServerConfig(socketPath: socket)
+        server.dataDirectory = data
         server.handshakeTimeoutSeconds = try a.double("--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds)
         server.maxConnections = try a.int("--max-connections", default: server.maxConnections, min: 1)
         server.maxOutputBytes = try a.int("--max-output-bytes", default: server.maxOutputBytes, min: 65536)

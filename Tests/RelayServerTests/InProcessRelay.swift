@@ -16,7 +16,8 @@ final class InProcessRelay: @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
 
     init(
-        store: RelayStore? = nil, configure: (inout ServerConfig, inout CoreConfig) -> Void = { _, _ in }
+        store: RelayStore? = nil, log: Log = Log(level: .error) { _ in },
+        configure: (inout ServerConfig, inout CoreConfig) -> Void = { _, _ in }
     ) throws {
         dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("prt-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
@@ -31,7 +32,7 @@ final class InProcessRelay: @unchecked Sendable {
         cc.listReplyBytes = min(cc.listReplyBytes, sc.maxOutputBytes / 4 * 3)
         let store = try store ?? SQLiteStore(path: dir.appendingPathComponent("relay.db").path)
         let coreConfig = cc
-        server = try RelayServer(config: sc, coreConfig: cc, store: store, log: Log(level: .error) { _ in }) {
+        server = try RelayServer(config: sc, coreConfig: cc, store: store, log: log) {
             try RelayCore(config: coreConfig, store: store, now: .now())
         }
         let ready = DispatchSemaphore(value: 0)
@@ -146,4 +147,25 @@ final class SettableClock: Sendable {
     func now() -> Timestamp { Timestamp(milliseconds: Timestamp.now().milliseconds + offset.withLock { $0 }) }
 
     func move(seconds: Int64) { offset.withLock { $0 += seconds * 1000 } }
+}
+
+/// The lines a relay logs, for a test to wait on.
+final class LoggedLines: @unchecked Sendable {
+    private let lock = NSLock()
+    private var lines: [String] = []
+    private let arrived = DispatchSemaphore(value: 0)
+
+    lazy var log = Log(level: .debug) { [unowned self] line in
+        lock.withLock { lines.append(line) }
+        arrived.signal()
+    }
+
+    /// The first line logged that contains `text`, waiting up to `seconds` for it.
+    func first(containing text: String, within seconds: Double = 10) -> String? {
+        let deadline = DispatchTime.now() + seconds
+        while true {
+            if let line = lock.withLock({ lines.first { $0.contains(text) } }) { return line }
+            guard arrived.wait(timeout: deadline) == .success else { return nil }
+        }
+    }
 }

@@ -4,6 +4,7 @@ import Foundation
 import RelayProtocol
 import RelayServer
 import RelayStore
+import Synchronization
 import XCTest
 
 final class WireTests: XCTestCase {
@@ -130,6 +131,22 @@ final class WireTests: XCTestCase {
         let frames = try c.untilClosed()  // never answers: pinged, then closed
         XCTAssertEqual(frames.first?["type"]?.string, "ping")
         XCTAssertEqual(frames.last?["reason"]?.string, "heartbeatTimeout")
+    }
+
+    func testALowDiskIsLoggedAtStartAndWhileItLastsAndSoIsItsRecovery() throws {
+        let space = Mutex(DiskSpace(available: 30 << 20, total: 1 << 30))  // 30 MiB of 1 GiB: low
+        let logged = LoggedLines()
+        let relay = try InProcessRelay(log: logged.log) { server, _ in
+            server.dataDirectory = "/data"
+            server.diskSpace = { path in path == "/data" ? space.withLock { $0 } : nil }
+            server.pruneIntervalSeconds = 0.05
+        }
+        defer { relay.stop() }
+        let warning = logged.first(containing: "the data directory's file system has 30 MiB free of 1024 MiB")
+        XCTAssertNotNil(warning, "said at start")
+        XCTAssertTrue(warning?.contains("warning") ?? false, warning ?? "")
+        space.withLock { $0.available = 600 << 20 }
+        XCTAssertNotNil(logged.first(containing: "has room again (600 MiB free)"))
     }
 
     func testAFrameThatNeverEndsIsRefusedThoughItsBytesKeepComing() throws {
