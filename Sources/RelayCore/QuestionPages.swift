@@ -59,19 +59,31 @@ extension RelayCore {
                 createdAt: cursor.createdAt, order: questions.entry(cursor.id)?.order ?? (newestFirst ? .min : .max))
             list.removeAll { newestFirst ? $0.key >= at : $0.key <= at }
         }
-        var held: [JSON] = []
-        var bytes = 0
+        // Written straight into the reply, each question spliced from its stored bytes: a page
+        // parsed back into values and encoded again held every client up for tens of ms.
+        var held = 0
         var last: QuestionRecord?
-        for (_, entry) in list.prefix(limit) {
-            var encoded: [UInt8] = []
-            appendQuestion(entry.record, to: &encoded)
-            guard held.isEmpty || bytes + encoded.count <= config.listReplyBytes else { break }
-            bytes += encoded.count
-            held.append((try? JSON.parse(encoded)) ?? .null)
-            last = entry.record
+        let frame = okFrame(re: r.id, capacity: min(config.listReplyBytes, 1 << 20) + 256) { out in
+            out.appendJSONKey("questions")
+            out.append(UInt8(ascii: "["))
+            let start = out.count
+            for (_, entry) in list.prefix(limit) {
+                let before = out.count
+                if held > 0 { out.append(UInt8(ascii: ",")) }
+                appendQuestion(entry.record, to: &out)
+                guard held == 0 || out.count - start <= config.listReplyBytes else {
+                    out.removeSubrange(before...)
+                    break
+                }
+                held += 1
+                last = entry.record
+            }
+            out.append(UInt8(ascii: "]"))
+            guard held < list.count, let last else { return }
+            out.appendJSONKey("more")
+            out.append(literal: "true")
+            out.appendJSONField("next", PageCursor(createdAt: last.createdAt.milliseconds, id: last.key).text)
         }
-        guard held.count < list.count, let last else { return ["questions": .array(held)] }
-        let next = PageCursor(createdAt: last.createdAt.milliseconds, id: last.key)
-        return ["questions": .array(held), "more": true, "next": .string(next.text)]
+        return .frame(frame)
     }
 }
