@@ -93,9 +93,18 @@ public func usageSummary(of help: String) -> String {
     return kept.joined(separator: "\n")
 }
 
-/// Runs a program's `main`: usage errors print the message, the usage in short and
-/// where the rest is, and exit 64; failures print one line on stderr and exit 1.
+/// The version of the programs, and of the wire protocol they speak.
+public let programVersion = "0.1.0"
+public let wireProtocolVersion = 1
+
+/// Runs a program's `main`: `--version` alone prints the version; usage errors print the
+/// message, the usage in short and where the rest is, and exit 64; failures print one
+/// line on stderr and exit 1.
 public func runMain(program: String, usage: @escaping () -> String, _ body: () async throws -> Int32) async -> Int32 {
+    if Array(CommandLine.arguments.dropFirst()) == ["--version"] {
+        printOut("\(program) \(programVersion) (wire protocol \(wireProtocolVersion))")
+        return 0
+    }
     do {
         return try await body()
     } catch CLIError.usage(let message) {

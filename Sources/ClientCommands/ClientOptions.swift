@@ -21,6 +21,7 @@ public enum ClientOptions {
                                session follows its topic (env PERMISSION_SESSION; default: MEMBER-HOSTNAME)
           --state-dir DIR      Where the last processed event is kept (env PERMISSION_STATE_DIR)
           -h, --help           Show this help.
+          --version            Print the version.
         """
 
     /// The configuration from the options, falling back to the environment. (A command

@@ -58,6 +58,7 @@ let usage = """
     cycles per family (defaults: F 100, W 8, N 10); prints their CPU per cycle. Under
     valgrind --tool=callgrind its instruction counts repeat from run to run.
       -h, --help                 Show this help.
+      --version                  Print the version.
 
     EXAMPLES:
       permission-bench

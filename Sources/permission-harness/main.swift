@@ -29,6 +29,7 @@ let usage = """
       --socket PATH   A running relay (default for guardian: \(RelayConfiguration.defaultSocketPath))
       --junit FILE    Also write a JUnit XML report
       -h, --help      Show this help.
+      --version       Print the version.
 
     EXAMPLES:
       permission-harness run Tests/Scenarios/*.json

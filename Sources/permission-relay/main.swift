@@ -17,7 +17,8 @@ let overview = """
       limits set CHILD on|off                 Turn a child's communication limits on or off
       status                                  Show the running relay's counters
 
-    Run `permission-relay <command> --help` for a command's options.
+    Run `permission-relay <command> --help` for a command's options, and
+    `permission-relay --version` for the version.
 
     EXAMPLES:
       permission-relay serve

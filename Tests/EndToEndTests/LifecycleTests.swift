@@ -76,6 +76,9 @@ final class LifecycleTests: XCTestCase {
             XCTAssertEqual(r.status, 0, words.joined(separator: " "))
             XCTAssertTrue(r.stdout.contains("USAGE:") && r.stdout.contains("EXAMPLES:"), words.joined(separator: " "))
         }
+        let version = runRelay(["--version"])
+        XCTAssertEqual(version.status, 0)
+        XCTAssertTrue(version.stdout.hasPrefix("permission-relay 0.1.0 (wire protocol 1)"), version.stdout)
         XCTAssertEqual(runRelay([]).status, 64)
         XCTAssertEqual(runRelay(["frobnicate"]).status, 64)
         XCTAssertEqual(runRelay(["serve", "--sync", "sometimes"]).status, 64)
