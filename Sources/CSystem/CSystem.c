@@ -2,6 +2,7 @@
 #include "CSystem.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -128,7 +129,14 @@ int cs_route_signals(int fd) {
     if (sigaction(SIGINT, &sa, NULL) != 0) return -1;
     if (sigaction(SIGHUP, &sa, NULL) != 0) return -1;
     signal(SIGPIPE, SIG_IGN);
-    return 0;
+    // A blocked signal is inherited from the thread that started the process (a Swift
+    // parent's Dispatch thread blocks SIGTERM): unblocked here, on the loop's thread.
+    sigset_t wanted;
+    sigemptyset(&wanted);
+    sigaddset(&wanted, SIGTERM);
+    sigaddset(&wanted, SIGINT);
+    sigaddset(&wanted, SIGHUP);
+    return pthread_sigmask(SIG_UNBLOCK, &wanted, NULL) == 0 ? 0 : -1;
 }
 
 int cs_set_nonblocking(int fd) {

@@ -40,7 +40,7 @@ long cs_peer_pid(int fd);
 /// pipe2 with O_NONBLOCK | O_CLOEXEC.
 int cs_pipe(int fds[2]);
 /// Routes SIGTERM, SIGINT and SIGHUP to one byte (the signal number) written to fd,
-/// and ignores SIGPIPE.
+/// unblocks them on the calling thread, and ignores SIGPIPE.
 int cs_route_signals(int fd);
 int cs_set_nonblocking(int fd);
 /// send with MSG_NOSIGNAL | MSG_DONTWAIT.
