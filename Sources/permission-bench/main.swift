@@ -147,8 +147,17 @@ enum Servers {
     /// fails because the handler stopped its server must not exit before the handler does.
     private static let exiting = Mutex<Void>(())
 
-    /// Starts `p`, listed before a signal's handler can look.
+    /// Starts `p`, listed before a signal's handler can look. A child inherits the blocked
+    /// signals of the thread that starts it, and this one may be a Dispatch thread with
+    /// SIGTERM blocked: a server started so, that does not unblock it itself (an older
+    /// relay measured with `--compare`), never stopped. So they are unblocked for the start.
     static func start(_ p: Process) throws {
+        var stops = sigset_t()
+        sigemptyset(&stops)
+        for s in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&stops, s) }
+        var before = sigset_t()
+        pthread_sigmask(SIG_UNBLOCK, &stops, &before)
+        defer { pthread_sigmask(SIG_SETMASK, &before, nil) }
         try running.withLock { servers in
             try p.run()
             servers.insert(p.processIdentifier)
