@@ -129,14 +129,16 @@ int cs_route_signals(int fd) {
     if (sigaction(SIGINT, &sa, NULL) != 0) return -1;
     if (sigaction(SIGHUP, &sa, NULL) != 0) return -1;
     signal(SIGPIPE, SIG_IGN);
-    // A blocked signal is inherited from the thread that started the process (a Swift
-    // parent's Dispatch thread blocks SIGTERM): unblocked here, on the loop's thread.
-    sigset_t wanted;
-    sigemptyset(&wanted);
-    sigaddset(&wanted, SIGTERM);
-    sigaddset(&wanted, SIGINT);
-    sigaddset(&wanted, SIGHUP);
-    return pthread_sigmask(SIG_UNBLOCK, &wanted, NULL) == 0 ? 0 : -1;
+    return cs_unblock_stop_signals(NULL);
+}
+
+int cs_unblock_stop_signals(sigset_t *before) {
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGHUP);
+    return pthread_sigmask(SIG_UNBLOCK, &stops, before) == 0 ? 0 : -1;
 }
 
 int cs_set_nonblocking(int fd) {

@@ -12,13 +12,7 @@ import RelayServer
 
 enum Forwarder {
     static func run(socket: String) -> Int32 {
-        // Stopped by SIGTERM's default action: unblocked here, since a blocked signal is
-        // inherited from the thread that started the process (the relay does the same).
-        var stops = sigset_t()
-        sigemptyset(&stops)
-        sigaddset(&stops, SIGTERM)
-        sigaddset(&stops, SIGINT)
-        pthread_sigmask(SIG_UNBLOCK, &stops, nil)
+        cs_unblock_stop_signals(nil)  // stopped by SIGTERM's default action, which a blocked one never takes
         unlink(socket)
         let listener = cs_listen_unix(socket, 4096)
         guard listener >= 0 else {

@@ -3,6 +3,7 @@
 // track: absolute figures move by more than half from run to run on small machines.
 
 import CLISupport
+import CSystem
 import Foundation
 import Glibc
 import RelayProtocol
@@ -152,11 +153,8 @@ enum Servers {
     /// SIGTERM blocked: a server started so, that does not unblock it itself (an older
     /// relay measured with `--compare`), never stopped. So they are unblocked for the start.
     static func start(_ p: Process) throws {
-        var stops = sigset_t()
-        sigemptyset(&stops)
-        for s in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&stops, s) }
         var before = sigset_t()
-        pthread_sigmask(SIG_UNBLOCK, &stops, &before)
+        cs_unblock_stop_signals(&before)
         defer { pthread_sigmask(SIG_SETMASK, &before, nil) }
         try running.withLock { servers in
             try p.run()

@@ -5,6 +5,7 @@
 #define CSYSTEM_H
 
 #include <stdint.h>
+#include <signal.h>
 #include <sys/types.h>
 
 /// Readiness bits, as in <sys/epoll.h>.
@@ -42,6 +43,10 @@ int cs_pipe(int fds[2]);
 /// Routes SIGTERM, SIGINT and SIGHUP to one byte (the signal number) written to fd,
 /// unblocks them on the calling thread, and ignores SIGPIPE.
 int cs_route_signals(int fd);
+/// Unblocks SIGTERM, SIGINT and SIGHUP on the calling thread, storing the mask it had in
+/// `before` (unless NULL). A blocked signal is inherited across fork and exec from the
+/// thread that starts a process, and a Swift program's Dispatch threads block SIGTERM.
+int cs_unblock_stop_signals(sigset_t *before);
 int cs_set_nonblocking(int fd);
 /// send with MSG_NOSIGNAL | MSG_DONTWAIT.
 ssize_t cs_send(int fd, const void *buf, size_t len);
