@@ -17,11 +17,6 @@ struct QuestionOrder: Sequence {
 
     func makeIterator() -> some IteratorProtocol<QuestionID> { slots[head...].lazy.compactMap { $0 }.makeIterator() }
 
-    /// Forgets the oldest ids that `canForget` allows until at most `limit` remain; returns them.
-    mutating func forgetOldest(keeping limit: Int, where canForget: (QuestionID) -> Bool) -> [QuestionID] {
-        forgetOldest(while: { $0 > limit }, where: canForget)
-    }
-
     /// Forgets the oldest ids that `canForget` allows while `over` holds of the count left
     /// (and of whatever `canForget` keeps track of); returns them.
     mutating func forgetOldest(while over: (Int) -> Bool, where canForget: (QuestionID) -> Bool) -> [QuestionID] {

@@ -38,9 +38,6 @@ struct QuestionTable {
 
     func entry(_ key: QuestionID) -> Entry? { shards[Self.shard(key)][key] }
 
-    /// The status of a question, read in place (copying the record out costs more).
-    func status(of key: QuestionID) -> QuestionStatus? { entry(key)?.record.status }
-
     /// Holds `record` under its id, in place of any record held before (keeping its place
     /// in the order of asking).
     mutating func save(_ record: QuestionRecord) {

@@ -12,20 +12,20 @@ final class QuestionOrderTests: XCTestCase {
         var forgotten: [QuestionID] = []
         for n in 0..<1000 {
             order.append(q(n))
-            forgotten += order.forgetOldest(keeping: 10) { !pinned.contains($0) }
+            forgotten += order.forgetOldest(while: { $0 > 10 }) { !pinned.contains($0) }
         }
         XCTAssertEqual(order.count, 10)
         XCTAssertEqual(Array(order), [q(0), q(7)] + (992..<1000).map(q))
         XCTAssertEqual(forgotten.count, 990)
         XCTAssertEqual(forgotten.prefix(3), [q(1), q(2), q(3)], "oldest first")
         XCTAssertFalse(forgotten.contains(q(0)) || forgotten.contains(q(7)))
-        XCTAssertEqual(order.forgetOldest(keeping: 10) { _ in true }, [], "nothing to forget at the limit")
+        XCTAssertEqual(order.forgetOldest(while: { $0 > 10 }) { _ in true }, [], "nothing to forget at the limit")
     }
 
     func testKeepsMoreThanTheLimitWhenNothingMayBeForgotten() {
         var order = QuestionOrder()
         for n in 0..<5 { order.append(q(n)) }
-        XCTAssertEqual(order.forgetOldest(keeping: 2) { _ in false }, [])
+        XCTAssertEqual(order.forgetOldest(while: { $0 > 2 }) { _ in false }, [])
         XCTAssertEqual(Array(order), (0..<5).map(q))
     }
 }

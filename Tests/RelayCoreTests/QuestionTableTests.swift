@@ -42,7 +42,7 @@ final class QuestionTableTests: XCTestCase {
         for n in 0..<3000 {
             let key = try record(n).key
             XCTAssertEqual(table[key], expected[key], "question \(n)")
-            XCTAssertEqual(table.status(of: key), expected[key]?.status, "question \(n)")
+            XCTAssertEqual(table.entry(key)?.record.status, expected[key]?.status, "question \(n)")
             XCTAssertEqual(table.entry(key)?.record, expected[key], "question \(n)")
         }
     }
