@@ -355,7 +355,7 @@ final class RelayConnection: Sendable {
             var wait = min(heartbeat, max(.zero, (lastSent + heartbeat) - now))
             if let d = nextDeadline { wait = min(wait, max(.zero, d - now)) }
             var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0)]
-            let ms = Int32(min(Double(Int32.max), (wait / .milliseconds(1)).rounded(.up)))
+            let ms = Self.pollTimeout(wait)
             let n = poll(&fds, 2, ms)
             if n < 0 && errno != EINTR { return }
             if fds[1].revents != 0 { drainWake() }
@@ -385,6 +385,11 @@ final class RelayConnection: Sendable {
                 if f["seq"] != nil { onEvent(f) }
             }
         }
+    }
+
+    /// `poll`'s timeout for a wait of `d`: whole milliseconds, rounded up, within Int32.
+    private static func pollTimeout(_ d: Duration) -> Int32 {
+        Int32(min(Double(Int32.max), max(0, (d / .milliseconds(1)).rounded(.up))))
     }
 
     private func earliestDeadline() -> ContinuousClock.Instant? {
@@ -425,7 +430,7 @@ final class RelayConnection: Sendable {
             guard now < end else { return }
             let wakeAt = min(end, earliestDeadline() ?? end)
             var fds = [pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0)]
-            let ms = Int32(min(Double(Int32.max), ((wakeAt - now) / .milliseconds(1)).rounded(.up)))
+            let ms = Self.pollTimeout(wakeAt - now)
             if poll(&fds, 1, ms) > 0 {
                 drainWake()
                 if endedByRequests || shared.withLock({ $0.closed }) { return }
@@ -455,7 +460,7 @@ final class RelayConnection: Sendable {
     /// `close` woke the thread first (the caller looks at its deadlines again).
     private func readableUnlessWoken(_ fd: Int32, until deadline: ContinuousClock.Instant) -> Bool {
         var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0)]
-        let ms = Int32(max(0, ((deadline - .now) / .milliseconds(1)).rounded(.up)))
+        let ms = Self.pollTimeout(deadline - .now)
         guard poll(&fds, 2, ms) > 0 else { return false }
         if fds[1].revents != 0 { drainWake() }
         return fds[0].revents != 0
