@@ -101,19 +101,42 @@ public let wireProtocolVersion = 1
 /// message, the usage in short and where the rest is, and exit 64; failures print one
 /// line on stderr and exit 1.
 public func runMain(program: String, usage: @escaping () -> String, _ body: () async throws -> Int32) async -> Int32 {
-    if Array(CommandLine.arguments.dropFirst()) == ["--version"] {
-        printOut("\(program) \(programVersion) (wire protocol \(wireProtocolVersion))")
-        return 0
-    }
+    if printsVersion(program) { return 0 }
     do {
         return try await body()
-    } catch CLIError.usage(let message) {
+    } catch {
+        return report(error, program: program, usage: usage)
+    }
+}
+
+/// `runMain` for a program whose work is synchronous: it runs on the process's main thread,
+/// where an async `main` would park that thread in `sigsuspend` and run the work on a
+/// Dispatch thread (which valgrind 3.19 cannot follow on newer kernels).
+public func runMain(program: String, usage: @escaping () -> String, _ body: () throws -> Int32) -> Int32 {
+    if printsVersion(program) { return 0 }
+    do {
+        return try body()
+    } catch {
+        return report(error, program: program, usage: usage)
+    }
+}
+
+private func printsVersion(_ program: String) -> Bool {
+    guard Array(CommandLine.arguments.dropFirst()) == ["--version"] else { return false }
+    printOut("\(program) \(programVersion) (wire protocol \(wireProtocolVersion))")
+    return true
+}
+
+/// Prints `error` as `runMain` says and returns the exit code.
+private func report(_ error: any Error, program: String, usage: () -> String) -> Int32 {
+    switch error {
+    case CLIError.usage(let message):
         printErr("\(program): \(message)\n\(usageSummary(of: usage()))\n(--help shows every option, with examples)")
         return 64
-    } catch CLIError.failure(let message) {
+    case CLIError.failure(let message):
         printErr("\(program): \(message)")
         return 1
-    } catch {
+    default:
         printErr("\(program): \(error)")
         return 1
     }

@@ -370,7 +370,7 @@ func report(_ point: Point, _ r: Summary, _ b: Summary?, otherName: String, rati
 
 let signalSources = Servers.stopOnSignals()
 Servers.exit(
-    await runMain(program: "permission-bench", usage: { usage }) {
+    runMain(program: "permission-bench", usage: { usage }) {
         let args = Array(CommandLine.arguments.dropFirst())
         if args.contains("-h") || args.contains("--help") {
             printOut(usage)

@@ -32,7 +32,7 @@ let admin = AdminCommand.all.first { Array(args.prefix($0.words.count)) == $0.wo
 let usage = args.first == "serve" ? Serve.usage : admin?.usage ?? overview
 
 exit(
-    await runMain(program: "permission-relay", usage: { usage }) {
+    runMain(program: "permission-relay", usage: { usage }) {
         guard let first = args.first else { throw CLIError.usage("no command given") }
         if args.contains("-h") || args.contains("--help") || first == "help" {
             printOut(usage)
