@@ -98,6 +98,12 @@ public final class RelayServer {
     private var turnMillis: Int64 = 0
     /// When the last warning of a low disk was logged, while it stays low.
     private var lowDiskWarned: Int64?
+    /// After commits failed (a full disk, say): how many in a row, why the last did, and
+    /// until when new connections are refused. Clients that reconnected at once would only
+    /// fail again, and each failure closes every connection.
+    private var failedCommits = 0
+    private var commitFailure = ""
+    private var refusingUntil: Int64 = .min
     private var scratch = [UInt8](repeating: 0, count: 65536)
     private var ready = [cs_ready](repeating: cs_ready(), count: 256)
     private var spin: SpinPolicy
@@ -320,14 +326,27 @@ public final class RelayServer {
         guard store.hasChanges else { return true }
         do {
             try store.commit()
+            failedCommits = 0
             return true
         } catch {
+            failedCommits += 1
+            let pause = Self.refusalAfterFailedCommits(failedCommits)
+            refusingUntil = Self.monotonicMillis() + pause
+            commitFailure = (error as? SQLiteError)?.isFull == true ? "out of disk space" : "\(error)"
             log(
                 .error,
-                "could not commit to the store: \(error); no reply of this turn was sent, closing every connection so clients resend")
+                "could not commit to the store: \(error); no reply of this turn was sent, closing every connection so "
+                    + "clients resend, and refusing new ones for \(pause / 1000) s")
             store.discardChanges()
             relay.drainOutputs { _ in }
-            for id in Array(conns.keys) { closeNow(id) }
+            let notice = RequestError(.busy, "the relay could not store changes (\(commitFailure)); nothing of this turn was kept, "
+                + "send it again later").frame(re: nil).frame
+            for (id, c) in conns {
+                // After the frames still waiting to go (one may be half sent), as far as the socket takes them.
+                c.out.append(bytes: notice)
+                _ = c.out.withUnsafeBytes { cs_send(c.fd, $0.baseAddress! + c.outStart, c.pendingBytes) }
+                closeNow(id)
+            }
             do {
                 relay = try core()
             } catch {
@@ -338,6 +357,10 @@ public final class RelayServer {
         }
     }
 
+    /// How long new connections are refused after the `n`th failed commit in a row, in
+    /// milliseconds: one second, doubling up to 32.
+    static func refusalAfterFailedCommits(_ n: Int) -> Int64 { 1000 << Int64(min(max(n, 1) - 1, 5)) }
+
     private func acceptAll() {
         while true {
             let fd = cs_accept(listenFD)
@@ -347,6 +370,10 @@ public final class RelayServer {
             }
             if conns.count >= config.maxConnections {
                 refuse(fd, "at its connection limit (\(config.maxConnections))")
+                continue
+            }
+            if turnMillis < refusingUntil {
+                refuse(fd, "unable to store changes (\(commitFailure)) for another \((refusingUntil - turnMillis + 999) / 1000) s")
                 continue
             }
             let id = nextID

@@ -244,11 +244,21 @@ final class WireTests: XCTestCase {
         let kept = sampleQuestion()
         try c.send(["type": "ask", "id": "ok", "question": .object(kept)])
         try c.expect(type: "ok")
-        // A question too large for the capped database: no reply, the connection closes.
+        // A question too large for the capped database: no reply; the connection is told
+        // why, and closed.
         try c.send(["type": "ask", "id": "big", "question": .object(sampleQuestion(avatarBytes: 200_000))])
         let frames = try c.untilClosed()
         XCTAssertFalse(frames.contains { $0["re"]?.string == "big" }, "nothing unstored is acknowledged: \(frames)")
-        // The relay still serves, and what was acknowledged is there.
+        let notice = try XCTUnwrap(frames.last)
+        XCTAssertEqual(notice["code"]?.string, "busy", "\(frames)")
+        XCTAssertTrue(notice["message"]?.string?.contains("out of disk space") == true, "\(notice)")
+        // Meanwhile a new connection is refused, saying why, rather than taken only to fail again.
+        let refused = try relay.connect()
+        let refusal = try refused.expect(type: "error", code: "busy")
+        let message = try XCTUnwrap(refusal["message"]?.string)
+        XCTAssertTrue(message.contains("unable to store changes (out of disk space) for another 1 s"), message)
+        // After the pause it states the relay serves again, and what was acknowledged is there.
+        Thread.sleep(forTimeInterval: 1)
         let g = try relay.connect()
         try g.hello("g1", tokens["g1"]!)
         try g.send(["type": "pending", "id": "p"])
