@@ -541,7 +541,10 @@ public final class RelayServer {
                 touch(c)
             }
         }
-        for c in touched {
+        // Last touched first: a request's reply is written before the events it causes, and
+        // the others waiting for those (a guardian for a question, a child for its answer)
+        // should not wait behind the requester's `ok`.
+        for c in touched.reversed() {
             c.touched = false
             flush(c)
         }
