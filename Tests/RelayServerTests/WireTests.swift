@@ -253,10 +253,7 @@ final class WireTests: XCTestCase {
         XCTAssertEqual(notice["code"]?.string, "busy", "\(frames)")
         XCTAssertTrue(notice["message"]?.string?.contains("out of disk space") == true, "\(notice)")
         // Meanwhile a new connection is refused, saying why, rather than taken only to fail again.
-        let refused = try relay.connect()
-        let refusal = try refused.expect(type: "error", code: "busy")
-        let message = try XCTUnwrap(refusal["message"]?.string)
-        XCTAssertTrue(message.contains("unable to store changes (out of disk space) for another 1 s"), message)
+        try expectRefusal(relay, for: 1)
         // After the pause it states the relay serves again, and what was acknowledged is there.
         Thread.sleep(forTimeInterval: 1)
         let g = try relay.connect()
@@ -264,6 +261,28 @@ final class WireTests: XCTestCase {
         try g.send(["type": "pending", "id": "p"])
         let pending = try g.expect(type: "ok")["questions"]!.array!
         XCTAssertEqual(pending.map { $0["id"] }, [kept["id"]])
+        // A second failure in a row doubles the pause; a commit that succeeds ends the series.
+        let big: JSONObject = ["type": "ask", "id": "big", "question": .object(sampleQuestion(avatarBytes: 200_000))]
+        let c2 = try relay.connect()
+        try c2.hello("c1", tokens["c1"]!)
+        try c2.send(big)
+        _ = try c2.untilClosed()
+        try expectRefusal(relay, for: 2)
+        Thread.sleep(forTimeInterval: 2)
+        let c3 = try relay.connect()
+        try c3.hello("c1", tokens["c1"]!)
+        try c3.send(["type": "ask", "id": "small", "question": .object(sampleQuestion())])
+        try c3.expect(type: "ok")
+        try c3.send(big)
+        _ = try c3.untilClosed()
+        try expectRefusal(relay, for: 1)
+    }
+
+    /// Expects a new connection to be refused for about `seconds` more, for a full disk.
+    private func expectRefusal(_ relay: InProcessRelay, for seconds: Int, line: UInt = #line) throws {
+        let refusal = try relay.connect().expect(type: "error", code: "busy", line: line)
+        let message = try XCTUnwrap(refusal["message"]?.string)
+        XCTAssertTrue(message.contains("unable to store changes (out of disk space) for another \(seconds) s"), message, line: line)
     }
 }
 
