@@ -69,11 +69,18 @@ public enum ClientOptions {
     }
 
     /// One clear line for an error of the library or the relay (a relay's message may
-    /// quote what the child's side wrote, such as a choice's title).
-    public static func describe(_ error: any Error) -> String {
+    /// quote what the child's side wrote, such as a choice's title). `unreachableBecause`:
+    /// why the last attempt to connect failed, when the client is not connected.
+    public static func describe(_ error: any Error, unreachableBecause reason: ClientError? = nil) -> String {
         switch error {
         case let e as RelayError: return terminalSafe(e.description)
-        case AskError.notAvailable: return "the relay is not available (is `permission-relay serve` running, and is --socket right?)"
+        case AskError.notAvailable:
+            let hint = " (is `permission-relay serve` running, and is --socket right?)"
+            switch reason {
+            case nil: return "the relay is not available" + hint
+            case .unavailable(let why)?: return "the relay is not available: \(terminalSafe(why))" + hint
+            case let other?: return "the relay is not available: \(terminalSafe(other.description))"  // it answered, and said why
+            }
         case AskError.systemError(let underlying): return "\(underlying)"
         case let e as AskError: return e.errorDescription ?? "\(e)"
         default: return "\(error)"

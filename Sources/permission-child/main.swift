@@ -289,7 +289,8 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter) async throw
     } catch let e as CLIError {
         throw e
     } catch {
-        throw CLIError.failure(ClientOptions.describe(error))
+        throw CLIError.failure(
+            ClientOptions.describe(error, unreachableBecause: center.connectionState == .ready ? nil : center.connectionError))
     }
 }
 

@@ -110,7 +110,8 @@ func run() async throws -> Int32 {
     } catch let e as CLIError {
         throw e
     } catch {
-        throw CLIError.failure(ClientOptions.describe(error))
+        throw CLIError.failure(
+            ClientOptions.describe(error, unreachableBecause: center.connectionState == .ready ? nil : center.connectionError))
     }
     await center.close()
     return status

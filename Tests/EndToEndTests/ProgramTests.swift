@@ -290,9 +290,15 @@ final class ProgramTests: XCTestCase {
         relay.crash()
         var down = env
         down["PERMISSION_RELAY_SOCKET"] = relay.socket
+        let downErr = relay.dir.appendingPathComponent("down.err").path
         let p = try ProgramRun(
-            "permission-child", ["limits", "--credentials", relay.dir.appendingPathComponent("child.json").path], env: down)
+            "permission-child", ["limits", "--credentials", relay.dir.appendingPathComponent("child.json").path], env: down,
+            stderr: downErr)
         XCTAssertEqual(p.finish(), 1)
+        // It says why the relay could not be reached, not only that it could not.
+        let why = try String(contentsOfFile: downErr, encoding: .utf8)
+        XCTAssertTrue(why.hasPrefix("permission-child: the relay is not available: cannot connect to \(relay.socket)"), why)
+        XCTAssertTrue(why.contains("is `permission-relay serve` running"), why)
     }
 
     func testWhatAChildWritesCannotDriveTheGuardiansTerminal() throws {
