@@ -339,8 +339,11 @@ public final class RelayServer {
                     + "clients resend, and refusing new ones for \(pause / 1000) s")
             store.discardChanges()
             relay.drainOutputs { _ in }
-            let notice = RequestError(.busy, "the relay could not store changes (\(commitFailure)); nothing of this turn was kept, "
-                + "send it again later").frame(re: nil).frame
+            let notice = RequestError(
+                .busy,
+                "the relay could not store changes (\(commitFailure)); nothing of this turn was kept, "
+                    + "send it again later"
+            ).frame(re: nil).frame
             for (id, c) in conns {
                 // After the frames still waiting to go (one may be half sent), as far as the socket takes them.
                 c.out.append(bytes: notice)
