@@ -18,7 +18,7 @@ struct BenchRelay {
     static func start(data: String? = nil, extra: [String] = []) throws -> (BenchRelay, seconds: Double) {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent(
             "permission-bench-\(getpid())-\(UUID().uuidString.prefix(6))")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        try Servers.makeDirectory(dir)
         let socket = dir.appendingPathComponent("r.sock").path
         let t0 = now()
         let p = try startServer(
@@ -32,7 +32,7 @@ struct BenchRelay {
 
     func stop() {
         Servers.stop(process)
-        try? FileManager.default.removeItem(at: dir)
+        Servers.removeDirectory(dir)
     }
 }
 
@@ -70,9 +70,8 @@ enum Extras {
     /// times a relay's start on it (until its socket listens).
     static func startup(events: Int, pending: Int) throws -> Double {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("permission-bench-prefill-\(getpid())")
-        try? FileManager.default.removeItem(at: dir)
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: dir) }
+        try Servers.makeDirectory(dir)
+        defer { Servers.removeDirectory(dir) }
         let data = dir.appendingPathComponent("data")
         try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
         try prefill(path: data.appendingPathComponent("relay.db").path, events: events, pending: pending)

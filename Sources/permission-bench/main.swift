@@ -144,6 +144,8 @@ let bin = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathCompone
 /// Ctrl-C reaches them anyway; a `kill` of the benchmark alone would leave them running).
 enum Servers {
     private static let running = Mutex<Set<Int32>>([])
+    /// The runs' temporary directories (a relay's store may hold hundreds of MiB by then).
+    private static let directories = Mutex<Set<String>>([])
     /// Taken by whichever ends the process first, a signal's handler or the run: a run that
     /// fails because the handler stopped its server must not exit before the handler does.
     private static let exiting = Mutex<Void>(())
@@ -169,20 +171,45 @@ enum Servers {
         running.withLock { _ = $0.remove(p.processIdentifier) }
     }
 
-    /// On SIGINT or SIGTERM: stop every running server, then exit as the signal asks.
+    /// Creates `dir` afresh, to be removed by `removeDirectory`, or on a signal.
+    static func makeDirectory(_ dir: URL) throws {
+        try? FileManager.default.removeItem(at: dir)
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        directories.withLock { _ = $0.insert(dir.path) }
+    }
+
+    static func removeDirectory(_ dir: URL) {
+        try? FileManager.default.removeItem(at: dir)
+        directories.withLock { _ = $0.remove(dir.path) }
+    }
+
+    /// On SIGINT or SIGTERM: stop every running server, remove the runs' directories once
+    /// the servers are gone (up to 10 s), then exit as the signal asks.
     static func stopOnSignals() -> [any DispatchSourceSignal] {
         [SIGINT, SIGTERM].map { sig in
             signal(sig, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
             source.setEventHandler {
                 exiting.withLock { _ in
-                    for pid in running.withLock({ $0 }) { kill(pid, SIGTERM) }
+                    let pids = running.withLock { $0 }
+                    for pid in pids { kill(pid, SIGTERM) }
+                    let deadline = ContinuousClock.now + .seconds(10)
+                    while pids.contains(where: isRunning), ContinuousClock.now < deadline { usleep(10_000) }
+                    for dir in directories.withLock({ $0 }) { try? FileManager.default.removeItem(atPath: dir) }
                     Glibc.exit(128 + sig)
                 }
             }
             source.resume()
             return source
         }
+    }
+
+    /// Whether `pid` is still running (neither gone nor a zombie waiting to be reaped).
+    private static func isRunning(_ pid: Int32) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return false }
+        return stat[stat.index(after: close)...].dropFirst().first != "Z"
     }
 
     /// Ends the process with `code`, unless a signal's handler is already ending it.
@@ -268,9 +295,8 @@ func runPoint(_ point: Point, _ a: Arguments, run: Int, compared: String?) throw
     }
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent(
         "permission-bench-\(getpid())-\(point.families)-\(point.window)")
-    try? FileManager.default.removeItem(at: dir)
-    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: dir) }
+    try Servers.makeDirectory(dir)
+    defer { Servers.removeDirectory(dir) }
     func measureRelay(_ executable: String, _ name: String) throws -> Figures {
         let socket = dir.appendingPathComponent("\(name).sock").path
         let relay = try startServer(
@@ -408,8 +434,8 @@ Servers.exit(
             default: throw CLIError.usage("--sync must be normal or full")
             }
             let dir = FileManager.default.temporaryDirectory.appendingPathComponent("permission-bench-core-\(getpid())")
-            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-            defer { try? FileManager.default.removeItem(at: dir) }
+            try Servers.makeDirectory(dir)
+            defer { Servers.removeDirectory(dir) }
             let r = try CoreDrive(families: f, window: w, directory: dir.path, sync: sync).run(
                 rounds: try a.int("--rounds", default: 10, min: 1))
             let cpu = r.cpuSeconds / Double(r.cycles) * 1e6

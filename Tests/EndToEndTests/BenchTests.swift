@@ -150,11 +150,14 @@ final class BenchSignalTests: XCTestCase {
             eventually {
                 servers = children(of: pid); return !servers.isEmpty
             }, "the benchmark started its relay")
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("permission-bench-\(pid)-1-1").path
+        XCTAssertTrue(FileManager.default.fileExists(atPath: dir), "the run's directory is \(dir)")
         kill(pid, SIGTERM)
         XCTAssertEqual(bench.finish(), 128 + SIGTERM, "it stopped on the signal, having stopped its servers first")
         for server in servers {
             XCTAssertTrue(eventually { !isAlive(server) }, "server \(server) still runs after its benchmark stopped")
         }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir), "the run's directory (and the relay's store) is left in \(dir)")
     }
 }
 
