@@ -96,6 +96,16 @@ extension RelayCore {
         }
         let handles = try r.handles("handles")
         if add {
+            let limit = config.maxKnownHandlesPerChild
+            if limit > 0 {
+                let new = Set(handles).count { child.known[$0] == nil }
+                guard child.known.count + new <= limit else {
+                    throw RequestError(
+                        .badRequest,
+                        "\(id) would keep \(child.known.count + new) handles, more than the relay keeps per child (\(limit)); "
+                            + "remove some first")
+                }
+            }
             learn(handles, child: child, until: nil, actions: [String](), now: r.now)
         } else {
             var removed: [NormalizedHandle] = []

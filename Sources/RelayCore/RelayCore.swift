@@ -69,6 +69,10 @@ public struct CoreConfig: Sendable {
     /// least recently used one that is not open, so a member that names a new session on
     /// every connection cannot grow the relay without bound. 0: no limit.
     public var maxSessionsPerMember = 1024
+    /// Handles a guardian's `addKnownHandles` may make a child keep (approvals add past it:
+    /// an answer is never refused), so that a guardian's app adding new handles in a loop
+    /// cannot grow the relay without bound. 0: no limit.
+    public var maxKnownHandlesPerChild = 100_000
 
     public init() {}
 }

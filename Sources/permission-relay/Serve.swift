@@ -47,6 +47,9 @@ enum Serve {
           --max-sessions-per-member N      Durable sessions remembered per member; past it the
                                            least recently used closed one is forgotten,
                                            0 = no limit (default: 1024)
+          --max-known-handles-per-child N  Handles a guardian's addKnownHandles may make a child
+                                           keep (approvals add past it), 0 = no limit
+                                           (default: 100000)
           --spin-microseconds N            While requests come in close together, poll up to N µs
                                            for the next before sleeping: lower latency, for a
                                            busy core while that lasts; 0 = always sleep
@@ -63,7 +66,7 @@ enum Serve {
         "--socket", "--data", "--sync", "--max-frame-bytes", "--heartbeat-seconds", "--handshake-timeout-seconds",
         "--max-pending-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
         "--retention-seconds", "--log-level", "--max-questions-per-child", "--checkpoint-changes", "--spin-microseconds",
-        "--max-sessions-per-member", "--max-question-bytes-per-child",
+        "--max-sessions-per-member", "--max-question-bytes-per-child", "--max-known-handles-per-child",
     ]
 
     static func run(_ args: [String]) throws {
@@ -88,6 +91,8 @@ enum Serve {
         core.maxQuestionBytesPerChild = try a.int(
             "--max-question-bytes-per-child", default: core.maxQuestionBytesPerChild, min: 1)
         core.maxSessionsPerMember = try a.int("--max-sessions-per-member", default: core.maxSessionsPerMember, min: 0)
+        core.maxKnownHandlesPerChild = try a.int(
+            "--max-known-handles-per-child", default: core.maxKnownHandlesPerChild, min: 0)
         core.relayUID = getuid()
         var server = ServerConfig(socketPath: socket)
         server.dataDirectory = data

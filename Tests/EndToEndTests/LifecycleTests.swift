@@ -150,9 +150,10 @@ final class LimitFlagTests: XCTestCase {
         _ = held
     }
 
-    func testSessionAndQuestionSizeFlags() throws {
+    func testSessionQuestionSizeAndKnownHandleFlags() throws {
         let relay = try RelayProcess(flags: [
             "--ask-rate-limit", "0", "--max-sessions-per-member", "1", "--max-question-bytes-per-child", "1",
+            "--max-known-handles-per-child", "1",
         ])
         try relay.start()
         let tokens = try relay.provision(families: 1)
@@ -161,6 +162,9 @@ final class LimitFlagTests: XCTestCase {
         let second = try relay.connect()
         try second.send(["type": "hello", "id": "h", "protocol": 1, "member": "g0", "token": .string(tokens["g0"]!), "session": "pad"])
         XCTAssertEqual(try second.c.receive()?["code"]?.string, "busy", "one session, and it is open")
+        let two: JSON = .array(["+1 555 0101", "+1 555 0102"].map { .object(["value": .string($0), "kind": "phoneNumber"]) })
+        let refused = try first.request(["type": "addKnownHandles", "child": "c0", "handles": two])
+        XCTAssertEqual(refused["code"]?.string, "badRequest", "one known handle per child: \(refused)")
 
         let c = try relay.connect()
         _ = try c.hello("c0", tokens["c0"]!)

@@ -95,6 +95,31 @@ final class AdminAndExpiryTests: XCTestCase {
 }
 
 final class BoundsTests: XCTestCase {
+    func testAGuardianCannotMakeAChildKeepMoreHandlesThanTheLimitButAnApprovalStillCounts() throws {
+        let h = try CoreHarness { $0.maxKnownHandlesPerChild = 3 }
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        func phones(_ numbers: [Int]) -> JSON {
+            .array(numbers.map { .object(["value": .string("+1 555 010\($0)"), "kind": "phoneNumber"]) })
+        }
+        XCTAssertEqual(h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": phones([1, 2])])["known"]?.int, 2)
+        _ = h.events(c, "knownHandlesChanged")
+        let refused = h.error(g, ["type": "addKnownHandles", "child": "c1", "handles": phones([2, 3, 4])], .badRequest)
+        XCTAssertTrue(refused["message"]?.string?.contains("c1 would keep 4 handles") ?? false, JSON.object(refused).text)
+        XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty, "none of them was added")
+        XCTAssertEqual(h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": phones([2, 3, 3])])["known"]?.int, 3)
+        // An answer is never refused: an approval makes its handles known past the limit.
+        let q = h.question(handles: ["+1 555 0109"])
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"])
+        let known = h.ok(c, ["type": "knownHandles", "handles": phones([1, 2, 3, 9])])["known"]?.array
+        XCTAssertEqual(known?.count, 4)
+        _ = h.error(g, ["type": "addKnownHandles", "child": "c1", "handles": phones([5])], .badRequest)
+        XCTAssertEqual(h.ok(g, ["type": "removeKnownHandles", "child": "c1", "handles": phones([1, 2])])["known"]?.int, 2)
+        XCTAssertEqual(h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": phones([5])])["known"]?.int, 3)
+    }
+
     func testAChildThatAsksAndCancelsForeverStaysBounded() throws {
         let store = MemoryStore()
         let h = try CoreHarness(store: store) { $0.maxQuestionsPerChild = 5 }
