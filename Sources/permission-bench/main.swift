@@ -206,10 +206,8 @@ enum Servers {
 
     /// Whether `pid` is still running (neither gone nor a zombie waiting to be reaped).
     private static func isRunning(_ pid: Int32) -> Bool {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")")
-        else { return false }
-        return stat[stat.index(after: close)...].dropFirst().first != "Z"
+        guard let state = procStat(pid)?.first else { return false }
+        return state != "Z"
     }
 
     /// Ends the process with `code`, unless a signal's handler is already ending it.
@@ -237,6 +235,15 @@ func startServer(_ executable: String, _ args: [String], readyWord: String) thro
     return p
 }
 
+/// The fields of /proc/PID/stat after the command's name (which may hold spaces), from its
+/// state on; nil when the process is gone.
+func procStat(_ pid: Int32) -> [Substring]? {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let close = stat.lastIndex(of: ")")
+    else { return nil }
+    return stat[stat.index(after: close)...].split(separator: " ")
+}
+
 /// A process's CPU time in seconds, in user space and in the kernel.
 struct ProcessCPU {
     var user = 0.0
@@ -245,10 +252,7 @@ struct ProcessCPU {
 
     /// Its utime and stime, all threads (from /proc); zero if it cannot be read.
     init(pid: Int32) {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")")
-        else { return }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard let fields = procStat(pid), fields.count > 12 else { return }
         let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
         user = (Double(fields[11]) ?? 0) / ticks
         system = (Double(fields[12]) ?? 0) / ticks
