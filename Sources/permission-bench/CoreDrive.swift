@@ -19,6 +19,8 @@ struct CoreDriveResult {
     var errors = 0
     /// Questions whose response the child was not sent.
     var lost = 0
+    /// How many questions the first family's child still has, by its `questions` request.
+    var keptByFirstChild = 0
 }
 
 final class CoreDrive {
@@ -39,13 +41,14 @@ final class CoreDrive {
     private func guardian(_ f: Int) -> ConnectionID { 3 + 2 * f }
 
     /// A store in `directory` with F families provisioned and their sessions open.
-    init(families: Int, window: Int, directory: String, sync: SyncMode) throws {
+    init(families: Int, window: Int, directory: String, sync: SyncMode, maxQuestionsPerChild: Int) throws {
         self.families = families
         self.window = window
         store = try SQLiteStore(path: directory + "/relay.db", sync: sync)
         var config = CoreConfig()
         config.askRateLimit = 0
         config.maxPendingPerChild = 0
+        config.maxQuestionsPerChild = maxQuestionsPerChild
         config.relayUID = getuid()
         core = try RelayCore(config: config, store: store, now: .now())
 
@@ -135,9 +138,15 @@ final class CoreDrive {
             play(answers[(r * perRound)..<((r + 1) * perRound)], from: guardian, at: at)
         }
         do { try store.checkpoint() } catch { errors += 1 }
+        let elapsed = Double(now() - t0) / 1e9, cpu = processCPUSeconds() - cpu0
+        var kept = 0
+        do {
+            try request(child(0), ["type": "questions", "id": "q"])
+            kept = lastOK?["questions"]?.array?.count ?? 0
+        } catch { errors += 1 }
         return CoreDriveResult(
-            cycles: rounds * perRound, seconds: Double(now() - t0) / 1e9, cpuSeconds: processCPUSeconds() - cpu0,
-            errors: errors, lost: rounds * perRound - responses)
+            cycles: rounds * perRound, seconds: elapsed, cpuSeconds: cpu, errors: errors, lost: rounds * perRound - responses,
+            keptByFirstChild: kept)
     }
 
     /// One turn: every family's child (or guardian) acks what it was sent, then sends its

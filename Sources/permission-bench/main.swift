@@ -6,6 +6,7 @@ import CLISupport
 import CSystem
 import Foundation
 import Glibc
+import RelayCore
 import RelayProtocol
 import RelayStore
 import Synchronization
@@ -17,6 +18,7 @@ let usage = """
            permission-bench idle [--connections N]
            permission-bench startup [--events N] [--pending N]
            permission-bench core [--families F] [--window W] [--rounds N] [--sync normal|full]
+                                 [--max-questions-per-child N]
 
     A cycle is ask → question at the guardians → answer (by one of them, in turn) → response
     at the child. Each grid point runs the relay (a fresh data directory) and then the
@@ -57,7 +59,9 @@ let usage = """
     (default 1000000) and N pending questions (default 100000).
     core: the relay's core and store driven in-process, without sockets, for N rounds of W
     cycles per family (defaults: F 100, W 8, N 10); prints their CPU per cycle. Under
-    valgrind --tool=callgrind its instruction counts repeat from run to run.
+    valgrind --tool=callgrind its instruction counts repeat from run to run. With
+    --max-questions-per-child below N×W, later rounds measure a relay at that limit,
+    which forgets a child's oldest finished question at each ask.
       -h, --help                 Show this help.
       --version                  Print the version.
 
@@ -429,7 +433,8 @@ Servers.exit(
         }
         if args.first == "core" {
             let a = try Arguments(
-                Array(args.dropFirst()), valueFlags: ["--families", "--window", "--rounds", "--sync"], switchFlags: ["--json"])
+                Array(args.dropFirst()), valueFlags: ["--families", "--window", "--rounds", "--sync", "--max-questions-per-child"],
+                switchFlags: ["--json"])
             let f = try a.int("--families", default: 100, min: 1), w = try a.int("--window", default: 8, min: 1)
             let sync: SyncMode
             switch a.value("--sync") ?? "normal" {
@@ -440,7 +445,8 @@ Servers.exit(
             let dir = FileManager.default.temporaryDirectory.appendingPathComponent("permission-bench-core-\(getpid())")
             try Servers.makeDirectory(dir)
             defer { Servers.removeDirectory(dir) }
-            let r = try CoreDrive(families: f, window: w, directory: dir.path, sync: sync).run(
+            let keep = try a.int("--max-questions-per-child", default: CoreConfig().maxQuestionsPerChild, min: 1)
+            let r = try CoreDrive(families: f, window: w, directory: dir.path, sync: sync, maxQuestionsPerChild: keep).run(
                 rounds: try a.int("--rounds", default: 10, min: 1))
             let cpu = r.cpuSeconds / Double(r.cycles) * 1e6
             printOut(
@@ -448,9 +454,11 @@ Servers.exit(
                     ? JSON.object([
                         "families": .int(Int64(f)), "window": .int(Int64(w)), "cycles": .int(Int64(r.cycles)),
                         "cpuMicrosPerCycle": .double(cpu), "errors": .int(Int64(r.errors)), "lost": .int(Int64(r.lost)),
+                        "questionsKeptByFirstChild": .int(Int64(r.keptByFirstChild)),
                     ]).text
                     : "core and store alone, (F, W) = (\(f), \(w)): \(r.cycles) cycles in \(fmt(r.seconds, 2)) s, "
-                        + "\(fmt(cpu)) µs of CPU per cycle; errors \(r.errors), lost \(r.lost)")
+                        + "\(fmt(cpu)) µs of CPU per cycle; errors \(r.errors), lost \(r.lost); "
+                        + "the first child keeps \(r.keptByFirstChild) questions")
             return r.errors == 0 && r.lost == 0 ? 0 : 1
         }
         if args.first == "forward" {

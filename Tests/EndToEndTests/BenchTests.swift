@@ -108,6 +108,22 @@ final class BenchTests: XCTestCase {
         XCTAssertEqual(line["errors"]?.int, 0)
         XCTAssertEqual(line["lost"]?.int, 0, "every question answered, every response sent to its child")
         XCTAssertGreaterThan(line["cpuMicrosPerCycle"]?.number ?? 0, 0)
+        XCTAssertEqual(line["questionsKeptByFirstChild"]?.int, 8, "every question remembered below the limit")
+    }
+
+    /// With a lower limit the later rounds measure a relay that forgets a question at each ask.
+    func testTheCoreAloneCanRunAtTheQuestionLimit() throws {
+        let p = try ProgramRun(
+            "permission-bench", ["core", "--families", "2", "--window", "2", "--rounds", "4", "--max-questions-per-child", "3", "--json"],
+            env: [:])
+        let line = try JSON.parse(p.nextLine() ?? "")
+        XCTAssertEqual(p.finish(), 0)
+        XCTAssertEqual(line["cycles"]?.int, 16)
+        XCTAssertEqual(line["errors"]?.int, 0)
+        XCTAssertEqual(line["lost"]?.int, 0)
+        XCTAssertEqual(line["questionsKeptByFirstChild"]?.int, 3)
+        let refused = try ProgramRun("permission-bench", ["core", "--max-questions-per-child", "0"], env: [:])
+        XCTAssertEqual(refused.finish(), 64)
     }
 }
 
