@@ -96,7 +96,7 @@ extension RelayCore {
 
         let record = QuestionRecord(
             content: content, child: child.id, family: child.family.id, status: .pending,
-            attempt: (previous?.attempt ?? 0) + 1, createdAt: previous?.createdAt ?? r.now)
+            attempt: (previous?.attempt ?? 0) + 1, createdAt: previous?.createdAt ?? r.now, row: previous?.row ?? questions.newRow())
         if previous == nil {
             questions.insert(record)
             child.questionOrder.append(record.key)
@@ -181,8 +181,7 @@ extension RelayCore {
             return true
         }
         for key in forgotten {
-            questions.removeValue(forKey: key)
-            store.deleteQuestion(key)
+            if let q = questions.removeValue(forKey: key) { store.deleteQuestion(q) }
         }
     }
 

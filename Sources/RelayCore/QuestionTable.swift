@@ -28,6 +28,8 @@ struct QuestionTable {
     private static let shardBits = 8
     private var shards = [[QuestionID: Entry]](repeating: [:], count: 1 << shardBits)
     private var asked: Int64 = 0
+    /// The highest row given to a question (`QuestionRecord.row`) or held by the store.
+    private var lastRow: Int64 = 0
 
     /// The shard of `key`: its bits mixed, since clients choose ids and need not make them random.
     @inline(__always) private static func shard(_ key: QuestionID) -> Int {
@@ -50,7 +52,19 @@ struct QuestionTable {
         shards[Self.shard(record.key)][record.key] = Entry(record, order: asked)
     }
 
-    mutating func removeValue(forKey key: QuestionID) { shards[Self.shard(key)][key] = nil }
+    /// Forgets the question `key`; returns its record.
+    mutating func removeValue(forKey key: QuestionID) -> QuestionRecord? {
+        shards[Self.shard(key)].removeValue(forKey: key)?.record
+    }
+
+    /// A row for a question asked for the first time: above every row given or stored.
+    mutating func newRow() -> Int64 {
+        lastRow += 1
+        return lastRow
+    }
+
+    /// Notes rows the store holds or has held (given before the relay started).
+    mutating func noteRows(upTo row: Int64) { lastRow = max(lastRow, row) }
 
     /// Makes room for about `n` questions in all.
     mutating func reserveCapacity(_ n: Int) {

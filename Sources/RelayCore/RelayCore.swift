@@ -116,10 +116,12 @@ public final class RelayCore {
         for f in s.families { families[f] = Family(id: f) }
         for m in s.members { add(Member(m, family: family(m.family))) }
         questions.reserveCapacity(s.questions.count)
+        questions.noteRows(upTo: s.lastQuestionRow)
         // The store reads them in order of asking, so this sort rarely moves anything.
         let inOrder = zip(s.questions, s.questions.dropFirst()).allSatisfy { $0.createdAt <= $1.createdAt }
         for q in inOrder ? s.questions : s.questions.sorted(by: { $0.createdAt < $1.createdAt }) {
             questions.save(q)
+            questions.noteRows(upTo: q.row)
             guard let child = members[q.child] else { continue }
             child.questionOrder.append(q.key)
             child.questionBytes += q.content.encoded.count

@@ -10,12 +10,15 @@ struct QuestionState: Equatable {
     var status: QuestionStatus
     var attempt: Int64
     var outcome: Outcome?
+    /// `QuestionRecord.row` (0: unknown).
+    var row: Int64
 
-    init(key: QuestionID, status: QuestionStatus, attempt: Int64, outcome: Outcome?) {
+    init(key: QuestionID, status: QuestionStatus, attempt: Int64, outcome: Outcome?, row: Int64 = 0) {
         self.key = key
         self.status = status
         self.attempt = attempt
         self.outcome = outcome
+        self.row = row
     }
 
     func applied(to q: QuestionRecord) -> QuestionRecord {
@@ -33,7 +36,8 @@ indirect enum Change: Equatable {
     case member(MemberRecord)
     case question(QuestionRecord)
     case questionState(QuestionState)
-    case forgetQuestion(QuestionID)
+    /// A question forgotten, with its row (0: unknown).
+    case forgetQuestion(QuestionID, row: Int64)
     case known(KnownHandleRecord)
     case unknown(String, NormalizedHandle)
     case session(SessionRecord)
@@ -73,11 +77,10 @@ extension Change {
             w.bool(m.limitsEnabled)
         case .question(let q): Self.write(question: q, into: &w)
         case .questionState(let s):
-            w.int(4)
+            w.int(15)
             Self.writeState(id: s.key, s.status, s.attempt, s.outcome, into: &w)
-        case .forgetQuestion(let key):
-            w.int(5)
-            w.string(key.description)
+            w.int(s.row)
+        case .forgetQuestion(let key, let row): Self.write(forgetting: key, row: row, into: &w)
         case .known(let k):
             w.int(6)
             w.string(k.child)
@@ -104,9 +107,12 @@ extension Change {
         }
     }
 
-    /// A question, with its content (`3`) or, when the event in `frame` (a range of the
+    // Tags 13, 14, 15 and 16 are 3, 11, 4 and 5 with the question's row after them; the
+    // older tags, without a row, are still read (journals written before rows were given).
+
+    /// A question, with its content (`13`) or, when the event in `frame` (a range of the
     /// bytes written so far in the same record) holds a copy of the content but for its
-    /// closing brace, with where that copy is (`11`): the question event that goes out with
+    /// closing brace, with where that copy is (`14`): the question event that goes out with
     /// every question asked repeats the content, and the journal need not hold it twice.
     static func write(question q: QuestionRecord, contentIn frame: Range<Int>? = nil, into w: inout ByteWriter) {
         let content = q.content.encoded
@@ -114,24 +120,35 @@ extension Change {
         // elsewhere would be copied whole by the append.
         let copy = frame.flatMap { f in w.bytes.withUnsafeBufferPointer { Self.copy(of: content.dropLast(), in: $0, f) } }
         if let copy {
-            w.int(11)
+            w.int(14)
             w.int(Int64(w.bytes.count - copy))  // back from here to the copy
             w.int(Int64(content.count - 1))
         } else {
-            w.int(3)
+            w.int(13)
             w.data(content)
         }
         w.string(q.child)
         w.string(q.family)
         w.int(q.createdAt.milliseconds)
         writeState(id: q.key, q.status, q.attempt, q.outcome, into: &w)
+        w.int(q.row)
     }
 
     /// A question's status, attempt and outcome (what `QuestionState` holds).
     static func write(stateOf q: QuestionRecord, into w: inout ByteWriter) {
-        w.int(4)
+        w.int(15)
         writeState(id: q.key, q.status, q.attempt, q.outcome, into: &w)
+        w.int(q.row)
     }
+
+    static func write(forgetting key: QuestionID, row: Int64, into w: inout ByteWriter) {
+        w.int(16)
+        w.string(key.description)
+        w.int(row)
+    }
+
+    /// Whether a question change's tag is followed by the question's row.
+    static func hasRow(_ tag: Int64) -> Bool { tag >= 13 && tag <= 16 }
 
     static func write(session s: SessionRecord, into w: inout ByteWriter) {
         w.int(8)
@@ -163,10 +180,10 @@ extension Change {
         return content.withUnsafeBufferPointer { c in memcmp(base + start, c.baseAddress!, c.count) == 0 } ? start : nil
     }
 
-    /// A question's content journaled as a copy inside an event (`11`), closed again.
+    /// A question's content journaled as a copy inside an event (`14`, or `11`), closed again.
     static func closedContent(_ copy: ArraySlice<UInt8>) -> [UInt8] { copy + [UInt8(ascii: "}")] }
 
-    /// Where the content of a question journaled as `11` lies, read after its tag; the copy
+    /// Where the content of a question journaled as `14` (or `11`) lies, read after its tag; the copy
     /// must lie before it (in the same record: checksummed, written by `write(question:)`).
     static func contentCopy(from r: inout ByteReader) throws -> Range<Int> {
         let here = r.i
@@ -220,8 +237,8 @@ extension Change {
                 MemberRecord(
                     id: try r.string(), family: try r.string(), role: try r.raw(Role.self), tokenHash: try r.data(),
                     removed: try r.bool(), limitsEnabled: try r.bool()))
-        case 3, 11:
-            let encoded = tag == 3 ? try r.data() : closedContent(r.bytes[try contentCopy(from: &r)])
+        case 3, 11, 13, 14:
+            let encoded = tag == 3 || tag == 13 ? try r.data() : closedContent(r.bytes[try contentCopy(from: &r)])
             guard let content = QuestionContent(encoded: encoded) else {
                 throw JournalError(description: "a journal question cannot be read")
             }
@@ -230,12 +247,15 @@ extension Change {
             return .question(
                 QuestionRecord(
                     content: content, child: child, family: family, status: s.status, attempt: s.attempt,
-                    createdAt: createdAt, outcome: s.outcome))
-        case 4: return .questionState(try readState(from: &r))
-        case 5:
+                    createdAt: createdAt, outcome: s.outcome, row: hasRow(tag) ? try r.int() : 0))
+        case 4, 15:
+            var s = try readState(from: &r)
+            if hasRow(tag) { s.row = try r.int() }
+            return .questionState(s)
+        case 5, 16:
             let id = try r.string()
             guard let key = QuestionID(id) else { throw JournalError(description: "a journal question id \(id) is not a UUID") }
-            return .forgetQuestion(key)
+            return .forgetQuestion(key, row: hasRow(tag) ? try r.int() : 0)
         case 6:
             let child = try r.string()
             let handle = NormalizedHandle(kind: try r.raw(HandleKind.self), value: try r.string())
@@ -265,6 +285,9 @@ extension Change {
 extension StoreSnapshot {
     /// Applies `changes` in order, as the tables would after writing them.
     mutating func apply(_ changes: [Change]) {
+        // Journaled before rows were given, a question asked anew takes its row from the
+        // table writer when written, above the table's: room is kept for it.
+        var unnumbered: Int64 = 0
         guard !changes.isEmpty else { return }
         var familySet = Set(families)
         var memberAt = Dictionary(members.enumerated().map { ($1.id, $0) }, uniquingKeysWith: { $1 })
@@ -285,10 +308,14 @@ extension StoreSnapshot {
                 }
             case .question(let q):
                 if questionsByKey.updateValue(q, forKey: q.key) == nil { questionOrder.append(q.key) }
+                lastQuestionRow = max(lastQuestionRow, q.row)
+                if q.row == 0 { unnumbered += 1 }
             case .questionState(let s):
                 if let q = questionsByKey[s.key] { questionsByKey[s.key] = s.applied(to: q) }
-            case .forgetQuestion(let key):
+                lastQuestionRow = max(lastQuestionRow, s.row)
+            case .forgetQuestion(let key, let row):
                 questionsByKey[key] = nil
+                lastQuestionRow = max(lastQuestionRow, row)
             case .known(let k):
                 knownByKey["\(k.child)\u{0}\(k.handle.key)"] = k
             case .unknown(let child, let h):
@@ -307,6 +334,7 @@ extension StoreSnapshot {
             }
         }
         questions = questionOrder.compactMap { questionsByKey.removeValue(forKey: $0) }
+        lastQuestionRow += unnumbered
         knownHandles = Array(knownByKey.values)
         sessions = Array(sessionsByKey.values)
     }

@@ -32,6 +32,8 @@ struct QuestionRow {
     var status: Range<Int>
     var attempt: Int64
     var outcome: Answer?
+    /// `QuestionRecord.row` (0: unknown, journaled without one).
+    var row: Int64 = 0
 }
 
 /// A journaled event: its member, and its encoding without the member (as an event
@@ -50,7 +52,8 @@ struct EventRow {
 
 enum JournaledChange {
     case question(QuestionRow)
-    case forgetQuestion(QuestionID)
+    /// A question forgotten, with its row (0: unknown).
+    case forgetQuestion(QuestionID, row: Int64)
     case event(EventRow)
     /// Any other change: where its tag is in the bytes (`change(in:)` reads it).
     case other(at: Int)
@@ -69,17 +72,21 @@ extension JournaledChange {
     static func read(from r: inout ByteReader) throws -> JournaledChange {
         let start = r.i
         switch try r.int() {
-        case let tag where tag == 3 || tag == 11:
-            let content = tag == 3 ? try r.range() : try Change.contentCopy(from: &r)
+        case let tag where tag == 3 || tag == 11 || tag == 13 || tag == 14:
+            let content = tag == 3 || tag == 13 ? try r.range() : try Change.contentCopy(from: &r)
             var asked = QuestionRow.Asked(content: content, child: try r.range(), family: try r.range(), createdAt: try r.int())
-            asked.isOpen = tag == 11
+            asked.isOpen = tag == 11 || tag == 14
             var row = try readState(from: &r)
             row.asked = asked
+            if Change.hasRow(tag) { row.row = try r.int() }
             return .question(row)
-        case 4:
-            return .question(try readState(from: &r))
-        case 5:
-            return .forgetQuestion(try key(r.range(), in: r.bytes))
+        case let tag where tag == 4 || tag == 15:
+            var row = try readState(from: &r)
+            if Change.hasRow(tag) { row.row = try r.int() }
+            return .question(row)
+        case let tag where tag == 5 || tag == 16:
+            let key = try key(r.range(), in: r.bytes)
+            return .forgetQuestion(key, row: Change.hasRow(tag) ? try r.int() : 0)
         case 10:
             let member = try r.range(), start = r.i
             let seq = try r.int(), at = try r.int()
@@ -126,7 +133,7 @@ extension JournaledChange {
             let status = QuestionStatus(rawValue: bytes.string(q.status)) ?? .pending  // checked when read
             guard let asked = q.asked else {
                 return .questionState(
-                    QuestionState(key: q.key, status: status, attempt: q.attempt, outcome: outcome))
+                    QuestionState(key: q.key, status: status, attempt: q.attempt, outcome: outcome, row: q.row))
             }
             let encoded = asked.isOpen ? Change.closedContent(bytes[asked.content]) : Array(bytes[asked.content])
             guard let content = QuestionContent(encoded: encoded) else {
@@ -135,9 +142,9 @@ extension JournaledChange {
             return .question(
                 QuestionRecord(
                     content: content, child: bytes.string(asked.child), family: bytes.string(asked.family), status: status,
-                    attempt: q.attempt, createdAt: Timestamp(milliseconds: asked.createdAt), outcome: outcome))
-        case .forgetQuestion(let key):
-            return .forgetQuestion(key)
+                    attempt: q.attempt, createdAt: Timestamp(milliseconds: asked.createdAt), outcome: outcome, row: q.row))
+        case .forgetQuestion(let key, let row):
+            return .forgetQuestion(key, row: row)
         case .event(let e):
             return .event(try e.record(in: bytes))
         case .other(let at):
@@ -172,7 +179,7 @@ struct FoldedChanges {
         let id: QuestionID
         switch change {
         case .question(let q): id = q.key
-        case .forgetQuestion(let key): id = key
+        case .forgetQuestion(let key, _): id = key
         case .event:
             changes.append(change)
             return
@@ -214,6 +221,11 @@ struct FoldedChanges {
             changes[i] = .question(state)
         case (.forgetQuestion, .question(let state)) where state.asked == nil:
             break  // the state of a forgotten question changes nothing
+        case (.forgetQuestion(_, let gone), .question(let again)) where gone != again.row:
+            // Asked again after it was forgotten, under a row of its own: the old row is
+            // still deleted, before it.
+            lastQuestion[id] = changes.count
+            changes.append(change)
         default: changes[i] = change  // a state after a state, or a whole write or delete after anything
         }
     }

@@ -31,13 +31,14 @@ public final class MemoryStore: RelayStore {
         } else {
             snapshot.questions.append(question)
         }
+        snapshot.lastQuestionRow = max(snapshot.lastQuestionRow, question.row)
         dirty = true
     }
 
     public func saveQuestionState(_ question: QuestionRecord) { saveQuestion(question) }
 
-    public func deleteQuestion(_ key: QuestionID) {
-        snapshot.questions.removeAll { $0.key == key }
+    public func deleteQuestion(_ question: QuestionRecord) {
+        snapshot.questions.removeAll { $0.key == question.key }
         dirty = true
     }
 

@@ -46,13 +46,18 @@ public struct QuestionRecord: Sendable, Equatable {
     /// When the question was first asked.
     public var createdAt: Timestamp
     public var outcome: Outcome?
+    /// Where a store keeps the question: a number the core gives it when it is first asked,
+    /// above every row the store holds or has held (`StoreSnapshot.lastQuestionRow`), and
+    /// keeps while it remembers the question. 0 when unknown: the store finds the question
+    /// by its id instead. Not part of what the question is (`==`).
+    public var row: Int64
 
     public var id: String { content.id }
     public var key: QuestionID { content.key }
 
     public init(
         content: QuestionContent, child: String, family: String, status: QuestionStatus, attempt: Int64,
-        createdAt: Timestamp, outcome: Outcome? = nil
+        createdAt: Timestamp, outcome: Outcome? = nil, row: Int64 = 0
     ) {
         self.content = content
         self.child = child
@@ -61,6 +66,12 @@ public struct QuestionRecord: Sendable, Equatable {
         self.attempt = attempt
         self.createdAt = createdAt
         self.outcome = outcome
+        self.row = row
+    }
+
+    public static func == (a: QuestionRecord, b: QuestionRecord) -> Bool {
+        a.content == b.content && a.child == b.child && a.family == b.family && a.status == b.status
+            && a.attempt == b.attempt && a.createdAt == b.createdAt && a.outcome == b.outcome
     }
 }
 
@@ -126,6 +137,9 @@ public struct StoreSnapshot: Sendable {
     public var sessions: [SessionRecord] = []
     /// The highest seq ever appended, per member.
     public var heads: [String: Int64] = [:]
+    /// The highest question row the store holds or may yet be given by changes it has
+    /// (`QuestionRecord.row`): new questions are given rows above it.
+    public var lastQuestionRow: Int64 = 0
 
     public init() {}
 }

@@ -16,7 +16,8 @@ public protocol RelayStore: AnyObject {
     func saveQuestion(_ question: QuestionRecord)
     /// Stores a question's status, attempt and outcome (its content is unchanged).
     func saveQuestionState(_ question: QuestionRecord)
-    func deleteQuestion(_ key: QuestionID)
+    /// Forgets a question (by its row, when it has one).
+    func deleteQuestion(_ question: QuestionRecord)
     func saveKnownHandle(_ known: KnownHandleRecord)
     func deleteKnownHandle(child: String, handle: NormalizedHandle)
     func saveSession(_ session: SessionRecord)

@@ -184,7 +184,7 @@ public final class SQLiteStore: RelayStore {
         record { Change.write(question: question, contentIn: lastEventFrame, into: &$0) }
     }
     public func saveQuestionState(_ question: QuestionRecord) { record { Change.write(stateOf: question, into: &$0) } }
-    public func deleteQuestion(_ key: QuestionID) { record(.forgetQuestion(key)) }
+    public func deleteQuestion(_ question: QuestionRecord) { record(.forgetQuestion(question.key, row: question.row)) }
     public func saveKnownHandle(_ known: KnownHandleRecord) { record(.known(known)) }
     public func deleteKnownHandle(child: String, handle: NormalizedHandle) { record(.unknown(child, handle)) }
     public func saveSession(_ session: SessionRecord) { record { Change.write(session: session, into: &$0) } }
@@ -206,7 +206,8 @@ public final class SQLiteStore: RelayStore {
 
     private func record(_ change: Change) { record { change.write(into: &$0) } }
 
-    private func record(_ write: (inout ByteWriter) -> Void) {
+    /// Records a change written by `write` (tests write old forms of changes with it).
+    func record(_ write: (inout ByteWriter) -> Void) {
         write(&turn)
         turnCount += 1
     }
@@ -306,6 +307,9 @@ public final class SQLiteStore: RelayStore {
         spare = []
     }
 
+    /// Whether the table writer has had to find questions by id, for changes journaled
+    /// without rows (for tests).
+    var hasFoundQuestionsByID: Bool { (try? writer.exclusive { $0.hasFoundQuestionsByID }) ?? false }
     /// Changes journaled and not yet in the tables (for tests).
     var journaledChanges: Int { backlog.count + (sealed?.count ?? 0) }
     /// The journal commits append to (for tests).

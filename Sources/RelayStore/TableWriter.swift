@@ -38,9 +38,16 @@ final class TableWriter: @unchecked Sendable {
     // Used only by the thread while a batch is pending, otherwise only inside `exclusive`.
     private let db: SQLiteDatabase
     private let sync: SyncMode
-    /// Each stored question's row key: rows are keyed in order of asking, so writing
-    /// new questions touches the table's last pages rather than one random page each.
-    private var questionKeys: [QuestionID: Int64] = [:]
+    /// A question's row key is the row the core gave it (`QuestionRecord.row`): in order of
+    /// asking, so writing new questions touches the table's last pages rather than one
+    /// random page each, and known without a map of every question's (at a relay's limit
+    /// of questions, such a map's lookups, each for a question long out of the caches,
+    /// took a tenth of the writer's time). Only questions journaled without a row, by a
+    /// relay from before rows were given, are found by id, in this map, read from the
+    /// table the first time one is met.
+    private var keysByID: [QuestionID: Int64]?
+    /// The highest row key the table has held since load (where keys for questions
+    /// journaled without a row continue).
     private var lastQuestionKey: Int64 = 0
     /// The cursors of each member's durable sessions, as in the tables: an event all of
     /// them have acknowledged is not written at all (the contract lets it be dropped; most
@@ -188,7 +195,7 @@ final class TableWriter: @unchecked Sendable {
             pace()
         }
         let changes = folded.changes
-        var forgotten: [QuestionID] = []
+        var forgotten: [QuestionID] = []  // found by id
         let cursorsBefore = cursors  // what the tables keep if the transaction fails
         do {
             try batch.bytes.withUnsafeBufferPointer { bytes in
@@ -199,9 +206,9 @@ final class TableWriter: @unchecked Sendable {
                         switch change {
                         case .question(let q):
                             try write(q, in: bytes)
-                        case .forgetQuestion(let question):
-                            forgotten.append(question)
-                            guard let key = questionKeys[question] else { break }
+                        case .forgetQuestion(let question, let row):
+                            if row == 0 { forgotten.append(question) }
+                            guard let key = row != 0 ? row : try storedKeys()[question] else { break }
                             try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
                         case .event(let e):
                             events[MemberBytes(bytes.raw(e.member)), default: []].append(e)
@@ -221,19 +228,46 @@ final class TableWriter: @unchecked Sendable {
             cursors = cursorsBefore
             throw error
         }
-        for id in forgotten { questionKeys[id] = nil }  // only once their rows are surely gone
+        for id in forgotten { keysByID?[id] = nil }  // only once their rows are surely gone
+    }
+
+    /// Whether `keysByID` was read (for tests).
+    var hasFoundQuestionsByID: Bool { keysByID != nil }
+
+    /// The row keys of the questions in the table, by id (for changes journaled without rows).
+    private func storedKeys() throws -> [QuestionID: Int64] {
+        if let keysByID { return keysByID }
+        var keys: [QuestionID: Int64] = [:]
+        try db.run("SELECT id, key FROM questions") { r in
+            if let id = QuestionID(r.text(0)) { keys[id] = r.int(1) }
+        }
+        keysByID = keys
+        return keys
+    }
+
+    /// The row key of `q`: its row, or for a question journaled without one, the key it
+    /// has in the table, or the next one.
+    private func rowKey(of q: QuestionRow) throws -> Int64 {
+        if q.row != 0 {
+            lastQuestionKey = max(lastQuestionKey, q.row)
+            return q.row
+        }
+        if let key = try storedKeys()[q.key] { return key }
+        lastQuestionKey += 1
+        keysByID?[q.key] = lastQuestionKey
+        return lastQuestionKey
     }
 
     private func write(_ q: QuestionRow, in bytes: UnsafeBufferPointer<UInt8>) throws {
         try withStored(q.outcome, in: bytes) { outcome in
             guard let asked = q.asked else {
-                guard let key = questionKeys[q.key] else { return }
+                guard let key = q.row != 0 ? q.row : try storedKeys()[q.key] else { return }
                 try db.run(
                     "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE key = ?",
                     [.textAt(bytes.raw(q.status)), .int(q.attempt), outcome, .int(key)])
                 return
             }
-            let key = newOrStoredKey(&questionKeys[q.key, default: 0])  // one hash, whichever it is
+            let key = try rowKey(of: q)
             try withContent(of: asked, in: bytes) { content in
                 try db.run(
                     "INSERT OR REPLACE INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)",
@@ -255,15 +289,6 @@ final class TableWriter: @unchecked Sendable {
         contentScratch.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[asked.content]))
         contentScratch.append(UInt8(ascii: "}"))
         try contentScratch.withUnsafeBytes(body)
-    }
-
-    /// A question's row key: `stored`, or the next one (written into `stored`) when it is 0.
-    private func newOrStoredKey(_ stored: inout Int64) -> Int64 {
-        if stored == 0 {
-            lastQuestionKey += 1
-            stored = lastQuestionKey
-        }
-        return stored
     }
 
     /// A member's events of the batch as one row, leaving out those every durable session
@@ -318,11 +343,12 @@ final class TableWriter: @unchecked Sendable {
         for s in sessions { cursors[s.member, default: [:]][s.name] = s.cursor }
     }
 
-    /// Reads the stored questions into `snapshot`, learning their row keys.
+    /// Reads the stored questions into `snapshot`, each with its row key as its row.
     func loadQuestions(into snapshot: inout StoreSnapshot) throws {
-        questionKeys.removeAll()
-        questionKeys.reserveCapacity(Int(try db.scalar("SELECT count(*) FROM questions") ?? 0))
+        keysByID = nil
+        lastQuestionKey = 0
         var questions: [QuestionRecord] = []
+        questions.reserveCapacity(Int(try db.scalar("SELECT count(*) FROM questions") ?? 0))
         try db.run("SELECT child, family, status, attempt, createdAt, content, outcome, key FROM questions ORDER BY key") { r in
             guard let c = QuestionContent(encoded: r.blob(5)),
                 let status = QuestionStatus(rawValue: r.text(2))
@@ -336,11 +362,11 @@ final class TableWriter: @unchecked Sendable {
             questions.append(
                 QuestionRecord(
                     content: c, child: r.text(0), family: r.text(1), status: status, attempt: r.int(3),
-                    createdAt: Timestamp(milliseconds: r.int(4)), outcome: outcome))
-            self.questionKeys[c.key] = r.int(7)
+                    createdAt: Timestamp(milliseconds: r.int(4)), outcome: outcome, row: r.int(7)))
             self.lastQuestionKey = max(self.lastQuestionKey, r.int(7))
         }
         snapshot.questions = questions
+        snapshot.lastQuestionRow = lastQuestionKey
     }
 
     private func write(_ change: Change) throws {

@@ -107,7 +107,8 @@ enum Extras {
             let c = try question(String(format: "%08X-0000-4000-8000-%012X", i / 100, i))
             store.saveQuestion(
                 QuestionRecord(
-                    content: c, child: "pc\(i % families)", family: "p\(i % families)", status: .pending, attempt: 1, createdAt: now))
+                    content: c, child: "pc\(i % families)", family: "p\(i % families)", status: .pending, attempt: 1, createdAt: now,
+                    row: Int64(i + 1)))
             if i % 10_000 == 9_999 { try store.commit() }
         }
         try store.commit()

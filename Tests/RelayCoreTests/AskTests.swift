@@ -1,5 +1,6 @@
 import RelayCore
 import RelayProtocol
+import RelayStore
 import XCTest
 
 final class AskTests: XCTestCase {
@@ -220,6 +221,36 @@ final class AskTests: XCTestCase {
         _ = h.error(c, ["type": "cancel", "questionId": id], .alreadyAnswered)
         let (c2, _) = h.login("c2")
         _ = h.error(c2, ["type": "cancel", "questionId": id], .notFound)
+    }
+
+    /// Each question asked for the first time gets the next row for the store, kept when it
+    /// is asked again; rows are never given twice, across restarts and forgotten questions.
+    func testEveryQuestionGetsARowOfItsOwnThatItKeeps() throws {
+        let store = MemoryStore()
+        let h = try CoreHarness(store: store) { $0.maxQuestionsPerChild = 2 }
+        h.standardFamilies()
+        var (c, _) = h.login("c1")
+        var (g, _) = h.login("g1")
+        func rows() throws -> [String: Int64] {
+            Dictionary(uniqueKeysWithValues: try store.load().questions.map { ($0.id, $0.row) })
+        }
+        let (a, b, third): (JSONObject, JSONObject, JSONObject) = (h.question(), h.question(), h.question())
+        let (idA, idB, idThird) = (a["id"]!.string!, b["id"]!.string!, third["id"]!.string!)
+        for q in [a, b] { h.ok(c, ["type": "ask", "question": .object(q)]) }
+        h.ok(c, ["type": "cancel", "questionId": .string(idA)])
+        h.ok(c, ["type": "ask", "question": .object(a)])  // asked again: the same question, the same row
+        XCTAssertEqual(try rows(), [idA: 1, idB: 2])
+
+        h.ok(g, ["type": "answer", "questionId": .string(idA), "choice": "approve"])
+        h.ok(c, ["type": "ask", "question": .object(third)])  // the child's oldest finished one is forgotten
+        XCTAssertEqual(try rows(), [idB: 2, idThird: 3])
+
+        try h.restart()
+        (c, _) = h.login("c1")
+        (g, _) = h.login("g1")
+        h.ok(g, ["type": "answer", "questionId": .string(idThird), "choice": "decline"])
+        h.ok(c, ["type": "ask", "question": .object(a)])  // forgotten, so new: a row after every row given
+        XCTAssertEqual(try rows(), [idB: 2, idA: 4])
     }
 
     func testQuestionsListAndFilter() throws {

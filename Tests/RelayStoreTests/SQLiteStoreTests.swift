@@ -22,7 +22,7 @@ final class SQLiteStoreTests: XCTestCase {
     private var path: String { dir.appendingPathComponent("relay.db").path }
 
     private func state(of q: QuestionRecord) -> QuestionState {
-        QuestionState(key: q.key, status: q.status, attempt: q.attempt, outcome: q.outcome)
+        QuestionState(key: q.key, status: q.status, attempt: q.attempt, outcome: q.outcome, row: q.row)
     }
 
     private func question(_ n: Int) throws -> QuestionRecord {
@@ -35,7 +35,7 @@ final class SQLiteStoreTests: XCTestCase {
         ]
         return QuestionRecord(
             content: try QuestionContent.validate(q, now: Timestamp(milliseconds: 0)), child: "c1", family: "fam",
-            status: .pending, attempt: 1, createdAt: Timestamp(milliseconds: Int64(n)))
+            status: .pending, attempt: 1, createdAt: Timestamp(milliseconds: Int64(n)), row: Int64(n))
     }
 
     /// Several turns of every kind of change, committed and never checkpointed.
@@ -54,7 +54,7 @@ final class SQLiteStoreTests: XCTestCase {
         answered.status = .answered
         answered.outcome = Outcome(choice: .approve, guardian: "g1", answeredAt: Timestamp(milliseconds: 7))
         store.saveQuestionState(answered)
-        store.deleteQuestion(forgotten.key)
+        store.deleteQuestion(forgotten)
         let h = NormalizedHandle(kind: .phoneNumber, rawValue: "+1 555 1")!
         store.saveKnownHandle(KnownHandleRecord(child: "c1", handle: h, permanent: true, until: nil, actions: ["message"]))
         store.appendEvent(
@@ -111,7 +111,7 @@ final class SQLiteStoreTests: XCTestCase {
     func testAQuestionSavedAfterItsEventKeepsItsContentOnceInTheJournal() throws {
         let store = try SQLiteStore(path: path)
         _ = try store.load()
-        let (once, twice, other, alone) = (try question(1), try question(2), try question(3), try question(4))
+        let (once, twice, alone, other) = (try question(1), try question(2), try question(3), try question(4))  // rows in order of saving
 
         var size = try journalSize(store)
         func growth() throws -> Int {
@@ -168,6 +168,114 @@ final class SQLiteStoreTests: XCTestCase {
         let reopened = try SQLiteStore(path: path)
         XCTAssertEqual(reopened.journaledChanges, 0)
         XCTAssertEqual(try reopened.load().questions, [q])
+    }
+
+    /// The tables' rows for questions, by key, with their ids (read with SQLite itself).
+    private func storedRows() throws -> [Int64: String] {
+        let db = try SQLiteDatabase(path: path)
+        var rows: [Int64: String] = [:]
+        try db.run("SELECT key, id FROM questions") { r in rows[r.int(0)] = r.text(1) }
+        return rows
+    }
+
+    /// Each question is written, updated and deleted by the row it was given, loads with
+    /// that row, and the writer never has to find a question by its id.
+    func testQuestionsAreWrittenByTheirRowsAndLoadWithThem() throws {
+        let store = try SQLiteStore(path: path)
+        _ = try store.load()
+        var (a, b, c) = (try question(3), try question(5), try question(8))
+        for q in [a, b, c] { store.saveQuestion(q) }
+        try store.commit()
+        try store.checkpoint()
+        a.status = .answered
+        a.outcome = Outcome(choice: .approve, guardian: "g1", answeredAt: Timestamp(milliseconds: 9))
+        store.saveQuestionState(a)
+        store.deleteQuestion(b)
+        try store.commit()
+        try store.checkpoint()
+        XCTAssertEqual(try storedRows(), [3: a.id, 8: c.id])
+        XCTAssertFalse(store.hasFoundQuestionsByID)
+
+        c.status = .cancelled
+        store.saveQuestionState(c)
+        try store.commit()  // journaled only: read back at load
+        let s = try SQLiteStore(path: path).load()
+        XCTAssertEqual(s.questions, [a, c])
+        XCTAssertEqual(s.questions.map(\.row), [3, 8])
+        XCTAssertEqual(s.lastQuestionRow, 8)
+    }
+
+    /// Forgotten and asked again within one batch, a question has a new row: the old row is
+    /// deleted all the same, and the tables hold the question once.
+    func testAQuestionForgottenAndAskedAgainInOneBatchKeepsOnlyItsNewRow() throws {
+        let store = try SQLiteStore(path: path)
+        _ = try store.load()
+        var q = try question(1)
+        q.status = .answered
+        store.saveQuestion(q)
+        try store.commit()
+        try store.checkpoint()
+        store.deleteQuestion(q)
+        q.status = .pending
+        q.row = 2
+        store.saveQuestion(q)
+        try store.commit()
+        try store.checkpoint()
+        XCTAssertEqual(try storedRows(), [2: q.id])
+        XCTAssertEqual(try SQLiteStore(path: path).load().questions.map(\.row), [2])
+    }
+
+    /// A journal written before questions had rows (tags 3, 4 and 5, as an older relay left
+    /// it at a crash) is still read and written: the writer finds those questions by id and
+    /// gives new ones keys above the table's, in room the snapshot keeps free of new rows.
+    func testAJournalWrittenBeforeQuestionsHadRowsIsReadAndWritten() throws {
+        /// `change` as an older relay journaled it: its tag, and no row after it.
+        func old(_ change: Change, tag: Int64) -> (inout ByteWriter) -> Void {
+            { w in
+                var new = ByteWriter()
+                change.write(into: &new)
+                XCTAssertEqual(Int64(new.bytes[0]) >> 1, tag + (tag == 3 ? 10 : 11), "one byte, the tag with a row")
+                w.int(tag)
+                w.bytes += new.bytes.dropFirst().dropLast()  // the row, 0, is one byte
+            }
+        }
+        let store = try SQLiteStore(path: path)
+        _ = try store.load()
+        var kept = try question(1)
+        store.saveQuestion(kept)
+        try store.commit()
+        try store.checkpoint()
+
+        var unnumbered = [try question(2), try question(3)]
+        for i in unnumbered.indices { unnumbered[i].row = 0 }
+        kept.status = .answered
+        kept.outcome = Outcome(choice: .decline, guardian: "g1", answeredAt: Timestamp(milliseconds: 4))
+        var stateOnly = state(of: kept)
+        stateOnly.row = 0
+        store.record(old(.question(unnumbered[0]), tag: 3))
+        store.record(old(.question(unnumbered[1]), tag: 3))
+        store.record(old(.questionState(stateOnly), tag: 4))
+        store.record(old(.forgetQuestion(unnumbered[1].key, row: 0), tag: 5))
+        try store.commit()  // and the relay stops without a checkpoint
+
+        let upgraded = try SQLiteStore(path: path)
+        let s = try upgraded.load()
+        XCTAssertEqual(s.questions, [kept, unnumbered[0]])
+        XCTAssertEqual(s.questions.map(\.row), [1, 0])
+        XCTAssertGreaterThanOrEqual(s.lastQuestionRow, 3, "room for the two asked without rows")
+        var next = try question(4)
+        next.row = s.lastQuestionRow + 1
+        upgraded.saveQuestion(next)
+        try upgraded.commit()
+        try upgraded.checkpoint()
+        XCTAssertTrue(upgraded.hasFoundQuestionsByID)
+        let rows = try storedRows()
+        XCTAssertEqual(Set(rows.values), [kept.id, unnumbered[0].id, next.id], "each once, none lost to another's key")
+        XCTAssertEqual(rows[1], kept.id)
+        XCTAssertEqual(rows[next.row], next.id)
+        let reloaded = try SQLiteStore(path: path).load()
+        XCTAssertEqual(reloaded.questions, [kept, unnumbered[0], next])
+        XCTAssertEqual(reloaded.questions.last?.row, next.row)
     }
 
     /// An event that every durable session of its member has acknowledged is not written to
@@ -381,7 +489,7 @@ final class SQLiteStoreTests: XCTestCase {
             .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: Array(0...255), removed: true, limitsEnabled: false)),
             .question(q),
             .questionState(state(of: q)),
-            .forgetQuestion(q.key),
+            .forgetQuestion(q.key, row: q.row),
             .known(KnownHandleRecord(child: "c1", handle: h, permanent: false, until: Timestamp(milliseconds: 1 << 40), actions: [])),
             .known(KnownHandleRecord(child: "c1", handle: h, permanent: true, until: nil, actions: ["message", "audioCall"])),
             .unknown("c1", h),
@@ -435,7 +543,7 @@ final class SQLiteStoreTests: XCTestCase {
         }
         let changes = [
             Change.question(pendingA), session("phone", 1), .family("f"), .questionState(state(of: a)), session("pad", 1),
-            .question(b), session("phone", 4), .forgetQuestion(b.key), .questionState(state(of: b)), session("phone", 5),
+            .question(b), session("phone", 4), .forgetQuestion(b.key, row: b.row), .questionState(state(of: b)), session("phone", 5),
             .dropSessions("c1"), session("phone", 0), session("phone", 2), session("pad", 7), .dropSession("c1", "pad"),
             session("pad", 3),
         ]
@@ -447,7 +555,7 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(
             folded,
             [
-                .question(a), session("phone", 5), .family("f"), session("pad", 1), .forgetQuestion(b.key), .dropSessions("c1"),
+                .question(a), session("phone", 5), .family("f"), session("pad", 1), .forgetQuestion(b.key, row: b.row), .dropSessions("c1"),
                 session("phone", 2), session("pad", 7), .dropSession("c1", "pad"), session("pad", 3),
             ])
         var s = StoreSnapshot()
@@ -503,8 +611,11 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(events.map(\.seq), Array(1...300))
         XCTAssertEqual(events.last?.frame, [UInt8(300 % 256)])
         XCTAssertEqual(try store.events(member: "c1", after: 0, limit: 10).first?.topic, .communication)
-        // The converted question is updated in place and the next one follows it.
-        var answered = q
+        // The converted question is updated in place (by the row it was loaded with) and the
+        // next one follows it.
+        var answered = try XCTUnwrap(s.questions.first)
+        XCTAssertEqual(answered.row, 1)
+        XCTAssertEqual(s.lastQuestionRow, 1)
         answered.status = .answered
         answered.outcome = Outcome(choice: .approve, guardian: "g1", answeredAt: Timestamp(milliseconds: 10))
         store.saveQuestionState(answered)
@@ -549,7 +660,7 @@ final class SQLiteStoreTests: XCTestCase {
         let store = try SQLiteStore(path: path)
         store.checkpointThreshold = 2000
         store.saveFamily("fam")
-        for n in 0..<2000 { store.saveQuestion(try question(n)) }
+        for n in 1...2000 { store.saveQuestion(try question(n)) }
         let start = monotonicNanos()
         try store.commit()  // hands the batch to the writer's thread
         try store.settle(wait: true)
