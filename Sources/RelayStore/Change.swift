@@ -143,7 +143,7 @@ extension Change {
 
     static func write(forgetting key: QuestionID, row: Int64, into w: inout ByteWriter) {
         w.int(16)
-        w.string(key.description)
+        key.withCanonicalBytes { w.data($0) }  // as `string` writes it, without making one
         w.int(row)
     }
 

@@ -184,7 +184,9 @@ public final class SQLiteStore: RelayStore {
         record { Change.write(question: question, contentIn: lastEventFrame, into: &$0) }
     }
     public func saveQuestionState(_ question: QuestionRecord) { record { Change.write(stateOf: question, into: &$0) } }
-    public func deleteQuestion(_ question: QuestionRecord) { record(.forgetQuestion(question.key, row: question.row)) }
+    public func deleteQuestion(_ question: QuestionRecord) {
+        record { Change.write(forgetting: question.key, row: question.row, into: &$0) }
+    }
     public func saveKnownHandle(_ known: KnownHandleRecord) { record(.known(known)) }
     public func deleteKnownHandle(child: String, handle: NormalizedHandle) { record(.unknown(child, handle)) }
     public func saveSession(_ session: SessionRecord) { record { Change.write(session: session, into: &$0) } }
