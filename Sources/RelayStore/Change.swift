@@ -76,10 +76,7 @@ extension Change {
             w.bool(m.removed)
             w.bool(m.limitsEnabled)
         case .question(let q): Self.write(question: q, into: &w)
-        case .questionState(let s):
-            w.int(15)
-            Self.writeState(id: s.key, s.status, s.attempt, s.outcome, into: &w)
-            w.int(s.row)
+        case .questionState(let s): Self.write(stateOf: s.key, s.status, s.attempt, s.outcome, row: s.row, into: &w)
         case .forgetQuestion(let key, let row): Self.write(forgetting: key, row: row, into: &w)
         case .known(let k):
             w.int(6)
@@ -136,9 +133,16 @@ extension Change {
 
     /// A question's status, attempt and outcome (what `QuestionState` holds).
     static func write(stateOf q: QuestionRecord, into w: inout ByteWriter) {
+        write(stateOf: q.key, q.status, q.attempt, q.outcome, row: q.row, into: &w)
+    }
+
+    private static func write(
+        stateOf id: QuestionID, _ status: QuestionStatus, _ attempt: Int64, _ outcome: Outcome?, row: Int64,
+        into w: inout ByteWriter
+    ) {
         w.int(15)
-        writeState(id: q.key, q.status, q.attempt, q.outcome, into: &w)
-        w.int(q.row)
+        writeState(id: id, status, attempt, outcome, into: &w)
+        w.int(row)
     }
 
     static func write(forgetting key: QuestionID, row: Int64, into w: inout ByteWriter) {
@@ -149,6 +153,18 @@ extension Change {
 
     /// Whether a question change's tag is followed by the question's row.
     static func hasRow(_ tag: Int64) -> Bool { tag >= 13 && tag <= 16 }
+
+    /// The tag of the same change without a row (3, 11, 4 or 5 for 13 to 16): what the
+    /// change holds before its row.
+    static func withoutRow(_ tag: Int64) -> Int64 {
+        switch tag {
+        case 13: 3
+        case 14: 11
+        case 15: 4
+        case 16: 5
+        default: tag
+        }
+    }
 
     static func write(session s: SessionRecord, into w: inout ByteWriter) {
         w.int(8)
@@ -230,15 +246,16 @@ extension Change {
 
     /// The change whose tag was just read.
     static func read(tag: Int64, from r: inout ByteReader) throws -> Change {
-        switch tag {
+        let rowed = hasRow(tag)
+        switch withoutRow(tag) {
         case 1: return .family(try r.string())
         case 2:
             return .member(
                 MemberRecord(
                     id: try r.string(), family: try r.string(), role: try r.raw(Role.self), tokenHash: try r.data(),
                     removed: try r.bool(), limitsEnabled: try r.bool()))
-        case 3, 11, 13, 14:
-            let encoded = tag == 3 || tag == 13 ? try r.data() : closedContent(r.bytes[try contentCopy(from: &r)])
+        case let kind where kind == 3 || kind == 11:
+            let encoded = kind == 3 ? try r.data() : closedContent(r.bytes[try contentCopy(from: &r)])
             guard let content = QuestionContent(encoded: encoded) else {
                 throw JournalError(description: "a journal question cannot be read")
             }
@@ -247,15 +264,15 @@ extension Change {
             return .question(
                 QuestionRecord(
                     content: content, child: child, family: family, status: s.status, attempt: s.attempt,
-                    createdAt: createdAt, outcome: s.outcome, row: hasRow(tag) ? try r.int() : 0))
-        case 4, 15:
+                    createdAt: createdAt, outcome: s.outcome, row: rowed ? try r.int() : 0))
+        case 4:
             var s = try readState(from: &r)
-            if hasRow(tag) { s.row = try r.int() }
+            if rowed { s.row = try r.int() }
             return .questionState(s)
-        case 5, 16:
+        case 5:
             let id = try r.string()
             guard let key = QuestionID(id) else { throw JournalError(description: "a journal question id \(id) is not a UUID") }
-            return .forgetQuestion(key, row: hasRow(tag) ? try r.int() : 0)
+            return .forgetQuestion(key, row: rowed ? try r.int() : 0)
         case 6:
             let child = try r.string()
             let handle = NormalizedHandle(kind: try r.raw(HandleKind.self), value: try r.string())

@@ -71,29 +71,30 @@ extension JournaledChange {
     /// Reads the change `Change.encode` wrote at the reader's position.
     static func read(from r: inout ByteReader) throws -> JournaledChange {
         let start = r.i
-        switch try r.int() {
-        case let tag where tag == 3 || tag == 11 || tag == 13 || tag == 14:
-            let content = tag == 3 || tag == 13 ? try r.range() : try Change.contentCopy(from: &r)
+        let tag = try r.int(), rowed = Change.hasRow(tag)
+        switch Change.withoutRow(tag) {
+        case let kind where kind == 3 || kind == 11:
+            let content = kind == 3 ? try r.range() : try Change.contentCopy(from: &r)
             var asked = QuestionRow.Asked(content: content, child: try r.range(), family: try r.range(), createdAt: try r.int())
-            asked.isOpen = tag == 11 || tag == 14
+            asked.isOpen = kind == 11
             var row = try readState(from: &r)
             row.asked = asked
-            if Change.hasRow(tag) { row.row = try r.int() }
+            if rowed { row.row = try r.int() }
             return .question(row)
-        case let tag where tag == 4 || tag == 15:
+        case 4:
             var row = try readState(from: &r)
-            if Change.hasRow(tag) { row.row = try r.int() }
+            if rowed { row.row = try r.int() }
             return .question(row)
-        case let tag where tag == 5 || tag == 16:
+        case 5:
             let key = try key(r.range(), in: r.bytes)
-            return .forgetQuestion(key, row: Change.hasRow(tag) ? try r.int() : 0)
+            return .forgetQuestion(key, row: rowed ? try r.int() : 0)
         case 10:
             let member = try r.range(), start = r.i
             let seq = try r.int(), at = try r.int()
             _ = try r.range()  // topic
             _ = try r.range()  // frame
             return .event(EventRow(member: member, seq: seq, at: at, encoded: start..<r.i))
-        case let tag:
+        default:
             _ = try Change.read(tag: tag, from: &r)  // to check it and find its end
             return .other(at: start)
         }
