@@ -55,7 +55,7 @@ let package = Package(
         .testTarget(name: "RelayCoreTests", dependencies: ["RelayCore", "RelayStore", "RelayProtocol"]),
         .testTarget(name: "RelayServerTests", dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem"]),
         .testTarget(name: "EndToEndTests", dependencies: ["RelayProtocol", "RelayServer", "CSystem", "PermissionKit"]),
-        .testTarget(name: "PermissionKitTests", dependencies: ["PermissionKit", "RelayProtocol"]),
+        .testTarget(name: "PermissionKitTests", dependencies: ["PermissionKit", "RelayProtocol", "CSystem"]),
         .testTarget(name: "permission-benchTests", dependencies: ["permission-bench", "RelayProtocol"]),
     ],
     swiftLanguageModes: [.v6]

@@ -28,6 +28,12 @@ public struct RelayConfiguration: Sendable {
     public var reconnectDelay: Duration = .milliseconds(100)
     /// The longest the backoff grows to.
     public var maxReconnectDelay: Duration = .seconds(5)
+    /// How long an acknowledgement of processed events may wait for a request to go out
+    /// with: most events are soon followed by one (a guardian's answer, a child's next
+    /// ask), and an ack that rides along spares the relay a read and a turn of its own.
+    /// A longer delay only means that after a crash a few more events come again, which
+    /// the app's place in the stream (`stateFile`) passes over. Closing sends it at once.
+    public var ackDelay: Duration = RelayDefaults.ackDelay
 
     /// A member's connection to the relay at `socketPath`; `session` names a durable
     /// session (nil: ephemeral), and `stateFile` keeps the app's place between runs.

@@ -56,6 +56,8 @@ final class RelayConnection: Sendable {
         var state = ConnectionState.connecting
         var pending: [Pending] = []
         var ackToSend: Int64?
+        /// When `ackToSend` goes out on its own if no frame has carried it before.
+        var ackDue: ContinuousClock.Instant?
         var extraFrames: [JSONObject] = []
         var watchers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
         var closed = false
@@ -156,10 +158,16 @@ final class RelayConnection: Sendable {
         }
     }
 
-    /// Acknowledges every event up to `seq` (sent on the next occasion).
+    /// Acknowledges every event up to `seq`: with the next frame sent, or on its own once
+    /// `ackDelay` has passed since the oldest event it leaves unacknowledged.
     func ack(_ seq: Int64) {
-        shared.withLock { $0.ackToSend = max($0.ackToSend ?? 0, seq) }
-        wake()
+        let first = shared.withLock { s -> Bool in
+            s.ackToSend = max(s.ackToSend ?? 0, seq)
+            guard s.ackDue == nil else { return false }
+            s.ackDue = .now + config.ackDelay
+            return true
+        }
+        if first { wake() }  // the thread's wait must end by the ack's due time
     }
 
     /// Sends a frame without a reply (e.g. a fresh subscribe) if connected.
@@ -324,8 +332,9 @@ final class RelayConnection: Sendable {
         let heartbeat = greeted.heartbeat
         handle(greeted.early, fd)
         while true {
-            // Send what is waiting: new or unanswered requests, acks, extra frames.
-            let (toSend, closed) = shared.withLock { s -> ([JSONObject], Bool) in
+            // Send what is waiting: new or unanswered requests, extra frames, and the ack if
+            // they can carry it, it is due, or the connection is closing.
+            let (toSend, closed, ackDue) = shared.withLock { s -> ([JSONObject], Bool, ContinuousClock.Instant?) in
                 var out: [JSONObject] = s.extraFrames
                 s.extraFrames.removeAll()
                 // Once closed, no new request goes out, but a subscription and an ack still do.
@@ -333,14 +342,14 @@ final class RelayConnection: Sendable {
                     s.pending[i].sent = true
                     out.append(s.pending[i].frame)
                 }
-                if let a = s.ackToSend {
+                if let a = s.ackToSend, !out.isEmpty || s.closed || s.ackDue.map({ $0 <= .now }) ?? true {
                     out.append(["type": "ack", "seq": .int(a)])
-                    s.ackToSend = nil
+                    (s.ackToSend, s.ackDue) = (nil, nil)
                 }
-                return (out, s.closed)
+                return (out, s.closed, s.ackDue)
             }
-            for f in toSend {
-                guard write(fd, f) else { return }
+            if !toSend.isEmpty {
+                guard write(fd, toSend) else { return }
                 lastSent = .now
             }
             if closed { return }
@@ -354,6 +363,7 @@ final class RelayConnection: Sendable {
             let nextDeadline = earliestDeadline()
             var wait = min(heartbeat, max(.zero, (lastSent + heartbeat) - now))
             if let d = nextDeadline { wait = min(wait, max(.zero, d - now)) }
+            if let d = ackDue { wait = min(wait, max(.zero, d - now)) }
             var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0)]
             let ms = Self.pollTimeout(wait)
             let n = poll(&fds, 2, ms)
@@ -444,8 +454,13 @@ final class RelayConnection: Sendable {
         return f
     }
 
-    private func write(_ fd: Int32, _ f: JSONObject) -> Bool {
-        let bytes = f.frame
+    private func write(_ fd: Int32, _ f: JSONObject) -> Bool { write(fd, [f]) }
+
+    /// Writes `frames` in one go, so that the relay reads them (an ack with the request
+    /// that carries it) at once.
+    private func write(_ fd: Int32, _ frames: [JSONObject]) -> Bool {
+        var bytes: [UInt8] = []
+        for f in frames { bytes.append(bytes: f.frame) }
         var off = 0
         while off < bytes.count {
             let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + off, bytes.count - off, Int32(MSG_NOSIGNAL)) }

@@ -1,8 +1,8 @@
 // The load: F families (a child and G guardians each), every child keeping W questions
 // in flight; a cycle is ask → question at the guardians → answer (by one of them, in
-// turn) → response at the child, with acks as a real client sends them (once per read
-// batch). One epoll loop drives every connection; frames are classified by byte search,
-// not parsed, so the generator stays cheap.
+// turn) → response at the child, with acks as the client library sends them (with the
+// next frame, or alone after its ack delay). One epoll loop drives every connection;
+// frames are classified by byte search, not parsed, so the generator stays cheap.
 
 import CSystem
 import Foundation
@@ -42,8 +42,16 @@ final class LoadGenerator {
     private var sentAt: [Int: UInt64] = [:]
     /// By descriptor: the asks queued in this turn and not yet written (`flush` times them).
     private var unsent: [[Int]] = []
-    /// By descriptor: the highest seq read in this turn (0: none), to ack at its end.
+    /// By descriptor: the highest seq read and not yet acknowledged (0: none).
     private var ackSeq: [Int] = []
+    /// By descriptor: when that ack is due on its own (the first unacknowledged event's
+    /// arrival plus the client's ack delay); before then it rides on the next frame sent.
+    private var ackDue: [UInt64] = []
+    /// By descriptor: whether this turn queued a frame (an ask or an answer) to write.
+    private var writes: [Bool] = []
+    /// Acks held back, with their due times, in that order; those before `heldStart` are done.
+    private var held: [(fd: Int32, due: UInt64)] = []
+    private var heldStart = 0
     /// The connections written to or to ack in this turn, each once (`isTouched`, by descriptor).
     private var touched: [Int32] = []
     private var isTouched: [Bool] = []
@@ -128,6 +136,8 @@ final class LoadGenerator {
         familyOfChild += repeatElement(-1, count: n)
         guardianIndex += repeatElement(-1, count: n)
         ackSeq += repeatElement(0, count: n)
+        ackDue += repeatElement(0, count: n)
+        writes += repeatElement(false, count: n)
         isTouched += repeatElement(false, count: n)
         unsent += repeatElement([], count: n)
     }
@@ -137,6 +147,7 @@ final class LoadGenerator {
         let number = counter, family = familyOfChild[Int(fd)]
         loop.queueFrame(fd) { frames.appendAsk(family: family, number: number, to: &$0) }
         unsent[Int(fd)].append(number)
+        writes[Int(fd)] = true
     }
 
     /// Writes what is queued for `fd`, its asks timed from now: a cycle starts when its
@@ -197,16 +208,22 @@ final class LoadGenerator {
     private static let questionID: StaticString = #""question":{"id":""#, questionIdField: StaticString = #""questionId":""#
 
     /// One loop turn: guardians answer questions, children take responses (and ask again
-    /// when `reask`), every connection acks the highest seq it read. `completed` gets each
-    /// cycle's latency and the time it completed, in nanoseconds.
+    /// when `reask`), and every connection acks the highest seq it read as the client library
+    /// does: with the next frame it sends, or on its own once `ackDelay` has passed since the
+    /// first event it leaves unacknowledged. `completed` gets each cycle's latency and the
+    /// time it completed, in nanoseconds.
     private func step(reask: Bool, errors: inout Int, completed: (_ latency: UInt64, _ at: UInt64) -> Void) -> Bool {
         var failed = 0
-        let ok = loop.poll(timeoutMs: 100) { fd, body in
+        let ok = loop.poll(timeoutMs: pollTimeout()) { fd, body in
             let slot = Int(fd)
             guard let head = BenchFrames.Head(body) else { return }
-            if let seq = head.seq, seq > ackSeq[slot] {
+            if !baseline, let seq = head.seq, seq > ackSeq[slot] {
+                if ackSeq[slot] == 0 {
+                    let due = now() + Self.ackDelayNanos
+                    ackDue[slot] = due
+                    held.append((fd, due))
+                }
                 ackSeq[slot] = seq
-                touch(fd)
             }
             let isChild = familyOfChild[slot] >= 0
             let wanted = isChild ? head.is("response") || head.is("answer") : head.is("question") || head.is("ask")
@@ -234,19 +251,57 @@ final class LoadGenerator {
                 }
                 guard n % guardians == guardianIndex[slot] else { return }  // another guardian's turn
                 loop.queueFrame(fd) { BenchFrames.appendAnswer(id: id, to: &$0) }
+                writes[slot] = true
             }
             touch(fd)
         }
         errors += failed
         for fd in touched {
             let slot = Int(fd)
-            if !baseline && ackSeq[slot] > 0 { loop.queueFrame(fd) { BenchFrames.appendAck(ackSeq[slot], to: &$0) } }
-            ackSeq[slot] = 0
+            if ackSeq[slot] > 0 && writes[slot] { queueAck(fd) }
+            writes[slot] = false
             isTouched[slot] = false
             flush(fd)
         }
         touched.removeAll(keepingCapacity: true)
+        sendDueAcks()
         return ok
+    }
+
+    /// How long the client library holds an ack back for a frame to ride on
+    /// (`RelayConfiguration.ackDelay`'s default).
+    static let ackDelayNanos = UInt64(RelayDefaults.ackDelay / .nanoseconds(1))
+
+    private func queueAck(_ fd: Int32) {
+        let slot = Int(fd)
+        loop.queueFrame(fd) { BenchFrames.appendAck(ackSeq[slot], to: &$0) }
+        ackSeq[slot] = 0
+        ackDue[slot] = 0
+    }
+
+    /// Sends the acks held back for their delay (in order of their due times, which is the
+    /// order they were held in; an entry whose ack has gone out since is passed over).
+    private func sendDueAcks() {
+        guard heldStart < held.count else { return }
+        let t = now()
+        while heldStart < held.count, held[heldStart].due <= t {
+            let (fd, due) = held[heldStart]
+            heldStart += 1
+            guard ackSeq[Int(fd)] > 0, ackDue[Int(fd)] == due else { continue }
+            queueAck(fd)
+            flush(fd)
+        }
+        if heldStart == held.count {
+            held.removeAll(keepingCapacity: true)
+            heldStart = 0
+        }
+    }
+
+    /// The wait for frames: up to 100 ms, less when an ack falls due sooner.
+    private func pollTimeout() -> Int32 {
+        guard heldStart < held.count else { return 100 }
+        let t = now(), due = held[heldStart].due
+        return due <= t ? 0 : Int32(min(100, (due - t + 999_999) / 1_000_000))
     }
 
     private func touch(_ fd: Int32) {
