@@ -105,8 +105,14 @@ public final class RelayServer {
     private var commitFailure = ""
     private var refusingUntil: Int64 = .min
     private var scratch = [UInt8](repeating: 0, count: 65536)
-    private var ready = [cs_ready](repeating: cs_ready(), count: 256)
+    private var ready = [cs_ready](repeating: cs_ready(), count: RelayServer.readyPerTurn)
     private var spin: SpinPolicy
+
+    /// The most ready connections one turn takes. A turn's replies and events all go out at
+    /// its end, so a turn that took every connection ready after a slow one (hundreds under
+    /// load) held all their replies until it had read and handled the lot. Those left over
+    /// come first in the next turn: epoll moves the ones it returns to the back of its list.
+    static let readyPerTurn = 32
 
     private static let listenToken: UInt64 = 0
     private static let signalToken: UInt64 = UInt64.max

@@ -20,6 +20,7 @@ final class AckTests: XCTestCase {
         connection.start()
         try relay.acceptAndWelcome()
         addTeardownBlock { connection.close() }
+        for await state in connection.states() where state == .ready { break }  // past the welcome
         return (connection, relay)
     }
 
