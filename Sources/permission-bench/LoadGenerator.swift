@@ -42,16 +42,11 @@ final class LoadGenerator {
     private var sentAt: [Int: UInt64] = [:]
     /// By descriptor: the asks queued in this turn and not yet written (`flush` times them).
     private var unsent: [[Int]] = []
-    /// By descriptor: the highest seq read and not yet acknowledged (0: none).
-    private var ackSeq: [Int] = []
-    /// By descriptor: when that ack is due on its own (the first unacknowledged event's
-    /// arrival plus the client's ack delay); before then it rides on the next frame sent.
-    private var ackDue: [UInt64] = []
+    /// The acks not yet sent, held for a frame to carry them (`RelayConfiguration.ackDelay`'s
+    /// default, as the client library does).
+    private var acks = HeldAcks(delay: UInt64(RelayDefaults.ackDelay / .nanoseconds(1)))
     /// By descriptor: whether this turn queued a frame (an ask or an answer) to write.
     private var writes: [Bool] = []
-    /// Acks held back, with their due times, in that order; those before `heldStart` are done.
-    private var held: [(fd: Int32, due: UInt64)] = []
-    private var heldStart = 0
     /// The connections written to or to ack in this turn, each once (`isTouched`, by descriptor).
     private var touched: [Int32] = []
     private var isTouched: [Bool] = []
@@ -135,8 +130,7 @@ final class LoadGenerator {
         guard n > 0 else { return }
         familyOfChild += repeatElement(-1, count: n)
         guardianIndex += repeatElement(-1, count: n)
-        ackSeq += repeatElement(0, count: n)
-        ackDue += repeatElement(0, count: n)
+        acks.makeRoom(for: fd)
         writes += repeatElement(false, count: n)
         isTouched += repeatElement(false, count: n)
         unsent += repeatElement([], count: n)
@@ -214,17 +208,10 @@ final class LoadGenerator {
     /// time it completed, in nanoseconds.
     private func step(reask: Bool, errors: inout Int, completed: (_ latency: UInt64, _ at: UInt64) -> Void) -> Bool {
         var failed = 0
-        let ok = loop.poll(timeoutMs: pollTimeout()) { fd, body in
+        let ok = loop.poll(timeoutMs: acks.waitMilliseconds(at: now(), longest: 100)) { fd, body in
             let slot = Int(fd)
             guard let head = BenchFrames.Head(body) else { return }
-            if !baseline, let seq = head.seq, seq > ackSeq[slot] {
-                if ackSeq[slot] == 0 {
-                    let due = now() + Self.ackDelayNanos
-                    ackDue[slot] = due
-                    held.append((fd, due))
-                }
-                ackSeq[slot] = seq
-            }
+            if !baseline, let seq = head.seq { acks.read(seq, on: fd, at: now()) }
             let isChild = familyOfChild[slot] >= 0
             let wanted = isChild ? head.is("response") || head.is("answer") : head.is("question") || head.is("ask")
             guard wanted else {
@@ -258,50 +245,17 @@ final class LoadGenerator {
         errors += failed
         for fd in touched {
             let slot = Int(fd)
-            if ackSeq[slot] > 0 && writes[slot] { queueAck(fd) }
+            if writes[slot], let ack = acks.take(fd) { loop.queueFrame(fd) { BenchFrames.appendAck(ack, to: &$0) } }
             writes[slot] = false
             isTouched[slot] = false
             flush(fd)
         }
         touched.removeAll(keepingCapacity: true)
-        sendDueAcks()
-        return ok
-    }
-
-    /// How long the client library holds an ack back for a frame to ride on
-    /// (`RelayConfiguration.ackDelay`'s default).
-    static let ackDelayNanos = UInt64(RelayDefaults.ackDelay / .nanoseconds(1))
-
-    private func queueAck(_ fd: Int32) {
-        let slot = Int(fd)
-        loop.queueFrame(fd) { BenchFrames.appendAck(ackSeq[slot], to: &$0) }
-        ackSeq[slot] = 0
-        ackDue[slot] = 0
-    }
-
-    /// Sends the acks held back for their delay (in order of their due times, which is the
-    /// order they were held in; an entry whose ack has gone out since is passed over).
-    private func sendDueAcks() {
-        guard heldStart < held.count else { return }
-        let t = now()
-        while heldStart < held.count, held[heldStart].due <= t {
-            let (fd, due) = held[heldStart]
-            heldStart += 1
-            guard ackSeq[Int(fd)] > 0, ackDue[Int(fd)] == due else { continue }
-            queueAck(fd)
+        acks.takeDue(at: now()) { fd, ack in
+            loop.queueFrame(fd) { BenchFrames.appendAck(ack, to: &$0) }
             flush(fd)
         }
-        if heldStart == held.count {
-            held.removeAll(keepingCapacity: true)
-            heldStart = 0
-        }
-    }
-
-    /// The wait for frames: up to 100 ms, less when an ack falls due sooner.
-    private func pollTimeout() -> Int32 {
-        guard heldStart < held.count else { return 100 }
-        let t = now(), due = held[heldStart].due
-        return due <= t ? 0 : Int32(min(100, (due - t + 999_999) / 1_000_000))
+        return ok
     }
 
     private func touch(_ fd: Int32) {
