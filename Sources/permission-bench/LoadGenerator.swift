@@ -47,7 +47,7 @@ final class LoadGenerator {
     private var acks = HeldAcks(delay: UInt64(RelayDefaults.ackDelay / .nanoseconds(1)))
     /// By descriptor: whether this turn queued a frame (an ask or an answer) to write.
     private var writes: [Bool] = []
-    /// The connections written to or to ack in this turn, each once (`isTouched`, by descriptor).
+    /// The connections that read a question or a response in this turn, each once (`isTouched`, by descriptor).
     private var touched: [Int32] = []
     private var isTouched: [Bool] = []
     private var counter = 0

@@ -38,14 +38,13 @@ final class AckTests: XCTestCase {
     func testAnAckRidesWithTheNextRequest() async throws {
         let (connection, relay) = try await connect(ackDelay: .seconds(30))
         connection.ack(5)
-        let started = ContinuousClock.now
         async let reply = connection.request(["type": "questions"])
         let (request, _) = try XCTUnwrap(relay.nextFrame(within: .seconds(10)))
         XCTAssertEqual(request["type"]?.string, "questions")
-        let (ack, at) = try XCTUnwrap(relay.nextFrame(within: .seconds(10)), "the ack did not come with the request")
+        let (ack, _) = try XCTUnwrap(
+            relay.nextFrame(within: .seconds(10)), "the ack did not come with the request, long before its delay of 30 s")
         XCTAssertEqual(ack["type"]?.string, "ack")
         XCTAssertEqual(ack["seq"]?.int, 5)
-        XCTAssertLessThan(at - started, .seconds(10), "long before its delay of 30 s")
         relay.send(["type": "ok", "re": .string(request["id"]?.string ?? "")])
         _ = try await reply
     }
@@ -53,12 +52,10 @@ final class AckTests: XCTestCase {
     func testClosingSendsAHeldAckAtOnce() async throws {
         let (connection, relay) = try await connect(ackDelay: .seconds(30))
         connection.ack(7)
-        let started = ContinuousClock.now
         connection.close()
-        let (frame, at) = try XCTUnwrap(relay.nextFrame(within: .seconds(10)), "closing dropped the ack")
+        let (frame, _) = try XCTUnwrap(relay.nextFrame(within: .seconds(10)), "closing did not send the ack held for 30 s")
         XCTAssertEqual(frame["type"]?.string, "ack")
         XCTAssertEqual(frame["seq"]?.int, 7)
-        XCTAssertLessThan(at - started, .seconds(10), "long before its delay of 30 s")
     }
 
     func testWithNoDelayEveryAckGoesAtOnce() async throws {
