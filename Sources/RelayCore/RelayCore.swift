@@ -121,7 +121,6 @@ public final class RelayCore {
         let inOrder = zip(s.questions, s.questions.dropFirst()).allSatisfy { $0.createdAt <= $1.createdAt }
         for q in inOrder ? s.questions : s.questions.sorted(by: { $0.createdAt < $1.createdAt }) {
             questions.save(q)
-            questions.noteRows(upTo: q.row)
             guard let child = members[q.child] else { continue }
             child.questionOrder.append(q.key)
             child.questionBytes += q.content.encoded.count

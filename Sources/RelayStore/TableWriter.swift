@@ -208,7 +208,7 @@ final class TableWriter: @unchecked Sendable {
                             try write(q, in: bytes)
                         case .forgetQuestion(let question, let row):
                             if row == 0 { forgotten.append(question) }
-                            guard let key = row != 0 ? row : try storedKeys()[question] else { break }
+                            guard let key = try storedKey(of: question, row: row) else { break }
                             try db.run("DELETE FROM questions WHERE key = ?", [.int(key)])
                         case .event(let e):
                             events[MemberBytes(bytes.raw(e.member)), default: []].append(e)
@@ -245,6 +245,12 @@ final class TableWriter: @unchecked Sendable {
         return keys
     }
 
+    /// The row key of a stored question: its row, or for one journaled without a row (0),
+    /// the key it has in the table; nil if it has none.
+    private func storedKey(of id: QuestionID, row: Int64) throws -> Int64? {
+        row != 0 ? row : try storedKeys()[id]
+    }
+
     /// The row key of `q`: its row, or for a question journaled without one, the key it
     /// has in the table, or the next one.
     private func rowKey(of q: QuestionRow) throws -> Int64 {
@@ -261,7 +267,7 @@ final class TableWriter: @unchecked Sendable {
     private func write(_ q: QuestionRow, in bytes: UnsafeBufferPointer<UInt8>) throws {
         try withStored(q.outcome, in: bytes) { outcome in
             guard let asked = q.asked else {
-                guard let key = q.row != 0 ? q.row : try storedKeys()[q.key] else { return }
+                guard let key = try storedKey(of: q.key, row: q.row) else { return }
                 try db.run(
                     "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE key = ?",
                     [.textAt(bytes.raw(q.status)), .int(q.attempt), outcome, .int(key)])
