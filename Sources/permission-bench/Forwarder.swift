@@ -3,6 +3,9 @@
 // moves every frame unparsed and unstored — a child's to all its guardians, a
 // guardian's to the child: the machine's limit for the hops of a cycle. It waits for
 // events as the relay does by default (polling briefly while traffic is dense).
+// Replying, it also answers every frame it moves with a short `ok` to its sender, as the
+// relay answers each ask and answer: the limit for the four deliveries of a cycle that
+// the contract's replies make (the relay's `questionClosed` rides with the answer's `ok`).
 
 import CLISupport
 import CSystem
@@ -11,7 +14,7 @@ import RelayProtocol
 import RelayServer
 
 enum Forwarder {
-    static func run(socket: String) -> Int32 {
+    static func run(socket: String, replying: Bool) -> Int32 {
         cs_unblock_stop_signals(nil)  // stopped by SIGTERM's default action, which a blocked one never takes
         unlink(socket)
         let listener = cs_listen_unix(socket, 4096)
@@ -26,11 +29,16 @@ enum Forwarder {
         var route: [Int32: [Int32]] = [:]
         var childOf: [Substring: Int32] = [:]
         var guardiansOf: [Substring: [Int32]] = [:]
+        let ok = (["type": "ok", "re": "r"] as JSONObject).frame
         printOut("forwarding on \(socket)")
         while true {
             var touched: [Int32] = []
             _ = loop.poll(timeoutMs: 1000, listener: listener) { fd, body in
                 if let targets = route[fd] {
+                    if replying {
+                        loop.queue(fd, ok)
+                        touched.append(fd)
+                    }
                     for t in targets {
                         loop.queueFrame(t) { $0.append(contentsOf: body) }
                         touched.append(t)

@@ -38,6 +38,9 @@ let usage = """
       --sync normal|full         The relay's durability mode (default normal)
       --socket PATH              Measure a running relay instead of starting one (no baseline;
                                  each run provisions families of its own)
+      --baseline plain|replying  replying: the baseline also answers each frame it moves with
+                                 a short ok to its sender, as the relay answers each ask and
+                                 answer: the limit for a cycle's four deliveries (default plain)
       --compare PATH             Measure another build's relay (its permission-relay) in place
                                  of the baseline, each run's order alternating; the ratio is
                                  this relay's rate over that one's (scripts/compare.sh builds
@@ -327,7 +330,9 @@ func runPoint(_ point: Point, _ a: Arguments, run: Int, compared: String?) throw
     }
     let relayFigures = try measureRelay("permission-relay", "r")
     let forwarder = try startServer(
-        "permission-bench", ["forward", "--socket", dir.appendingPathComponent("b.sock").path], readyWord: "forwarding")
+        "permission-bench",
+        ["forward", "--socket", dir.appendingPathComponent("b.sock").path] + (a.value("--baseline") == "replying" ? ["--replying"] : []),
+        readyWord: "forwarding")
     let baseFigures = try measure(
         point, socket: dir.appendingPathComponent("b.sock").path, pid: forwarder.processIdentifier, baseline: true, a: a)
     Servers.stop(forwarder)
@@ -360,12 +365,15 @@ func fmt(_ v: Double, _ digits: Int = 0) -> String { v.isNaN ? "-" : String(form
 /// Prints a point's figures (medians when there were several runs) beside those of the
 /// baseline, or of the relay compared, named `otherName`; `ratio` is the median of the runs'
 /// ratios of the relay's cycles per second to the other's.
-func report(_ point: Point, _ r: Summary, _ b: Summary?, otherName: String, ratio: Double?, runs: Int, json: Bool) {
+func report(
+    _ point: Point, _ r: Summary, _ b: Summary?, otherName: String, replying: Bool, ratio: Double?, runs: Int, json: Bool
+) {
     if json {
         var o: JSONObject = [
             "families": .int(Int64(point.families)), "window": .int(Int64(point.window)), "guardians": .int(Int64(point.guardians)),
             "runs": .int(Int64(runs)),
         ]
+        if replying { o["baselineReplying"] = true }
         for (name, f) in [("relay", Optional(r)), (otherName, b)] {
             guard let f else { continue }
             o[name] = .object([
@@ -390,7 +398,7 @@ func report(_ point: Point, _ r: Summary, _ b: Summary?, otherName: String, rati
             i == 0 ? s.padding(toLength: 10, withPad: " ", startingAt: 0) : String(repeating: " ", count: max(0, 10 - s.count)) + s
         }.joined()
     }
-    printOut("\n\(point.heading)\(runs > 1 ? ", medians of \(runs) runs" : "")")
+    printOut("\n\(point.heading)\(runs > 1 ? ", medians of \(runs) runs" : "")\(replying ? ", the baseline replying" : "")")
     printOut(
         "          "
             + ["cycles/s", "p50 µs", "p90 µs", "p99 µs", "max µs", "cpu µs", "sys %", "gen µs", "RSS MiB", "err/lost"]
@@ -462,19 +470,22 @@ Servers.exit(
             return r.errors == 0 && r.lost == 0 ? 0 : 1
         }
         if args.first == "forward" {
-            let a = try Arguments(Array(args.dropFirst()), valueFlags: ["--socket"], switchFlags: [])
+            let a = try Arguments(Array(args.dropFirst()), valueFlags: ["--socket"], switchFlags: ["--replying"])
             guard let s = a.value("--socket") else { throw CLIError.usage("forward needs --socket PATH") }
-            return Forwarder.run(socket: s)
+            return Forwarder.run(socket: s, replying: a.has("--replying"))
         }
         let a = try Arguments(
             args,
             valueFlags: [
                 "--grid", "--families", "--window", "--guardians", "--runs", "--duration", "--warmup", "--avatar-bytes", "--sync",
-                "--socket", "--svg", "--trace", "--compare",
+                "--socket", "--svg", "--trace", "--compare", "--baseline",
             ],
             switchFlags: ["--json"])
         // Checked before any server starts (they are read again where used).
         guard ["normal", "full"].contains(a.value("--sync") ?? "normal") else { throw CLIError.usage("--sync must be normal or full") }
+        guard ["plain", "replying"].contains(a.value("--baseline") ?? "plain") else {
+            throw CLIError.usage("--baseline must be plain or replying")
+        }
         _ = (try a.int("--avatar-bytes", default: 0), try a.double("--duration", default: 5), try a.double("--warmup", default: 1))
         var points: [Point]
         if a.value("--families") != nil || a.value("--window") != nil {
@@ -503,7 +514,11 @@ Servers.exit(
             }
             return URL(fileURLWithPath: given).path
         }
+        if a.value("--baseline") != nil && (compared != nil || a.value("--socket") != nil) {
+            throw CLIError.usage("--baseline goes without --compare and --socket, which measure no baseline")
+        }
         let otherName = compared == nil ? "baseline" : "compared"
+        let replying = a.value("--baseline") == "replying"
         let guardians = try a.int("--guardians", default: 1, min: 1)
         for i in points.indices { points[i].guardians = guardians }
         let runs = try a.int("--runs", default: 1, min: 1)
@@ -530,7 +545,7 @@ Servers.exit(
             }
             let relay = Summary(medianOf: relayRuns)
             report(
-                p, relay, baseRuns.isEmpty ? nil : Summary(medianOf: baseRuns), otherName: otherName,
+                p, relay, baseRuns.isEmpty ? nil : Summary(medianOf: baseRuns), otherName: otherName, replying: replying,
                 ratio: ratios.isEmpty ? nil : median(ratios), runs: runs, json: a.has("--json"))
             series.append(("relay \(p.label)", relayMicros))
             if !baseMicros.isEmpty { series.append(("\(otherName) \(p.label)", baseMicros)) }

@@ -3,6 +3,7 @@
 
 import Foundation
 import RelayProtocol
+import RelayServer
 import XCTest
 
 final class BenchTests: XCTestCase {
@@ -37,6 +38,39 @@ final class BenchTests: XCTestCase {
     func testWithSeveralGuardiansEachQuestionIsAnsweredOnce() throws {
         let line = try runCleanly(["--families", "2", "--window", "3", "--guardians", "3"])
         XCTAssertEqual(line["guardians"]?.int, 3)
+    }
+
+    /// The baseline links a family's child and guardian by their hellos and moves each
+    /// frame to the other side; replying, it first answers the sender with an `ok`, as the
+    /// relay answers each ask and answer.
+    func testTheReplyingBaselineAnswersEachFrameItMovesWithAnOkToItsSender() throws {
+        for replying in [false, true] {
+            let socket = FileManager.default.temporaryDirectory.appendingPathComponent("fwd-\(UUID().uuidString.prefix(8))").path
+            let forwarder = try ProgramRun("permission-bench", ["forward", "--socket", socket] + (replying ? ["--replying"] : []), env: [:])
+            defer {
+                forwarder.process.terminate()
+                forwarder.process.waitUntilExit()
+                unlink(socket)
+            }
+            XCTAssertNotNil(forwarder.nextLine(containing: "forwarding"))
+            let child = try BlockingConnection(path: socket), guardian = try BlockingConnection(path: socket)
+            for (c, member) in [(child, "c7r"), (guardian, "g7r")] {
+                c.setTimeout(seconds: 10)
+                try c.send(["type": "hello", "id": "h", "protocol": 1, "member": .string(member)])
+                XCTAssertEqual(try c.receive()?["type"]?.string, "welcome")
+            }
+            // Each side waits for what the other sent, so what reaches each comes in one order.
+            for (from, to, type) in [(child, guardian, "ask"), (guardian, child, "answer")] {
+                try from.send(["type": .string(type), "id": "1"])
+                if replying { XCTAssertEqual(try from.receive()?["type"]?.string, "ok", "the \(type)'s sender is answered") }
+                XCTAssertEqual(try to.receive()?["type"]?.string, type, "replying: \(replying)")
+            }
+        }
+        let line = try runCleanly(["--families", "2", "--window", "2", "--baseline", "replying"])
+        XCTAssertEqual(line["baselineReplying"]?.bool, true)
+        for bad in [["--baseline", "loud"], ["--baseline", "replying", "--compare", relayBinary]] {
+            XCTAssertEqual(try ProgramRun("permission-bench", bad, env: [:]).finish(), 64, "\(bad)")
+        }
     }
 
     /// `--compare` runs another relay binary in the baseline's place, run for run, and says
