@@ -46,7 +46,8 @@ final class BenchTests: XCTestCase {
     func testTheReplyingBaselineAnswersEachFrameItMovesWithAnOkToItsSender() throws {
         for replying in [false, true] {
             let socket = FileManager.default.temporaryDirectory.appendingPathComponent("fwd-\(UUID().uuidString.prefix(8))").path
-            let forwarder = try ProgramRun("permission-bench", ["forward", "--socket", socket] + (replying ? ["--replying"] : []), env: [:])
+            let forwarder = try ProgramRun(
+                "permission-bench", ["forward", "--socket", socket] + (replying ? ["--replying"] : []), env: [:])
             defer {
                 forwarder.process.terminate()
                 forwarder.process.waitUntilExit()
