@@ -11,12 +11,22 @@ import RelayProtocol
 import RelayServer
 import RelayStore
 
+/// Where a cycle's time went: ask sent → question read by the guardian that answers it
+/// (the relay's first hop, and the generator's wait to read it); question read → answer
+/// written (the guardian's turn in the generator); answer written → response read by the
+/// child (the relay's second hop).
+struct CycleParts {
+    var toGuardian, atGuardian, toChild: Double
+}
+
 struct LoadResult {
     var cycles = 0
     var seconds = 0.0
     var latenciesMicros: [Double] = []
     /// When each of those cycles completed, in µs since the measured time began.
     var completedAtMicros: [Double] = []
+    /// Each of those cycles in its three parts, in µs, when `LoadGenerator.timesParts`.
+    var partsMicros: [CycleParts] = []
     var errors = 0
     /// Questions that never got their response.
     var lost = 0
@@ -40,6 +50,14 @@ final class LoadGenerator {
     private var childFD: [Int32] = []
     /// When each question in flight was sent (its ask written), by its number.
     private var sentAt: [Int: UInt64] = [:]
+    /// Whether each cycle's parts are timed (`LoadResult.partsMicros`): two more clock
+    /// readings and table entries a cycle, so only when they are asked for.
+    var timesParts = false
+    /// With `timesParts`, when the answering guardian read each question in flight, and
+    /// when its answer was written, by number.
+    private var questionReadAt: [Int: UInt64] = [:], answerSentAt: [Int: UInt64] = [:]
+    /// By descriptor: the answers queued in this turn and not yet written (with `timesParts`).
+    private var unsentAnswers: [[Int]] = []
     /// By descriptor: the asks queued in this turn and not yet written (`flush` times them).
     private var unsent: [[Int]] = []
     /// The acks not yet sent, held for a frame to carry them (`RelayConfiguration.ackDelay`'s
@@ -134,6 +152,7 @@ final class LoadGenerator {
         writes += repeatElement(false, count: n)
         isTouched += repeatElement(false, count: n)
         unsent += repeatElement([], count: n)
+        unsentAnswers += repeatElement([], count: n)
     }
 
     private func ask(_ fd: Int32) {
@@ -144,15 +163,18 @@ final class LoadGenerator {
         writes[Int(fd)] = true
     }
 
-    /// Writes what is queued for `fd`, its asks timed from now: a cycle starts when its
-    /// ask is sent, not when the turn queued it (the turn goes on to read and handle other
-    /// connections' frames first, a wait that one client on its own would not have).
+    /// Writes what is queued for `fd`, its asks (and answers, when parts are timed) timed
+    /// from now: a cycle starts when its ask is sent, not when the turn queued it (the turn
+    /// goes on to read and handle other connections' frames first, a wait that one client
+    /// on its own would not have).
     private func flush(_ fd: Int32) {
         let slot = Int(fd)
-        if !unsent[slot].isEmpty {
+        if !unsent[slot].isEmpty || !unsentAnswers[slot].isEmpty {
             let t = now()
             for n in unsent[slot] { sentAt[n] = t }
+            for n in unsentAnswers[slot] { answerSentAt[n] = t }
             unsent[slot].removeAll(keepingCapacity: true)
+            unsentAnswers[slot].removeAll(keepingCapacity: true)
         }
         loop.flush(fd)
     }
@@ -176,11 +198,12 @@ final class LoadGenerator {
                 onMeasureStart()
             }
             if t >= end { break }
-            let ok = step(reask: true, errors: &result.errors) { latency, at in
+            let ok = step(reask: true, errors: &result.errors) { latency, at, parts in
                 guard measuring else { return }
                 result.cycles += 1
                 result.latenciesMicros.append(Double(latency) / 1000)
                 result.completedAtMicros.append(Double(at - measureFrom) / 1000)
+                if let parts { result.partsMicros.append(parts) }
             }
             if !ok { result.errors += 1 }
         }
@@ -194,7 +217,7 @@ final class LoadGenerator {
         let deadline = now() + UInt64(timeout * 1e9)
         var errors = 0
         while !sentAt.isEmpty && now() < deadline {
-            _ = step(reask: false, errors: &errors) { _, _ in }
+            _ = step(reask: false, errors: &errors) { _, _, _ in }
         }
         return sentAt.count
     }
@@ -205,8 +228,10 @@ final class LoadGenerator {
     /// when `reask`), and every connection acks the highest seq it read as the client library
     /// does: with the next frame it sends, or on its own once `ackDelay` has passed since the
     /// first event it leaves unacknowledged. `completed` gets each cycle's latency and the
-    /// time it completed, in nanoseconds.
-    private func step(reask: Bool, errors: inout Int, completed: (_ latency: UInt64, _ at: UInt64) -> Void) -> Bool {
+    /// time it completed, in nanoseconds, and its parts when they are timed.
+    private func step(
+        reask: Bool, errors: inout Int, completed: (_ latency: UInt64, _ at: UInt64, _ parts: CycleParts?) -> Void
+    ) -> Bool {
         var failed = 0
         let ok = loop.poll(timeoutMs: acks.waitMilliseconds(at: now(), longest: 100)) { fd, body in
             let slot = Int(fd)
@@ -229,7 +254,17 @@ final class LoadGenerator {
             if isChild {
                 guard let n = BenchFrames.number(inID: id), let sent = sentAt.removeValue(forKey: n) else { return }
                 let at = now()
-                completed(at - sent, at)
+                var parts: CycleParts?
+                if timesParts {
+                    // Unknown (not a number) for a part whose times are missing: none should be.
+                    let read = questionReadAt.removeValue(forKey: n), answered = answerSentAt.removeValue(forKey: n)
+                    func micros(_ from: UInt64?, _ to: UInt64?) -> Double {
+                        guard let from, let to, to >= from else { return .nan }
+                        return Double(to - from) / 1000
+                    }
+                    parts = CycleParts(toGuardian: micros(sent, read), atGuardian: micros(read, answered), toChild: micros(answered, at))
+                }
+                completed(at - sent, at, parts)
                 if reask { ask(fd) }
             } else {
                 guard let n = BenchFrames.number(inID: id) else {
@@ -237,6 +272,10 @@ final class LoadGenerator {
                     return
                 }
                 guard n % guardians == guardianIndex[slot] else { return }  // another guardian's turn
+                if timesParts {
+                    questionReadAt[n] = now()
+                    unsentAnswers[slot].append(n)
+                }
                 loop.queueFrame(fd) { BenchFrames.appendAnswer(id: id, to: &$0) }
                 writes[slot] = true
             }

@@ -49,7 +49,9 @@ let usage = """
       --svg FILE                 Also draw the latency distributions of every run
       --trace FILE               Also write every measured cycle as a CSV row: point, server,
                                  run, when it completed (µs into the measured time), latency
-                                 (µs); a tail that comes in bursts shows there as stalls
+                                 and its parts (µs): ask sent → question read by the guardian,
+                                 → answer sent, → response read by the child; a tail that
+                                 comes in bursts shows there as stalls
 
     COLUMNS: cycles/s completed in the measured time; cycle latency (ask sent → response
     received) at p50, p90, p99 and its max, in µs; cpu µs: the server's CPU time (user +
@@ -284,6 +286,7 @@ func measure(_ point: Point, socket: String, pid: Int32?, baseline: Bool, a: Arg
     let gen = LoadGenerator(
         socket: socket, families: point.families, window: point.window, guardians: point.guardians,
         avatarBytes: try a.int("--avatar-bytes", default: 0), baseline: baseline)
+    gen.timesParts = a.value("--trace") != nil
     try gen.connect()
     let pid = pid ?? gen.serverPID  // a running relay (--socket) is found by its socket's peer credentials
     var cpuStart = ProcessCPU(user: 0, system: 0)
@@ -343,8 +346,10 @@ func runPoint(_ point: Point, _ a: Arguments, run: Int, compared: String?) throw
 final class CycleTrace {
     private let file: FileHandle
 
+    static let header = "point,server,run,completedAtMicros,latencyMicros,toGuardianMicros,atGuardianMicros,toChildMicros\n"
+
     init(path: String) throws {
-        guard FileManager.default.createFile(atPath: path, contents: Data("point,server,run,completedAtMicros,latencyMicros\n".utf8)),
+        guard FileManager.default.createFile(atPath: path, contents: Data(Self.header.utf8)),
             let file = FileHandle(forWritingAtPath: path)
         else { throw CLIError.failure("cannot write \(path)") }
         file.seekToEndOfFile()
@@ -353,8 +358,11 @@ final class CycleTrace {
 
     func write(_ point: Point, _ server: String, run: Int, _ result: LoadResult) {
         var text = ""
-        for (at, latency) in zip(result.completedAtMicros, result.latenciesMicros) {
-            text += "\"\(point.label)\",\(server),\(run),\(Int(at)),\(Int(latency))\n"
+        for (i, (at, latency)) in zip(result.completedAtMicros, result.latenciesMicros).enumerated() {
+            let parts = i < result.partsMicros.count ? result.partsMicros[i] : CycleParts(toGuardian: .nan, atGuardian: .nan, toChild: .nan)
+            text += "\"\(point.label)\",\(server),\(run),\(Int(at)),\(Int(latency))"
+            for part in [parts.toGuardian, parts.atGuardian, parts.toChild] { text += part.isNaN ? "," : ",\(Int(part))" }
+            text += "\n"
         }
         file.write(Data(text.utf8))
     }

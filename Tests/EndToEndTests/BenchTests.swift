@@ -118,20 +118,30 @@ final class BenchTests: XCTestCase {
     }
 
     /// `--trace` writes one row per measured cycle of each server, in the order they completed.
-    func testATraceHoldsEveryMeasuredCycleInOrder() throws {
+    /// With two guardians, so that the parts are timed at the one that answers.
+    func testATraceHoldsEveryMeasuredCycleInOrderWithItsParts() throws {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("trace-\(UUID().uuidString).csv").path
         defer { try? FileManager.default.removeItem(atPath: file) }
-        let line = try runCleanly(["--families", "2", "--window", "2", "--trace", file])
+        let line = try runCleanly(["--families", "2", "--window", "2", "--guardians", "2", "--trace", file])
         let rows = try String(contentsOfFile: file, encoding: .utf8).split(separator: "\n")
-        XCTAssertEqual(rows.first, "point,server,run,completedAtMicros,latencyMicros")
+        XCTAssertEqual(rows.first, "point,server,run,completedAtMicros,latencyMicros,toGuardianMicros,atGuardianMicros,toChildMicros")
         for server in ["relay", "baseline"] {
-            let mine = rows.dropFirst().map { $0.split(separator: ",") }.filter { $0.count == 6 && $0[2] == server }
+            let mine = rows.dropFirst().map { $0.split(separator: ",", omittingEmptySubsequences: false) }.filter {
+                $0.count == 10 && $0[3] == server
+            }
             XCTAssertEqual(mine.count, line[server]?["cycles"]?.int.map(Int.init), "\(server): a row per cycle")
-            let times = mine.compactMap { Int($0[4]) }, latencies = mine.compactMap { Int($0[5]) }
+            let times = mine.compactMap { Int($0[5]) }, latencies = mine.compactMap { Int($0[6]) }
             XCTAssertEqual(times, times.sorted(), "\(server): in the order they completed")
             XCTAssertTrue(times.allSatisfy { $0 >= 0 && $0 < 1_000_000 }, "\(server): within the measured half second and its last turn")
             XCTAssertEqual(latencies.count, mine.count)
-            XCTAssertTrue(mine.allSatisfy { $0[0] == "\"(2" && $0[1] == " 2)\"" && $0[3] == "1" }, "\(server): point and run")
+            XCTAssertTrue(
+                mine.allSatisfy { $0[0] == "\"(2" && $0[1] == " 2" && $0[2] == " 2)\"" && $0[4] == "1" }, "\(server): point and run")
+            for row in mine {
+                // Each part is truncated to whole µs, as the latency is: their sum falls short of it by under 3 µs.
+                let parts = row[7...].compactMap { Int($0) }, latency = Int(row[6]) ?? -1
+                XCTAssertEqual(parts.count, 3, "\(server): every part timed in \(row)")
+                XCTAssertTrue(parts.allSatisfy { $0 >= 0 } && (latency - 2...latency).contains(parts.reduce(0, +)), "\(server): \(row)")
+            }
         }
     }
 
