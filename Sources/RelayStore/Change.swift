@@ -113,12 +113,10 @@ extension Change {
     /// every question asked repeats the content, and the journal need not hold it twice.
     static func write(question q: QuestionRecord, contentIn frame: Range<Int>? = nil, into w: inout ByteWriter) {
         let content = q.content.encoded
-        // Looked for through a borrowed view before anything is appended: an array still held
-        // elsewhere would be copied whole by the append.
-        let copy = frame.flatMap { f in w.bytes.withUnsafeBufferPointer { Self.copy(of: content.dropLast(), in: $0, f) } }
+        let copy = frame.flatMap { f in w.withBytes { Self.copy(of: content.dropLast(), in: $0, f) } }
         if let copy {
             w.int(14)
-            w.int(Int64(w.bytes.count - copy))  // back from here to the copy
+            w.int(Int64(w.count - copy))  // back from here to the copy
             w.int(Int64(content.count - 1))
         } else {
             w.int(13)

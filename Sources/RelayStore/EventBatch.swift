@@ -6,8 +6,7 @@ import RelayProtocol
 
 enum EventBatch {
     static func encode(_ events: ArraySlice<EventRecord>) -> [UInt8] {
-        var w = ByteWriter()
-        w.bytes.reserveCapacity(events.reduce(0) { $0 + $1.frame.count + 16 })
+        var w = ByteWriter(capacity: events.reduce(0) { $0 + $1.frame.count + 16 })
         for e in events { write(e, into: &w) }
         return w.bytes
     }

@@ -78,20 +78,17 @@ final class JournalFile {
     /// Appends one record: `record` holds its payload after `recordHeaderBytes` bytes kept
     /// for the header, which is filled in here (so a large commit is never copied). On
     /// failure the file is left as it was.
-    func append(record: inout [UInt8]) throws {
+    func append(record: UnsafeMutableBufferPointer<UInt8>) throws {
         let payload = record.count - Self.recordHeaderBytes
-        let sum = record.withUnsafeBytes {
-            Checksum.of(UnsafeRawBufferPointer(rebasing: $0[Self.recordHeaderBytes...]), version: version, generation: generation)
-        }
-        record.withUnsafeMutableBytes { header in
-            header.storeBytes(of: UInt32(payload).littleEndian, toByteOffset: 0, as: UInt32.self)
-            header.storeBytes(of: sum.littleEndian, toByteOffset: 4, as: UInt32.self)
-        }
+        let bytes = UnsafeMutableRawBufferPointer(record)
+        let sum = Checksum.of(UnsafeRawBufferPointer(rebasing: bytes[Self.recordHeaderBytes...]), version: version, generation: generation)
+        bytes.storeBytes(of: UInt32(payload).littleEndian, toByteOffset: 0, as: UInt32.self)
+        bytes.storeBytes(of: sum.littleEndian, toByteOffset: 4, as: UInt32.self)
         if let limitBytes, end + record.count > limitBytes {
             throw SQLiteError(code: 13, message: "the journal \(path) is full (limit \(limitBytes) bytes)")
         }
         do {
-            try write(record, at: end)
+            try write(UnsafeRawBufferPointer(bytes), at: end)
             if syncEveryAppend, fdatasync(fd) != 0 { throw Self.failure("could not sync", path) }
         } catch {
             _ = ftruncate(fd, off_t(end))
@@ -105,17 +102,17 @@ final class JournalFile {
     func startOver(generation: Int64) throws {
         var header = Self.magics[Self.magics.count - 1]
         withUnsafeBytes(of: UInt64(bitPattern: generation).littleEndian) { header.append(contentsOf: $0) }
-        try write(header, at: 0)
+        try header.withUnsafeBytes { try write($0, at: 0) }
         if syncEveryAppend, fsync(fd) != 0 { throw Self.failure("could not sync", path) }
         self.generation = generation
         version = Self.magics.count
         end = header.count
     }
 
-    private func write(_ bytes: [UInt8], at offset: Int) throws {
+    private func write(_ bytes: UnsafeRawBufferPointer, at offset: Int) throws {
         var done = 0
         while done < bytes.count {
-            let n = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(offset + done)) }
+            let n = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset + done))
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { throw Self.failure("could not write", path) }
             done += n

@@ -34,7 +34,7 @@ extension SQLiteStore {
     /// The events of `member` not yet in the tables, in order.
     private func inMemory(member: String) throws -> [EventRecord] {
         var out: [EventRecord] = []
-        for bytes in [sealed?.bytes ?? [], backlog.bytes, Array(turnBytes)] {
+        for bytes in [sealed?.bytes ?? [], backlog.bytes, withTurnBytes { Array($0) }] {
             for case .event(let e) in try JournaledChange.readAll(bytes) where bytes[e.member].elementsEqual(member.utf8) {
                 out.append(try e.record(in: bytes))
             }

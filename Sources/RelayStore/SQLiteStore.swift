@@ -31,7 +31,7 @@ public final class SQLiteStore: RelayStore {
     private var appliedGeneration: Int64 = 0
     /// This turn's changes, not yet committed, as its journal record: each change is
     /// written there as it is saved (after room for the record's header).
-    private var turn = ByteWriter(bytes: Array(repeating: 0, count: JournalFile.recordHeaderBytes))
+    private var turn = ByteWriter(zeros: JournalFile.recordHeaderBytes)
     /// How many changes `turn` holds.
     private var turnCount = 0
     /// Where in `turn` the frame of the event recorded last lies: a question recorded after
@@ -170,7 +170,8 @@ public final class SQLiteStore: RelayStore {
         backlog = Batch(generation: generation)
         for journal in unapplied {
             for record in journal.records {
-                backlog.append(record[...], count: try JournaledChange.readAll(record).count)
+                let count = try JournaledChange.readAll(record).count
+                record.withUnsafeBufferPointer { backlog.append($0, count: count) }
             }
         }
         if unapplied.isEmpty { try journal(for: generation).startOver(generation: generation) }
@@ -203,7 +204,7 @@ public final class SQLiteStore: RelayStore {
     }
     public func appendEvent(_ event: EventRecord) {
         record { Change.write(event: event, into: &$0) }
-        lastEventFrame = (turn.bytes.count - event.frame.count)..<turn.bytes.count  // the frame is written last
+        lastEventFrame = (turn.count - event.frame.count)..<turn.count  // the frame is written last
     }
 
     private func record(_ change: Change) { record { change.write(into: &$0) } }
@@ -216,8 +217,10 @@ public final class SQLiteStore: RelayStore {
 
     public var hasChanges: Bool { turnCount > 0 }
 
-    /// This turn's changes, as they are journaled.
-    var turnBytes: ArraySlice<UInt8> { turn.bytes[JournalFile.recordHeaderBytes...] }
+    /// Calls `body` with this turn's changes, as they are journaled.
+    func withTurnBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        try turn.withBytes { try body(UnsafeBufferPointer(rebasing: $0[JournalFile.recordHeaderBytes...])) }
+    }
 
     /// Appends the changes to the journal; a backlog that reaches the threshold with them
     /// goes to the writer. (If that hand-over fails, the changes are committed all the same:
@@ -233,8 +236,8 @@ public final class SQLiteStore: RelayStore {
             try checkpoint()
         }
         try startNextGenerationIfWritten()
-        try journal(for: generation).append(record: &turn.bytes)
-        backlog.append(turnBytes, count: turnCount)
+        try turn.withMutableBytes { try journal(for: generation).append(record: $0) }
+        withTurnBytes { backlog.append($0, count: turnCount) }
         if sealed == nil && backlogHolds(1) && appliedGeneration >= generation - 1 {
             try handOver()
         }
@@ -243,11 +246,7 @@ public final class SQLiteStore: RelayStore {
     public func discardChanges() {
         // A busy turn's record can pass a mebibyte (at (100, 8) a median of about 400 KB,
         // more with avatars); only a rare huge commit's buffer is let go.
-        if turn.bytes.capacity > 8 << 20 {
-            turn.bytes = Array(repeating: 0, count: JournalFile.recordHeaderBytes)
-        } else {
-            turn.bytes.removeSubrange(JournalFile.recordHeaderBytes...)
-        }
+        turn.truncate(to: JournalFile.recordHeaderBytes, shrinkingAbove: 8 << 20)
         turnCount = 0
         lastEventFrame = nil
     }
@@ -271,7 +270,7 @@ public final class SQLiteStore: RelayStore {
             spare = batch.bytes
         case .failure(let error):
             var merged = batch
-            merged.append(backlog.bytes[...], count: backlog.count)
+            backlog.bytes.withUnsafeBufferPointer { merged.append($0, count: backlog.count) }
             merged.generation = backlog.generation
             backlog = merged
             throw error

@@ -20,8 +20,8 @@ struct Batch: Sendable {
     var count = 0
     var generation: Int64
 
-    mutating func append(_ record: ArraySlice<UInt8>, count: Int) {
-        bytes.append(bytes: record)
+    mutating func append(_ record: UnsafeBufferPointer<UInt8>, count: Int) {
+        bytes.append(contentsOf: record)
         self.count += count
     }
 }

@@ -13,7 +13,7 @@ final class JournalFileTests: XCTestCase {
 
     private func append(_ payload: [UInt8], to journal: JournalFile) throws {
         var record = [UInt8](repeating: 0, count: JournalFile.recordHeaderBytes) + payload
-        try journal.append(record: &record)
+        try record.withUnsafeMutableBufferPointer { try journal.append(record: $0) }
     }
 
     private func size() throws -> Int { try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int }

@@ -236,7 +236,7 @@ final class SQLiteStoreTests: XCTestCase {
                 change.write(into: &new)
                 XCTAssertEqual(Int64(new.bytes[0]) >> 1, tag + (tag == 3 ? 10 : 11), "one byte, the tag with a row")
                 w.int(tag)
-                w.bytes += new.bytes.dropFirst().dropLast()  // the row, 0, is one byte
+                new.bytes.dropFirst().dropLast().withUnsafeBufferPointer { w.append($0) }  // the row, 0, is one byte
             }
         }
         let store = try SQLiteStore(path: path)
