@@ -56,10 +56,24 @@ extension PlainReader {
 
     // MARK: - The question, in the order `QuestionContent.validate` writes it
 
+    /// Room for the canonical form beyond the frame's bytes: it holds no byte more than the
+    /// frame of what it copies, and adds at most a `null` avatar for each person and the
+    /// defaults (choices, default choice, actions).
+    static var contentSlack: Int { 24 * QuestionLimits.maxPersons + QuestionContent.defaultChoicesEncoded.count + 256 }
+
+    /// The question, its canonical form put together in a buffer of its own (on the stack
+    /// when it is small): appending to an array field by field checked its uniqueness and
+    /// capacity again at every append.
     private mutating func question(now: Timestamp) -> QuestionContent? {
         guard take(UInt8(ascii: "{")) else { return nil }
-        var out: [UInt8] = [UInt8(ascii: "{")]
-        out.reserveCapacity(buf.count + 256)  // the defaults it may add fit
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: buf.count + Self.contentSlack) { room in
+            var out = Gatherer(buf: room)
+            out.put(UInt8(ascii: "{"))
+            return question(now: now, into: &out)
+        }
+    }
+
+    private mutating func question(now: Timestamp, into out: inout Gatherer) -> QuestionContent? {
         var fields = Fields(ordered: true)
         var key: QuestionID?
         var handles = HandleList()
@@ -71,10 +85,10 @@ extension PlainReader {
             case 0:
                 guard let raw = plainString(), let bits = QuestionID(utf8: raw) else { return nil }
                 key = bits
-                out.appendJSONField("id", bits)
+                bits.withCanonicalBytes { out.putField("id", $0, quoted: true) }
             case 1:
                 guard key != nil else { return nil }
-                out.append(literal: #","topic":{"#)
+                out.put(#","topic":{"#)
                 guard topic(into: &out, &handles, &actions) else { return nil }
             case 2:
                 guard takeNull() || takeDefaultChoices() else { return nil }
@@ -92,18 +106,20 @@ extension PlainReader {
             }
         }
         guard !failed, fields.seen & 0b11 == 0b11, let key else { return nil }
-        out.append(literal: #","choices":"#)
-        out.append(bytes: QuestionContent.defaultChoicesEncoded)
-        out.appendJSONField("defaultChoice", defaultChoice)
-        if let expiration { out.appendJSONField("expirationDate", expiration) }
-        out.append(UInt8(ascii: "}"))
+        out.put(#","choices":"#)
+        QuestionContent.defaultChoicesEncoded.withUnsafeBufferPointer { out.put($0) }
+        defaultChoice.withUTF8Bytes { out.putField("defaultChoice", $0, quoted: true) }  // a default's id: plain
+        if let expiration { expiration.withRFC3339 { out.putField("expirationDate", $0, quoted: true) } }
+        out.put(UInt8(ascii: "}"))
+        guard !out.overflowed else { return nil }
         return QuestionContent(
             key: key, kind: .communication, handles: handles, actions: actions,
-            choices: QuestionContent.defaultChoices, defaultChoice: defaultChoice, expiration: expiration, encoded: out)
+            choices: QuestionContent.defaultChoices, defaultChoice: defaultChoice, expiration: expiration,
+            encoded: Array(UnsafeBufferPointer(rebasing: out.buf[..<out.count])))
     }
 
     /// A communication topic, after its `{` is written.
-    private mutating func topic(into out: inout [UInt8], _ handles: inout HandleList, _ actions: inout ActionList)
+    private mutating func topic(into out: inout Gatherer, _ handles: inout HandleList, _ actions: inout ActionList)
         -> Bool
     {
         guard take(UInt8(ascii: "{")) else { return false }
@@ -113,21 +129,21 @@ extension PlainReader {
             switch k {
             case 0:  // necessarily first: nothing after it may come without it
                 guard let kind = plainString(), Self.equal(kind, "communication") else { return false }
-                out.append(literal: #""kind":"communication""#)
+                out.put(#""kind":"communication""#)
             case 1:
                 guard fields.seen & 1 != 0, take(UInt8(ascii: "[")) else { return false }
-                out.append(literal: #","personInformation":["#)
+                out.put(#","personInformation":["#)
                 var n = 0
                 while nextElement(n) {
                     guard n < QuestionLimits.maxPersons, person(n, into: &out, &handles) else { return false }
                     n += 1
                 }
                 guard n > 0 else { return false }
-                out.append(UInt8(ascii: "]"))
+                out.put(UInt8(ascii: "]"))
             default:  // the last field: written as read, each action once; closed below
                 if takeNull() { break }
                 guard take(UInt8(ascii: "[")) else { return false }
-                out.append(literal: #","actions":["#)
+                out.put(#","actions":["#)
                 actionsOpen = true
                 var seen: UInt32 = 0
                 var n = 0
@@ -136,8 +152,8 @@ extension PlainReader {
                         return false
                     }
                     if seen & (1 << k) == 0 {
-                        if seen != 0 { out.append(UInt8(ascii: ",")) }
-                        out.appendInOne(keyBytes: nil, a, quoted: true)
+                        if seen != 0 { out.put(UInt8(ascii: ",")) }
+                        out.putField(key: nil, a, quoted: true)
                         actions.append(place: k)
                         seen |= 1 << k
                     }
@@ -146,20 +162,20 @@ extension PlainReader {
             }
         }
         guard !failed, fields.seen & 0b11 == 0b11 else { return false }
-        if !actionsOpen { out.append(literal: #","actions":["#) }
+        if !actionsOpen { out.put(#","actions":["#) }
         if actions.isEmpty {  // none, null or empty
-            out.append(literal: #""communicate""#)
+            out.put(#""communicate""#)
             actions = .communicate
         }
-        out.append(literal: "]}")
+        out.put("]}")
         return true
     }
 
     /// One of `personInformation`.
-    private mutating func person(_ n: Int, into out: inout [UInt8], _ handles: inout HandleList) -> Bool {
+    private mutating func person(_ n: Int, into out: inout Gatherer, _ handles: inout HandleList) -> Bool {
         guard take(UInt8(ascii: "{")) else { return false }
-        if n > 0 { out.append(UInt8(ascii: ",")) }
-        out.append(UInt8(ascii: "{"))
+        if n > 0 { out.put(UInt8(ascii: ",")) }
+        out.put(UInt8(ascii: "{"))
         var fields = Fields(ordered: true)
         var avatar: UnsafeBufferPointer<UInt8>?
         while let k = nextField(of: Self.personFields, &fields) {
@@ -172,15 +188,15 @@ extension PlainReader {
                 if takeNull() { break }
                 guard take(UInt8(ascii: "{")) else { return false }
                 // Any names, written as `JSONObject.encode` writes them.
-                out.append(literal: #","nameComponents":{"#)
+                out.put(#","nameComponents":{"#)
                 var count = 0
                 while let name = nextName(count) {
                     guard let value = plainString() else { return false }
-                    out.appendInOne(keyBytes: name, value, quoted: true)
+                    out.putField(key: name, value, quoted: true)
                     count += 1
                 }
                 guard !failed else { return false }
-                out.append(UInt8(ascii: "}"))
+                out.put(UInt8(ascii: "}"))
             default:
                 guard fields.seen & 1 != 0 else { return false }
                 if takeNull() { break }
@@ -192,16 +208,16 @@ extension PlainReader {
         }
         guard !failed, fields.seen & 1 != 0 else { return false }
         if let avatar {
-            out.appendInOne(key: "avatarImage", avatar, quoted: true)
+            out.putField("avatarImage", avatar, quoted: true)
         } else {
-            out.append(literal: #","avatarImage":null"#)
+            out.put(#","avatarImage":null"#)
         }
-        out.append(UInt8(ascii: "}"))
+        out.put(UInt8(ascii: "}"))
         return true
     }
 
     /// `{"value":…,"kind":…}`, written as given; normalized.
-    private mutating func handle(into out: inout [UInt8]) -> NormalizedHandle? {
+    private mutating func handle(into out: inout Gatherer) -> NormalizedHandle? {
         guard take(UInt8(ascii: "{")) else { return nil }
         var fields = Fields(ordered: true)
         var value: UnsafeBufferPointer<UInt8>?
@@ -215,10 +231,10 @@ extension PlainReader {
                     let n = NormalizedHandle(kind: kind, plainASCII: value)
                 else { return nil }
                 normalized = n
-                out.append(literal: #""handle":{"#)
-                out.appendInOne(key: "value", value, quoted: true)
-                out.appendInOne(key: "kind", s, quoted: true)
-                out.append(UInt8(ascii: "}"))
+                out.put(#""handle":{"#)
+                out.putField("value", value, quoted: true)
+                out.putField("kind", s, quoted: true)
+                out.put(UInt8(ascii: "}"))
             }
         }
         guard !failed, let normalized else { return nil }

@@ -74,45 +74,19 @@ extension Array where Element == UInt8 {
     @inline(__always) mutating func appendInOne(
         keyBytes key: UnsafeBufferPointer<UInt8>?, _ value: UnsafeBufferPointer<UInt8>?, quoted: Bool = false
     ) {
-        let comma = key != nil && (last.map { $0 != UInt8(ascii: "{") } ?? false)
-        appendGathered(capacity: (key?.count ?? 0) + 6 + (value?.count ?? 0)) { g in
-            if let key {
-                if comma { g.put(UInt8(ascii: ",")) }
-                g.put(UInt8(ascii: "\""))
-                g.put(key)
-                g.put(UInt8(ascii: "\""))
-                g.put(UInt8(ascii: ":"))
-            }
-            if let value {
-                if quoted { g.put(UInt8(ascii: "\"")) }
-                g.put(value)
-                if quoted { g.put(UInt8(ascii: "\"")) }
-            }
-        }
-    }
-
-    /// Bytes put together on the stack, to be appended at once.
-    struct Gatherer {
-        let buf: UnsafeMutableBufferPointer<UInt8>
-        var count = 0
-
-        @inline(__always) mutating func put(_ c: UInt8) {
-            buf[count] = c
-            count += 1
-        }
-
-        @inline(__always) mutating func put(_ bytes: UnsafeBufferPointer<UInt8>) {
-            if let p = bytes.baseAddress, bytes.count > 0 { (buf.baseAddress! + count).initialize(from: p, count: bytes.count) }
-            count += bytes.count
+        appendGathered(capacity: (key?.count ?? 0) + 6 + (value?.count ?? 0), after: last) { g in
+            g.putField(key: key, value, quoted: quoted)
         }
     }
 
     /// Appends what `gather` puts together (at most `capacity` bytes) in one append: each
-    /// append checks the array's uniqueness and capacity again.
-    @inline(__always) mutating func appendGathered(capacity: Int, _ gather: (inout Gatherer) -> Void) {
+    /// append checks the array's uniqueness and capacity again. `after` is the byte the
+    /// array ends with (for the comma before a field).
+    @inline(__always) mutating func appendGathered(capacity: Int, after: UInt8? = nil, _ gather: (inout Gatherer) -> Void) {
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buf in
-            var g = Gatherer(buf: buf)
+            var g = Gatherer(buf: buf, after: after)
             gather(&g)
+            precondition(!g.overflowed, "gathered more than the room computed for it")
             append(contentsOf: UnsafeBufferPointer(rebasing: buf[..<g.count]))
         }
     }
@@ -175,4 +149,65 @@ extension Array where Element == UInt8 {
             return body(UnsafeBufferPointer(rebasing: buf[(24 - count)...]))
         }
     }
+}
+
+/// Bytes put together in memory the caller lends (on the stack, mostly), to be appended
+/// to an array at once: each append to an array checks its uniqueness and capacity again,
+/// where putting here checks only the room left. Past that room nothing more is put and
+/// `overflowed` says so.
+struct Gatherer {
+    let buf: UnsafeMutableBufferPointer<UInt8>
+    private(set) var count = 0
+    private(set) var overflowed = false
+    /// The byte before the first put here (where the gathered bytes will follow it).
+    private let before: UInt8?
+
+    init(buf: UnsafeMutableBufferPointer<UInt8>, after before: UInt8? = nil) {
+        self.buf = buf
+        self.before = before
+    }
+
+    /// The last byte put, or the one before them.
+    var last: UInt8? { count > 0 ? buf[count - 1] : before }
+
+    @inline(__always) mutating func put(_ c: UInt8) {
+        guard count < buf.count else { return overflow() }
+        buf[count] = c
+        count += 1
+    }
+
+    @inline(__always) mutating func put(_ bytes: UnsafeBufferPointer<UInt8>) {
+        guard let p = bytes.baseAddress, bytes.count > 0 else { return }
+        guard buf.count - count >= bytes.count else { return overflow() }
+        (buf.baseAddress! + count).initialize(from: p, count: bytes.count)
+        count += bytes.count
+    }
+
+    @inline(__always) mutating func put(_ literal: StaticString) {
+        put(UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+    }
+
+    /// `"key":` (after a comma unless it is an object's first field: nothing or `{` before
+    /// it) if there is a key, then `value` if there is one, in quotes if `quoted`. Neither
+    /// may need escaping.
+    @inline(__always) mutating func putField(key: UnsafeBufferPointer<UInt8>?, _ value: UnsafeBufferPointer<UInt8>?, quoted: Bool = false) {
+        if let key {
+            if let l = last, l != UInt8(ascii: "{") { put(UInt8(ascii: ",")) }
+            put(UInt8(ascii: "\""))
+            put(key)
+            put(UInt8(ascii: "\""))
+            put(UInt8(ascii: ":"))
+        }
+        if let value {
+            if quoted { put(UInt8(ascii: "\"")) }
+            put(value)
+            if quoted { put(UInt8(ascii: "\"")) }
+        }
+    }
+
+    @inline(__always) mutating func putField(_ key: StaticString, _ value: UnsafeBufferPointer<UInt8>, quoted: Bool = false) {
+        putField(key: UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount), value, quoted: quoted)
+    }
+
+    @inline(never) private mutating func overflow() { overflowed = true }
 }

@@ -30,6 +30,21 @@ final class AskReaderTests: XCTestCase {
         }
     }
 
+    /// The most a canonical form adds to its frame (a `null` avatar for each of the most
+    /// persons a question may name, the default choices, default choice and actions) fits
+    /// the room it is put together in: such a question is read directly all the same.
+    func testAQuestionThatGrowsTheMostIsReadDirectly() throws {
+        let person = #"{"handle":{"value":"a","kind":"custom"}}"#
+        let persons = Array(repeating: person, count: QuestionLimits.maxPersons).joined(separator: ",")
+        let text =
+            #"{"type":"ask","id":"r","question":{"id":"6F9619FF-8B86-D011-B42D-00CF4FC964FF","topic":{"kind":"communication","personInformation":["#
+            + persons + "]}}}"
+        let body = Array(text.utf8)
+        let (_, read) = try XCTUnwrap(QuestionContent.readAsk(body, now: now))
+        XCTAssertGreaterThan(read.encoded.count, body.count + 20 * QuestionLimits.maxPersons, "it grew by a null avatar a person, at least")
+        XCTAssertTrue(try agree(body))
+    }
+
     /// A relay keeps many questions: their encodings keep no unused room worth the name,
     /// read directly or through parsing and validation.
     func testAQuestionKeepsLittleUnusedRoom() throws {
