@@ -56,9 +56,10 @@ extension PlainReader {
 
     // MARK: - The question, in the order `QuestionContent.validate` writes it
 
-    /// Room for the canonical form beyond the frame's bytes: it holds no byte more than the
-    /// frame of what it copies, and adds at most a `null` avatar for each person and the
-    /// defaults (choices, default choice, actions).
+    /// Room for the canonical form beyond the frame's bytes: what it copies takes no more
+    /// bytes than in the frame (a time at most two more, its milliseconds written out), and
+    /// it adds at most a `null` avatar for each person and the defaults (choices, default
+    /// choice, actions). Should a form not fit, the frame is left to the parser.
     static var contentSlack: Int { 24 * QuestionLimits.maxPersons + QuestionContent.defaultChoicesEncoded.count + 256 }
 
     /// The question, its canonical form put together in a buffer of its own (on the stack
