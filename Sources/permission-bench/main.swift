@@ -51,7 +51,8 @@ let usage = """
                                  run, when it completed (µs into the measured time), latency
                                  and its parts (µs): ask sent → question read by the guardian,
                                  → answer sent, → response read by the child; a tail that
-                                 comes in bursts shows there as stalls
+                                 comes in bursts shows there as stalls. The table then adds
+                                 each part's p50 and p99 (JSON: partsMicros)
 
     COLUMNS: cycles/s completed in the measured time; cycle latency (ask sent → response
     received) at p50, p90, p99 and its max, in µs; cpu µs: the server's CPU time (user +
@@ -111,10 +112,12 @@ struct Summary {
     var serverSystemShare: Double
     var serverRSSBytes: Int
     var errors, lost, cycles: Int
+    /// The cycles' parts at p50 and p99, when they were timed (`--trace`).
+    var partsP50, partsP99: CycleParts?
 
     init(_ f: Figures) {
         let s = f.sorted
-        func at(_ p: Double) -> Double { s.isEmpty ? .nan : s[min(s.count - 1, Int((Double(s.count) * p).rounded(.down)))] }
+        func at(_ p: Double) -> Double { Self.percentile(p, ofSorted: s) }
         cyclesPerSecond = f.cyclesPerSecond
         (p50, p90, p99, max) = (at(0.5), at(0.9), at(0.99), s.last ?? .nan)
         serverCPUPerCycle = f.cpuPerCycleMicros
@@ -122,6 +125,20 @@ struct Summary {
         generatorCPUPerCycle = f.generatorPerCycleMicros
         serverRSSBytes = f.serverRSSBytes
         (errors, lost, cycles) = (f.result.errors, f.result.lost, f.result.cycles)
+        let parts = f.result.partsMicros
+        if !parts.isEmpty {
+            let sorted = [\CycleParts.toGuardian, \.atGuardian, \.toChild].map { part in parts.map { $0[keyPath: part] }.sorted() }
+            func at(_ p: Double) -> CycleParts {
+                let v = sorted.map { Self.percentile(p, ofSorted: $0) }
+                return CycleParts(toGuardian: v[0], atGuardian: v[1], toChild: v[2])
+            }
+            (partsP50, partsP99) = (at(0.5), at(0.99))
+        }
+    }
+
+    /// The value below which the fraction `p` of `sorted` lies.
+    static func percentile(_ p: Double, ofSorted sorted: [Double]) -> Double {
+        sorted.isEmpty ? .nan : sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.down)))]
     }
 
     /// Each figure's median over `runs`; errors, losses and cycles are totals.
@@ -137,6 +154,13 @@ struct Summary {
         generatorCPUPerCycle = median(runs.map(\.generatorCPUPerCycle))
         serverRSSBytes = Int(median(runs.map { Double($0.serverRSSBytes) }))
         (errors, lost, cycles) = runs.reduce((0, 0, 0)) { ($0.0 + $1.errors, $0.1 + $1.lost, $0.2 + $1.cycles) }
+        func medianParts(_ all: [CycleParts]) -> CycleParts? {
+            guard all.count == runs.count else { return nil }
+            return CycleParts(
+                toGuardian: median(all.map(\.toGuardian)), atGuardian: median(all.map(\.atGuardian)), toChild: median(all.map(\.toChild)))
+        }
+        partsP50 = medianParts(runs.compactMap(\.partsP50))
+        partsP99 = medianParts(runs.compactMap(\.partsP99))
     }
 }
 
@@ -384,13 +408,22 @@ func report(
         if replying { o["baselineReplying"] = true }
         for (name, f) in [("relay", Optional(r)), (otherName, b)] {
             guard let f else { continue }
-            o[name] = .object([
+            var side: JSONObject = [
                 "cyclesPerSecond": .double(f.cyclesPerSecond), "p50Micros": .double(f.p50), "p90Micros": .double(f.p90),
                 "p99Micros": .double(f.p99), "maxMicros": .double(f.max), "serverCPUMicrosPerCycle": .double(f.serverCPUPerCycle),
                 "serverSystemShare": .double(f.serverSystemShare),
                 "generatorCPUMicrosPerCycle": .double(f.generatorCPUPerCycle), "serverRSSBytes": .int(Int64(f.serverRSSBytes)),
                 "errors": .int(Int64(f.errors)), "lost": .int(Int64(f.lost)), "cycles": .int(Int64(f.cycles)),
-            ])
+            ]
+            if let p50 = f.partsP50, let p99 = f.partsP99 {
+                func part(_ k: KeyPath<CycleParts, Double>) -> JSON {
+                    .object(["p50": .double(p50[keyPath: k]), "p99": .double(p99[keyPath: k])])
+                }
+                side["partsMicros"] = .object([
+                    "toGuardian": part(\.toGuardian), "atGuardian": part(\.atGuardian), "toChild": part(\.toChild),
+                ])
+            }
+            o[name] = .object(side)
         }
         if let ratio { o["ratio"] = .double(ratio) }
         printOut(JSON.object(o).text)
@@ -415,6 +448,13 @@ func report(
     if let b, let ratio {
         printOut(row(otherName, b))
         printOut("ratio     cycles/s \(fmt(ratio * 100))% of \(otherName)'s; p50 \(fmt(r.p50 / b.p50, 2))× \(otherName)'s")
+    }
+    for (name, f) in [("relay", Optional(r)), (otherName, b)] {
+        guard let f, let p50 = f.partsP50, let p99 = f.partsP99 else { continue }
+        func part(_ k: KeyPath<CycleParts, Double>) -> String { "\(fmt(p50[keyPath: k])) / \(fmt(p99[keyPath: k]))" }
+        printOut(
+            "parts     \(name), p50 / p99 µs: ask → question at the guardian \(part(\.toGuardian)); "
+                + "→ answer sent \(part(\.atGuardian)); → response at the child \(part(\.toChild))")
     }
 }
 

@@ -31,6 +31,7 @@ final class BenchTests: XCTestCase {
     func testASmallGridPointCompletesEveryCycleInEveryRun() throws {
         let line = try runCleanly(["--families", "3", "--window", "2", "--runs", "2"])
         XCTAssertEqual(line["runs"]?.int, 2, "the figures are the medians of two runs")
+        XCTAssertNil(line["relay"]?["partsMicros"], "a cycle's parts are timed only for a trace")
     }
 
     /// Every guardian gets each question and exactly one answers it: a second answer would
@@ -141,6 +142,15 @@ final class BenchTests: XCTestCase {
                 let parts = row[7...].compactMap { Int($0) }, latency = Int(row[6]) ?? -1
                 XCTAssertEqual(parts.count, 3, "\(server): every part timed in \(row)")
                 XCTAssertTrue(parts.allSatisfy { $0 >= 0 } && (latency - 2...latency).contains(parts.reduce(0, +)), "\(server): \(row)")
+            }
+            // The summary's percentiles of each part are those of the rows (one run: no medians over runs).
+            for (column, part) in [(7, "toGuardian"), (8, "atGuardian"), (9, "toChild")] {
+                let values = mine.compactMap { Int($0[column]) }.sorted()
+                for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
+                    let summary = line[server]?["partsMicros"]?[part]?[name]?.number
+                    XCTAssertEqual(
+                        summary.map(Int.init), values.isEmpty ? nil : values[Int(Double(values.count) * p)], "\(server) \(part) \(name)")
+                }
             }
         }
     }
