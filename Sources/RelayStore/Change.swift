@@ -244,15 +244,15 @@ extension Change {
 
     /// The change whose tag was just read.
     static func read(tag: Int64, from r: inout ByteReader) throws -> Change {
-        let rowed = hasRow(tag)
-        switch withoutRow(tag) {
+        let rowed = hasRow(tag), kind = withoutRow(tag)
+        switch kind {
         case 1: return .family(try r.string())
         case 2:
             return .member(
                 MemberRecord(
                     id: try r.string(), family: try r.string(), role: try r.raw(Role.self), tokenHash: try r.data(),
                     removed: try r.bool(), limitsEnabled: try r.bool()))
-        case let kind where kind == 3 || kind == 11:
+        case 3, 11:
             let encoded = kind == 3 ? try r.data() : closedContent(r.bytes[try contentCopy(from: &r)])
             guard let content = QuestionContent(encoded: encoded) else {
                 throw JournalError(description: "a journal question cannot be read")

@@ -71,18 +71,17 @@ extension JournaledChange {
     /// Reads the change `Change.encode` wrote at the reader's position.
     static func read(from r: inout ByteReader) throws -> JournaledChange {
         let start = r.i
-        let tag = try r.int(), rowed = Change.hasRow(tag)
-        switch Change.withoutRow(tag) {
-        case let kind where kind == 3 || kind == 11:
-            let content = kind == 3 ? try r.range() : try Change.contentCopy(from: &r)
-            var asked = QuestionRow.Asked(content: content, child: try r.range(), family: try r.range(), createdAt: try r.int())
-            asked.isOpen = kind == 11
+        let tag = try r.int(), rowed = Change.hasRow(tag), kind = Change.withoutRow(tag)
+        switch kind {
+        case 3, 4, 11:  // a question asked (with its content or where its copy is), or its state
+            var asked: QuestionRow.Asked?
+            if kind != 4 {
+                let content = kind == 3 ? try r.range() : try Change.contentCopy(from: &r)
+                asked = QuestionRow.Asked(
+                    content: content, isOpen: kind == 11, child: try r.range(), family: try r.range(), createdAt: try r.int())
+            }
             var row = try readState(from: &r)
             row.asked = asked
-            if rowed { row.row = try r.int() }
-            return .question(row)
-        case 4:
-            var row = try readState(from: &r)
             if rowed { row.row = try r.int() }
             return .question(row)
         case 5:
