@@ -432,6 +432,25 @@ final class SQLiteStoreTests: XCTestCase {
         try store.settle(wait: true)
     }
 
+    /// Generations a little larger each time keep the two buffers they alternate between:
+    /// a buffer that moved would be new pages for the journal to fault in.
+    func testBacklogsALittleLargerEachTimeKeepTheirBuffers() throws {
+        let store = try SQLiteStore(path: path)
+        store.checkpointThreshold = 100
+        var capacities: [Int] = []
+        var n = 0
+        for generation in 0..<8 {
+            for _ in 0..<(100 + 5 * generation) {
+                store.saveQuestion(try question(n))
+                n += 1
+            }
+            try store.commit()  // hands the generation over
+            try store.settle(wait: true)
+            capacities.append(store.backlog.bytes.capacity)
+        }
+        XCTAssertEqual(capacities[4...], capacities[2..<6], "the buffers of generations 2 and 3, over and over: \(capacities)")
+    }
+
     func testATornRecordAtTheEndIsCutAndWritingGoesOn() throws {
         let first = try SQLiteStore(path: path)
         let written = try writeTurns(first)
