@@ -17,6 +17,19 @@ import RelayStore
 /// child (the relay's second hop).
 struct CycleParts {
     var toGuardian, atGuardian, toChild: Double
+
+    /// The parts in that order, each with its name in the JSON output (and, with `Micros`
+    /// after it, in the trace's columns).
+    static let fields: [(name: String, path: KeyPath<CycleParts, Double> & Sendable)] = [
+        ("toGuardian", \.toGuardian), ("atGuardian", \.atGuardian), ("toChild", \.toChild),
+    ]
+
+    init(toGuardian: Double, atGuardian: Double, toChild: Double) {
+        (self.toGuardian, self.atGuardian, self.toChild) = (toGuardian, atGuardian, toChild)
+    }
+
+    /// The parts from a value for each of `fields`, in their order.
+    init(_ values: [Double]) { self.init(toGuardian: values[0], atGuardian: values[1], toChild: values[2]) }
 }
 
 struct LoadResult {

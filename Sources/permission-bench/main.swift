@@ -127,11 +127,8 @@ struct Summary {
         (errors, lost, cycles) = (f.result.errors, f.result.lost, f.result.cycles)
         let parts = f.result.partsMicros
         if !parts.isEmpty {
-            let sorted = [\CycleParts.toGuardian, \.atGuardian, \.toChild].map { part in parts.map { $0[keyPath: part] }.sorted() }
-            func at(_ p: Double) -> CycleParts {
-                let v = sorted.map { Self.percentile(p, ofSorted: $0) }
-                return CycleParts(toGuardian: v[0], atGuardian: v[1], toChild: v[2])
-            }
+            let sorted = CycleParts.fields.map { f in parts.map { $0[keyPath: f.path] }.sorted() }
+            func at(_ p: Double) -> CycleParts { CycleParts(sorted.map { Self.percentile(p, ofSorted: $0) }) }
             (partsP50, partsP99) = (at(0.5), at(0.99))
         }
     }
@@ -156,8 +153,7 @@ struct Summary {
         (errors, lost, cycles) = runs.reduce((0, 0, 0)) { ($0.0 + $1.errors, $0.1 + $1.lost, $0.2 + $1.cycles) }
         func medianParts(_ all: [CycleParts]) -> CycleParts? {
             guard all.count == runs.count else { return nil }
-            return CycleParts(
-                toGuardian: median(all.map(\.toGuardian)), atGuardian: median(all.map(\.atGuardian)), toChild: median(all.map(\.toChild)))
+            return CycleParts(CycleParts.fields.map { f in median(all.map { $0[keyPath: f.path] }) })
         }
         partsP50 = medianParts(runs.compactMap(\.partsP50))
         partsP99 = medianParts(runs.compactMap(\.partsP99))
@@ -370,7 +366,8 @@ func runPoint(_ point: Point, _ a: Arguments, run: Int, compared: String?) throw
 final class CycleTrace {
     private let file: FileHandle
 
-    static let header = "point,server,run,completedAtMicros,latencyMicros,toGuardianMicros,atGuardianMicros,toChildMicros\n"
+    static let header =
+        "point,server,run,completedAtMicros,latencyMicros" + CycleParts.fields.map { ",\($0.name)Micros" }.joined() + "\n"
 
     init(path: String) throws {
         guard FileManager.default.createFile(atPath: path, contents: Data(Self.header.utf8)),
@@ -385,7 +382,10 @@ final class CycleTrace {
         for (i, (at, latency)) in zip(result.completedAtMicros, result.latenciesMicros).enumerated() {
             let parts = i < result.partsMicros.count ? result.partsMicros[i] : CycleParts(toGuardian: .nan, atGuardian: .nan, toChild: .nan)
             text += "\"\(point.label)\",\(server),\(run),\(Int(at)),\(Int(latency))"
-            for part in [parts.toGuardian, parts.atGuardian, parts.toChild] { text += part.isNaN ? "," : ",\(Int(part))" }
+            for f in CycleParts.fields {
+                let part = parts[keyPath: f.path]
+                text += part.isNaN ? "," : ",\(Int(part))"
+            }
             text += "\n"
         }
         file.write(Data(text.utf8))
@@ -416,12 +416,11 @@ func report(
                 "errors": .int(Int64(f.errors)), "lost": .int(Int64(f.lost)), "cycles": .int(Int64(f.cycles)),
             ]
             if let p50 = f.partsP50, let p99 = f.partsP99 {
-                func part(_ k: KeyPath<CycleParts, Double>) -> JSON {
-                    .object(["p50": .double(p50[keyPath: k]), "p99": .double(p99[keyPath: k])])
+                var parts: JSONObject = [:]
+                for (name, k) in CycleParts.fields {
+                    parts[name] = .object(["p50": .double(p50[keyPath: k]), "p99": .double(p99[keyPath: k])])
                 }
-                side["partsMicros"] = .object([
-                    "toGuardian": part(\.toGuardian), "atGuardian": part(\.atGuardian), "toChild": part(\.toChild),
-                ])
+                side["partsMicros"] = .object(parts)
             }
             o[name] = .object(side)
         }
