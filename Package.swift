@@ -26,34 +26,41 @@ let package = Package(
 
         // bytes <-> messages; no I/O.
         .target(name: "RelayProtocol"),
-        // what the relay remembers: records, the store protocol, memory and SQLite stores.
-        .target(name: "RelayStore", dependencies: ["RelayProtocol", "CSQLite", "CSystem"], swiftSettings: relayLoop),
-        // the relay's rules as a deterministic state machine.
-        .target(name: "RelayCore", dependencies: ["RelayProtocol", "RelayStore", "CCrypto"], swiftSettings: relayLoop),
+        // what the relay remembers, as values: records, the changes to them, a snapshot.
+        .target(name: "RelayModel", dependencies: ["RelayProtocol"], swiftSettings: relayLoop),
+        // the relay's rules as a deterministic state machine; it emits changes, never stores them.
+        .target(name: "RelayCore", dependencies: ["RelayProtocol", "RelayModel", "CCrypto"], swiftSettings: relayLoop),
+        // persistence: the store protocol, the SQLite store (the only durable state) and a memory one.
+        .target(name: "RelayStore", dependencies: ["RelayProtocol", "RelayModel", "CSQLite"], swiftSettings: relayLoop),
         // the epoll reactor that moves bytes between sockets and the core.
         .target(
-            name: "RelayServer", dependencies: ["RelayProtocol", "RelayStore", "RelayCore", "CSystem"], swiftSettings: relayLoop),
+            name: "RelayServer", dependencies: ["RelayProtocol", "RelayModel", "RelayStore", "RelayCore", "CSystem"],
+            swiftSettings: relayLoop),
         // the client library with Apple's PermissionKit names.
         .target(name: "PermissionKit", dependencies: ["RelayProtocol", "CSystem"]),
         // argument parsing and exit codes shared by the programs.
         .target(name: "CLISupport"),
         .executableTarget(
             name: "permission-relay",
-            dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem", "CLISupport"]),
+            dependencies: ["RelayServer", "RelayCore", "RelayModel", "RelayStore", "RelayProtocol", "CSystem", "CLISupport"]),
         .target(name: "ClientCommands", dependencies: ["PermissionKit", "CLISupport", "RelayProtocol"]),
         .executableTarget(name: "permission-child", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol"]),
         .executableTarget(
             name: "permission-harness", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol", "RelayServer"]),
         .executableTarget(
-            name: "permission-bench", dependencies: ["RelayProtocol", "RelayServer", "RelayStore", "RelayCore", "CSystem", "CLISupport"],
+            name: "permission-bench",
+            dependencies: ["RelayProtocol", "RelayServer", "RelayModel", "RelayStore", "RelayCore", "CSystem", "CLISupport"],
             swiftSettings: relayLoop),
         .executableTarget(
             name: "permission-guardian", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol", "CSystem"]),
 
         .testTarget(name: "RelayProtocolTests", dependencies: ["RelayProtocol"]),
-        .testTarget(name: "RelayStoreTests", dependencies: ["RelayStore", "RelayProtocol", "CSQLite"]),
-        .testTarget(name: "RelayCoreTests", dependencies: ["RelayCore", "RelayStore", "RelayProtocol"]),
-        .testTarget(name: "RelayServerTests", dependencies: ["RelayServer", "RelayCore", "RelayStore", "RelayProtocol", "CSystem"]),
+        .testTarget(
+            name: "RelayStoreTests", dependencies: ["RelayStore", "RelayModel", "RelayProtocol", "CSQLite"],
+            resources: [.copy("Fixtures")]),
+        .testTarget(name: "RelayCoreTests", dependencies: ["RelayCore", "RelayModel", "RelayStore", "RelayProtocol"]),
+        .testTarget(
+            name: "RelayServerTests", dependencies: ["RelayServer", "RelayCore", "RelayModel", "RelayStore", "RelayProtocol", "CSystem"]),
         .testTarget(name: "EndToEndTests", dependencies: ["RelayProtocol", "RelayServer", "CSystem", "PermissionKit"]),
         .testTarget(name: "PermissionKitTests", dependencies: ["PermissionKit", "RelayProtocol", "CSystem"]),
         .testTarget(name: "permission-benchTests", dependencies: ["permission-bench", "RelayProtocol"]),

@@ -1,7 +1,7 @@
 // Admin requests (§7): families, members, tokens and the relay's status.
 
 import RelayProtocol
-import RelayStore
+import RelayModel
 
 extension RelayCore {
     func createFamily(_ r: Request) throws(RequestError) -> ReplyFields {
@@ -11,7 +11,7 @@ extension RelayCore {
         }
         guard families[family] == nil else { throw RequestError(.conflict, "family \(family) already exists") }
         families[family] = Family(id: family)
-        store.saveFamily(family)
+        persist(.family(family))
         return ["family": .string(family)]
     }
 
@@ -33,7 +33,7 @@ extension RelayCore {
         let record = MemberRecord(id: member, family: family, role: role, tokenHash: Token.hash(token))
         let m = Member(record, family: f)
         add(m)
-        store.saveMember(record)
+        persist(.member(record))
         if role == .guardian {
             // A new guardian learns of every question of the family pending now (§6).
             for child in f.children {
@@ -50,11 +50,11 @@ extension RelayCore {
         let id = try r.string("member")
         guard let m = members[id], !m.isRemoved else { throw RequestError(.notFound, "no member \(id)") }
         m.record.removed = true
-        store.saveMember(m.record)
+        persist(.member(m.record))
         for c in m.live { close(c.id, .memberRemoved) }
         for durable in m.sessions.values { durable.dirty = false }  // their rows go now: no late cursor write
         m.sessions = [:]
-        store.deleteSessions(member: id)
+        persist(.dropSessions(member: id))
         if m.record.role == .guardian {
             m.family.guardians.removeAll { $0 === m }
         } else {
@@ -71,7 +71,7 @@ extension RelayCore {
         guard let m = members[id], !m.isRemoved else { throw RequestError(.notFound, "no member \(id)") }
         let token = Token.generate()
         m.record.tokenHash = Token.hash(token)
-        store.saveMember(m.record)
+        persist(.member(m.record))
         for c in m.live { close(c.id, .tokenRotated) }
         return ["member": .string(id), "token": .string(token)]
     }

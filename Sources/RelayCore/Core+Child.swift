@@ -1,7 +1,7 @@
 // Child requests (§7): subscribe, ask, cancel, questions, limits, knownHandles.
 
 import RelayProtocol
-import RelayStore
+import RelayModel
 
 extension RelayCore {
     func subscribe(_ r: Request) throws(RequestError) -> ReplyFields {
@@ -18,7 +18,7 @@ extension RelayCore {
         connections[r.conn]?.session?.topics = topics
         if let durable = r.session.durable {
             durable.record.topics = topics
-            store.saveSession(durable.record)
+            persist(.session(durable.record))
         }
         return ["topics": .array(TopicKind.allCases.filter(topics.contains).map { .string($0.rawValue) })]
     }
@@ -111,8 +111,7 @@ extension RelayCore {
             out.appendJSONKey("question")
             appendQuestion(record, to: &out)
         }
-        // After its event: the store keeps the content once, in the event (`saveQuestion`).
-        store.saveQuestion(record)
+        persist(.question(record))
         let allKnown = content.kind == .communication && content.handles.allSatisfy { child.isKnown($0, at: r.now) }
         return .frame(
             okFrame(re: r.id, capacity: 160) { ok in
@@ -181,7 +180,7 @@ extension RelayCore {
             return true
         }
         for key in forgotten {
-            if let q = questions.removeValue(forKey: key) { store.deleteQuestion(q) }
+            if let q = questions.removeValue(forKey: key) { persist(.forgetQuestion(q)) }
         }
     }
 
@@ -259,7 +258,7 @@ extension RelayCore {
         questions.save(q)
         let child = members[q.child]
         child?.pendingQuestions -= 1
-        store.saveQuestionState(q)
+        persist(.questionState(q))
         var toChild: JSONObject = ["questionId": .string(q.id), "reason": .string(reason.rawValue)]
         if reason == .expired, let d = q.content.choice(q.content.defaultChoice) { toChild["defaultChoice"] = d.json }
         if let child, !child.isRemoved {

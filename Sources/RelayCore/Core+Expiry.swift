@@ -3,7 +3,7 @@
 // against the current state, so re-asks and renewals need no removal.
 
 import RelayProtocol
-import RelayStore
+import RelayModel
 
 extension RelayCore {
     /// Runs every rule whose time has come; call when `nextDeadline` passes.
@@ -49,10 +49,10 @@ extension RelayCore {
             record.until = nil
             if record.permanent {
                 child.known[top.handle] = record
-                store.saveKnownHandle(record)
+                persist(.knownHandle(record))
             } else {
                 child.known[top.handle] = nil
-                store.deleteKnownHandle(child: child.id, handle: top.handle)
+                persist(.unknownHandle(child: child.id, handle: top.handle))
                 if let i = lapsed.firstIndex(where: { $0.child === child }) {
                     lapsed[i].handles.append(top.handle)
                 } else {

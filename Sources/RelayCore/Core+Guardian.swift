@@ -3,7 +3,7 @@
 // or child is answered as if it did not exist.
 
 import RelayProtocol
-import RelayStore
+import RelayModel
 
 extension RelayCore {
     func answer(_ r: Request) throws(RequestError) -> ReplyFields {
@@ -40,7 +40,7 @@ extension RelayCore {
         let q = entry.record
         let child = members[q.child]
         child?.pendingQuestions -= 1
-        store.saveQuestionState(q)
+        persist(.questionState(q))
         if let child, !child.isRemoved {
             appendEvent(to: child, topic: q.content.kind, type: "response", capacity: q.content.encoded.count + 400, now: r.now) {
                 appendResponseFields(q, to: &$0)
@@ -83,7 +83,7 @@ extension RelayCore {
         else { throw RequestError(.notFound, "no child \(id)\(r.session.role == .admin ? "" : " in your family")") }
         if child.record.limitsEnabled != enabled {
             child.record.limitsEnabled = enabled
-            store.saveMember(child.record)
+            persist(.member(child.record))
             appendEvent(to: child, topic: nil, type: "limitsChanged", ["enabled": .bool(enabled)], now: r.now)
         }
         return ["child": .string(id), "enabled": .bool(enabled)]
@@ -111,7 +111,7 @@ extension RelayCore {
             var removed: [NormalizedHandle] = []
             for h in handles {
                 guard let record = child.known.removeValue(forKey: h) else { continue }
-                store.deleteKnownHandle(child: id, handle: h)
+                persist(.unknownHandle(child: id, handle: h))
                 if record.isKnown(at: r.now) { removed.append(h) }
             }
             announceKnown(child: child, added: [], removed: removed, now: r.now)
@@ -159,7 +159,7 @@ extension RelayCore {
             }
             for a in actions where !record.actions.contains(a) { record.actions.append(a) }
             child.known[h] = record
-            store.saveKnownHandle(record)
+            persist(.knownHandle(record))
             if !(before?.isKnown(at: now) ?? false) { added.append(h) }
         }
         announceKnown(child: child, added: added, removed: [], now: now)

@@ -1,9 +1,10 @@
 // Session start (§4), acks and cursors, and delivery of stream events (§6): live to
-// every session of the member that passes its subscriptions, or replayed from the
-// store after a cursor, in bounded steps so a long replay cannot flood a socket.
+// every session of the member that passes its subscriptions, or replayed after a cursor
+// from what the reactor reads from the store, in bounded steps so that a long replay
+// cannot flood a socket.
 
 import RelayProtocol
-import RelayStore
+import RelayModel
 
 extension RelayCore {
     func hello(_ conn: ConnectionID, _ f: JSONObject, id: String?, now: Timestamp) {
@@ -77,17 +78,11 @@ extension RelayCore {
             if existing == nil || record.cursor != durable.record.cursor {
                 durable.record = record
                 m.sessions[name] = durable
-                store.saveSession(record)
+                persist(.session(record))
             }
-            var gap = false
-            if start < head {
-                let oldest = (try? store.oldestEventSeq(member: memberID)) ?? nil
-                let firstKept = oldest ?? (head + 1)
-                if firstKept > start + 1 {
-                    gap = true
-                    start = firstKept - 1
-                }
-            }
+            // Events up to `prunedThrough` are gone: the replay starts after them, and says so.
+            let gap = start < m.prunedThrough
+            if gap { start = m.prunedThrough }
             durable.lastUse = nextSessionUse()
             session.durable = durable
             session.topics = record.topics
@@ -101,7 +96,6 @@ extension RelayCore {
         if session.replayAfter != nil { replaying.insert(conn) }
         m.live.append(c)
         send(conn, welcome)
-        continueReplay(conn)
     }
 
     /// Before `member` gets a new durable session: at the limit, forgets the least recently
@@ -119,7 +113,7 @@ extension RelayCore {
         else { return false }
         oldest.dirty = false  // its row goes now: no late cursor write
         member.sessions[oldest.record.name] = nil
-        store.deleteSession(member: member.id, name: oldest.record.name)
+        persist(.dropSession(member: member.id, name: oldest.record.name))
         return makeRoomForSession(of: member)  // a lowered limit may leave more than one over
     }
 
@@ -134,7 +128,6 @@ extension RelayCore {
         let target = min(seq, member.head)
         guard target > durable.record.cursor else { return }
         durable.record.cursor = target
-        store.noteCursor(member: member.id, session: durable.record.name, cursor: target)
         if !durable.dirty {
             durable.dirty = true
             dirtySessions.append(durable)
@@ -145,7 +138,7 @@ extension RelayCore {
     public func flushCursors() {
         for durable in dirtySessions where durable.dirty {
             durable.dirty = false
-            store.saveSession(durable.record)
+            persist(.session(durable.record))
         }
         dirtySessions.removeAll(keepingCapacity: true)
     }
@@ -183,13 +176,13 @@ extension RelayCore {
     ) -> [UInt8] {
         member.head += 1
         let seq = member.head
+        eventClock = max(eventClock, now)
         let bytes = frame(capacity: capacity + 48) { out in
             out.appendEventHead(type: type, seq: seq)
             writeFields(&out)
             out.append(UInt8(ascii: "}"))
         }
-        let event = EventRecord(member: member.id, seq: seq, at: now, topic: topic, frame: bytes)
-        store.appendEvent(event)
+        persist(.event(EventRecord(member: member.id, seq: seq, at: eventClock, topic: topic, frame: bytes)))
         deferred.append((member, topic, bytes))
         return bytes
     }
@@ -209,32 +202,88 @@ extension RelayCore {
         deferred.removeAll(keepingCapacity: true)
     }
 
-    /// Sends the next step of a replaying session's events (at most `replayBatch` events
-    /// or about `replayBudgetBytes`); the session goes live once it has caught up.
-    public func continueReplay(_ conn: ConnectionID) {
-        guard let s = connections[conn]?.session, let after = s.replayAfter, let member = s.member else { return }
-        let head = member.head
-        let batch = (try? store.events(member: member.id, after: after, limit: config.replayBatch)) ?? []
+    /// Where the replay of `conn` goes on from: its member, and the seq after which it
+    /// wants events. Nil when `conn` is not replaying.
+    public func replayPosition(_ conn: ConnectionID) -> (member: String, after: Int64)? {
+        guard let s = connections[conn]?.session, let after = s.replayAfter, let member = s.member else { return nil }
+        return (member.id, after)
+    }
+
+    /// Sends the next step of `conn`'s replay: `stored`, what the store gave for its
+    /// `replayPosition` (in order; at most `limit` events), up to about `replayBudgetBytes`;
+    /// once the store had no more, this turn's events, which are not committed yet. The
+    /// session goes live when it has caught up with its stream's head. An event missing
+    /// on the way ends the connection instead (a replay never skips one): the returned
+    /// text says why, for the log.
+    public func continueReplay(_ conn: ConnectionID, stored: [EventRecord], limit: Int) -> String? {
+        guard let s = connections[conn]?.session, let after = s.replayAfter, let member = s.member else { return nil }
         var last = after
         var bytes = 0
-        for e in batch {
+        func deliver(_ e: EventRecord) -> Bool {
+            guard e.seq == last + 1 else { return false }
             if e.topic.map(s.topics.contains) ?? true {
                 send(conn, e.frame)
                 bytes += e.frame.count
             }
             last = e.seq
-            if bytes >= config.replayBudgetBytes { break }
+            return true
         }
-        let caughtUp = last >= head || (last == batch.last?.seq && batch.count < config.replayBatch) || batch.isEmpty
-        s.replayAfter = caughtUp ? nil : last
-        if caughtUp { replaying.remove(conn) }
+        for e in stored {
+            guard deliver(e) else { return replayBroken(conn, member, missing: last + 1) }
+            if bytes >= config.replayBudgetBytes {
+                s.replayAfter = last
+                return nil
+            }
+        }
+        guard stored.count < limit else {
+            s.replayAfter = last
+            return nil
+        }
+        for case .event(let e) in changes where e.seq > last && e.member == member.id {
+            guard deliver(e) else { return replayBroken(conn, member, missing: last + 1) }
+        }
+        guard last == member.head else { return replayBroken(conn, member, missing: last + 1) }
+        s.replayAfter = nil
+        replaying.remove(conn)
+        return nil
     }
 
-    /// Events that a durable session of every member has acknowledged: prunable early (§6).
+    /// The store could not be read for `conn`'s replay: it is told so and closed (its
+    /// session resumes from the same cursor when it connects again).
+    public func replayFailed(_ conn: ConnectionID, _ why: String) {
+        guard connections[conn] != nil else { return }
+        send(conn, RequestError(.internal, "the relay could not read your stored events (\(why)); connect again later").frame(re: nil))
+        close(conn, .storeFailed)
+    }
+
+    /// Ends a replay that found event `seq` missing. Dropped by retention while the replay
+    /// ran, it is a gap the session learns of when it connects again (`welcome.gap`);
+    /// otherwise the store lost it, which is told and logged.
+    private func replayBroken(_ conn: ConnectionID, _ member: Member, missing seq: Int64) -> String? {
+        if seq <= member.prunedThrough {
+            close(conn, .eventsDropped)
+            return nil
+        }
+        let why = "event \(seq) of \(member.id)'s stream is missing from the store; run permission-relay check"
+        replayFailed(conn, why)
+        return why
+    }
+
+    /// The store dropped `member`'s events up to `seq` (`RelayStore.prune`).
+    public func eventsDropped(member: String, through seq: Int64) {
+        guard let m = members[member] else { return }
+        m.prunedThrough = max(m.prunedThrough, seq)
+    }
+
+    /// For each member with events stored that every one of its durable sessions has
+    /// acknowledged, how far: those may be dropped early (§6).
     public func acknowledgedByAllSessions() -> [String: Int64] {
         var out: [String: Int64] = [:]
         for (id, member) in members where !member.sessions.isEmpty {
-            out[id] = member.sessions.values.map(\.record.cursor).min()
+            guard let acknowledged = member.sessions.values.lazy.map(\.record.cursor).min(),
+                acknowledged > member.prunedThrough
+            else { continue }
+            out[id] = acknowledged
         }
         return out
     }

@@ -4,7 +4,7 @@
 // hash member ids some twenty times).
 
 import RelayProtocol
-import RelayStore
+import RelayModel
 
 /// One member of a family and all the state the rules keep for it.
 final class Member {
@@ -12,6 +12,10 @@ final class Member {
     let family: Family
     /// The seq of the last event appended to its stream.
     var head: Int64 = 0
+    /// The store keeps the events after this seq, up to the head, and none before
+    /// (wire contract §6: the oldest go first, once every durable session acknowledged
+    /// them or once they are older than the retention window).
+    var prunedThrough: Int64 = 0
     /// Its durable sessions, by name.
     var sessions: [String: DurableSession] = [:]
     /// Its connections with an established session.

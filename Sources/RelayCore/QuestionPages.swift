@@ -5,7 +5,7 @@
 // question) and says where the list goes on.
 
 import RelayProtocol
-import RelayStore
+import RelayModel
 
 /// Where a question stands in a list: by when it was first asked, ties in the order the
 /// relay took them.

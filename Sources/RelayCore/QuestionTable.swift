@@ -10,7 +10,7 @@
 // one at a time, each about a 256th of that.
 
 import RelayProtocol
-import RelayStore
+import RelayModel
 
 struct QuestionTable {
     final class Entry {
@@ -71,6 +71,9 @@ struct QuestionTable {
         let each = n >> Self.shardBits + (n > 0 ? 1 : 0)
         for i in shards.indices { shards[i].reserveCapacity(each + each / 8) }
     }
+
+    /// Every record it holds, in no particular order.
+    var records: [QuestionRecord] { shards.flatMap { $0.values.map(\.record) } }
 
     /// How many questions it holds (for tests).
     var count: Int { shards.reduce(0) { $0 + $1.count } }

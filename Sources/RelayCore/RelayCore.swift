@@ -1,7 +1,8 @@
 // The relay's rules as a deterministic state machine (wire contract v1). No sockets,
-// no clock reads: the reactor feeds frame bodies and the time in, and takes frames
-// to send and connections to close out (`drainOutputs`). Every change is recorded in
-// the store as it is made; the reactor commits the store before it sends anything.
+// no clock reads, no store: the reactor feeds frame bodies and the time in, and takes
+// out the changes to store (`takeChanges`), the frames to send and the connections to
+// close (`drainOutputs`). The reactor commits a turn's changes before it sends anything
+// of that turn, and serves replays from the store (`replayPosition`, `continueReplay`).
 //
 // Layout: this file holds the state and the dispatch of a frame; Member.swift what is
 // kept per member and per family; Core+Session.swift the handshake, acks, delivery and
@@ -9,7 +10,7 @@
 // request type; Core+Expiry.swift the timers.
 
 import RelayProtocol
-import RelayStore
+import RelayModel
 
 /// Identifies one connection for the core; chosen by the reactor.
 public typealias ConnectionID = Int
@@ -18,6 +19,9 @@ public typealias ConnectionID = Int
 public enum CloseReason: String, Sendable {
     case handshakeFailed, framingViolation, sessionReplaced, shutdown, slowConsumer
     case heartbeatTimeout, handshakeTimeout, tokenRotated, memberRemoved, busy, peerClosed, storeFailed
+    /// Events a replay was about to send were dropped (retention) meanwhile: connecting
+    /// again, the session learns of the gap.
+    case eventsDropped
 }
 
 /// What the core asks the reactor to do.
@@ -79,8 +83,13 @@ public struct CoreConfig: Sendable {
 
 public final class RelayCore {
     let config: CoreConfig
-    let store: RelayStore
     let startedAt: Timestamp
+    /// The changes made since the last `takeChanges`, in order.
+    private(set) var changes: [Change] = []
+    /// No event is stamped before the one before it, whatever the wall clock does: a
+    /// member's events are then in order of time too, and the store drops the oldest of
+    /// each stream by time without leaving a hole.
+    var eventClock: Timestamp
 
     // Identity, and each member's streams, sessions, questions and contacts.
     var families: [String: Family] = [:]
@@ -107,12 +116,11 @@ public final class RelayCore {
     /// Events recorded while a request is handled, delivered after its reply.
     var deferred: [(to: Member, topic: TopicKind?, frame: [UInt8])] = []
 
-    /// Builds the core over `store`, loading its state.
-    public init(config: CoreConfig, store: RelayStore, now: Timestamp) throws {
+    /// Builds the core with the state the store holds.
+    public init(config: CoreConfig, snapshot s: StoreSnapshot, now: Timestamp) {
         self.config = config
-        self.store = store
         self.startedAt = now
-        let s = try store.load()
+        self.eventClock = max(now, s.lastEventAt ?? now)
         for f in s.families { families[f] = Family(id: f) }
         for m in s.members { add(Member(m, family: family(m.family))) }
         questions.reserveCapacity(s.questions.count)
@@ -136,7 +144,36 @@ public final class RelayCore {
         }
         for sess in s.sessions { members[sess.member]?.sessions[sess.name] = DurableSession(sess) }
         for (id, head) in s.heads { members[id]?.head = head }
+        for m in members.values { m.prunedThrough = s.firstRetained[m.id].map { $0 - 1 } ?? m.head }
     }
+
+    /// The state as the store should hold it once every change taken is committed (and the
+    /// cursors of acks flushed): what a restart would load. For tests of that promise.
+    public func snapshot() -> StoreSnapshot {
+        var s = StoreSnapshot()
+        s.families = Array(families.keys)
+        s.members = members.values.map(\.record)
+        s.questions = questions.records
+        for m in members.values {
+            s.knownHandles += m.known.values
+            s.sessions += m.sessions.values.map(\.record)
+            if m.head > 0 { s.heads[m.id] = m.head }
+        }
+        return s.normalized
+    }
+
+    /// Records a change to store with this turn's.
+    func persist(_ change: Change) { changes.append(change) }
+
+    /// The changes made since the last call, for the reactor to commit before it sends
+    /// anything the core has output meanwhile.
+    public func takeChanges() -> [Change] {
+        defer { changes.removeAll(keepingCapacity: true) }
+        return changes
+    }
+
+    /// Whether changes wait for `takeChanges`.
+    public var hasChanges: Bool { !changes.isEmpty }
 
     deinit {
         // Families and their members refer to each other, and members and their connections.

@@ -4,14 +4,18 @@
 //   1. wait for readiness or the next deadline;
 //   2. accept, read every ready socket, feed whole frames to the core (a replaying
 //      session's further frames wait until its replay has caught up);
-//   3. run the core's timers, the handshake and heartbeat checks, and replay steps;
-//   4. commit the store once (group commit) — nothing of this turn is sent before;
+//   3. run the core's timers, the handshake and heartbeat checks, and replay steps
+//      (events read from the store, which holds every turn's before this one);
+//   4. commit the core's changes in one transaction (group commit) — nothing of this
+//      turn is sent before;
 //   5. queue the core's frames and write them (EPOLLOUT only for leftovers);
-//   6. close the connections marked for closing.
+//   6. close the connections marked for closing;
+//   7. a bounded step of pruning, when one is due.
 
 import CSystem
 import Glibc
 import RelayCore
+import RelayModel
 import RelayProtocol
 import RelayStore
 
@@ -62,7 +66,6 @@ public struct ServerError: Error, CustomStringConvertible {
 
 public final class RelayServer {
     private let config: ServerConfig
-    private let core: () throws -> RelayCore
     private let store: RelayStore
     private let log: Log
     private var relay: RelayCore
@@ -92,6 +95,11 @@ public final class RelayServer {
     // Times on the monotonic clock, in milliseconds (`Self.monotonicMillis`), as are the
     // connections' own.
     private var lastPrune: Int64
+    /// A pruning pass under way: its cutoff, and the members whose acknowledged events
+    /// may still go (`RelayStore.prune`).
+    private var pruning: (cutoff: Timestamp, acknowledged: [String: Int64])?
+    /// The most events one turn's pruning step drops.
+    static let pruneStepEvents = 1000
     private var lastTimerScan: Int64 = .min / 2
     private var lastCursorFlush: Int64 = .min / 2
     /// The monotonic time of the current turn.
@@ -148,18 +156,14 @@ public final class RelayServer {
         }
     }
 
-    /// A server over `store`; `makeCore` builds the core from the store (again after a failed commit).
-    public init(
-        config: ServerConfig, coreConfig: CoreConfig, store: RelayStore, log: Log,
-        makeCore: @escaping () throws -> RelayCore
-    ) throws {
+    /// A server over `store`, with the core built from what it holds (again after a failed commit).
+    public init(config: ServerConfig, coreConfig: CoreConfig, store: RelayStore, log: Log) throws {
         self.config = config
         self.spin = SpinPolicy(windowMicroseconds: config.spinMicroseconds)
         self.coreConfig = coreConfig
         self.store = store
         self.log = log
-        self.core = makeCore
-        self.relay = try makeCore()
+        self.relay = RelayCore(config: coreConfig, snapshot: try store.load(), now: config.wallClock())
         self.lastPrune = Self.monotonicMillis()
         var fds: [Int32] = [-1, -1]
         guard cs_pipe(&fds) == 0 else { throw ServerError("cannot create a pipe: \(String(cString: strerror(errno)))") }
@@ -259,16 +263,6 @@ public final class RelayServer {
         if !commit() { return }
         dispatchOutputs()
         for id in Array(conns.keys) { closeNow(id) }
-        checkpoint()
-    }
-
-    /// Writes the store's committed backlog into place while nothing else waits.
-    private func checkpoint() {
-        do {
-            try store.checkpoint()
-        } catch {
-            log(.warning, "could not checkpoint the store (what was committed is kept and retried): \(error)")
-        }
     }
 
     // MARK: - One turn
@@ -285,9 +279,6 @@ public final class RelayServer {
         guard n >= 0 else { throw ServerError("epoll_wait failed: \(String(cString: strerror(errno)))") }
         let t = config.wallClock()
         turnMillis = Self.monotonicMillis()
-        // A quiet second is the time to write the journal into the tables; a wait cut short
-        // by a deadline is not quiet, and a busy relay hands its batches over as it goes.
-        if n == 0 && timeout == idleTimeout { checkpoint() }
 
         for k in 0..<Int(n) {
             let r = ready[k]
@@ -307,14 +298,29 @@ public final class RelayServer {
             acceptPausedUntil = nil
             cs_epoll_ctl(epfd, 1, listenFD, cs_epollin, Self.listenToken)
         }
-        for id in relay.replaying {
-            guard let c = conns[id], c.pendingBytes < replayLowWater else { continue }
-            relay.continueReplay(id)
-            process(c, now: t)
-        }
+        replaySteps(now: t)
         guard commit(cursors: Double(turnMillis - lastCursorFlush) >= config.cursorFlushSeconds * 1000) else { return }
         dispatchOutputs()
         prune(now: t)
+    }
+
+    /// The next step of each replay whose connection has room: its events from the store.
+    private func replaySteps(now: Timestamp) {
+        guard !relay.replaying.isEmpty else { return }
+        for id in relay.replaying {
+            guard let c = conns[id], c.pendingBytes < replayLowWater, let (member, after) = relay.replayPosition(id) else {
+                continue
+            }
+            let limit = coreConfig.replayBatch
+            do {
+                let stored = try store.events(member: member, after: after, limit: limit)
+                if let why = relay.continueReplay(id, stored: stored, limit: limit) { log(.error, "connection \(id): \(why)") }
+            } catch {
+                log(.error, "connection \(id): could not read \(member)'s stored events for its replay: \(error)")
+                relay.replayFailed(id, "\(error)")
+            }
+            process(c, now: now)
+        }
     }
 
     /// A replaying connection gets its next step once its unsent bytes fall below this.
@@ -329,9 +335,9 @@ public final class RelayServer {
             relay.flushCursors()
             lastCursorFlush = Self.monotonicMillis()
         }
-        guard store.hasChanges else { return true }
+        guard relay.hasChanges else { return true }
         do {
-            try store.commit()
+            try store.commit(relay.takeChanges())
             failedCommits = 0
             return true
         } catch {
@@ -343,8 +349,9 @@ public final class RelayServer {
                 .error,
                 "could not commit to the store: \(error); no reply of this turn was sent, closing every connection so "
                     + "clients resend, and refusing new ones for \(pause / 1000) s")
-            store.discardChanges()
             relay.drainOutputs { _ in }
+            for c in touched { c.touched = false }
+            touched.removeAll(keepingCapacity: true)
             let notice = RequestError(
                 .busy,
                 "the relay could not store changes (\(commitFailure)); nothing of this turn was kept, "
@@ -357,7 +364,8 @@ public final class RelayServer {
                 closeNow(id)
             }
             do {
-                relay = try core()
+                relay = RelayCore(config: coreConfig, snapshot: try store.load(), now: config.wallClock())
+                pruning = nil
             } catch {
                 log(.error, "could not reload the store: \(error); stopping")
                 stopping = true
@@ -367,8 +375,9 @@ public final class RelayServer {
     }
 
     /// How long new connections are refused after the `n`th failed commit in a row, in
-    /// milliseconds: one second, doubling up to 32.
-    static func refusalAfterFailedCommits(_ n: Int) -> Int64 { 1000 << Int64(min(max(n, 1) - 1, 5)) }
+    /// milliseconds: one second, doubling up to 4, so that a relay whose disk was full
+    /// takes changes again within seconds of space being freed.
+    static func refusalAfterFailedCommits(_ n: Int) -> Int64 { 1000 << Int64(min(max(n, 1) - 1, 2)) }
 
     private func acceptAll() {
         while true {
@@ -524,7 +533,7 @@ public final class RelayServer {
                 relay.framingViolation(id, .badFrame, "a frame stayed incomplete for \(3 * hb / 1000) s; closing")
             } else if silent >= hb && !c.pinged {
                 c.pinged = true
-                c.out.append(contentsOf: (["type": "ping"] as JSONObject).frame)
+                enqueue(Self.pingFrame, to: c)
             }
         }
     }
@@ -540,8 +549,7 @@ public final class RelayServer {
             case .send(let id, let frame):
                 if id != lastID { (lastID, last) = (id, conns[id]) }
                 guard let c = last else { return }
-                c.out.append(bytes: frame)
-                touch(c)
+                enqueue(frame, to: c)
             case .close(let id, let reason):
                 if id != lastID { (lastID, last) = (id, conns[id]) }
                 guard let c = last else { return }
@@ -558,6 +566,15 @@ public final class RelayServer {
             flush(c)
         }
         touched.removeAll(keepingCapacity: true)
+    }
+
+    private static let pingFrame = (["type": "ping"] as JSONObject).frame
+
+    /// Queues bytes for a connection: the one way output is queued, so nothing queued
+    /// waits unwritten (it is written at the end of this turn's dispatch).
+    private func enqueue(_ bytes: [UInt8], to c: Conn) {
+        c.out.append(bytes: bytes)
+        touch(c)
     }
 
     /// Marks a connection to be flushed at the end of the dispatch, once.
@@ -614,18 +631,29 @@ public final class RelayServer {
         Glibc.close(c.fd)
     }
 
+    /// Every `pruneIntervalSeconds` a pass starts: events past the retention window, and
+    /// those every durable session of their member has acknowledged (with the cursors
+    /// that say so committed first), go a bounded step per turn until none is left.
     private func prune(now: Timestamp) {
-        guard Double(turnMillis - lastPrune) >= config.pruneIntervalSeconds * 1000 else { return }
-        lastPrune = turnMillis
-        do {
-            let n = try store.pruneEvents(
-                olderThan: Timestamp(milliseconds: now.milliseconds - coreConfig.retentionSeconds * 1000),
-                acknowledged: relay.acknowledgedByAllSessions())
-            if n > 0 { log(.debug, "pruned \(n) events") }
-        } catch {
-            log(.warning, "could not prune old events: \(error)")
+        if pruning == nil {
+            guard Double(turnMillis - lastPrune) >= config.pruneIntervalSeconds * 1000 else { return }
+            lastPrune = turnMillis
+            checkDiskSpace()
+            guard commit(cursors: true) else { return }
+            pruning = (Timestamp(milliseconds: now.milliseconds - coreConfig.retentionSeconds * 1000), relay.acknowledgedByAllSessions())
         }
-        checkDiskSpace()
+        guard let pass = pruning else { return }
+        do {
+            let through = try store.prune(olderThan: pass.cutoff, acknowledged: pass.acknowledged, limit: Self.pruneStepEvents)
+            for (member, seq) in through {
+                relay.eventsDropped(member: member, through: seq)
+                if seq >= pass.acknowledged[member] ?? .max { pruning?.acknowledged[member] = nil }
+            }
+            if through.isEmpty { pruning = nil }
+        } catch {
+            log(.warning, "could not prune old events (tried again in \(Int(config.pruneIntervalSeconds)) s): \(error)")
+            pruning = nil
+        }
     }
 
     /// Warns while the data directory's file system is low on space (every ten minutes),

@@ -6,7 +6,6 @@
 // once, so a quiet relay costs nothing.
 
 import Glibc
-import RelayStore
 
 /// Waits for events, polling first when the last wait ended within the window.
 public struct SpinPolicy: Sendable {

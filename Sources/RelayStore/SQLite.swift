@@ -23,8 +23,10 @@ final class SQLiteDatabase {
     /// The same statements, by the address of their literal SQL.
     private var literals: [(UnsafeRawPointer, OpaquePointer)] = []
 
-    init(path: String) throws {
-        let rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
+    /// Opens the database at `path`, creating it unless `readOnly`.
+    init(path: String, readOnly: Bool = false) throws {
+        let mode = readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+        let rc = sqlite3_open_v2(path, &db, mode | SQLITE_OPEN_NOMUTEX, nil)
         guard rc == SQLITE_OK else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             sqlite3_close(db)
@@ -151,6 +153,16 @@ final class SQLiteDatabase {
             try? exec("ROLLBACK")
             throw error
         }
+    }
+
+    /// Copies the whole database, as of one moment, into the one `to` is connected to
+    /// (SQLite's online backup API: consistent while others write).
+    func backup(to destination: SQLiteDatabase) throws {
+        guard let b = sqlite3_backup_init(destination.db, "main", db, "main") else { throw destination.error(sqlite3_errcode(destination.db)) }
+        let rc = sqlite3_backup_step(b, -1)
+        let finished = sqlite3_backup_finish(b)
+        guard rc == SQLITE_DONE else { throw destination.error(rc) }
+        guard finished == SQLITE_OK else { throw destination.error(finished) }
     }
 
     private func prepared(_ sql: StaticString) throws -> OpaquePointer {

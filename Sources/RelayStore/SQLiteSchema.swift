@@ -1,6 +1,7 @@
 // The SQLite store's schema, one numbered step per version. Never edit a step that has
 // shipped; add one.
 
+import RelayModel
 import RelayProtocol
 
 extension SQLiteStore {
@@ -52,18 +53,54 @@ extension SQLiteStore {
             { db in
                 // Each member's stored events become batches of up to 256.
                 var group: [EventRecord] = []
+                func insert() throws {
+                    guard let first = group.first, let last = group.last else { return }
+                    try db.run(
+                        "INSERT INTO eventBatches(member, firstSeq, lastSeq, firstAt, lastAt, count, events) VALUES(?,?,?,?,?,?,?)",
+                        [
+                            .text(first.member), .int(first.seq), .int(last.seq), .int(first.at.milliseconds),
+                            .int(group.map(\.at.milliseconds).max() ?? 0), .int(Int64(group.count)),
+                            .blob(EventBatch.encode(group[...])),
+                        ])
+                    group.removeAll()
+                }
                 try db.run("SELECT member, seq, at, topic, frame FROM events ORDER BY member, seq") { r in
                     let e = EventRecord(
                         member: r.text(0), seq: r.int(1), at: Timestamp(milliseconds: r.int(2)),
                         topic: r.isNull(3) ? nil : TopicKind(rawValue: r.text(3)), frame: r.blob(4))
-                    if let first = group.first, first.member != e.member || group.count == 256 {
-                        try insertBatch(db, member: first.member, group[...])
-                        group.removeAll()
-                    }
+                    if let first = group.first, first.member != e.member || group.count == 256 { try insert() }
                     group.append(e)
                 }
-                if let first = group.first { try insertBatch(db, member: first.member, group[...]) }
+                try insert()
                 try db.exec("DROP TABLE events")
+            }
+        ),
+        (
+            // SQLite became the only store: events are rows again, in order of appending (an
+            // event's time never goes back, so the oldest are the first rows), found by member
+            // and seq through a unique index, which also refuses a seq given twice.
+            "one row per event, in order of appending",
+            """
+            CREATE TABLE events(id INTEGER PRIMARY KEY, member TEXT NOT NULL, seq INTEGER NOT NULL, at INTEGER NOT NULL,
+                topic TEXT, frame BLOB NOT NULL);
+            CREATE UNIQUE INDEX eventsBySeq ON events(member, seq);
+            INSERT OR IGNORE INTO settings(key, value) SELECT 'lastQuestionRow', coalesce(max(key), 0) FROM questions;
+            """,
+            { db in
+                var events: [EventRecord] = []
+                try db.run("SELECT member, events FROM eventBatches ORDER BY member, firstSeq") { r in
+                    var latest = events.last.flatMap { $0.member == r.text(0) ? $0.at : nil }
+                    for var e in try EventBatch.decode(r.blob(1), member: r.text(0)) {
+                        // An event is never stamped before the one before it (a clock set back).
+                        e.at = max(e.at, latest ?? e.at)
+                        latest = e.at
+                        events.append(e)
+                    }
+                }
+                for e in events.sorted(by: { ($0.at, $0.member, $0.seq) < ($1.at, $1.member, $1.seq) }) {
+                    try SQLiteStore.insert(e, into: db)
+                }
+                try db.exec("DROP TABLE eventBatches")
             }
         ),
     ]

@@ -1,14 +1,12 @@
-// The durable store: one SQLite database in WAL mode and two journal files. Changes are
-// written in their compact binary form as the core makes them; a commit (once per loop
-// turn) appends them to the current journal as one record — one small sequential
-// write, where a database commit would rewrite every page the changes touch. Once
-// enough have gathered, the journal's generation is handed to the table writer, which
-// writes it into the tables in one transaction on its own thread (where many turns
-// share pages and a question asked and answered in between is written once) while
-// commits go on into the other journal. Until written, changes are served from memory,
-// and at load the journals are folded into what the tables hold. Schema changes are
-// numbered migrations recorded in the database itself (SQLiteSchema.swift).
+// The durable store: one SQLite database in WAL mode, and nothing else on disk. A loop
+// turn's changes are written in one transaction (group commit); SQLite's WAL makes
+// that a sequential append, and its checkpoints move the pages into place. Schema
+// changes are numbered migrations recorded in the database itself (SQLiteSchema.swift);
+// what relays before this one kept in journals beside it is folded in once
+// (SQLiteStore+Upgrade.swift).
 
+import Glibc
+import RelayModel
 import RelayProtocol
 
 /// How hard a commit insists on the disk.
@@ -19,83 +17,63 @@ public enum SyncMode: String, Sendable, CaseIterable {
     case full
 }
 
+/// Why a store cannot be opened, in words that say what to do.
+public struct StoreError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
 public final class SQLiteStore: RelayStore {
-    /// The loop's connection, for reading.
     let db: SQLiteDatabase
-    let writer: TableWriter
-    /// Generation g is written to journals[g % 2].
-    private let journals: [JournalFile]
-    /// The generation commits append to, and the newest the tables hold. Generation g
-    /// may start (reusing the journal of g - 2) only once g - 2 is in the tables.
-    private var generation: Int64 = 1
-    private var appliedGeneration: Int64 = 0
-    /// This turn's changes, not yet committed, as its journal record: each change is
-    /// written there as it is saved (after room for the record's header).
-    private var turn = ByteWriter(zeros: JournalFile.recordHeaderBytes)
-    /// How many changes `turn` holds.
-    private var turnCount = 0
-    /// Where in `turn` the frame of the event recorded last lies: a question recorded after
-    /// it refers to the copy of its content there instead of holding it again.
-    private var lastEventFrame: Range<Int>?
-    /// Journaled in the current generation, not yet handed to the writer.
-    var backlog = Batch(generation: 1)
-    /// Handed to the writer and not yet reported written.
-    var sealed: Batch?
-    /// A written batch's buffer, for the next backlog (its pages are already in memory).
-    private var spare: [UInt8] = []
-    /// A commit hands the backlog to the writer once it holds this many changes (and
-    /// waits for the writer when eight times as many are waiting). Large, because the
-    /// larger a batch the more of its questions are asked and answered inside it (one row
-    /// write instead of two) and the more of its events are acknowledged before it is
-    /// written (left out); the journal holds them durably meanwhile.
-    public var checkpointThreshold = 32768
-    /// The same, in bytes: a few large changes (questions with avatars) fill memory and the
-    /// journal long before they are many.
-    public var checkpointBytes = 64 << 20
+    public let path: String
 
-    /// Whether the backlog holds `times` thresholds' worth of changes, by count or size.
-    private func backlogHolds(_ times: Int) -> Bool {
-        backlog.count >= times * checkpointThreshold || backlog.bytes.count >= times * checkpointBytes
-    }
-
-    /// Opens (creating if needed) the database at `path`, with its journals at
-    /// `path-changes.0` and `.1`, and brings its schema up to date. A new database gets
-    /// pages of `pageSize` bytes (an existing one keeps its own). `maxPageCount` caps the
-    /// database's size at as many pages, and each journal's at as many 4 KiB pages (tests
-    /// fill the "disk").
-    public init(path: String, sync: SyncMode = .normal, pageSize: Int = 16384, maxPageCount: Int? = nil) throws {
-        let writerDB = try SQLiteDatabase(path: path)
-        try writerDB.exec("PRAGMA busy_timeout = 2000")
-        // Large pages by default: the tables are written in large batches, and each page
-        // costs the writer two system calls into the WAL and two more when checkpointed.
-        try writerDB.exec("PRAGMA page_size = \(pageSize)")
-        if let maxPageCount { _ = try writerDB.text("PRAGMA max_page_count = \(maxPageCount)") }
-        let mode = try writerDB.text("PRAGMA journal_mode = WAL")
-        guard mode?.lowercased() == "wal" else {
-            throw SQLiteError(code: 1, message: "could not switch \(path) to WAL mode (got \(mode ?? "nothing"))")
-        }
-        try writerDB.exec("PRAGMA synchronous = \(sync == .full ? "FULL" : "NORMAL")")
-        // Keep the working set in memory (64 MiB) and let the WAL grow to 32 MiB between
-        // its own checkpoints, which then copy many writes of a page at once.
-        try writerDB.exec("PRAGMA cache_size = -65536")
-        let pageSize = try writerDB.scalar("PRAGMA page_size") ?? 4096
-        try writerDB.exec("PRAGMA wal_autocheckpoint = \((32 << 20) / max(512, pageSize))")
-        try Self.migrate(writerDB)
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date;
+    /// journals left by relays before this one are folded in and removed. `maxPageCount`
+    /// caps the database's size at as many pages (tests fill the "disk" with it).
+    public init(path: String, sync: SyncMode = .normal, maxPageCount: Int? = nil) throws {
+        self.path = path
+        try Self.refuseEmptiedDatabase(path)
         db = try SQLiteDatabase(path: path)
-        try db.exec("PRAGMA busy_timeout = 2000")
-        try db.exec("PRAGMA cache_size = -16384")
-        journals = try (0..<2).map {
-            try JournalFile(path: "\(path)-changes.\($0)", syncEveryAppend: sync == .full, limitBytes: maxPageCount.map { $0 * 4096 })
+        try db.exec("PRAGMA busy_timeout = 5000")
+        if let maxPageCount { _ = try db.text("PRAGMA max_page_count = \(maxPageCount)") }
+        let mode = try db.text("PRAGMA journal_mode = WAL")
+        guard mode?.lowercased() == "wal" else {
+            throw StoreError("could not switch \(path) to WAL mode (got \(mode ?? "nothing"))")
         }
-        writer = TableWriter(db: writerDB, sync: sync)
-        try readJournals()
+        try db.exec("PRAGMA synchronous = \(sync == .full ? "FULL" : "NORMAL")")
+        // The WAL is reused from its start after each checkpoint; past 64 MiB it is also cut
+        // back, so a burst does not keep its size on disk.
+        try db.exec("PRAGMA journal_size_limit = \(64 << 20)")
+        try db.exec("PRAGMA cache_size = -32768")
+        try Self.migrate(db)
+        try foldLegacyJournals(sync: sync)
+        // The WAL file now exists; with full sync its directory entry is made durable too.
+        if sync == .full { try Self.syncDirectory(of: path) }
     }
 
-    deinit { writer.stop() }
+    /// Moves everything the WAL holds into the database file and empties the WAL.
+    public func checkpoint() throws {
+        try db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
 
     /// The schema version this database is at.
     public func schemaVersion() throws -> Int {
         Int(try db.scalar("SELECT max(version) FROM migrations") ?? 0)
+    }
+
+    /// An empty `relay.db` beside files only a used store has is a store that lost its
+    /// database, not a new one: starting afresh would make every member unknown.
+    private static func refuseEmptiedDatabase(_ path: String) throws {
+        var st = stat()
+        let size = stat(path, &st) == 0 ? Int(st.st_size) : -1
+        guard size <= 0 else { return }
+        let leftovers = ["-wal", "-changes.0", "-changes.1"].map { path + $0 }.filter { access($0, F_OK) == 0 }
+        // A WAL beside an empty database is SQLite's to replay (a crash before the first checkpoint).
+        guard leftovers.contains(where: { !$0.hasSuffix("-wal") }) else { return }
+        throw StoreError(
+            "\(path) is \(size < 0 ? "missing" : "empty") but \(leftovers.joined(separator: " and ")) hold a store's changes:"
+                + " the database was lost. Restore it from a backup (permission-relay restore), or move the directory aside"
+                + " to start with an empty store")
     }
 
     private static func migrate(_ db: SQLiteDatabase) throws {
@@ -104,10 +82,8 @@ public final class SQLiteStore: RelayStore {
         )
         let current = Int(try db.scalar("SELECT max(version) FROM migrations") ?? 0)
         guard current <= migrations.count else {
-            throw SQLiteError(
-                code: 1,
-                message:
-                    "the database has schema version \(current), newer than this relay knows (\(migrations.count)); use a newer relay")
+            throw StoreError(
+                "the database has schema version \(current), newer than this relay knows (\(migrations.count)); use a newer relay")
         }
         for version in (current + 1)..<(migrations.count + 1) {
             let step = migrations[version - 1]
@@ -121,201 +97,196 @@ public final class SQLiteStore: RelayStore {
         }
     }
 
+    // MARK: - Reading
+
     public func load() throws -> StoreSnapshot {
-        _ = writer.takeOutcome(wait: true)  // whatever it was, the tables and journals are read afresh
         var s = StoreSnapshot()
         try db.run("SELECT id FROM families ORDER BY id") { r in s.families.append(r.text(0)) }
         try db.run("SELECT id, family, role, tokenHash, removed, limitsEnabled FROM members") { r in
+            guard let role = Role(rawValue: r.text(2)) else { throw Self.unreadable("member", r.text(0)) }
             s.members.append(
                 MemberRecord(
-                    id: r.text(0), family: r.text(1), role: Role(rawValue: r.text(2)) ?? .child, tokenHash: r.blob(3),
-                    removed: r.int(4) != 0, limitsEnabled: r.int(5) != 0))
+                    id: r.text(0), family: r.text(1), role: role, tokenHash: r.blob(3), removed: r.int(4) != 0,
+                    limitsEnabled: r.int(5) != 0))
         }
-        try writer.exclusive { try $0.loadQuestions(into: &s) }
+        try db.run("SELECT child, family, status, attempt, createdAt, content, outcome, key FROM questions ORDER BY key") { r in
+            guard let content = QuestionContent(encoded: r.blob(5)), let status = QuestionStatus(rawValue: r.text(2)) else {
+                throw Self.unreadable("question", String(r.text(5).prefix(80)))
+            }
+            var outcome: Outcome?
+            if !r.isNull(6) {
+                guard let o = try? JSON.parse(r.text(6)), let choice = o["choice"].flatMap(Choice.init(json:)),
+                    let guardian = o["guardian"]?.string, let at = o["answeredAt"]?.int
+                else { throw Self.unreadable("outcome of question", content.id) }
+                outcome = Outcome(choice: choice, guardian: guardian, answeredAt: Timestamp(milliseconds: at))
+            }
+            s.questions.append(
+                QuestionRecord(
+                    content: content, child: r.text(0), family: r.text(1), status: status, attempt: r.int(3),
+                    createdAt: Timestamp(milliseconds: r.int(4)), outcome: outcome, row: r.int(7)))
+        }
+        s.lastQuestionRow = max(s.questions.last?.row ?? 0, try db.scalar("SELECT value FROM settings WHERE key = 'lastQuestionRow'") ?? 0)
         try db.run("SELECT child, kind, value, permanent, until, actions FROM knownHandles") { r in
-            guard let kind = HandleKind(rawValue: r.text(1)) else { return }
-            let actions = (try? JSON.parse(r.text(5)))?.array?.compactMap(\.string) ?? []
+            guard let kind = HandleKind(rawValue: r.text(1)), let actions = (try? JSON.parse(r.text(5)))?.array else {
+                throw Self.unreadable("known handle of", r.text(0))
+            }
             s.knownHandles.append(
                 KnownHandleRecord(
                     child: r.text(0), handle: NormalizedHandle(kind: kind, value: r.text(2)), permanent: r.int(3) != 0,
-                    until: r.isNull(4) ? nil : Timestamp(milliseconds: r.int(4)), actions: actions))
+                    until: r.isNull(4) ? nil : Timestamp(milliseconds: r.int(4)), actions: actions.compactMap(\.string)))
         }
         try db.run("SELECT member, name, cursor, topics FROM sessions") { r in
-            let topics = Set(r.text(3).split(separator: ",").compactMap { TopicKind(rawValue: String($0)) })
-            s.sessions.append(SessionRecord(member: r.text(0), name: r.text(1), cursor: r.int(2), topics: topics))
+            s.sessions.append(SessionRecord(member: r.text(0), name: r.text(1), cursor: r.int(2), topics: Self.topics(r.text(3))))
         }
-        try writer.exclusive { $0.learnSessions(s.sessions) }
         try db.run("SELECT member, head FROM heads") { r in s.heads[r.text(0)] = r.int(1) }
-        // One index lookup per member: a GROUP BY over the events would read them all.
+        // Two index lookups per member: a GROUP BY over the events would read them all.
         for m in s.members {
-            if let top = try db.scalar("SELECT max(lastSeq) FROM eventBatches WHERE member = ?", [.text(m.id)]) {
-                s.heads[m.id] = max(s.heads[m.id] ?? 0, top)
-            }
+            let id = SQLValue.text(m.id)
+            guard let first = try db.scalar("SELECT min(seq) FROM events WHERE member = ?", [id]),
+                let last = try db.scalar("SELECT max(seq) FROM events WHERE member = ?", [id])
+            else { continue }
+            s.firstRetained[m.id] = first
+            s.heads[m.id] = max(s.heads[m.id] ?? 0, last)
         }
-        try readJournals()
-        s.apply(try Change.decode(backlog.bytes))
+        s.lastEventAt = try db.scalar("SELECT max(at) FROM events").map(Timestamp.init(milliseconds:))
         return s
     }
 
-    /// Takes the journals' records the tables do not hold yet as the backlog, and goes on
-    /// appending to the newest of those journals (or starts the next one).
-    private func readJournals() throws {
-        discardChanges()
-        sealed = nil
-        let applied = try db.scalar("SELECT value FROM settings WHERE key = 'journalGeneration'") ?? 0
-        appliedGeneration = applied
-        let unapplied = try journals.compactMap { try $0.read() }.filter { $0.generation > applied }
-            .sorted { $0.generation < $1.generation }
-        generation = unapplied.last?.generation ?? applied + 1
-        backlog = Batch(generation: generation)
-        for journal in unapplied {
-            for record in journal.records {
-                let count = try JournaledChange.readAll(record).count
-                record.withUnsafeBufferPointer { backlog.append($0, count: count) }
+    static func topics(_ stored: String) -> Set<TopicKind> {
+        Set(stored.split(separator: ",").compactMap { TopicKind(rawValue: String($0)) })
+    }
+
+    private static func unreadable(_ what: String, _ which: String) -> SQLiteError {
+        SQLiteError(code: 11, message: "a stored \(what) \(which) cannot be read")  // SQLITE_CORRUPT: the data is damaged
+    }
+
+    public func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
+        var out: [EventRecord] = []
+        out.reserveCapacity(min(limit, 64))
+        try db.run(
+            "SELECT seq, at, topic, frame FROM events WHERE member = ? AND seq > ? ORDER BY seq LIMIT ?",
+            [.text(member), .int(seq), .int(Int64(limit))]
+        ) { r in
+            out.append(
+                EventRecord(
+                    member: member, seq: r.int(0), at: Timestamp(milliseconds: r.int(1)),
+                    topic: r.isNull(2) ? nil : TopicKind(rawValue: r.text(2)), frame: r.blob(3)))
+        }
+        return out
+    }
+
+    // MARK: - Writing
+
+    public func commit(_ changes: [Change]) throws {
+        guard !changes.isEmpty else { return }
+        try db.transaction { try commitInTransaction(changes) }
+    }
+
+    func commitInTransaction(_ changes: [Change]) throws {
+        for c in changes { try write(c) }
+    }
+
+    private func write(_ change: Change) throws {
+        switch change {
+        case .family(let id):
+            try db.run("INSERT OR IGNORE INTO families(id) VALUES(?)", [.text(id)])
+        case .member(let m):
+            try db.run(
+                "INSERT OR REPLACE INTO members(id, family, role, tokenHash, removed, limitsEnabled) VALUES(?,?,?,?,?,?)",
+                [
+                    .text(m.id), .text(m.family), .text(m.role.rawValue), .blob(m.tokenHash), .int(m.removed ? 1 : 0),
+                    .int(m.limitsEnabled ? 1 : 0),
+                ])
+        case .question(let q):
+            try db.run(
+                "INSERT OR REPLACE INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)",
+                [
+                    .int(q.row), .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
+                    .int(q.createdAt.milliseconds), .utf8(q.content.encoded), Self.stored(q.outcome),
+                ])
+        case .questionState(let q):
+            try db.run(
+                "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE key = ?",
+                [.text(q.status.rawValue), .int(q.attempt), Self.stored(q.outcome), .int(q.row)])
+        case .forgetQuestion(let q):
+            try db.run("DELETE FROM questions WHERE key = ?", [.int(q.row)])
+            // Rows are never given twice: the highest one stays known once its row is gone.
+            try db.run(
+                "INSERT INTO settings(key, value) VALUES('lastQuestionRow', ?) ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
+                [.int(q.row)])
+        case .knownHandle(let k):
+            try db.run(
+                "INSERT OR REPLACE INTO knownHandles(child, kind, value, permanent, until, actions) VALUES(?,?,?,?,?,?)",
+                [
+                    .text(k.child), .text(k.handle.kind.rawValue), .text(k.handle.value), .int(k.permanent ? 1 : 0),
+                    k.until.map { .int($0.milliseconds) } ?? .null, .text(JSON.array(k.actions.map { .string($0) }).text),
+                ])
+        case .unknownHandle(let child, let h):
+            try db.run(
+                "DELETE FROM knownHandles WHERE child = ? AND kind = ? AND value = ?",
+                [.text(child), .text(h.kind.rawValue), .text(h.value)])
+        case .session(let s):
+            try db.run(
+                "INSERT OR REPLACE INTO sessions(member, name, cursor, topics) VALUES(?,?,?,?)",
+                [.text(s.member), .text(s.name), .int(s.cursor), .text(s.topics.map(\.rawValue).sorted().joined(separator: ","))])
+        case .dropSessions(let member):
+            try db.run("DELETE FROM sessions WHERE member = ?", [.text(member)])
+        case .dropSession(let member, let name):
+            try db.run("DELETE FROM sessions WHERE member = ? AND name = ?", [.text(member), .text(name)])
+        case .event(let e):
+            try Self.insert(e, into: db)
+        }
+    }
+
+    static func insert(_ e: EventRecord, into db: SQLiteDatabase) throws {
+        try db.run(
+            "INSERT INTO events(member, seq, at, topic, frame) VALUES(?,?,?,?,?)",
+            [.text(e.member), .int(e.seq), .int(e.at.milliseconds), e.topic.map { .text($0.rawValue) } ?? .null, .blob(e.frame)])
+    }
+
+    /// An outcome as stored: NULL, or `{"choice":…,"guardian":…,"answeredAt":milliseconds}`.
+    private static func stored(_ outcome: Outcome?) -> SQLValue {
+        guard let o = outcome else { return .null }
+        var out: [UInt8] = []
+        out.append(contentsOf: #"{"choice":"#.utf8)
+        o.choice.encode(into: &out)
+        out.appendJSONField("guardian", o.guardian)
+        out.appendJSONField("answeredAt", o.answeredAt.milliseconds)
+        out.append(UInt8(ascii: "}"))
+        return .utf8(out)
+    }
+
+    // MARK: - Pruning
+
+    public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], limit: Int) throws -> [String: Int64] {
+        var through: [String: Int64] = [:]
+        try db.transaction {
+            // The oldest events: the first rows, in order of appending. As the core never stamps
+            // an event before the one before it, those older than the cutoff come first, and
+            // are the oldest of each member's stream.
+            var byAge: [String: Int64] = [:]
+            var old = true
+            try db.run("SELECT member, seq, at FROM events ORDER BY id LIMIT ?", [.int(Int64(limit))]) { r in
+                old = old && r.int(2) < cutoff.milliseconds
+                if old { byAge[r.text(0)] = max(byAge[r.text(0)] ?? 0, r.int(1)) }
+            }
+            for (member, seq) in acknowledged { byAge[member] = max(byAge[member] ?? 0, seq) }
+            var budget = Int64(limit)
+            for (member, upTo) in byAge where upTo > 0 && budget > 0 {
+                guard let first = try db.scalar("SELECT min(seq) FROM events WHERE member = ?", [.text(member)]), first <= upTo
+                else { continue }
+                let last = min(upTo, first + budget - 1)
+                budget -= last - first + 1
+                // Its head is kept apart, so that a seq is never given again once every event is gone.
+                try db.run(
+                    """
+                    INSERT INTO heads(member, head) SELECT member, max(seq) FROM events WHERE member = ?1 GROUP BY member
+                    ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)
+                    """, [.text(member)])
+                try db.run("DELETE FROM events WHERE member = ? AND seq <= ?", [.text(member), .int(last)])
+                through[member] = last
             }
         }
-        if unapplied.isEmpty { try journal(for: generation).startOver(generation: generation) }
+        return through
     }
-
-    private func journal(for generation: Int64) -> JournalFile { journals[Int(generation % 2)] }
-
-    public func saveFamily(_ id: String) { record(.family(id)) }
-    public func saveMember(_ member: MemberRecord) { record(.member(member)) }
-    public func saveQuestion(_ question: QuestionRecord) {
-        record { Change.write(question: question, contentIn: lastEventFrame, into: &$0) }
-    }
-    public func saveQuestionState(_ question: QuestionRecord) { record { Change.write(stateOf: question, into: &$0) } }
-    public func deleteQuestion(_ question: QuestionRecord) {
-        record { Change.write(forgetting: question.key, row: question.row, into: &$0) }
-    }
-    public func saveKnownHandle(_ known: KnownHandleRecord) { record(.known(known)) }
-    public func deleteKnownHandle(child: String, handle: NormalizedHandle) { record(.unknown(child, handle)) }
-    public func saveSession(_ session: SessionRecord) { record { Change.write(session: session, into: &$0) } }
-    public func noteCursor(member: String, session: String, cursor: Int64) {
-        writer.board.post(member: member, session: session, cursor: cursor)
-    }
-    public func deleteSessions(member: String) {
-        writer.board.forget(member: member)
-        record(.dropSessions(member))
-    }
-    public func deleteSession(member: String, name: String) {
-        writer.board.forget(member: member, session: name)
-        record(.dropSession(member, name))
-    }
-    public func appendEvent(_ event: EventRecord) {
-        record { Change.write(event: event, into: &$0) }
-        lastEventFrame = (turn.count - event.frame.count)..<turn.count  // the frame is written last
-    }
-
-    private func record(_ change: Change) { record { change.write(into: &$0) } }
-
-    /// Records a change written by `write` (tests write old forms of changes with it).
-    func record(_ write: (inout ByteWriter) -> Void) {
-        write(&turn)
-        turnCount += 1
-    }
-
-    public var hasChanges: Bool { turnCount > 0 }
-
-    /// Calls `body` with this turn's changes, as they are journaled.
-    func withTurnBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
-        try turn.withBytes { try body(UnsafeBufferPointer(rebasing: $0[JournalFile.recordHeaderBytes...])) }
-    }
-
-    /// Appends the changes to the journal; a backlog that reaches the threshold with them
-    /// goes to the writer. (If that hand-over fails, the changes are committed all the same:
-    /// the error says the store needs attention, and the backlog stays in memory.)
-    public func commit() throws {
-        guard turnCount > 0 else { return }
-        defer { discardChanges() }
-        if sealed != nil && backlogHolds(8) { try settle(wait: true) }
-        try settle(wait: false)
-        // A backlog that still holds the generation before (a batch the writer could not
-        // take) is written here and now: its journal cannot be started over yet.
-        if sealed == nil && backlogHolds(1) && appliedGeneration < generation - 1 {
-            try checkpoint()
-        }
-        try startNextGenerationIfWritten()
-        try turn.withMutableBytes { try journal(for: generation).append(record: $0) }
-        withTurnBytes { backlog.append($0, count: turnCount) }
-        if sealed == nil && backlogHolds(1) && appliedGeneration >= generation - 1 {
-            try handOver()
-        }
-    }
-
-    public func discardChanges() {
-        // A busy turn's record can pass a mebibyte (at (100, 8) a median of about 400 KB,
-        // more with avatars); only a rare huge commit's buffer is let go.
-        turn.truncate(to: JournalFile.recordHeaderBytes, shrinkingAbove: 8 << 20)
-        turnCount = 0
-        lastEventFrame = nil
-    }
-
-    /// Hands the backlog to the writer and starts the next generation in the other journal.
-    private func handOver() throws {
-        let batch = backlog
-        try startNextGeneration()
-        sealed = batch
-        writer.submit(batch)
-    }
-
-    /// Takes the writer's outcome: a written batch is dropped from memory; a batch that
-    /// could not be written goes back in front of the backlog, to be written with it (a
-    /// batch may span generations), and the error is thrown.
-    func settle(wait: Bool) throws {
-        guard sealed != nil, let outcome = writer.takeOutcome(wait: wait), let batch = sealed.take() else { return }
-        switch outcome {
-        case .success(let written):
-            appliedGeneration = written
-            spare = batch.bytes
-        case .failure(let error):
-            var merged = batch
-            backlog.bytes.withUnsafeBufferPointer { merged.append($0, count: backlog.count) }
-            merged.generation = backlog.generation
-            backlog = merged
-            throw error
-        }
-    }
-
-    public func checkpoint() throws {
-        try settle(wait: true)
-        if backlog.count > 0 {
-            let batch = backlog
-            try writer.exclusive { try $0.write(batch) }
-            appliedGeneration = batch.generation
-        }
-        try startNextGenerationIfWritten()
-    }
-
-    /// Nothing may be appended to a generation once it is in the tables: the next starts.
-    private func startNextGenerationIfWritten() throws {
-        if appliedGeneration >= generation { try startNextGeneration() }
-    }
-
-    /// Starts generation + 1 in the journal of generation - 1, with an empty backlog.
-    private func startNextGeneration() throws {
-        precondition(appliedGeneration >= generation - 1, "the journal of generation \(generation - 1) is still needed")
-        try journal(for: generation + 1).startOver(generation: generation + 1)
-        generation += 1
-        let outgoing = backlog.bytes.count
-        spare.removeAll(keepingCapacity: true)
-        // A backlog that outgrows its buffer is copied whole into one twice the size (tens of
-        // megabytes: the loop held every client up for up to 10 ms), and one grows past the
-        // threshold whenever the writer is still busy with the batch before. So there is room
-        // for twice the generation before. A buffer too short for that is not grown to fit,
-        // but to twice that: every page of a new buffer is a page fault as the journal reaches
-        // it, and buffers grown a little at a time moved at one generation in six at (100, 8)
-        // (the relay faulted about a seventh more). Only the pages written are ever taken.
-        if spare.capacity < 2 * outgoing { spare.reserveCapacity(4 * outgoing) }
-        backlog = Batch(bytes: spare, generation: generation)
-        spare = []
-    }
-
-    /// Whether the table writer has had to find questions by id, for changes journaled
-    /// without rows (for tests).
-    var hasFoundQuestionsByID: Bool { (try? writer.exclusive { $0.hasFoundQuestionsByID }) ?? false }
-    /// Changes journaled and not yet in the tables (for tests).
-    var journaledChanges: Int { backlog.count + (sealed?.count ?? 0) }
-    /// The journal commits append to (for tests).
-    var currentJournalPath: String { journal(for: generation).path }
 }

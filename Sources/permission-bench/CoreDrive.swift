@@ -50,7 +50,7 @@ final class CoreDrive {
         config.maxPendingPerChild = 0
         config.maxQuestionsPerChild = maxQuestionsPerChild
         config.relayUID = getuid()
-        core = try RelayCore(config: config, store: store, now: .now())
+        core = RelayCore(config: config, snapshot: try store.load(), now: .now())
 
         core.connected(Self.admin, peerUID: getuid())
         try request(Self.admin, ["type": "hello", "protocol": 1, "admin": true])
@@ -95,8 +95,8 @@ final class CoreDrive {
             core.flushCursors()
             lastCursorFlush = now
         }
-        if store.hasChanges {
-            do { try store.commit() } catch { errors += 1 }
+        if core.hasChanges {
+            do { try store.commit(core.takeChanges()) } catch { errors += 1 }
         }
         var sent: [[UInt8]] = []
         core.drainOutputs { output in

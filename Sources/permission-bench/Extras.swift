@@ -7,6 +7,7 @@ import Foundation
 import Glibc
 import RelayProtocol
 import RelayServer
+import RelayModel
 import RelayStore
 
 /// A relay on a fresh temporary directory (or `data`), stopped by `stop`.
@@ -97,30 +98,36 @@ enum Extras {
             return try QuestionContent.validate(q, now: now)
         }
         let content = try question("00000000-0000-4000-8000-000000000000")
+        var changes: [Change] = []
         for f in 0..<families {
-            store.saveFamily("p\(f)")
-            store.saveMember(MemberRecord(id: "pc\(f)", family: "p\(f)", role: .child, tokenHash: [0]))
-            store.saveMember(MemberRecord(id: "pg\(f)", family: "p\(f)", role: .guardian, tokenHash: [0]))
+            changes.append(.family("p\(f)"))
+            changes.append(.member(MemberRecord(id: "pc\(f)", family: "p\(f)", role: .child, tokenHash: [0])))
+            changes.append(.member(MemberRecord(id: "pg\(f)", family: "p\(f)", role: .guardian, tokenHash: [0])))
         }
-        try store.commit()
         for i in 0..<pending {
             let c = try question(String(format: "%08X-0000-4000-8000-%012X", i / 100, i))
-            store.saveQuestion(
-                QuestionRecord(
-                    content: c, child: "pc\(i % families)", family: "p\(i % families)", status: .pending, attempt: 1, createdAt: now,
-                    row: Int64(i + 1)))
-            if i % 10_000 == 9_999 { try store.commit() }
+            changes.append(
+                .question(
+                    QuestionRecord(
+                        content: c, child: "pc\(i % families)", family: "p\(i % families)", status: .pending, attempt: 1,
+                        createdAt: now, row: Int64(i + 1))))
+            if changes.count >= 10_000 {
+                try store.commit(changes)
+                changes.removeAll(keepingCapacity: true)
+            }
         }
-        try store.commit()
         let frame = (["type": "question", "seq": 1, "question": .object(content.json)] as JSONObject).frame
         var seqs = [Int64](repeating: 0, count: families)
         for i in 0..<events {
             let g = i % families
             seqs[g] += 1
-            store.appendEvent(EventRecord(member: "pg\(g)", seq: seqs[g], at: now, topic: nil, frame: frame))
-            if i % 20_000 == 19_999 { try store.commit() }
+            changes.append(.event(EventRecord(member: "pg\(g)", seq: seqs[g], at: now, topic: nil, frame: frame)))
+            if changes.count >= 20_000 {
+                try store.commit(changes)
+                changes.removeAll(keepingCapacity: true)
+            }
         }
-        try store.commit()
+        try store.commit(changes)
         try store.checkpoint()  // as a relay leaves its store when it stops
     }
 

@@ -9,7 +9,6 @@ import Foundation
 import Glibc
 import RelayProtocol
 import RelayServer
-import RelayStore
 
 /// Where a cycle's time went: ask sent → question read by the guardian that answers it
 /// (the relay's first hop, and the generator's wait to read it); question read → answer

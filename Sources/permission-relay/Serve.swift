@@ -25,9 +25,6 @@ enum Serve {
                                            else ~/.local/state/permission-relay)
           --sync normal|full               normal survives a killed process; full also survives
                                            power loss (default: normal)
-          --checkpoint-changes N           Changes gathered in the journal before they are written
-                                           into the database's tables, or 64 MiB of them
-                                           (default: 32768)
           --max-frame-bytes N              Largest frame accepted (default: 1048576)
           --heartbeat-seconds N            Ping silent connections after N seconds, close them
                                            after 3N (default: 15)
@@ -65,7 +62,7 @@ enum Serve {
     static let valueFlags: Set<String> = [
         "--socket", "--data", "--sync", "--max-frame-bytes", "--heartbeat-seconds", "--handshake-timeout-seconds",
         "--max-pending-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
-        "--retention-seconds", "--log-level", "--max-questions-per-child", "--checkpoint-changes", "--spin-microseconds",
+        "--retention-seconds", "--log-level", "--max-questions-per-child", "--spin-microseconds",
         "--max-sessions-per-member", "--max-question-bytes-per-child", "--max-known-handles-per-child",
     ]
 
@@ -127,25 +124,12 @@ enum Serve {
         }
 
         let store: SQLiteStore
-        do {
-            store = try SQLiteStore(path: data + "/relay.db", sync: sync)
-            store.checkpointThreshold = try a.int("--checkpoint-changes", default: store.checkpointThreshold, min: 1)
-        } catch let error as CLIError {
-            throw error
-        } catch let error as SQLiteError where error.isDamaged {
-            throw CLIError.failure(
-                "cannot open the store in \(data): \(error); relay.db is damaged or is not the relay's: restore it from a"
-                    + " backup, or move the directory aside to start with an empty store")
-        } catch {
-            throw CLIError.failure("cannot open the store in \(data): \(error)")
-        }
         let relay: RelayServer
         do {
-            relay = try RelayServer(config: server, coreConfig: core, store: store, log: log) {
-                try RelayCore(config: core, store: store, now: .now())
-            }
+            store = try SQLiteStore(path: data + "/relay.db", sync: sync)
+            relay = try RelayServer(config: server, coreConfig: core, store: store, log: log)
         } catch {
-            throw CLIError.failure("cannot load the store in \(data): \(error)")
+            throw CLIError.failure(Store.openingFailure(error, data: data))
         }
         do {
             try relay.run {
@@ -154,8 +138,14 @@ enum Serve {
         } catch {
             throw CLIError.failure("\(error)")
         }
-        // Stopped cleanly: everything is committed and every connection closed. Leave now
-        // rather than take apart, one by one, the up to millions of questions remembered.
+        // Stopped cleanly: everything is committed and every connection closed. The WAL is
+        // moved into the database, so a copy of relay.db alone is whole; then leave rather
+        // than take apart, one by one, the up to millions of questions remembered.
+        do {
+            try store.checkpoint()
+        } catch {
+            log(.warning, "could not move the WAL into relay.db (what was committed is in relay.db-wal, kept): \(error)")
+        }
         exit(0)
     }
 

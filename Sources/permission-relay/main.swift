@@ -16,6 +16,9 @@ let overview = """
       token rotate MEMBER                     Issue a new token for a member
       limits set CHILD on|off                 Turn a child's communication limits on or off
       status                                  Show the running relay's counters
+      backup DEST                             Copy the store into one file while the relay runs
+      restore BACKUP                          Put a backup in place (the relay stopped)
+      check                                   Check the store for damage
 
     Run `permission-relay <command> --help` for a command's options, and
     `permission-relay --version` for the version.
@@ -28,8 +31,9 @@ let overview = """
 
 let args = Array(CommandLine.arguments.dropFirst())
 let admin = AdminCommand.all.first { Array(args.prefix($0.words.count)) == $0.words }
+let storeCommand = StoreCommand.all.first { $0.name == args.first }
 /// The usage of the command being run (shown with --help and after a usage error).
-let usage = args.first == "serve" ? Serve.usage : admin?.usage ?? overview
+let usage = args.first == "serve" ? Serve.usage : admin?.usage ?? storeCommand?.usage ?? overview
 
 exit(
     runMain(program: "permission-relay", usage: { usage }) {
@@ -40,6 +44,8 @@ exit(
         }
         if first == "serve" {
             try Serve.run(Array(args.dropFirst()))
+        } else if let storeCommand {
+            try storeCommand.run(Array(args.dropFirst()))
         } else if let admin {
             try admin.run(Array(args.dropFirst(admin.words.count)))
         } else {

@@ -7,8 +7,7 @@ import XCTest
 
 final class CrashTests: XCTestCase {
     func testKillInTheMiddleOfTrafficLosesNothingAcknowledged() throws {
-        // Small checkpoints, so the kill finds batches in the table writer's hands too.
-        let relay = try RelayProcess(flags: ["--ask-rate-limit", "0", "--checkpoint-changes", "40"])
+        let relay = try RelayProcess(flags: ["--ask-rate-limit", "0"])
         try relay.start()
         let tokens = try relay.provision(families: 1)
         let child = try relay.connect()
@@ -83,7 +82,7 @@ final class CrashTests: XCTestCase {
     }
 
     func testSyncFullSurvivesKillToo() throws {
-        let relay = try RelayProcess(flags: ["--sync", "full", "--checkpoint-changes", "40"])
+        let relay = try RelayProcess(flags: ["--sync", "full"])
         try relay.start()
         let tokens = try relay.provision(families: 1)
         let child = try relay.connect()

@@ -197,7 +197,7 @@ final class LimitFlagTests: XCTestCase {
         XCTAssertTrue(FileManager.default.createFile(atPath: db, contents: garbage))
         let r = runRelay(["serve", "--socket", relay.socket, "--data", relay.data])
         XCTAssertEqual(r.status, 1)
-        XCTAssertTrue(r.stderr.contains("relay.db is damaged or is not the relay's: restore it from a backup"), r.stderr)
+        XCTAssertTrue(r.stderr.contains("relay.db is damaged or is not the relay's (file is not a database): restore a backup"), r.stderr)
         XCTAssertEqual(FileManager.default.contents(atPath: db), garbage, "nothing is written over it")
     }
 

@@ -76,6 +76,7 @@ final class RelayProcess {
         while true {
             let chunk = out.fileHandleForReading.availableData  // blocks until output or EOF
             if chunk.isEmpty {
+                p.waitUntilExit()
                 XCTFail("the relay exited before listening (status \(p.terminationStatus))", file: file, line: line)
                 throw ServerError("relay did not start")
             }

@@ -1,5 +1,6 @@
 import RelayCore
 import RelayProtocol
+import RelayModel
 import RelayStore
 import XCTest
 

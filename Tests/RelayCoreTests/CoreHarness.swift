@@ -4,6 +4,7 @@
 import Foundation
 import RelayCore
 import RelayProtocol
+import RelayModel
 import RelayStore
 import XCTest
 
@@ -27,13 +28,13 @@ final class CoreHarness {
         configure(&c)
         self.config = c
         self.store = store
-        self.core = try RelayCore(config: c, store: store, now: now)
+        self.core = RelayCore(config: c, snapshot: try store.load(), now: now)
     }
 
     /// A relay restart over the same store.
     func restart() throws {
-        try store.commit()
-        core = try RelayCore(config: config, store: store, now: now)
+        try store.commit(core.takeChanges())
+        core = RelayCore(config: config, snapshot: try store.load(), now: now)
         inbox = [:]
     }
 
@@ -52,7 +53,17 @@ final class CoreHarness {
 
     func send(_ conn: ConnectionID, _ o: JSONObject) { sendRaw(conn, o.encoded) }
 
+    /// The rest of a loop turn, as the reactor runs it: a step of every replay (from the
+    /// store), the commit of the turn's changes, then the outputs into the inboxes. After
+    /// every commit the store must hold what the core does: a restart loses nothing.
     func pump() {
+        for conn in core.replaying.sorted() {
+            guard let (member, after) = core.replayPosition(conn) else { continue }
+            let stored = try! store.events(member: member, after: after, limit: config.replayBatch)
+            if let broken = core.continueReplay(conn, stored: stored, limit: config.replayBatch) { XCTFail(broken) }
+        }
+        try! store.commit(core.takeChanges())
+        assertStoreHoldsTheCoresState()
         for o in core.takeOutputs() {
             switch o {
             case .send(let c, let frame):
@@ -62,6 +73,29 @@ final class CoreHarness {
                 closed[c] = reason
             }
         }
+    }
+
+    /// Whether each pump checks the store against the core (a store made to fail does not hold it).
+    var checksTheStore = true
+
+    func assertStoreHoldsTheCoresState(file: StaticString = #filePath, line: UInt = #line) {
+        guard checksTheStore else { return }
+        var stored = try! store.load().normalized
+        var held = core.snapshot()
+        // Cursors are stored lazily (§6): a stored one may be behind, never ahead.
+        for (s, h) in zip(stored.sessions, held.sessions) where s.member == h.member && s.name == h.name {
+            XCTAssertLessThanOrEqual(s.cursor, h.cursor, "a stored cursor ahead of the session's", file: file, line: line)
+        }
+        stored.sessions = stored.sessions.map { SessionRecord(member: $0.member, name: $0.name, cursor: 0, topics: $0.topics) }
+        held.sessions = held.sessions.map { SessionRecord(member: $0.member, name: $0.name, cursor: 0, topics: $0.topics) }
+        XCTAssertEqual(stored.questions.map(\.row), held.questions.map(\.row), "question rows", file: file, line: line)
+        let differs = "what a restart would load differs from what the core holds"
+        XCTAssertEqual(stored.families, held.families, differs, file: file, line: line)
+        XCTAssertEqual(stored.members, held.members, differs, file: file, line: line)
+        XCTAssertEqual(stored.questions, held.questions, differs, file: file, line: line)
+        XCTAssertEqual(stored.knownHandles, held.knownHandles, differs, file: file, line: line)
+        XCTAssertEqual(stored.sessions, held.sessions, differs, file: file, line: line)
+        XCTAssertEqual(stored.heads, held.heads, differs, file: file, line: line)
     }
 
     /// Sends a request with a fresh id; returns its reply and leaves other frames in the inbox.

@@ -134,7 +134,7 @@ final class HandshakeTests: XCTestCase {
 
     /// The durable sessions of `member` the store holds, by name.
     private func storedSessions(_ h: CoreHarness, of member: String) throws -> [String] {
-        try h.store.commit()
+        try h.store.commit(h.core.takeChanges())
         return try h.store.load().sessions.filter { $0.member == member }.map(\.name).sorted()
     }
 

@@ -1,5 +1,6 @@
 @testable import RelayCore
 import RelayProtocol
+import RelayModel
 import RelayStore
 import XCTest
 

@@ -31,10 +31,7 @@ final class InProcessRelay: @unchecked Sendable {
         cc.replayBudgetBytes = min(cc.replayBudgetBytes, sc.maxOutputBytes / 4)
         cc.listReplyBytes = min(cc.listReplyBytes, sc.maxOutputBytes / 4 * 3)
         let store = try store ?? SQLiteStore(path: dir.appendingPathComponent("relay.db").path)
-        let coreConfig = cc
-        server = try RelayServer(config: sc, coreConfig: cc, store: store, log: log) {
-            try RelayCore(config: coreConfig, store: store, now: .now())
-        }
+        server = try RelayServer(config: sc, coreConfig: cc, store: store, log: log)
         let ready = DispatchSemaphore(value: 0)
         let thread = Thread { [self] in
             do {

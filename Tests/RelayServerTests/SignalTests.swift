@@ -21,11 +21,9 @@ final class SignalTests: XCTestCase {
         let store = try SQLiteStore(path: dir.appendingPathComponent("relay.db").path)
         var core = CoreConfig()
         core.relayUID = getuid()
-        let coreConfig = core
         let server = try RelayServer(
             config: ServerConfig(socketPath: dir.appendingPathComponent("s").path), coreConfig: core, store: store,
-            log: Log(level: .error) { _ in }
-        ) { try RelayCore(config: coreConfig, store: store, now: .now()) }
+            log: Log(level: .error) { _ in })
         let box = ServerBox(server)
         let ready = DispatchSemaphore(value: 0)
         let finished = DispatchSemaphore(value: 0)

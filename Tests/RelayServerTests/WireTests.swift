@@ -92,6 +92,22 @@ final class WireTests: XCTestCase {
         XCTAssertEqual(frames.last?["reason"]?.string, "heartbeatTimeout")
     }
 
+    /// A client that only answers the relay's pings (and never pings itself) stays
+    /// connected: each ping is written when it is due, not held until the connection ends.
+    func testASessionThatOnlyAnswersPingsStaysOpen() throws {
+        let relay = try InProcessRelay { _, core in core.heartbeatSeconds = 1 }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("g1", tokens["g1"]!)
+        c.c.setTimeout(seconds: 2.5)  // a ping is due every second of silence
+        for _ in 0..<5 {  // five intervals: past the three after which a silent session is closed
+            let f = try XCTUnwrap(try c.c.receive(), "the relay closed a session that answered every ping")
+            XCTAssertEqual(f["type"]?.string, "ping")
+            try c.send(["type": "pong"])
+        }
+    }
+
     func testAWallClockSetForwardExpiresWhatIsDueAndKeepsTheConnections() throws {
         let clock = SettableClock()
         let relay = try InProcessRelay { server, _ in server.wallClock = { clock.now() } }
@@ -235,7 +251,7 @@ final class WireTests: XCTestCase {
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
         let path = dir.appendingPathComponent("relay.db").path
-        _ = try SQLiteStore(path: path, pageSize: 4096)
+        _ = try SQLiteStore(path: path)
         let relay = try InProcessRelay(store: try SQLiteStore(path: path, maxPageCount: 40))
         defer { relay.stop() }
         let tokens = try relay.provision()

@@ -1,7 +1,10 @@
-// The same contract checks run against the in-memory store and the SQLite store.
+// The store contract, checked against the in-memory store and the SQLite store alike:
+// what is committed loads back (also from a reopened SQLite store) exactly as
+// `StoreSnapshot.apply` folds it, all or nothing, and pruning drops only the oldest of
+// each stream, keeping heads.
 
-import CSQLite
 import Foundation
+import RelayModel
 import RelayProtocol
 import RelayStore
 import XCTest
@@ -30,151 +33,108 @@ final class StoreContractTests: XCTestCase {
         ]
     }
 
-    private func sampleQuestion(child: String = "c1") throws -> QuestionRecord {
+    static func question(child: String = "c1", row: Int64, avatar: Int = 0) throws -> QuestionRecord {
+        var person: JSONObject = ["handle": .object(["value": .string("+1 555 \(row)"), "kind": "phoneNumber"])]
+        if avatar > 0 { person["avatarImage"] = .string(Data(repeating: 7, count: avatar).base64EncodedString()) }
         let q: JSONObject = [
             "id": .string(UUID().uuidString),
-            "topic": .object([
-                "kind": "communication", "personInformation": [.object(["handle": .object(["value": "+1 555", "kind": "phoneNumber"])])],
-            ]),
+            "topic": .object(["kind": "communication", "personInformation": [.object(person)]]),
             "expirationDate": "2030-01-01T00:00:00Z",
         ]
         let content = try QuestionContent.validate(q, now: Timestamp(milliseconds: 0))
         return QuestionRecord(
-            content: content, child: child, family: "fam", status: .pending, attempt: 1, createdAt: Timestamp(milliseconds: 5))
+            content: content, child: child, family: "fam", status: .pending, attempt: 1, createdAt: Timestamp(milliseconds: row),
+            row: row)
     }
 
-    func testEverythingSavedIsLoadedBack() throws {
-        for (name, store, reopen) in try stores() {
-            store.saveFamily("fam")
-            let m = MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1, 2, 3], limitsEnabled: false)
-            store.saveMember(m)
-            var q = try sampleQuestion()
-            store.saveQuestion(q)
-            q.status = .answered
-            q.outcome = Outcome(choice: .approve, guardian: "g1", answeredAt: Timestamp(milliseconds: 9))
-            store.saveQuestion(q)
-            let h = NormalizedHandle(kind: .phoneNumber, rawValue: "+1 555")!
-            store.saveKnownHandle(
-                KnownHandleRecord(child: "c1", handle: h, permanent: false, until: Timestamp(milliseconds: 99), actions: ["message"]))
-            store.saveSession(SessionRecord(member: "c1", name: "tab", cursor: 3, topics: [.communication]))
-            store.appendEvent(EventRecord(member: "c1", seq: 1, at: Timestamp(milliseconds: 1), topic: .communication, frame: [1]))
-            XCTAssertTrue(store.hasChanges, name)
-            try store.commit()
-            XCTAssertFalse(store.hasChanges, name)
+    static func event(_ member: String, _ seq: Int64, at: Int64 = 1, topic: TopicKind? = nil) -> EventRecord {
+        EventRecord(member: member, seq: seq, at: Timestamp(milliseconds: at), topic: topic, frame: Array("event \(seq)".utf8))
+    }
 
+    /// Turns of every kind of change.
+    static func turns() throws -> [[Change]] {
+        var answered = try question(row: 1)
+        let forgotten = try question(row: 2), pending = try question(row: 3)
+        let h = NormalizedHandle(kind: .phoneNumber, rawValue: "+1 555 1")!
+        let timed = NormalizedHandle(kind: .emailAddress, rawValue: "Kim@Example.com")!
+        var child = MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1, 2])
+        let first: [Change] = [
+            .family("fam"), .member(child), .member(MemberRecord(id: "g1", family: "fam", role: .guardian, tokenHash: [3])),
+            .question(answered), .question(forgotten), .question(pending), .event(event("g1", 1)), .event(event("g1", 2)),
+            .session(SessionRecord(member: "g1", name: "tab", cursor: 0, topics: [])),
+            .session(SessionRecord(member: "g1", name: "old", cursor: 0, topics: [])),
+            .session(SessionRecord(member: "c1", name: "pad", cursor: 0, topics: [.communication])),
+            .knownHandle(KnownHandleRecord(child: "c1", handle: timed, permanent: false, until: Timestamp(milliseconds: 99), actions: [])),
+        ]
+        answered.status = .answered
+        answered.outcome = Outcome(choice: .approve, guardian: "g1", answeredAt: Timestamp(milliseconds: 7))
+        child.limitsEnabled = false
+        let second: [Change] = [
+            .questionState(answered), .forgetQuestion(forgotten), .member(child),
+            .knownHandle(KnownHandleRecord(child: "c1", handle: h, permanent: true, until: nil, actions: ["message", "audioCall"])),
+            .unknownHandle(child: "c1", handle: timed), .event(event("c1", 1, at: 7, topic: .communication)),
+            .session(SessionRecord(member: "g1", name: "tab", cursor: 2, topics: [])), .dropSession(member: "g1", name: "old"),
+            .dropSessions(member: "c1"),
+        ]
+        return [first, second]
+    }
+
+    func testWhatIsCommittedLoadsBackAsTheChangesFoldIn() throws {
+        for (name, store, reopen) in try stores() {
+            var expected = StoreSnapshot()
+            for turn in try Self.turns() {
+                try store.commit(turn)
+                turn.forEach { expected.apply($0) }
+                let loaded = try reopen().load()
+                XCTAssertEqual(loaded.normalized, expected.normalized, name)
+                XCTAssertEqual(loaded.questions.map(\.row), expected.questions.map(\.row), name)
+            }
             let s = try reopen().load()
-            XCTAssertEqual(s.families, ["fam"], name)
-            XCTAssertEqual(s.members, [m], name)
-            XCTAssertEqual(s.questions, [q], name)
-            XCTAssertEqual(s.knownHandles.first?.until, Timestamp(milliseconds: 99), name)
-            XCTAssertEqual(s.knownHandles.first?.actions, ["message"], name)
-            XCTAssertEqual(s.sessions, [SessionRecord(member: "c1", name: "tab", cursor: 3, topics: [.communication])], name)
-            XCTAssertEqual(s.heads["c1"], 1, name)
+            XCTAssertEqual(s.questions.map(\.status), [.answered, .pending], name)
+            XCTAssertEqual(s.questions.first?.outcome?.guardian, "g1", name)
+            XCTAssertEqual(s.heads, ["g1": 2, "c1": 1], name)
+            XCTAssertEqual(s.firstRetained, ["g1": 1, "c1": 1], name)
+            XCTAssertEqual(s.lastEventAt, Timestamp(milliseconds: 7), name)
+            XCTAssertGreaterThanOrEqual(s.lastQuestionRow, 3, "\(name): a forgotten question's row is never given again")
+            XCTAssertEqual(try store.events(member: "c1", after: 0, limit: 10).first?.topic, .communication, name)
         }
     }
 
-    func testEventsAfterACursorIncludingUncommittedOnes() throws {
+    func testEventsAfterASeqInOrderUpToALimit() throws {
         for (name, store, _) in try stores() {
-            for seq in 1...5 {
-                store.appendEvent(
-                    EventRecord(member: "g1", seq: Int64(seq), at: Timestamp(milliseconds: Int64(seq)), topic: nil, frame: [UInt8(seq)]))
-                if seq == 3 { try store.commit() }
-            }
+            try store.commit((1...5).map { .event(Self.event("g1", $0)) })
             XCTAssertEqual(try store.events(member: "g1", after: 1, limit: 10).map(\.seq), [2, 3, 4, 5], name)
             XCTAssertEqual(try store.events(member: "g1", after: 1, limit: 2).map(\.seq), [2, 3], name)
-            XCTAssertEqual(try store.events(member: "g1", after: 3, limit: 1).map(\.frame), [[4]], name)
-            XCTAssertEqual(try store.oldestEventSeq(member: "g1"), 1, name)
+            XCTAssertEqual(try store.events(member: "g1", after: 3, limit: 1).map(\.frame), [Array("event 4".utf8)], name)
             XCTAssertEqual(try store.events(member: "nobody", after: 0, limit: 10), [], name)
         }
     }
 
-    func testPruningKeepsHeadsSoSeqNeverRepeats() throws {
+    func testPruningDropsTheOldestOfEachStreamInStepsAndKeepsHeads() throws {
         for (name, store, reopen) in try stores() {
-            for seq in 1...4 {
-                store.appendEvent(
-                    EventRecord(member: "g1", seq: Int64(seq), at: Timestamp(milliseconds: Int64(seq) * 1000), topic: nil, frame: [0]))
+            let guardians: [Change] = ["g1", "g2"].map { .member(MemberRecord(id: $0, family: "fam", role: .guardian, tokenHash: [0])) }
+            try store.commit(guardians + (1...6).map { .event(Self.event("g1", $0, at: $0 * 1000)) } + [.event(Self.event("g2", 1, at: 9000))])
+            // By age (g1's first two) and by acknowledgement (all of g2's), two events a step.
+            var dropped: [String: Int64] = [:]
+            var steps = 0
+            while true {
+                let step = try store.prune(olderThan: Timestamp(milliseconds: 2500), acknowledged: ["g2": 1], limit: 2)
+                if step.isEmpty { break }
+                dropped.merge(step) { max($0, $1) }
+                steps += 1
+                XCTAssertLessThan(steps, 5, "\(name): pruning must end")
             }
-            store.appendEvent(EventRecord(member: "g2", seq: 1, at: Timestamp(milliseconds: 9000), topic: nil, frame: [0]))
-            try store.commit()
-            let dropped = try store.pruneEvents(olderThan: Timestamp(milliseconds: 2500), acknowledged: ["g2": 1])
-            XCTAssertEqual(dropped, 3, name)
-            XCTAssertEqual(try store.oldestEventSeq(member: "g1"), 3, name)
-            XCTAssertNil(try store.oldestEventSeq(member: "g2"), name)
+            XCTAssertEqual(dropped, ["g1": 2, "g2": 1], name)
+            XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [3, 4, 5, 6], name)
+            XCTAssertEqual(try store.events(member: "g2", after: 0, limit: 10), [], name)
+            // Acknowledged past a later event of the stream, the ones before it go too: never a hole.
+            XCTAssertEqual(try store.prune(olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 5], limit: 100), ["g1": 5], name)
+            XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [6], name)
             let s = try reopen().load()
             XCTAssertEqual(s.heads["g2"], 1, "\(name): the head outlives its events")
-            XCTAssertEqual(s.heads["g1"], 4, name)
+            XCTAssertEqual(s.heads["g1"], 6, name)
+            XCTAssertEqual(s.firstRetained["g1"], 6, name)
+            XCTAssertNil(s.firstRetained["g2"], name)
         }
-    }
-
-    func testOneDurableSessionIsForgottenAndTheOthersKept() throws {
-        // Forgotten while its row is still in the journal, and again once it is in the tables.
-        for written in [false, true] {
-            for (name, store, reopen) in try stores() {
-                let kept = [
-                    SessionRecord(member: "c1", name: "pad", cursor: 2, topics: []),
-                    SessionRecord(member: "c2", name: "phone", cursor: 1, topics: []),
-                ]
-                for s in kept + [SessionRecord(member: "c1", name: "phone", cursor: 5, topics: [.communication])] {
-                    store.saveSession(s)
-                }
-                try store.commit()
-                if written { try store.checkpoint() }
-                store.deleteSession(member: "c1", name: "phone")
-                try store.commit()
-                if written { try store.checkpoint() }
-                let loaded = try reopen().load().sessions.sorted { ($0.member, $0.name) < ($1.member, $1.name) }
-                XCTAssertEqual(loaded, kept, "\(name), written into the tables: \(written)")
-            }
-        }
-    }
-
-    func testASessionForgottenAndStartedAgainDoesNotInheritTheOldOnesAcks() throws {
-        let store = try SQLiteStore(path: tempDir().appendingPathComponent("relay.db").path)
-        store.saveSession(SessionRecord(member: "c1", name: "phone", cursor: 0, topics: []))
-        try store.commit()
-        store.noteCursor(member: "c1", session: "phone", cursor: 100)  // the old session's acks
-        store.deleteSession(member: "c1", name: "phone")
-        store.saveSession(SessionRecord(member: "c1", name: "phone", cursor: 0, topics: []))
-        for seq in 1...10 {
-            store.appendEvent(EventRecord(member: "c1", seq: Int64(seq), at: Timestamp(milliseconds: 1), topic: nil, frame: [0]))
-        }
-        try store.commit()
-        try store.checkpoint()  // the table writer leaves out events every session acknowledged
-        XCTAssertEqual(try store.events(member: "c1", after: 0, limit: 100).map(\.seq), Array(1...10))
-    }
-
-    func testSQLiteRecordsMigrationsAndRefusesANewerSchema() throws {
-        let path = tempDir().appendingPathComponent("relay.db").path
-        let store = try SQLiteStore(path: path)
-        XCTAssertEqual(try store.schemaVersion(), 3)
-        _ = try SQLiteStore(path: path)  // reopening migrates nothing
-        var db: OpaquePointer?
-        XCTAssertEqual(sqlite3_open(path, &db), 0)
-        XCTAssertEqual(sqlite3_exec(db, "INSERT INTO migrations VALUES(99, 'future', 0)", nil, nil, nil), 0)
-        sqlite3_close(db)
-        XCTAssertThrowsError(try SQLiteStore(path: path)) { error in
-            XCTAssertTrue("\(error)".contains("newer"), "\(error)")
-        }
-    }
-
-    func testFullDatabaseFailsTheCommitAndKeepsWhatWasCommitted() throws {
-        let path = tempDir().appendingPathComponent("relay.db").path
-        let store = try SQLiteStore(path: path)
-        store.saveFamily("kept")
-        try store.commit()
-        // Cap the database at its current size: the next large commit cannot fit.
-        let capped = try SQLiteStore(path: path, maxPageCount: pageCount(ofDatabaseAt: path))
-        for i in 0..<200 {
-            capped.appendEvent(
-                EventRecord(
-                    member: "g", seq: Int64(i + 1), at: Timestamp(milliseconds: 0), topic: nil, frame: Array(repeating: 7, count: 4000)))
-        }
-        XCTAssertThrowsError(try capped.commit()) { error in
-            XCTAssertTrue((error as? SQLiteError)?.isFull == true, "\(error)")
-        }
-        capped.discardChanges()
-        let s = try SQLiteStore(path: path).load()
-        XCTAssertEqual(s.families, ["kept"])
-        XCTAssertNil(s.heads["g"], "nothing of the failed commit is stored")
     }
 }

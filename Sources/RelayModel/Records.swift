@@ -1,5 +1,5 @@
-// What the relay remembers, as plain values. The core keeps these in memory and hands
-// every change to the store; the store only persists and reads back.
+// What the relay remembers, as plain values. The core keeps these in memory and emits
+// every change to them (`Change`); the store only persists changes and reads them back.
 
 import RelayProtocol
 
@@ -128,18 +128,3 @@ public struct EventRecord: Sendable, Equatable {
     }
 }
 
-/// Everything the core keeps in memory, as loaded at start.
-public struct StoreSnapshot: Sendable {
-    public var families: [String] = []
-    public var members: [MemberRecord] = []
-    public var questions: [QuestionRecord] = []
-    public var knownHandles: [KnownHandleRecord] = []
-    public var sessions: [SessionRecord] = []
-    /// The highest seq ever appended, per member.
-    public var heads: [String: Int64] = [:]
-    /// The highest question row the store holds or may yet be given by changes it has
-    /// (`QuestionRecord.row`): new questions are given rows above it.
-    public var lastQuestionRow: Int64 = 0
-
-    public init() {}
-}

@@ -1,4 +1,4 @@
-// The monotonic clock, which the loop and the table writer pace themselves by.
+// The monotonic clock, which the loop paces its timers by.
 
 import Glibc
 

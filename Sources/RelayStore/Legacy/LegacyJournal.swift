@@ -1,8 +1,155 @@
-// One recorded change to the relay's state, its compact binary form for the journal,
-// and how a list of changes folds into a snapshot (what the journal adds at load).
+// Reading what relays before SQLite became the only store left beside their database:
+// two journal files of binary change records (`relay.db-changes.0` and `.1`) whose
+// newest generations the database's tables may not hold yet. `SQLiteStore` folds them
+// into the database once, at the first start of this build, and removes them. Nothing
+// here writes the format.
+//
+// A journal file: an 8-byte magic and an 8-byte generation, then records of
+// [payload length: UInt32 LE][checksum of the payload: UInt32 LE][payload]; a record's
+// payload is its turn's changes, one after another (`LegacyChange`).
 
 import Glibc
+import RelayModel
 import RelayProtocol
+
+/// A journal entry could not be read back.
+struct JournalError: Error, CustomStringConvertible {
+    let description: String
+}
+
+/// The records of one journal file.
+struct LegacyJournal {
+    let generation: Int64
+    let records: [[UInt8]]
+    /// Bytes after the last whole record: a write cut off by a crash, or records of an
+    /// older generation that the file was started over on (the checksum, seeded with the
+    /// generation, tells them apart only from version 3 on).
+    let trailingBytes: Int
+
+    /// The magic of each checksum version, from 1.
+    private static let magics: [[UInt8]] = [Array("PRJOURN1".utf8), Array("PRJOURN2".utf8), Array("PRJOURN3".utf8)]
+    private static let headerBytes = 16
+
+    /// The journal in `bytes`; nil when they are not a journal (an empty file, say).
+    init?(bytes: [UInt8]) {
+        guard bytes.count >= Self.headerBytes, let found = Self.magics.firstIndex(of: Array(bytes[0..<8])) else { return nil }
+        let version = found + 1
+        let generation = Self.load(UInt64.self, bytes, 8).map { Int64(bitPattern: $0) } ?? 0
+        var records: [[UInt8]] = []
+        var at = Self.headerBytes
+        while let length = Self.load(UInt32.self, bytes, at).map(Int.init), let sum = Self.load(UInt32.self, bytes, at + 4),
+            at + 8 + length <= bytes.count
+        {
+            let payload = Array(bytes[(at + 8)..<(at + 8 + length)])
+            guard payload.withUnsafeBytes({ Checksum.of($0, version: version, generation: generation) }) == sum else { break }
+            records.append(payload)
+            at += 8 + length
+        }
+        self.generation = generation
+        self.records = records
+        self.trailingBytes = bytes.count - at
+    }
+
+    private static func load<T: FixedWidthInteger>(_: T.Type, _ bytes: [UInt8], _ at: Int) -> T? {
+        guard at >= 0, at + MemoryLayout<T>.size <= bytes.count else { return nil }
+        var v: T = 0
+        withUnsafeMutableBytes(of: &v) { $0.copyBytes(from: bytes[at..<(at + MemoryLayout<T>.size)]) }
+        return T(littleEndian: v)
+    }
+}
+
+/// A 32-bit digest to tell a whole record from one cut off or damaged; not for
+/// security. Version 1 is FNV-1a over 8-byte words, one after another, each multiply
+/// waiting for the one before; version 2 runs four such lanes side by side, whose
+/// multiplies overlap, and folds them together with the length; version 3 also folds in
+/// the file's generation.
+enum Checksum {
+    private static let prime: UInt64 = 0x100_0000_01B3
+    private static let basis: UInt64 = 0xCBF2_9CE4_8422_2325
+
+    static func of(_ raw: UnsafeRawBufferPointer, version: Int, generation: Int64) -> UInt32 {
+        var h = basis
+        var i = 0
+        if version >= 2 {
+            var lanes = (basis, basis ^ 1, basis ^ 2, basis ^ 3)
+            while i + 32 <= raw.count {
+                lanes.0 = (lanes.0 ^ raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* prime
+                lanes.1 = (lanes.1 ^ raw.loadUnaligned(fromByteOffset: i + 8, as: UInt64.self)) &* prime
+                lanes.2 = (lanes.2 ^ raw.loadUnaligned(fromByteOffset: i + 16, as: UInt64.self)) &* prime
+                lanes.3 = (lanes.3 ^ raw.loadUnaligned(fromByteOffset: i + 24, as: UInt64.self)) &* prime
+                i += 32
+            }
+            h = (((lanes.0 ^ lanes.1) &* prime ^ lanes.2) &* prime ^ lanes.3) &* prime
+            h = (h ^ UInt64(raw.count)) &* prime
+            if version >= 3 { h = (h ^ UInt64(bitPattern: generation)) &* prime }
+        }
+        while i + 8 <= raw.count {
+            h = (h ^ raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* prime
+            i += 8
+        }
+        while i < raw.count {
+            h = (h ^ UInt64(raw[i])) &* prime
+            i += 1
+        }
+        return UInt32(truncatingIfNeeded: h ^ (h >> 32))
+    }
+}
+
+/// Reads the journal's and event batches' compact form (zigzag varints and length-prefixed
+/// bytes); throws on anything short or malformed.
+struct ByteReader {
+    let bytes: [UInt8]
+    var i = 0
+
+    var atEnd: Bool { i >= bytes.count }
+
+    mutating func byte() throws -> UInt8 {
+        guard i < bytes.count else { throw JournalError(description: "a journal entry ends early") }
+        defer { i += 1 }
+        return bytes[i]
+    }
+
+    mutating func int() throws -> Int64 {
+        var u: UInt64 = 0
+        var shift: UInt64 = 0
+        while i < bytes.count {
+            let b = bytes[i]
+            i += 1
+            u |= UInt64(b & 0x7F) << shift
+            if b < 0x80 {
+                let v = Int64(bitPattern: u >> 1)
+                return u & 1 == 0 ? v : ~v
+            }
+            shift += 7
+            guard shift < 64 else { throw JournalError(description: "a journal integer is too long") }
+        }
+        throw JournalError(description: "a journal entry ends early")
+    }
+
+    mutating func bool() throws -> Bool { try byte() != 0 }
+
+    mutating func data() throws -> [UInt8] { Array(bytes[try range()]) }
+
+    /// Where the next length-prefixed bytes lie, skipping them.
+    mutating func range() throws -> Range<Int> {
+        let n = Int(try int())
+        guard n >= 0, n <= bytes.count - i else { throw JournalError(description: "a journal entry ends early") }
+        defer { i += n }
+        return i..<(i + n)
+    }
+
+    /// Records are checksummed and were written from valid strings, so decoding (which would
+    /// repair, never trap) takes the fast path instead of validating generically.
+    mutating func string() throws -> String {
+        String(decoding: try data(), as: UTF8.self)
+    }
+
+    mutating func raw<T: RawRepresentable<String>>(_: T.Type) throws -> T {
+        let s = try string()
+        guard let v = T(rawValue: s) else { throw JournalError(description: "unknown value \"\(s)\" in the journal") }
+        return v
+    }
+}
 
 /// A question's status, attempt and outcome: what changes once it is asked.
 struct QuestionState: Equatable {
@@ -30,8 +177,8 @@ struct QuestionState: Equatable {
     }
 }
 
-/// What the journal records are read back as (at load, and for the writer's rare changes).
-indirect enum Change: Equatable {
+/// A change as the journal recorded it.
+enum LegacyChange: Equatable {
     case family(String)
     case member(MemberRecord)
     case question(QuestionRecord)
@@ -47,106 +194,12 @@ indirect enum Change: Equatable {
     case event(EventRecord)
 }
 
-extension Change {
-    /// The changes of one commit as one journal entry.
-    static func encode(_ changes: [Change], into w: inout ByteWriter) {
-        for c in changes { c.write(into: &w) }
-    }
-
-    static func decode(_ bytes: [UInt8]) throws -> [Change] {
+extension LegacyChange {
+    static func decode(_ bytes: [UInt8]) throws -> [LegacyChange] {
         var r = ByteReader(bytes: bytes)
-        var out: [Change] = []
+        var out: [LegacyChange] = []
         while !r.atEnd { out.append(try read(from: &r)) }
         return out
-    }
-
-    /// Appends the change's binary form. (The store writes its frequent changes with the
-    /// functions below, from the records it is given, without making a `Change`.)
-    func write(into w: inout ByteWriter) {
-        switch self {
-        case .family(let id):
-            w.int(1)
-            w.string(id)
-        case .member(let m):
-            w.int(2)
-            w.string(m.id)
-            w.string(m.family)
-            w.string(m.role.rawValue)
-            w.data(m.tokenHash)
-            w.bool(m.removed)
-            w.bool(m.limitsEnabled)
-        case .question(let q): Self.write(question: q, into: &w)
-        case .questionState(let s): Self.write(stateOf: s.key, s.status, s.attempt, s.outcome, row: s.row, into: &w)
-        case .forgetQuestion(let key, let row): Self.write(forgetting: key, row: row, into: &w)
-        case .known(let k):
-            w.int(6)
-            w.string(k.child)
-            w.string(k.handle.kind.rawValue)
-            w.string(k.handle.value)
-            w.bool(k.permanent)
-            w.int(k.until?.milliseconds ?? -1)
-            w.int(Int64(k.actions.count))
-            for a in k.actions { w.string(a) }
-        case .unknown(let child, let h):
-            w.int(7)
-            w.string(child)
-            w.string(h.kind.rawValue)
-            w.string(h.value)
-        case .session(let s): Self.write(session: s, into: &w)
-        case .dropSessions(let member):
-            w.int(9)
-            w.string(member)
-        case .dropSession(let member, let name):
-            w.int(12)
-            w.string(member)
-            w.string(name)
-        case .event(let e): Self.write(event: e, into: &w)
-        }
-    }
-
-    // Tags 13, 14, 15 and 16 are 3, 11, 4 and 5 with the question's row after them; the
-    // older tags, without a row, are still read (journals written before rows were given).
-
-    /// A question, with its content (`13`) or, when the event in `frame` (a range of the
-    /// bytes written so far in the same record) holds a copy of the content but for its
-    /// closing brace, with where that copy is (`14`): the question event that goes out with
-    /// every question asked repeats the content, and the journal need not hold it twice.
-    static func write(question q: QuestionRecord, contentIn frame: Range<Int>? = nil, into w: inout ByteWriter) {
-        let content = q.content.encoded
-        let copy = frame.flatMap { f in w.withBytes { Self.copy(of: content.dropLast(), in: $0, f) } }
-        if let copy {
-            w.int(14)
-            w.int(Int64(w.count - copy))  // back from here to the copy
-            w.int(Int64(content.count - 1))
-        } else {
-            w.int(13)
-            w.data(content)
-        }
-        w.string(q.child)
-        w.string(q.family)
-        w.int(q.createdAt.milliseconds)
-        writeState(id: q.key, q.status, q.attempt, q.outcome, into: &w)
-        w.int(q.row)
-    }
-
-    /// A question's status, attempt and outcome (what `QuestionState` holds).
-    static func write(stateOf q: QuestionRecord, into w: inout ByteWriter) {
-        write(stateOf: q.key, q.status, q.attempt, q.outcome, row: q.row, into: &w)
-    }
-
-    private static func write(
-        stateOf id: QuestionID, _ status: QuestionStatus, _ attempt: Int64, _ outcome: Outcome?, row: Int64,
-        into w: inout ByteWriter
-    ) {
-        w.int(15)
-        writeState(id: id, status, attempt, outcome, into: &w)
-        w.int(row)
-    }
-
-    static func write(forgetting key: QuestionID, row: Int64, into w: inout ByteWriter) {
-        w.int(16)
-        key.withCanonicalBytes { w.data($0) }  // as `string` writes it, without making one
-        w.int(row)
     }
 
     /// Whether a question change's tag is followed by the question's row.
@@ -164,36 +217,6 @@ extension Change {
         }
     }
 
-    static func write(session s: SessionRecord, into w: inout ByteWriter) {
-        w.int(8)
-        w.string(s.member)
-        w.string(s.name)
-        w.int(s.cursor)
-        w.string(s.topics.map(\.rawValue).sorted().joined(separator: ","))
-    }
-
-    static func write(event e: EventRecord, into w: inout ByteWriter) {
-        w.int(10)
-        w.string(e.member)
-        EventBatch.write(e, into: &w)
-    }
-
-    /// Where `content` stands in `bytes[frame]` as an event about its question puts it: right
-    /// after the first `"question":`, which comes after the event's type and seq.
-    private static func copy(of content: ArraySlice<UInt8>, in b: UnsafeBufferPointer<UInt8>, _ frame: Range<Int>) -> Int? {
-        let key: StaticString = #""question":"#
-        let keyBytes = UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount)
-        guard let base = b.baseAddress, frame.upperBound <= b.count else { return nil }
-        var at = frame.lowerBound
-        let lastKeyStart = min(frame.lowerBound + 64, frame.upperBound - keyBytes.count)
-        while at <= lastKeyStart && (b[at] != keyBytes[0] || memcmp(base + at, keyBytes.baseAddress!, keyBytes.count) != 0) {
-            at += 1
-        }
-        let start = at + keyBytes.count
-        guard at <= lastKeyStart, content.count <= frame.upperBound - start else { return nil }
-        return content.withUnsafeBufferPointer { c in memcmp(base + start, c.baseAddress!, c.count) == 0 } ? start : nil
-    }
-
     /// A question's content journaled as a copy inside an event (`14`, or `11`), closed again.
     static func closedContent(_ copy: ArraySlice<UInt8>) -> [UInt8] { copy + [UInt8(ascii: "}")] }
 
@@ -206,20 +229,6 @@ extension Change {
             throw JournalError(description: "a journal question refers to content it does not hold")
         }
         return (here - back)..<(here - back + count)
-    }
-
-    private static func writeState(
-        id: QuestionID, _ status: QuestionStatus, _ attempt: Int64, _ outcome: Outcome?, into w: inout ByteWriter
-    ) {
-        id.withCanonicalBytes { w.data($0) }
-        w.string(status.rawValue)
-        w.int(attempt)
-        w.bool(outcome != nil)
-        if let o = outcome {
-            w.data(o.choice.encoded)
-            w.string(o.guardian)
-            w.int(o.answeredAt.milliseconds)
-        }
     }
 
     private static func readState(from r: inout ByteReader) throws -> QuestionState {
@@ -240,10 +249,10 @@ extension Change {
         return Outcome(choice: choice, guardian: guardian, answeredAt: Timestamp(milliseconds: answeredAt))
     }
 
-    private static func read(from r: inout ByteReader) throws -> Change { try read(tag: try r.int(), from: &r) }
+    private static func read(from r: inout ByteReader) throws -> LegacyChange { try read(tag: try r.int(), from: &r) }
 
     /// The change whose tag was just read.
-    static func read(tag: Int64, from r: inout ByteReader) throws -> Change {
+    static func read(tag: Int64, from r: inout ByteReader) throws -> LegacyChange {
         let rowed = hasRow(tag), kind = withoutRow(tag)
         switch kind {
         case 1: return .family(try r.string())
@@ -298,11 +307,10 @@ extension Change {
 // MARK: - Folding into a snapshot
 
 extension StoreSnapshot {
-    /// Applies `changes` in order, as the tables would after writing them.
-    mutating func apply(_ changes: [Change]) {
-        // Journaled before rows were given, a question asked anew takes its row from the
-        // table writer when written, above the table's: room is kept for it.
-        var unnumbered: Int64 = 0
+    /// Applies journaled `changes` in order, as the tables of the build that wrote them
+    /// would have after writing them. Questions journaled without a row (by builds before
+    /// rows were given) are given rows above every other.
+    mutating func apply(legacy changes: [LegacyChange]) {
         guard !changes.isEmpty else { return }
         var familySet = Set(families)
         var memberAt = Dictionary(members.enumerated().map { ($1.id, $0) }, uniquingKeysWith: { $1 })
@@ -321,10 +329,10 @@ extension StoreSnapshot {
                     memberAt[m.id] = members.count
                     members.append(m)
                 }
-            case .question(let q):
+            case .question(var q):
+                if q.row == 0 { q.row = questionsByKey[q.key]?.row ?? 0 }
                 if questionsByKey.updateValue(q, forKey: q.key) == nil { questionOrder.append(q.key) }
                 lastQuestionRow = max(lastQuestionRow, q.row)
-                if q.row == 0 { unnumbered += 1 }
             case .questionState(let s):
                 if let q = questionsByKey[s.key] { questionsByKey[s.key] = s.applied(to: q) }
                 lastQuestionRow = max(lastQuestionRow, s.row)
@@ -346,10 +354,14 @@ extension StoreSnapshot {
                 sessionsByKey["\(member)\u{0}\(name)"] = nil
             case .event(let e):
                 heads[e.member] = max(heads[e.member] ?? 0, e.seq)
+                if firstRetained[e.member] == nil { firstRetained[e.member] = e.seq }
             }
         }
         questions = questionOrder.compactMap { questionsByKey.removeValue(forKey: $0) }
-        lastQuestionRow += unnumbered
+        for i in questions.indices where questions[i].row == 0 {
+            lastQuestionRow += 1
+            questions[i].row = lastQuestionRow
+        }
         knownHandles = Array(knownByKey.values)
         sessions = Array(sessionsByKey.values)
     }

@@ -1,0 +1,135 @@
+// Backup, restore and check of a store on disk, for `permission-relay backup`, `restore`
+// and `check`. Each opens the database on a connection of its own, so it works beside a
+// running relay (WAL lets readers and the writer go on together), and changes nothing
+// but its destination.
+
+import Glibc
+import RelayModel
+import RelayProtocol
+
+extension SQLiteStore {
+    /// Writes a consistent copy of the database at `source` to `destination`, a new file,
+    /// with SQLite's online backup API; the copy is one self-contained file (no WAL).
+    public static func backup(databaseAt source: String, to destination: String) throws {
+        guard access(source, F_OK) == 0 else { throw StoreError("there is no store at \(source)") }
+        guard access(destination, F_OK) != 0 else {
+            throw StoreError("\(destination) already exists; choose a new file, or remove it first")
+        }
+        let partial = destination + ".partial"
+        unlink(partial)
+        do {
+            let from = try SQLiteDatabase(path: source, readOnly: true)
+            try from.exec("PRAGMA busy_timeout = 5000")
+            let to = try SQLiteDatabase(path: partial)
+            try from.backup(to: to)
+            _ = try to.text("PRAGMA journal_mode = DELETE")
+            let check = try to.text("PRAGMA quick_check")
+            guard check == "ok" else { throw StoreError("the copy does not check out (\(check ?? "no answer")); the store may be damaged: run permission-relay check") }
+        } catch {
+            unlink(partial)
+            throw error
+        }
+        try syncFile(partial)
+        guard rename(partial, destination) == 0 else {
+            let why = String(cString: strerror(errno))
+            unlink(partial)
+            throw StoreError("cannot move the backup into place at \(destination): \(why)")
+        }
+        try syncDirectory(of: destination)
+    }
+
+    /// Puts the backup at `backup` in place as the store at `path`, whose relay must be
+    /// stopped; the store it replaces (with its WAL) is kept beside it as `path.replaced`.
+    public static func restore(backup: String, to path: String) throws {
+        let copy = try SQLiteDatabase(path: backup, readOnly: true)
+        guard try copy.text("PRAGMA quick_check") == "ok", try copy.scalar("SELECT max(version) FROM migrations") != nil else {
+            throw StoreError("\(backup) is not a backup of a relay's store, or a damaged one")
+        }
+        let staging = path + ".restoring"
+        unlink(staging)
+        do {
+            let to = try SQLiteDatabase(path: staging)
+            try copy.backup(to: to)
+            _ = try to.text("PRAGMA journal_mode = WAL")
+        } catch {
+            unlink(staging)
+            throw error
+        }
+        try syncFile(staging)
+        if access(path, F_OK) == 0 {
+            let replaced = path + ".replaced"
+            for suffix in ["", "-wal", "-shm"] { unlink(replaced + suffix) }
+            for suffix in ["", "-wal"] where access(path + suffix, F_OK) == 0 {
+                guard rename(path + suffix, replaced + suffix) == 0 else {
+                    throw StoreError("cannot move \(path + suffix) aside: \(String(cString: strerror(errno)))")
+                }
+            }
+        }
+        unlink(path + "-shm")
+        guard rename(staging, path) == 0 else { throw StoreError("cannot put the backup in place: \(String(cString: strerror(errno)))") }
+        try syncDirectory(of: path)
+    }
+
+    /// What is wrong with the store at `path`: SQLite's integrity check, then the relay's
+    /// own invariants. Empty when all is well.
+    public static func check(databaseAt path: String) throws -> [String] {
+        guard access(path, F_OK) == 0 else { throw StoreError("there is no store at \(path)") }
+        let db = try SQLiteDatabase(path: path, readOnly: true)
+        try db.exec("PRAGMA busy_timeout = 5000")
+        var findings: [String] = []
+        try db.run(dynamic: "PRAGMA integrity_check") { r in
+            if r.text(0) != "ok" { findings.append("SQLite: \(r.text(0))") }
+        }
+        guard findings.isEmpty else { return findings }
+        let version = Int(try db.scalar("SELECT max(version) FROM migrations") ?? 0)
+        guard version == migrations.count else {
+            return ["schema version \(version), where this relay writes \(migrations.count): start the relay once to upgrade it"]
+        }
+        for n in 0..<2 where access("\(path)-changes.\(n)", F_OK) == 0 {
+            findings.append("\(path)-changes.\(n) is a journal of an older relay: the next start folds it into the database")
+        }
+        try db.run("BEGIN")  // one snapshot for all that follows
+        defer { try? db.run("COMMIT") }
+        var heads: [String: Int64] = [:]
+        try db.run("SELECT member, head FROM heads") { r in heads[r.text(0)] = r.int(1) }
+        try db.run("SELECT member, min(seq), max(seq), count(*) FROM events GROUP BY member") { r in
+            let (member, first, last, count) = (r.text(0), r.int(1), r.int(2), r.int(3))
+            if last - first + 1 != count {
+                findings.append("\(member)'s events \(first)…\(last) have \(last - first + 1 - count) missing in between")
+            }
+            heads[member] = max(heads[member] ?? 0, last)
+        }
+        var members: [String: (role: String, removed: Bool)] = [:]
+        try db.run("SELECT id, role, removed FROM members") { r in members[r.text(0)] = (r.text(1), r.int(2) != 0) }
+        try db.run("SELECT member, name, cursor FROM sessions") { r in
+            let (member, name, cursor) = (r.text(0), r.text(1), r.int(2))
+            if members[member] == nil { findings.append("session \(name) belongs to \(member), who is not a member") }
+            if cursor > heads[member] ?? 0 {
+                findings.append("session \(name) of \(member) has cursor \(cursor), beyond the stream's head \(heads[member] ?? 0)")
+            }
+        }
+        try db.run("SELECT id, child, status, content, key FROM questions ORDER BY key") { r in
+            let (id, child, status) = (r.text(0), r.text(1), r.text(2))
+            if QuestionContent(encoded: r.blob(3)) == nil || QuestionStatus(rawValue: status) == nil {
+                findings.append("question \(id) (row \(r.int(4))) cannot be read")
+            }
+            guard let m = members[child], m.role == Role.child.rawValue else {
+                return findings.append("question \(id) was asked by \(child), who is not a child of this relay")
+            }
+            if status == QuestionStatus.pending.rawValue && m.removed {
+                findings.append("question \(id) is pending, but its child \(child) was removed")
+            }
+        }
+        return findings
+    }
+
+    static func syncFile(_ path: String) throws {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0, fsync(fd) == 0 else {
+            let why = String(cString: strerror(errno))
+            if fd >= 0 { close(fd) }
+            throw StoreError("cannot sync \(path): \(why)")
+        }
+        close(fd)
+    }
+}

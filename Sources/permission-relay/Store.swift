@@ -1,0 +1,126 @@
+// `permission-relay backup`, `restore` and `check`: the store on disk, without the
+// socket. Backup and check work beside a running relay; restore needs it stopped.
+
+import CLISupport
+import Glibc
+import RelayStore
+
+struct StoreCommand: Sendable {
+    let name: String
+    let usage: String
+    let run: @Sendable ([String]) throws -> Void
+
+    static let all: [StoreCommand] = [backup, restore, check]
+
+    private static let dataOption = """
+          --data DIR   The relay's data directory (default: \(Paths.defaultData))
+          -h, --help   Show this help.
+        """
+
+    static let backup = StoreCommand(
+        name: "backup",
+        usage: """
+            OVERVIEW: Copy the relay's store into one file, consistent as of one moment, while the
+            relay runs (SQLite's online backup). The file is a complete store: restore it with
+            `permission-relay restore`.
+
+            USAGE: permission-relay backup DEST [--data DIR]
+
+            OPTIONS:
+            \(dataOption)
+
+            EXAMPLES:
+              permission-relay backup ~/relay-backup-$(date +%F).db
+            """,
+        run: { args in
+            let a = try Arguments(args, valueFlags: ["--data"], switchFlags: [])
+            let dest = try a.expectPositionals(["DEST"])[0]
+            let data = a.value("--data") ?? Paths.defaultData
+            do {
+                try SQLiteStore.backup(databaseAt: data + "/relay.db", to: dest)
+            } catch {
+                throw CLIError.failure("backup failed: \(error)")
+            }
+            printOut("backed up \(data)/relay.db to \(dest)")
+        })
+
+    static let restore = StoreCommand(
+        name: "restore",
+        usage: """
+            OVERVIEW: Put a backup in place as the relay's store. Stop the relay first; the store
+            it replaces is kept beside it as relay.db.replaced. Everything up to the backup is
+            there when the relay starts again; clients resume from it.
+
+            USAGE: permission-relay restore BACKUP [--data DIR]
+
+            OPTIONS:
+            \(dataOption)
+
+            EXAMPLES:
+              permission-relay restore ~/relay-backup-2026-12-01.db
+            """,
+        run: { args in
+            let a = try Arguments(args, valueFlags: ["--data"], switchFlags: [])
+            let backup = try a.expectPositionals(["BACKUP"])[0]
+            let data = a.value("--data") ?? Paths.defaultData
+            try Paths.makePrivateDirectory(data)
+            let lock = try Serve.lockDataDirectory(data)
+            defer { close(lock) }
+            do {
+                try SQLiteStore.restore(backup: backup, to: data + "/relay.db")
+            } catch {
+                throw CLIError.failure("restore failed: \(error)")
+            }
+            printOut("restored \(backup) into \(data)/relay.db; start the relay to serve it")
+        })
+
+    static let check = StoreCommand(
+        name: "check",
+        usage: """
+            OVERVIEW: Check the relay's store: SQLite's integrity check, then the relay's own rules
+            (each member's events without holes, cursors not past their stream, every question
+            readable and its child known). Exits 0 when all is well, 1 with what is wrong.
+
+            USAGE: permission-relay check [--data DIR]
+
+            OPTIONS:
+            \(dataOption)
+
+            EXAMPLES:
+              permission-relay check
+              permission-relay check --data /var/lib/permission-relay
+            """,
+        run: { args in
+            let a = try Arguments(args, valueFlags: ["--data"], switchFlags: [])
+            _ = try a.expectPositionals([])
+            let data = a.value("--data") ?? Paths.defaultData
+            let findings: [String]
+            do {
+                findings = try SQLiteStore.check(databaseAt: data + "/relay.db")
+            } catch {
+                throw CLIError.failure("cannot check \(data)/relay.db: \(error)")
+            }
+            guard findings.isEmpty else {
+                for f in findings { printErr("permission-relay: \(f)") }
+                throw CLIError.failure(
+                    "\(data)/relay.db: \(findings.count) problem\(findings.count == 1 ? "" : "s") found; restore a backup"
+                        + " (permission-relay restore) or keep the store for inspection")
+            }
+            printOut("\(data)/relay.db: ok")
+        })
+}
+
+enum Store {
+    /// Why the store in `data` could not be opened, and what to do.
+    static func openingFailure(_ error: any Error, data: String) -> String {
+        if let e = error as? SQLiteError, e.isDamaged {
+            return "the store \(data)/relay.db is damaged or is not the relay's (\(e.message)): restore a backup with"
+                + " `permission-relay restore BACKUP`, see what is wrong with `permission-relay check`, or move the"
+                + " directory aside to start with an empty store"
+        }
+        if let e = error as? SQLiteError, e.isFull {
+            return "cannot open the store in \(data): the disk is full; free some space and start again"
+        }
+        return "cannot open the store in \(data): \(error)"
+    }
+}
