@@ -211,14 +211,22 @@ extension RelayCore {
 
     /// Sends the next step of `conn`'s replay: `stored`, what the store gave for its
     /// `replayPosition` (in order; at most `limit` events), up to about `replayBudgetBytes`;
-    /// once the store had no more, this turn's events, which are not committed yet. The
-    /// session goes live when it has caught up with its stream's head. An event missing
-    /// on the way ends the connection instead (a replay never skips one): the returned
-    /// text says why, for the log.
-    public func continueReplay(_ conn: ConnectionID, stored: [EventRecord], limit: Int) -> String? {
+    /// once the store had no more, the events not committed yet: those of `uncommitted`
+    /// (the batches with the store's writer, oldest first) and this turn's. The session
+    /// goes live when it has caught up with its stream's head. An event missing on the
+    /// way ends the connection instead (a replay never skips one): the returned text says
+    /// why, for the log.
+    public func continueReplay(
+        _ conn: ConnectionID, stored: [EventRecord], limit: Int, uncommitted: [[Change]] = []
+    ) -> String? {
         guard let s = connections[conn]?.session, let after = s.replayAfter, let member = s.member else { return nil }
         var last = after
         var bytes = 0
+        /// A hole before the first event the store gives is where the oldest events were
+        /// dropped (pruning drops nothing else); one after an event of the step is damage.
+        func broken(next: Int64?) -> String? {
+            replayBroken(conn, member, missing: last + 1, next: next, prefix: last == after && stored.first?.seq == next)
+        }
         func deliver(_ e: EventRecord) -> Bool {
             guard e.seq == last + 1 else { return false }
             if e.topic.map(s.topics.contains) ?? true {
@@ -229,7 +237,7 @@ extension RelayCore {
             return true
         }
         for e in stored {
-            guard deliver(e) else { return replayBroken(conn, member, missing: last + 1) }
+            guard deliver(e) else { return broken(next: e.seq) }
             if bytes >= config.replayBudgetBytes {
                 s.replayAfter = last
                 return nil
@@ -239,10 +247,14 @@ extension RelayCore {
             s.replayAfter = last
             return nil
         }
-        for case .event(let e) in changes where e.seq > last && e.member == member.id {
-            guard deliver(e) else { return replayBroken(conn, member, missing: last + 1) }
+        // The store's reads and the writer's commits overlap: what a read already saw is
+        // passed over.
+        for batch in uncommitted + [changes] {
+            for case .event(let e) in batch where e.seq > last && e.member == member.id {
+                guard deliver(e) else { return broken(next: e.seq) }
+            }
         }
-        guard last == member.head else { return replayBroken(conn, member, missing: last + 1) }
+        guard last == member.head else { return broken(next: nil) }
         s.replayAfter = nil
         replaying.remove(conn)
         return nil
@@ -256,11 +268,13 @@ extension RelayCore {
         close(conn, .storeFailed)
     }
 
-    /// Ends a replay that found event `seq` missing. Dropped by retention while the replay
-    /// ran, it is a gap the session learns of when it connects again (`welcome.gap`);
-    /// otherwise the store lost it, which is told and logged.
-    private func replayBroken(_ conn: ConnectionID, _ member: Member, missing seq: Int64) -> String? {
-        if seq <= member.prunedThrough {
+    /// Ends a replay that found event `seq` missing, `next` the event found in its place.
+    /// Among the oldest (`prefix`), it was dropped while the replay ran: the session learns
+    /// of the gap when it connects again (`welcome.gap`). Otherwise the store lost it,
+    /// which is told and logged.
+    private func replayBroken(_ conn: ConnectionID, _ member: Member, missing seq: Int64, next: Int64?, prefix: Bool) -> String? {
+        if seq <= member.prunedThrough || prefix, let next {
+            member.prunedThrough = max(member.prunedThrough, next - 1)
             close(conn, .eventsDropped)
             return nil
         }

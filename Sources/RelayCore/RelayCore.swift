@@ -274,6 +274,9 @@ public final class RelayCore {
     /// Whether the reactor may feed `conn` its next frame: it is open and not replaying.
     public func takesFrames(_ conn: ConnectionID) -> Bool { connections[conn] != nil && !isReplaying(conn) }
 
+    /// The member whose session `conn` holds (nil before hello and for admin sessions).
+    public func member(of conn: ConnectionID) -> String? { connections[conn]?.session?.member?.id }
+
     /// Whether `conn` has completed `hello`.
     public func isEstablished(_ conn: ConnectionID) -> Bool { connections[conn]?.session != nil }
 

@@ -1,16 +1,18 @@
 // The relay's event loop: one thread, one epoll set, every connection and the core.
 //
 // One turn, in order:
-//   1. wait for readiness or the next deadline;
+//   1. wait for readiness, the next deadline, or the store's writer (Committer.swift);
 //   2. accept, read every ready socket, feed whole frames to the core (a replaying
 //      session's further frames wait until its replay has caught up);
 //   3. run the core's timers, the handshake and heartbeat checks, and replay steps
-//      (events read from the store, which holds every turn's before this one);
-//   4. commit the core's changes in one transaction (group commit) — nothing of this
-//      turn is sent before;
-//   5. queue the core's frames and write them (EPOLLOUT only for leftovers);
-//   6. close the connections marked for closing;
-//   7. a bounded step of pruning, when one is due.
+//      (events read from the store, then those not committed yet);
+//   4. hand the turn's changes to the writer, and hold the turn's frames and closes
+//      until they are committed: turns gather while a commit runs and are committed
+//      together (group commit). A turn that changed nothing while nothing waits sends
+//      at once;
+//   5. for each batch committed, queue its frames and write them (EPOLLOUT only for
+//      leftovers), and close the connections marked for closing;
+//   6. a bounded step of pruning when one is due, through the writer too.
 
 import CSystem
 import Glibc
@@ -26,6 +28,12 @@ public struct ServerConfig: Sendable {
     public var handshakeTimeoutSeconds = 5.0
     /// Unsent bytes a connection may hold before it is dropped as a slow consumer.
     public var maxOutputBytes = 16 << 20
+    /// Unsent bytes all connections of one member may hold together: past it, a connection
+    /// of the member that cannot take more is dropped (many that never read would
+    /// otherwise each hold `maxOutputBytes`).
+    public var maxMemberOutputBytes = 64 << 20
+    /// Unsent bytes all connections may hold together, likewise.
+    public var maxTotalOutputBytes = 512 << 20
     /// How often retained events are pruned.
     public var pruneIntervalSeconds = 60.0
     /// How often cursors moved by acks are written (they may be stored lazily: after a
@@ -87,10 +95,21 @@ public final class RelayServer {
     private var refusalReason = ""
     private var lastRefusalLog: Int64 = .min / 2
     private let signalPipe: [Int32]
+    private let committer: Committer
+    /// The batch being committed (the changes, for replays, and what waits to be sent).
+    private var committing: Batch?
+    /// Turns gathered while a batch is being committed.
+    private var gathering = Batch()
+    /// A pruning step is due / with the writer.
+    private var pruneWanted = false
+    private var pruneInFlight = false
     private var conns: [ConnectionID: Conn] = [:]
     /// The connections a dispatch queued output for, each once, reused across turns.
     private var touched: [Conn] = []
     private var nextID: ConnectionID = 1
+    /// Unsent bytes per member, and in all (`Conn.counted`).
+    private var memberBacklog: [String: Int] = [:]
+    private var totalBacklog = 0
     private var stopping = false
     // Times on the monotonic clock, in milliseconds (`Self.monotonicMillis`), as are the
     // connections' own.
@@ -98,6 +117,9 @@ public final class RelayServer {
     /// A pruning pass under way: its cutoff, and the members whose acknowledged events
     /// may still go (`RelayStore.prune`).
     private var pruning: (cutoff: Timestamp, acknowledged: [String: Int64])?
+    /// The most changes the loop commits itself when the writer is idle (a light load's
+    /// turn); larger batches go to the writer, and the loop reads on meanwhile.
+    static let inlineCommitChanges = 64
     /// The most events one turn's pruning step drops.
     static let pruneStepEvents = 1000
     private var lastTimerScan: Int64 = .min / 2
@@ -124,6 +146,14 @@ public final class RelayServer {
 
     private static let listenToken: UInt64 = 0
     private static let signalToken: UInt64 = UInt64.max
+    private static let committerToken: UInt64 = UInt64.max - 1
+
+    /// Turns' changes and what they send, waiting for one commit.
+    private struct Batch {
+        var changes: [Change] = []
+        var outputs: [CoreOutput] = []
+        var isEmpty: Bool { changes.isEmpty && outputs.isEmpty }
+    }
 
     /// A class, so that its buffers are changed in place: a struct copied out of `conns`
     /// shares them, and every append or drain then copied or reallocated a whole buffer.
@@ -145,6 +175,10 @@ public final class RelayServer {
         var peerGone = false
         /// Listed in `touched` during a dispatch.
         var touched = false
+        /// The member whose session it is, once it holds unsent bytes.
+        var owner: String?
+        /// Its unsent bytes as counted in `memberBacklog` and `totalBacklog`.
+        var counted = 0
         var pendingBytes: Int { out.count - outStart }
 
         init(id: ConnectionID, fd: Int32, decoder: FrameDecoder, at now: Int64) {
@@ -164,6 +198,7 @@ public final class RelayServer {
         self.store = store
         self.log = log
         self.relay = RelayCore(config: coreConfig, snapshot: try store.load(), now: config.wallClock())
+        self.committer = try Committer(store: store)
         self.lastPrune = Self.monotonicMillis()
         var fds: [Int32] = [-1, -1]
         guard cs_pipe(&fds) == 0 else { throw ServerError("cannot create a pipe: \(String(cString: strerror(errno)))") }
@@ -171,6 +206,7 @@ public final class RelayServer {
     }
 
     deinit {
+        committer.stop()
         for fd in signalPipe where fd >= 0 { Glibc.close(fd) }
     }
 
@@ -222,6 +258,7 @@ public final class RelayServer {
         if config.handleSignals { cs_route_signals(signalPipe[1]) }
         cs_epoll_ctl(epfd, 0, listenFD, cs_epollin, Self.listenToken)
         cs_epoll_ctl(epfd, 0, signalPipe[0], cs_epollin, Self.signalToken)
+        cs_epoll_ctl(epfd, 0, committer.wakeFD, cs_epollin, Self.committerToken)
         spareFD = Self.openSpare()
     }
 
@@ -260,9 +297,14 @@ public final class RelayServer {
         removeSocketFile()
         listenFD = -1
         for id in Array(conns.keys) { relay.drop(id, .shutdown) }
-        if !commit() { return }
-        dispatchOutputs()
+        relay.flushCursors()
+        finishTurn()
+        while committing != nil {
+            committer.waitUntilIdle()
+            collectOutcomes()
+        }
         for id in Array(conns.keys) { closeNow(id) }
+        committer.stop()
     }
 
     // MARK: - One turn
@@ -285,6 +327,7 @@ public final class RelayServer {
             switch r.token {
             case Self.listenToken: acceptAll()
             case Self.signalToken: drainSignals()
+            case Self.committerToken: collectOutcomes()
             default:
                 let id = ConnectionID(r.token)
                 if r.events & (cs_epollin | cs_epollhup | cs_epollerr | cs_epollrdhup) != 0 { read(id, now: t) }
@@ -299,9 +342,86 @@ public final class RelayServer {
             cs_epoll_ctl(epfd, 1, listenFD, cs_epollin, Self.listenToken)
         }
         replaySteps(now: t)
-        guard commit(cursors: Double(turnMillis - lastCursorFlush) >= config.cursorFlushSeconds * 1000) else { return }
-        dispatchOutputs()
         prune(now: t)
+        if Double(turnMillis - lastCursorFlush) >= config.cursorFlushSeconds * 1000 {
+            // Cursors are stored lazily (§6): after a crash a session may get again what it
+            // acknowledged since, never less.
+            relay.flushCursors()
+            lastCursorFlush = turnMillis
+        }
+        finishTurn()
+        flushTouched()  // what the server queued itself (pings) while the turn's replies wait
+    }
+
+    /// Sends the turn's frames now when nothing waits to be committed; otherwise holds
+    /// them, with the turn's changes, for the next batch.
+    private func finishTurn() {
+        let changes = relay.takeChanges()
+        if changes.isEmpty && committing == nil && gathering.isEmpty {
+            dispatchOutputs()
+            return
+        }
+        gathering.changes += changes
+        relay.drainOutputs { gathering.outputs.append($0) }
+        submit()
+    }
+
+    /// Hands the gathered turns to the writer unless it is committing a batch already,
+    /// then a pruning step when one is due (after the commit holding the cursors it relies on).
+    private func submit() {
+        if committing == nil && !gathering.isEmpty {
+            if gathering.changes.isEmpty {
+                dispatch(gathering.outputs)
+                gathering.outputs.removeAll(keepingCapacity: true)
+            } else if gathering.changes.count <= Self.inlineCommitChanges && !pruneInFlight {
+                // The writer is idle and the batch small: committed here, its replies go now,
+                // without two threads waking each other for a commit of a few rows.
+                let batch = gathering
+                gathering = Batch()
+                do {
+                    try store.commit(batch.changes)
+                    failedCommits = 0
+                    dispatch(batch.outputs)
+                } catch {
+                    commitFailed(error)
+                }
+            } else {
+                committing = gathering
+                gathering = Batch()
+                committer.submit(.commit(committing!.changes))
+            }
+        }
+        if pruneWanted && !pruneInFlight && gathering.changes.isEmpty, let pass = pruning {
+            pruneWanted = false
+            pruneInFlight = true
+            committer.submit(.prune(olderThan: pass.cutoff, acknowledged: pass.acknowledged, limit: Self.pruneStepEvents))
+        }
+    }
+
+    /// What the writer has done since the last call: batches committed are sent.
+    private func collectOutcomes() {
+        for outcome in committer.takeOutcomes() {
+            switch outcome {
+            case .committed:
+                failedCommits = 0
+                if let done = committing.take() { dispatch(done.outputs) }
+            case .commitFailed(let error):
+                commitFailed(error)
+            case .pruned(let through):
+                pruneInFlight = false
+                guard let pass = pruning else { continue }
+                for (member, seq) in through {
+                    relay.eventsDropped(member: member, through: seq)
+                    if seq >= pass.acknowledged[member] ?? .max { pruning?.acknowledged[member] = nil }
+                }
+                if through.isEmpty { pruning = nil } else { pruneWanted = true }
+            case .pruneFailed(let error):
+                pruneInFlight = false
+                pruning = nil
+                log(.warning, "could not prune old events (tried again in \(Int(config.pruneIntervalSeconds)) s): \(error)")
+            }
+        }
+        submit()
     }
 
     /// The next step of each replay whose connection has room: its events from the store.
@@ -314,7 +434,10 @@ public final class RelayServer {
             let limit = coreConfig.replayBatch
             do {
                 let stored = try store.events(member: member, after: after, limit: limit)
-                if let why = relay.continueReplay(id, stored: stored, limit: limit) { log(.error, "connection \(id): \(why)") }
+                let uncommitted = [committing?.changes ?? [], gathering.changes]
+                if let why = relay.continueReplay(id, stored: stored, limit: limit, uncommitted: uncommitted) {
+                    log(.error, "connection \(id): \(why)")
+                }
             } catch {
                 log(.error, "connection \(id): could not read \(member)'s stored events for its replay: \(error)")
                 relay.replayFailed(id, "\(error)")
@@ -326,51 +449,40 @@ public final class RelayServer {
     /// A replaying connection gets its next step once its unsent bytes fall below this.
     private var replayLowWater: Int { min(65536, config.maxOutputBytes / 4) }
 
-    /// Commits the turn's changes, with the cursors acks moved when `cursors` (they are
-    /// stored lazily, §6; the store hears of each as it moves). On failure nothing of the turn is
-    /// sent: every connection is closed (clients resend what was not acknowledged) and the
-    /// core is rebuilt from what the store holds.
-    private func commit(cursors: Bool = true) -> Bool {
-        if cursors {
-            relay.flushCursors()
-            lastCursorFlush = Self.monotonicMillis()
+    /// A batch could not be committed (a full disk, say): nothing of it, nor of the turns
+    /// gathered behind it, is sent. Every connection is told and closed (clients resend
+    /// what was not acknowledged), new ones are refused for a while, and the core is
+    /// rebuilt from what the store holds.
+    private func commitFailed(_ error: any Error) {
+        failedCommits += 1
+        let pause = Self.refusalAfterFailedCommits(failedCommits)
+        refusingUntil = Self.monotonicMillis() + pause
+        commitFailure = (error as? SQLiteError)?.isFull == true ? "out of disk space" : "\(error)"
+        log(
+            .error,
+            "could not commit to the store: \(error); nothing of it was sent, closing every connection so "
+                + "clients resend, and refusing new ones for \(pause / 1000) s")
+        committing = nil
+        gathering = Batch()
+        (pruning, pruneWanted) = (nil, false)
+        relay.drainOutputs { _ in }
+        _ = relay.takeChanges()
+        for c in touched { c.touched = false }
+        touched.removeAll(keepingCapacity: true)
+        let notice = RequestError(
+            .busy, "the relay could not store changes (\(commitFailure)); nothing since its last reply was kept, send it again later"
+        ).frame(re: nil).frame
+        for (id, c) in conns {
+            // After the frames still waiting to go (one may be half sent), as far as the socket takes them.
+            c.out.append(bytes: notice)
+            _ = c.out.withUnsafeBytes { cs_send(c.fd, $0.baseAddress! + c.outStart, c.pendingBytes) }
+            closeNow(id)
         }
-        guard relay.hasChanges else { return true }
         do {
-            try store.commit(relay.takeChanges())
-            failedCommits = 0
-            return true
+            relay = RelayCore(config: coreConfig, snapshot: try store.load(), now: config.wallClock())
         } catch {
-            failedCommits += 1
-            let pause = Self.refusalAfterFailedCommits(failedCommits)
-            refusingUntil = Self.monotonicMillis() + pause
-            commitFailure = (error as? SQLiteError)?.isFull == true ? "out of disk space" : "\(error)"
-            log(
-                .error,
-                "could not commit to the store: \(error); no reply of this turn was sent, closing every connection so "
-                    + "clients resend, and refusing new ones for \(pause / 1000) s")
-            relay.drainOutputs { _ in }
-            for c in touched { c.touched = false }
-            touched.removeAll(keepingCapacity: true)
-            let notice = RequestError(
-                .busy,
-                "the relay could not store changes (\(commitFailure)); nothing of this turn was kept, "
-                    + "send it again later"
-            ).frame(re: nil).frame
-            for (id, c) in conns {
-                // After the frames still waiting to go (one may be half sent), as far as the socket takes them.
-                c.out.append(bytes: notice)
-                _ = c.out.withUnsafeBytes { cs_send(c.fd, $0.baseAddress! + c.outStart, c.pendingBytes) }
-                closeNow(id)
-            }
-            do {
-                relay = RelayCore(config: coreConfig, snapshot: try store.load(), now: config.wallClock())
-                pruning = nil
-            } catch {
-                log(.error, "could not reload the store: \(error); stopping")
-                stopping = true
-            }
-            return false
+            log(.error, "could not reload the store: \(error); stopping")
+            stopping = true
         }
     }
 
@@ -540,11 +652,17 @@ public final class RelayServer {
 
     // MARK: - Output
 
-    private func dispatchOutputs() {
+    /// Queues and writes the core's frames of this turn.
+    private func dispatchOutputs() { dispatch { relay.drainOutputs($0) } }
+
+    /// Queues and writes frames held for a commit.
+    private func dispatch(_ outputs: [CoreOutput]) { dispatch { outputs.forEach($0) } }
+
+    private func dispatch(_ each: ((CoreOutput) -> Void) -> Void) {
         // A reply and the events it caused often go to one connection: looked up once.
         var lastID: ConnectionID = -1
         var last: Conn?
-        relay.drainOutputs { o in
+        each { o in
             switch o {
             case .send(let id, let frame):
                 if id != lastID { (lastID, last) = (id, conns[id]) }
@@ -558,6 +676,11 @@ public final class RelayServer {
                 touch(c)
             }
         }
+        flushTouched()
+    }
+
+    /// Writes what was queued for each connection touched since the last call.
+    private func flushTouched() {
         // Last touched first: a request's reply is written before the events it causes, and
         // the others waiting for those (a guardian for a question, a child for its answer)
         // should not wait behind the requester's `ok`.
@@ -603,16 +726,41 @@ public final class RelayServer {
             c.out.removeFirst(c.outStart)
             c.outStart = 0
         }
+        count(c)
         if c.peerGone || (c.closing != nil && c.pendingBytes == 0) {
             relay.disconnected(id)
             closeNow(id)
-        } else if c.pendingBytes > config.maxOutputBytes {
-            log(.warning, "connection \(id) holds \(c.pendingBytes) unsent bytes; dropping it as a slow consumer")
+        } else if let why = tooMuchUnsent(c) {
+            log(.warning, "connection \(id) holds \(c.pendingBytes) unsent bytes\(why); dropping it as a slow consumer")
             relay.disconnected(id)
             closeNow(id)
         } else {
             setInterest(c)
         }
+    }
+
+    /// Counts the connection's unsent bytes for its member and in all.
+    private func count(_ c: Conn) {
+        let delta = c.pendingBytes - c.counted
+        guard delta != 0 else { return }
+        if c.owner == nil { c.owner = relay.member(of: c.id) ?? "" }
+        c.counted = c.pendingBytes
+        totalBacklog += delta
+        if let owner = c.owner, !owner.isEmpty {
+            let now = memberBacklog[owner, default: 0] + delta
+            memberBacklog[owner] = now == 0 ? nil : now
+        }
+    }
+
+    /// Why a connection that still holds unsent bytes holds too many, if it does.
+    private func tooMuchUnsent(_ c: Conn) -> String? {
+        guard c.pendingBytes > 0 else { return nil }
+        if c.pendingBytes > config.maxOutputBytes { return "" }
+        if let owner = c.owner, let held = memberBacklog[owner], held > config.maxMemberOutputBytes {
+            return ", and \(owner)'s connections \(held) together"
+        }
+        if totalBacklog > config.maxTotalOutputBytes { return ", and all connections \(totalBacklog) together" }
+        return nil
     }
 
     private func setInterest(_ c: Conn) {
@@ -627,33 +775,25 @@ public final class RelayServer {
 
     private func closeNow(_ id: ConnectionID) {
         guard let c = conns.removeValue(forKey: id) else { return }
+        c.out = []
+        c.outStart = 0
+        count(c)
         cs_epoll_ctl(epfd, 2, c.fd, 0, 0)
         Glibc.close(c.fd)
     }
 
     /// Every `pruneIntervalSeconds` a pass starts: events past the retention window, and
     /// those every durable session of their member has acknowledged (with the cursors
-    /// that say so committed first), go a bounded step per turn until none is left.
+    /// that say so committed first), go a bounded step at a time, through the writer,
+    /// until none is left.
     private func prune(now: Timestamp) {
-        if pruning == nil {
-            guard Double(turnMillis - lastPrune) >= config.pruneIntervalSeconds * 1000 else { return }
-            lastPrune = turnMillis
-            checkDiskSpace()
-            guard commit(cursors: true) else { return }
-            pruning = (Timestamp(milliseconds: now.milliseconds - coreConfig.retentionSeconds * 1000), relay.acknowledgedByAllSessions())
-        }
-        guard let pass = pruning else { return }
-        do {
-            let through = try store.prune(olderThan: pass.cutoff, acknowledged: pass.acknowledged, limit: Self.pruneStepEvents)
-            for (member, seq) in through {
-                relay.eventsDropped(member: member, through: seq)
-                if seq >= pass.acknowledged[member] ?? .max { pruning?.acknowledged[member] = nil }
-            }
-            if through.isEmpty { pruning = nil }
-        } catch {
-            log(.warning, "could not prune old events (tried again in \(Int(config.pruneIntervalSeconds)) s): \(error)")
-            pruning = nil
-        }
+        guard pruning == nil, Double(turnMillis - lastPrune) >= config.pruneIntervalSeconds * 1000 else { return }
+        lastPrune = turnMillis
+        checkDiskSpace()
+        relay.flushCursors()
+        lastCursorFlush = turnMillis
+        pruning = (Timestamp(milliseconds: now.milliseconds - coreConfig.retentionSeconds * 1000), relay.acknowledgedByAllSessions())
+        pruneWanted = true
     }
 
     /// Warns while the data directory's file system is low on space (every ten minutes),

@@ -4,45 +4,61 @@
 
 import RelayModel
 import RelayProtocol
+import Synchronization
 
-public final class MemoryStore: RelayStore {
-    private var snapshot = StoreSnapshot()
-    private var streams: [String: [EventRecord]] = [:]
-    /// How many commits carried changes.
-    public private(set) var commits = 0
-    /// While set, every commit fails with it and keeps nothing.
-    public var failCommits: (any Error)?
+public final class MemoryStore: RelayStore, Sendable {
+    private struct State {
+        var snapshot = StoreSnapshot()
+        var streams: [String: [EventRecord]] = [:]
+        var commits = 0
+        var failCommits: (any Error)?
+    }
+
+    private let state = Mutex(State())
 
     public init() {}
 
-    public func load() throws -> StoreSnapshot { snapshot }
+    /// How many commits carried changes.
+    public var commits: Int { state.withLock { $0.commits } }
+
+    /// While set, every commit fails with it and keeps nothing.
+    public var failCommits: (any Error)? {
+        get { state.withLock { $0.failCommits } }
+        set { state.withLock { $0.failCommits = newValue } }
+    }
+
+    public func load() throws -> StoreSnapshot { state.withLock { $0.snapshot } }
 
     public func commit(_ changes: [Change]) throws {
         guard !changes.isEmpty else { return }
-        if let failCommits { throw failCommits }
-        for c in changes {
-            snapshot.apply(c)
-            if case .event(let e) = c { streams[e.member, default: []].append(e) }
+        try state.withLock { s in
+            if let failure = s.failCommits { throw failure }
+            for c in changes {
+                s.snapshot.apply(c)
+                if case .event(let e) = c { s.streams[e.member, default: []].append(e) }
+            }
+            s.commits += 1
         }
-        commits += 1
     }
 
     public func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
-        Array((streams[member] ?? []).lazy.filter { $0.seq > seq }.prefix(limit))
+        state.withLock { Array(($0.streams[member] ?? []).lazy.filter { $0.seq > seq }.prefix(limit)) }
     }
 
     public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], limit: Int) throws -> [String: Int64] {
-        var through: [String: Int64] = [:]
-        var budget = limit
-        for (member, list) in streams where budget > 0 {
-            let upTo = acknowledged[member] ?? 0
-            let dropped = list.prefix { ($0.at < cutoff || $0.seq <= upTo) }.prefix(budget)
-            guard let last = dropped.last else { continue }
-            budget -= dropped.count
-            streams[member] = Array(list.dropFirst(dropped.count))
-            snapshot.firstRetained[member] = streams[member]?.first?.seq
-            through[member] = last.seq
+        state.withLock { s in
+            var through: [String: Int64] = [:]
+            var budget = limit
+            for (member, list) in s.streams where budget > 0 {
+                let upTo = acknowledged[member] ?? 0
+                let dropped = list.prefix { ($0.at < cutoff || $0.seq <= upTo) }.prefix(budget)
+                guard let last = dropped.last else { continue }
+                budget -= dropped.count
+                s.streams[member] = Array(list.dropFirst(dropped.count))
+                s.snapshot.firstRetained[member] = s.streams[member]?.first?.seq
+                through[member] = last.seq
+            }
+            return through
         }
-        return through
     }
 }

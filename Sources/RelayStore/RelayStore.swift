@@ -5,8 +5,9 @@
 import RelayModel
 import RelayProtocol
 
-/// Persistence for the relay's state and event streams.
-public protocol RelayStore: AnyObject {
+/// Persistence for the relay's state and event streams. `commit` and `prune` are called
+/// from one thread (the store's writer), `load` and `events` from another (the loop).
+public protocol RelayStore: AnyObject, Sendable {
     /// Reads everything the core keeps in memory.
     func load() throws -> StoreSnapshot
 

@@ -155,6 +155,12 @@ final class SQLiteDatabase {
         }
     }
 
+    /// Runs a checkpoint of `mode` (`SQLITE_CHECKPOINT_…`).
+    func checkpoint(mode: Int32) throws {
+        let rc = sqlite3_wal_checkpoint_v2(db, nil, mode, nil, nil)
+        guard rc == SQLITE_OK else { throw error(rc) }
+    }
+
     /// Copies the whole database, as of one moment, into the one `to` is connected to
     /// (SQLite's online backup API: consistent while others write).
     func backup(to destination: SQLiteDatabase) throws {

@@ -77,8 +77,12 @@ extension SQLiteStore {
         let db = try SQLiteDatabase(path: path, readOnly: true)
         try db.exec("PRAGMA busy_timeout = 5000")
         var findings: [String] = []
-        try db.run(dynamic: "PRAGMA integrity_check") { r in
-            if r.text(0) != "ok" { findings.append("SQLite: \(r.text(0))") }
+        do {
+            try db.run(dynamic: "PRAGMA integrity_check") { r in
+                if r.text(0) != "ok" { findings.append("SQLite: \(r.text(0))") }
+            }
+        } catch let e as SQLiteError where e.isDamaged {
+            return ["SQLite: \(e.message)"]
         }
         guard findings.isEmpty else { return findings }
         let version = Int(try db.scalar("SELECT max(version) FROM migrations") ?? 0)

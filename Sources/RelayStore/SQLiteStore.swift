@@ -5,6 +5,7 @@
 // what relays before this one kept in journals beside it is folded in once
 // (SQLiteStore+Upgrade.swift).
 
+import CSQLite
 import Glibc
 import RelayModel
 import RelayProtocol
@@ -23,8 +24,15 @@ public struct StoreError: Error, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
-public final class SQLiteStore: RelayStore {
+/// One connection writes (`commit`, `prune`, `checkpoint`), on the store's writer thread;
+/// another reads (`load`, `events`), on the loop's: WAL lets each see the last commit
+/// while the next is written. Each connection is only ever used by one thread at a time.
+/// SQLite's own checkpoints run in the commit that fills the WAL past 1000 pages, on the
+/// writer's thread: a checkpoint on a connection of its own, beside the writer, held
+/// commits up for a second at a time.
+public final class SQLiteStore: RelayStore, @unchecked Sendable {
     let db: SQLiteDatabase
+    private let reader: SQLiteDatabase
     public let path: String
 
     /// Opens (creating if needed) the database at `path` and brings its schema up to date;
@@ -46,6 +54,8 @@ public final class SQLiteStore: RelayStore {
         try db.exec("PRAGMA journal_size_limit = \(64 << 20)")
         try db.exec("PRAGMA cache_size = -32768")
         try Self.migrate(db)
+        reader = try SQLiteDatabase(path: path)
+        try reader.exec("PRAGMA busy_timeout = 5000")
         try foldLegacyJournals(sync: sync)
         // The WAL file now exists; with full sync its directory entry is made durable too.
         if sync == .full { try Self.syncDirectory(of: path) }
@@ -53,7 +63,7 @@ public final class SQLiteStore: RelayStore {
 
     /// Moves everything the WAL holds into the database file and empties the WAL.
     public func checkpoint() throws {
-        try db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+        try db.checkpoint(mode: SQLITE_CHECKPOINT_TRUNCATE)
     }
 
     /// The schema version this database is at.
@@ -100,16 +110,19 @@ public final class SQLiteStore: RelayStore {
     // MARK: - Reading
 
     public func load() throws -> StoreSnapshot {
+        // One snapshot of every table, whatever the writer commits meanwhile.
+        try reader.exec("BEGIN")
+        defer { try? reader.exec("COMMIT") }
         var s = StoreSnapshot()
-        try db.run("SELECT id FROM families ORDER BY id") { r in s.families.append(r.text(0)) }
-        try db.run("SELECT id, family, role, tokenHash, removed, limitsEnabled FROM members") { r in
+        try reader.run("SELECT id FROM families ORDER BY id") { r in s.families.append(r.text(0)) }
+        try reader.run("SELECT id, family, role, tokenHash, removed, limitsEnabled FROM members") { r in
             guard let role = Role(rawValue: r.text(2)) else { throw Self.unreadable("member", r.text(0)) }
             s.members.append(
                 MemberRecord(
                     id: r.text(0), family: r.text(1), role: role, tokenHash: r.blob(3), removed: r.int(4) != 0,
                     limitsEnabled: r.int(5) != 0))
         }
-        try db.run("SELECT child, family, status, attempt, createdAt, content, outcome, key FROM questions ORDER BY key") { r in
+        try reader.run("SELECT child, family, status, attempt, createdAt, content, outcome, key FROM questions ORDER BY key") { r in
             guard let content = QuestionContent(encoded: r.blob(5)), let status = QuestionStatus(rawValue: r.text(2)) else {
                 throw Self.unreadable("question", String(r.text(5).prefix(80)))
             }
@@ -125,8 +138,8 @@ public final class SQLiteStore: RelayStore {
                     content: content, child: r.text(0), family: r.text(1), status: status, attempt: r.int(3),
                     createdAt: Timestamp(milliseconds: r.int(4)), outcome: outcome, row: r.int(7)))
         }
-        s.lastQuestionRow = max(s.questions.last?.row ?? 0, try db.scalar("SELECT value FROM settings WHERE key = 'lastQuestionRow'") ?? 0)
-        try db.run("SELECT child, kind, value, permanent, until, actions FROM knownHandles") { r in
+        s.lastQuestionRow = max(s.questions.last?.row ?? 0, try reader.scalar("SELECT value FROM settings WHERE key = 'lastQuestionRow'") ?? 0)
+        try reader.run("SELECT child, kind, value, permanent, until, actions FROM knownHandles") { r in
             guard let kind = HandleKind(rawValue: r.text(1)), let actions = (try? JSON.parse(r.text(5)))?.array else {
                 throw Self.unreadable("known handle of", r.text(0))
             }
@@ -135,20 +148,21 @@ public final class SQLiteStore: RelayStore {
                     child: r.text(0), handle: NormalizedHandle(kind: kind, value: r.text(2)), permanent: r.int(3) != 0,
                     until: r.isNull(4) ? nil : Timestamp(milliseconds: r.int(4)), actions: actions.compactMap(\.string)))
         }
-        try db.run("SELECT member, name, cursor, topics FROM sessions") { r in
+        try reader.run("SELECT member, name, cursor, topics FROM sessions") { r in
             s.sessions.append(SessionRecord(member: r.text(0), name: r.text(1), cursor: r.int(2), topics: Self.topics(r.text(3))))
         }
-        try db.run("SELECT member, head FROM heads") { r in s.heads[r.text(0)] = r.int(1) }
+        try reader.run("SELECT member, head FROM heads") { r in s.heads[r.text(0)] = r.int(1) }
         // Two index lookups per member: a GROUP BY over the events would read them all.
         for m in s.members {
             let id = SQLValue.text(m.id)
-            guard let first = try db.scalar("SELECT min(seq) FROM events WHERE member = ?", [id]),
-                let last = try db.scalar("SELECT max(seq) FROM events WHERE member = ?", [id])
+            guard let first = try reader.scalar("SELECT min(seq) FROM events WHERE member = ?", [id]),
+                let last = try reader.scalar("SELECT max(seq) FROM events WHERE member = ?", [id])
             else { continue }
             s.firstRetained[m.id] = first
             s.heads[m.id] = max(s.heads[m.id] ?? 0, last)
         }
-        s.lastEventAt = try db.scalar("SELECT max(at) FROM events").map(Timestamp.init(milliseconds:))
+        // Rows are in order of appending, and so of time.
+        s.lastEventAt = try reader.scalar("SELECT at FROM events ORDER BY id DESC LIMIT 1").map(Timestamp.init(milliseconds:))
         return s
     }
 
@@ -163,7 +177,7 @@ public final class SQLiteStore: RelayStore {
     public func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
         var out: [EventRecord] = []
         out.reserveCapacity(min(limit, 64))
-        try db.run(
+        try reader.run(
             "SELECT seq, at, topic, frame FROM events WHERE member = ? AND seq > ? ORDER BY seq LIMIT ?",
             [.text(member), .int(seq), .int(Int64(limit))]
         ) { r in

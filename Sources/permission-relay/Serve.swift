@@ -35,6 +35,11 @@ enum Serve {
           --max-connections N              Open connections at most (default: 4096)
           --max-output-bytes N             Unsent bytes per connection before it is dropped as a
                                            slow consumer (default: 16777216)
+          --max-member-output-bytes N      Unsent bytes of all of one member's connections together
+                                           before one that cannot take more is dropped
+                                           (default: 67108864)
+          --max-total-output-bytes N       Unsent bytes of all connections together, likewise
+                                           (default: 536870912)
           --retention-seconds N            Keep events this long (default: 604800, 7 days)
           --max-questions-per-child N      Questions remembered per child; the oldest finished
                                            ones are forgotten past it (default: 10000)
@@ -62,6 +67,7 @@ enum Serve {
     static let valueFlags: Set<String> = [
         "--socket", "--data", "--sync", "--max-frame-bytes", "--heartbeat-seconds", "--handshake-timeout-seconds",
         "--max-pending-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
+        "--max-member-output-bytes", "--max-total-output-bytes",
         "--retention-seconds", "--log-level", "--max-questions-per-child", "--spin-microseconds",
         "--max-sessions-per-member", "--max-question-bytes-per-child", "--max-known-handles-per-child",
     ]
@@ -96,6 +102,8 @@ enum Serve {
         server.handshakeTimeoutSeconds = try a.double("--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds)
         server.maxConnections = try a.int("--max-connections", default: server.maxConnections, min: 1)
         server.maxOutputBytes = try a.int("--max-output-bytes", default: server.maxOutputBytes, min: 65536)
+        server.maxMemberOutputBytes = try a.int("--max-member-output-bytes", default: server.maxMemberOutputBytes, min: 65536)
+        server.maxTotalOutputBytes = try a.int("--max-total-output-bytes", default: server.maxTotalOutputBytes, min: 65536)
         server.spinMicroseconds = try a.int("--spin-microseconds", default: server.spinMicroseconds, min: 0)
         guard server.spinMicroseconds <= 10_000 else {
             throw CLIError.usage("--spin-microseconds must be at most 10000 (10 ms); beyond that, sleeping costs less")

@@ -212,7 +212,7 @@ final class LimitFlagTests: XCTestCase {
 }
 
 /// Runs the relay binary with `args` to its end: its status and what it printed.
-private func runRelay(_ args: [String]) -> (status: Int32, stdout: String, stderr: String) {
+func runRelay(_ args: [String]) -> (status: Int32, stdout: String, stderr: String) {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: relayBinary)
     p.arguments = args

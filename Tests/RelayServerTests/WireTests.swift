@@ -108,6 +108,41 @@ final class WireTests: XCTestCase {
         }
     }
 
+    /// Connections of one member that never read are bounded together, not each on its
+    /// own: past the member's limit, those that cannot take more are dropped, though each
+    /// holds far less than a connection may.
+    func testAMembersConnectionsThatNeverReadAreBoundedTogether() throws {
+        let relay = try InProcessRelay { server, _ in
+            server.maxOutputBytes = 8 << 20
+            server.maxMemberOutputBytes = 1 << 20
+        }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        var idle: [Wire] = []
+        for _ in 0..<4 {
+            let g = try relay.connect()
+            try g.hello("g1", tokens["g1"]!)
+            idle.append(g)  // never read from again
+        }
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        for i in 0..<24 {  // about 3.6 MB of question events for each guardian connection
+            try c.send(["type": "ask", "id": .string("a\(i)"), "question": .object(sampleQuestion(avatarBytes: 150_000))])
+            try c.expect(type: "ok")
+        }
+        var dropped = 0
+        for g in idle {
+            g.c.setTimeout(seconds: 1)
+            do {
+                while try g.c.receive() != nil {}
+                dropped += 1  // the relay closed it
+            } catch {
+                // still open: it timed out reading what is left
+            }
+        }
+        XCTAssertGreaterThan(dropped, 0, "no connection was dropped, though the member's connections held over the limit")
+    }
+
     func testAWallClockSetForwardExpiresWhatIsDueAndKeepsTheConnections() throws {
         let clock = SettableClock()
         let relay = try InProcessRelay { server, _ in server.wallClock = { clock.now() } }

@@ -1,0 +1,124 @@
+// The store's writer: a thread that commits the loop's batches of changes (and runs its
+// pruning steps) one at a time, in the order given, while the loop goes on reading and
+// deciding. The loop holds each batch's replies until it hears the batch is committed;
+// while one batch is being committed the next turns' changes gather into the next, so
+// the busier the relay, the more turns share a transaction (group commit). The thread
+// wakes the loop through a pipe in its epoll set.
+
+import CSystem
+import Foundation
+import Glibc
+import RelayModel
+import RelayProtocol
+import RelayStore
+
+final class Committer: @unchecked Sendable {
+    enum Job {
+        case commit([Change])
+        case prune(olderThan: Timestamp, acknowledged: [String: Int64], limit: Int)
+    }
+
+    enum Outcome {
+        case committed
+        case commitFailed(any Error)
+        case pruned([String: Int64])
+        case pruneFailed(any Error)
+    }
+
+    private let store: RelayStore
+    /// The loop's end of the wake-up pipe: readable once an outcome waits.
+    let wakeFD: Int32
+    private let wakeWrite: Int32
+    // Guarded by `condition`.
+    private let condition = NSCondition()
+    private var jobs: [Job] = []
+    private var outcomes: [Outcome] = []
+    private var busy = false
+    private var stopping = false
+    private var running = true
+
+    init(store: RelayStore) throws {
+        self.store = store
+        var fds: [Int32] = [-1, -1]
+        guard cs_pipe(&fds) == 0 else { throw ServerError("cannot create a pipe: \(String(cString: strerror(errno)))") }
+        (wakeFD, wakeWrite) = (fds[0], fds[1])
+        Thread { [self] in run() }.start()
+    }
+
+    deinit {
+        Glibc.close(wakeFD)
+        Glibc.close(wakeWrite)
+    }
+
+    /// Queues a job; its outcome comes back through `takeOutcomes`, in order.
+    func submit(_ job: Job) {
+        condition.lock()
+        jobs.append(job)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// The outcomes of the jobs done since the last call, in order.
+    func takeOutcomes() -> [Outcome] {
+        var drained = [UInt8](repeating: 0, count: 64)
+        while Glibc.read(wakeFD, &drained, drained.count) > 0 {}
+        condition.lock()
+        defer { condition.unlock() }
+        let done = outcomes
+        outcomes.removeAll(keepingCapacity: true)
+        return done
+    }
+
+    /// Waits until every job submitted is done (its outcome then waits in `takeOutcomes`).
+    func waitUntilIdle() {
+        condition.lock()
+        while !jobs.isEmpty || busy { condition.wait() }
+        condition.unlock()
+    }
+
+    /// Finishes the jobs queued, then ends the thread.
+    func stop() {
+        condition.lock()
+        stopping = true
+        condition.broadcast()
+        while running { condition.wait() }
+        condition.unlock()
+    }
+
+    private func run() {
+        _ = cs_name_thread("store-writer")  // as `top -H` and `perf` show it
+        condition.lock()
+        while true {
+            while jobs.isEmpty && !stopping { condition.wait() }
+            guard !jobs.isEmpty else { break }
+            let job = jobs.removeFirst()
+            busy = true
+            condition.unlock()
+            let outcome: Outcome
+            switch job {
+            case .commit(let changes):
+                do {
+                    try store.commit(changes)
+                    outcome = .committed
+                } catch {
+                    outcome = .commitFailed(error)
+                }
+            case .prune(let cutoff, let acknowledged, let limit):
+                do {
+                    outcome = .pruned(try store.prune(olderThan: cutoff, acknowledged: acknowledged, limit: limit))
+                } catch {
+                    outcome = .pruneFailed(error)
+                }
+            }
+            condition.lock()
+            busy = false
+            outcomes.append(outcome)
+            condition.broadcast()
+            var b: UInt8 = 1
+            _ = Glibc.write(wakeWrite, &b, 1)
+        }
+        running = false
+        condition.broadcast()
+        condition.unlock()
+    }
+}

@@ -1,0 +1,85 @@
+// The store as the people who run the relay handle it, with the release binary: a
+// backup taken while it serves, checked and restored; and a data directory of the
+// relay that kept journals beside its database, taken over at the first start.
+
+import Foundation
+import RelayProtocol
+import XCTest
+
+final class StoreCommandTests: XCTestCase {
+    func testABackupTakenWhileServingIsCheckedAndRestoresEverythingUpToIt() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let child = try relay.connect()
+        _ = try child.hello("c0", tokens["c0"]!)
+        let before = (0..<3).map { _ in UUID().uuidString }
+        for id in before { XCTAssertEqual(try child.request(["type": "ask", "question": question(id)])["type"]?.string, "ok") }
+
+        let backup = relay.data + "-backup.db"
+        defer { try? FileManager.default.removeItem(atPath: backup) }
+        let b = runRelay(["backup", backup, "--data", relay.data])
+        XCTAssertEqual(b.status, 0, b.stderr)
+        XCTAssertEqual(runRelay(["backup", backup, "--data", relay.data]).status, 1, "never over an existing file")
+        XCTAssertEqual(try child.request(["type": "ask", "question": question()])["type"]?.string, "ok")  // after the backup
+
+        let check = runRelay(["check", "--data", relay.data])
+        XCTAssertEqual(check.status, 0, check.stderr)
+        XCTAssertTrue(check.stdout.hasSuffix(": ok\n"), check.stdout)
+        let refused = runRelay(["restore", backup, "--data", relay.data])
+        XCTAssertEqual(refused.status, 1)
+        XCTAssertTrue(refused.stderr.contains("another relay is already using the data directory"), refused.stderr)
+
+        XCTAssertEqual(relay.terminate(), 0)
+        let r = runRelay(["restore", backup, "--data", relay.data])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        try relay.start()
+        let guardian = try relay.connect()
+        _ = try guardian.hello("g0", tokens["g0"]!)
+        let pending = try guardian.request(["type": "pending"])["questions"]?.array?.compactMap { $0["id"]?.string }
+        XCTAssertEqual(Set(pending ?? []), Set(before), "what was there at the backup, and nothing after")
+    }
+
+    func testCheckReportsADamagedStoreAndExitsOne() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        _ = try relay.provision(families: 1)
+        XCTAssertEqual(relay.terminate(), 0)
+        let db = relay.data + "/relay.db"
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: db))
+        for i in stride(from: 4096 + 100, to: min(bytes.count, 3 * 4096), by: 7) { bytes[i] ^= 0xA5 }  // pages past the header
+        try bytes.write(to: URL(fileURLWithPath: db))
+        let check = runRelay(["check", "--data", relay.data])
+        XCTAssertEqual(check.status, 1)
+        XCTAssertTrue(check.stderr.contains("permission-relay: SQLite: "), check.stderr)
+        XCTAssertTrue(check.stderr.contains("problem found; restore a backup"), check.stderr)
+    }
+
+    /// The fixture is a data directory the journaling relay left when killed: generation 2
+    /// of its changes only in `relay.db-changes.0` (see RelayStoreTests' fixture).
+    func testTheDataDirectoryOfTheJournalingRelayIsTakenOverAtStart() throws {
+        let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("RelayStoreTests/Fixtures/journaled-store")
+        let relay = try RelayProcess()
+        try FileManager.default.createDirectory(atPath: relay.data, withIntermediateDirectories: true)
+        for file in ["relay.db", "relay.db-changes.0", "relay.db-changes.1"] {
+            try FileManager.default.copyItem(atPath: fixture.appendingPathComponent(file).path, toPath: relay.data + "/" + file)
+        }
+        let tokens = try JSONSerialization.jsonObject(with: Data(contentsOf: fixture.appendingPathComponent("tokens.json"))) as! [String: String]
+        try relay.start()
+        XCTAssertFalse(FileManager.default.fileExists(atPath: relay.data + "/relay.db-changes.0"))
+        let guardian = try relay.connect()
+        let w = try guardian.hello("gwen", tokens["gwen"]!, session: "replay", resume: 0)
+        XCTAssertEqual(w["head"]?.int, 8)
+        var seqs: [Int64] = []
+        for _ in 0..<5 { seqs.append(try guardian.event("question")["seq"]!.int!) }
+        XCTAssertEqual(seqs, [1, 3, 5, 6, 8], "every question event, the journal's included")
+        let pending = try guardian.request(["type": "pending"])["questions"]?.array?.compactMap { $0["id"]?.string }
+        XCTAssertEqual(pending, ["00000000-0000-0000-0000-000000000003", "00000000-0000-0000-0000-000000000005"])
+        // The next event continues the stream: no seq is given twice.
+        let child = try relay.connect()
+        _ = try child.hello("alex", tokens["alex"]!)
+        XCTAssertEqual(try child.request(["type": "ask", "question": question()])["type"]?.string, "ok")
+        XCTAssertEqual(try guardian.event("question")["seq"]?.int, 9)
+    }
+}
