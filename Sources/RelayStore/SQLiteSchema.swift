@@ -76,14 +76,16 @@ extension SQLiteStore {
             }
         ),
         (
-            // SQLite became the only store: events are rows again, in order of appending (an
-            // event's time never goes back, so the oldest are the first rows), found by member
-            // and seq through a unique index, which also refuses a seq given twice.
-            "one row per event, in order of appending",
+            // SQLite became the only store. A row holds the events one commit appended to one
+            // member's stream, as the frames sent (wire contract §1: each a 4-byte big-endian
+            // length and its JSON) and a JSON array of their topic kinds (null for none).
+            // Rows are in order of appending, and so of time (an event is never stamped
+            // before the one before it): the oldest are the first rows.
+            "events of a commit in one row per member, in order of appending",
             """
-            CREATE TABLE events(id INTEGER PRIMARY KEY, member TEXT NOT NULL, seq INTEGER NOT NULL, at INTEGER NOT NULL,
-                topic TEXT, frame BLOB NOT NULL);
-            CREATE UNIQUE INDEX eventsBySeq ON events(member, seq);
+            CREATE TABLE events(id INTEGER PRIMARY KEY, member TEXT NOT NULL, firstSeq INTEGER NOT NULL,
+                lastSeq INTEGER NOT NULL, at INTEGER NOT NULL, topics TEXT NOT NULL, frames BLOB NOT NULL);
+            CREATE UNIQUE INDEX eventsBySeq ON events(member, lastSeq);
             INSERT OR IGNORE INTO settings(key, value) SELECT 'lastQuestionRow', coalesce(max(key), 0) FROM questions;
             """,
             { db in
@@ -97,9 +99,8 @@ extension SQLiteStore {
                         events.append(e)
                     }
                 }
-                for e in events.sorted(by: { ($0.at, $0.member, $0.seq) < ($1.at, $1.member, $1.seq) }) {
-                    try SQLiteStore.insert(e, into: db)
-                }
+                events.sort { ($0.at, $0.member, $0.seq) < ($1.at, $1.member, $1.seq) }
+                try SQLiteStore.insert(events, into: db)
                 try db.exec("DROP TABLE eventBatches")
             }
         ),

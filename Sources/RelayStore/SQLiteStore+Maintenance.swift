@@ -96,7 +96,14 @@ extension SQLiteStore {
         defer { try? db.run("COMMIT") }
         var heads: [String: Int64] = [:]
         try db.run("SELECT member, head FROM heads") { r in heads[r.text(0)] = r.int(1) }
-        try db.run("SELECT member, min(seq), max(seq), count(*) FROM events GROUP BY member") { r in
+        try db.run("SELECT member, firstSeq, lastSeq, at, topics, frames FROM events") { r in
+            do {
+                _ = try events(of: r.text(0), first: r.int(1), last: r.int(2), at: r.int(3), topics: r.text(4), frames: r.blob(5))
+            } catch {
+                findings.append("\(error)".replacingOccurrences(of: "SQLite error 11: ", with: ""))
+            }
+        }
+        try db.run("SELECT member, min(firstSeq), max(lastSeq), sum(lastSeq - firstSeq + 1) FROM events GROUP BY member") { r in
             let (member, first, last, count) = (r.text(0), r.int(1), r.int(2), r.int(3))
             if last - first + 1 != count {
                 findings.append("\(member)'s events \(first)…\(last) have \(last - first + 1 - count) missing in between")

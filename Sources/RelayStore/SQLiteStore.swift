@@ -32,7 +32,7 @@ public struct StoreError: Error, CustomStringConvertible {
 /// commits up for a second at a time.
 public final class SQLiteStore: RelayStore, @unchecked Sendable {
     let db: SQLiteDatabase
-    private let reader: SQLiteDatabase
+    let reader: SQLiteDatabase
     public let path: String
 
     /// Opens (creating if needed) the database at `path` and brings its schema up to date;
@@ -155,8 +155,8 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         // Two index lookups per member: a GROUP BY over the events would read them all.
         for m in s.members {
             let id = SQLValue.text(m.id)
-            guard let first = try reader.scalar("SELECT min(seq) FROM events WHERE member = ?", [id]),
-                let last = try reader.scalar("SELECT max(seq) FROM events WHERE member = ?", [id])
+            guard let first = try reader.scalar("SELECT firstSeq FROM events WHERE member = ? ORDER BY lastSeq LIMIT 1", [id]),
+                let last = try reader.scalar("SELECT max(lastSeq) FROM events WHERE member = ?", [id])
             else { continue }
             s.firstRetained[m.id] = first
             s.heads[m.id] = max(s.heads[m.id] ?? 0, last)
@@ -174,21 +174,6 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         SQLiteError(code: 11, message: "a stored \(what) \(which) cannot be read")  // SQLITE_CORRUPT: the data is damaged
     }
 
-    public func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
-        var out: [EventRecord] = []
-        out.reserveCapacity(min(limit, 64))
-        try reader.run(
-            "SELECT seq, at, topic, frame FROM events WHERE member = ? AND seq > ? ORDER BY seq LIMIT ?",
-            [.text(member), .int(seq), .int(Int64(limit))]
-        ) { r in
-            out.append(
-                EventRecord(
-                    member: member, seq: r.int(0), at: Timestamp(milliseconds: r.int(1)),
-                    topic: r.isNull(2) ? nil : TopicKind(rawValue: r.text(2)), frame: r.blob(3)))
-        }
-        return out
-    }
-
     // MARK: - Writing
 
     public func commit(_ changes: [Change]) throws {
@@ -197,7 +182,11 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     }
 
     func commitInTransaction(_ changes: [Change]) throws {
-        for c in changes { try write(c) }
+        var events: [EventRecord] = []
+        for c in changes {
+            if case .event(let e) = c { events.append(e) } else { try write(c) }
+        }
+        try Self.insert(events, into: db)
     }
 
     private func write(_ change: Change) throws {
@@ -247,15 +236,9 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             try db.run("DELETE FROM sessions WHERE member = ?", [.text(member)])
         case .dropSession(let member, let name):
             try db.run("DELETE FROM sessions WHERE member = ? AND name = ?", [.text(member), .text(name)])
-        case .event(let e):
-            try Self.insert(e, into: db)
+        case .event:
+            preconditionFailure("events are written together, a row per member (insert(_:into:))")
         }
-    }
-
-    static func insert(_ e: EventRecord, into db: SQLiteDatabase) throws {
-        try db.run(
-            "INSERT INTO events(member, seq, at, topic, frame) VALUES(?,?,?,?,?)",
-            [.text(e.member), .int(e.seq), .int(e.at.milliseconds), e.topic.map { .text($0.rawValue) } ?? .null, .blob(e.frame)])
     }
 
     /// An outcome as stored: NULL, or `{"choice":…,"guardian":…,"answeredAt":milliseconds}`.
@@ -270,37 +253,4 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         return .utf8(out)
     }
 
-    // MARK: - Pruning
-
-    public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], limit: Int) throws -> [String: Int64] {
-        var through: [String: Int64] = [:]
-        try db.transaction {
-            // The oldest events: the first rows, in order of appending. As the core never stamps
-            // an event before the one before it, those older than the cutoff come first, and
-            // are the oldest of each member's stream.
-            var byAge: [String: Int64] = [:]
-            var old = true
-            try db.run("SELECT member, seq, at FROM events ORDER BY id LIMIT ?", [.int(Int64(limit))]) { r in
-                old = old && r.int(2) < cutoff.milliseconds
-                if old { byAge[r.text(0)] = max(byAge[r.text(0)] ?? 0, r.int(1)) }
-            }
-            for (member, seq) in acknowledged { byAge[member] = max(byAge[member] ?? 0, seq) }
-            var budget = Int64(limit)
-            for (member, upTo) in byAge where upTo > 0 && budget > 0 {
-                guard let first = try db.scalar("SELECT min(seq) FROM events WHERE member = ?", [.text(member)]), first <= upTo
-                else { continue }
-                let last = min(upTo, first + budget - 1)
-                budget -= last - first + 1
-                // Its head is kept apart, so that a seq is never given again once every event is gone.
-                try db.run(
-                    """
-                    INSERT INTO heads(member, head) SELECT member, max(seq) FROM events WHERE member = ?1 GROUP BY member
-                    ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)
-                    """, [.text(member)])
-                try db.run("DELETE FROM events WHERE member = ? AND seq <= ?", [.text(member), .int(last)])
-                through[member] = last
-            }
-        }
-        return through
-    }
 }

@@ -2,6 +2,7 @@ import RelayCore
 import RelayProtocol
 import RelayModel
 import RelayStore
+import Foundation
 import XCTest
 
 final class DeliveryTests: XCTestCase {
@@ -310,5 +311,47 @@ final class AckTests: XCTestCase {
         h.core.flushCursors()
         try store.commit(h.core.takeChanges())
         XCTAssertEqual(try store.load().sessions.filter { $0.member == "g1" }.map(\.name), [], "the removed member's sessions stay gone")
+    }
+}
+
+/// The same promise with the SQLite store: after every turn, what it would load on a
+/// restart is what the core holds (checked by the harness at each pump).
+final class SQLiteTurnTests: XCTestCase {
+    func testEveryTurnIsWhatARestartLoadsFromSQLiteToo() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("turns-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let h = try CoreHarness(store: try SQLiteStore(path: dir.appendingPathComponent("relay.db").path)) {
+            $0.maxQuestionsPerChild = 3
+            $0.maxSessionsPerMember = 2
+        }
+        h.standardFamilies()
+        let (c, _) = h.login("c1", session: "app", subscribe: ["communication"])
+        let (g, _) = h.login("g1", session: "tab")
+        var asked: [JSONObject] = []
+        for i in 0..<5 {
+            let q = h.question(handles: ["+1 555 01\(i)"], expiresIn: i == 4 ? 1 : 3600)
+            asked.append(q)
+            h.ok(c, ["type": "ask", "question": .object(q)])
+        }
+        h.ok(g, ["type": "answer", "questionId": asked[0]["id"]!, "choice": "approve"])
+        h.ok(c, ["type": "cancel", "questionId": asked[1]["id"]!])
+        h.ok(c, ["type": "ask", "question": .object(asked[1])])  // asked again
+        h.advance(seconds: 2)  // the last one expires
+        h.send(g, ["type": "ack", "seq": 3])
+        h.core.flushCursors()
+        h.pump()
+        h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": [.object(["value": "kim@example.com", "kind": "emailAddress"])]])
+        h.ok(g, ["type": "setLimits", "child": "c1", "enabled": false])
+        h.core.disconnected(g)
+        let (phone, _) = h.login("g1", session: "phone")
+        h.core.disconnected(phone)
+        _ = h.login("g1", session: "laptop")  // past the limit: the least recently used goes
+        let a = h.admin()
+        h.ok(a, ["type": "rotateToken", "member": "g2"])
+        h.ok(a, ["type": "removeMember", "member": "c2"])
+        try h.restart()
+        let (g2, _) = h.login("g1")
+        XCTAssertEqual(h.ok(g2, ["type": "pending"])["questions"]?.array?.count, 3)
     }
 }

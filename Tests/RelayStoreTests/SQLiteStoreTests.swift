@@ -52,8 +52,9 @@ final class SQLiteStoreTests: XCTestCase {
             INSERT INTO questions VALUES('\(q.id)', 'c1', 'fam', 'pending', 1, 9, '\(content)', NULL);
             """
         // g1's clock went back at seq 200: its events stay in order of time all the same.
-        for seq in 1...300 { sql += "INSERT INTO events VALUES('g1', \(seq), \(seq < 200 ? seq : seq - 150), NULL, x'\(String(format: "%02x", seq % 256))');\n" }
-        sql += "INSERT INTO events VALUES('c1', 1, 5, 'communication', x'ff');"
+        func hex(_ seq: Int64) -> String { StoreContractTests.frame(seq).map { String(format: "%02x", $0) }.joined() }
+        for seq in Int64(1)...300 { sql += "INSERT INTO events VALUES('g1', \(seq), \(seq < 200 ? seq : seq - 150), NULL, x'\(hex(seq))');\n" }
+        sql += "INSERT INTO events VALUES('c1', 1, 5, 'communication', x'\(hex(1))');"
         exec(sql)
 
         let store = try SQLiteStore(path: path)
@@ -64,7 +65,7 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(s.heads, ["g1": 300, "c1": 1])
         let events = try store.events(member: "g1", after: 0, limit: 1000)
         XCTAssertEqual(events.map(\.seq), Array(1...300))
-        XCTAssertEqual(events.last?.frame, [UInt8(300 % 256)])
+        XCTAssertEqual(events.last?.frame, StoreContractTests.frame(300))
         XCTAssertEqual(events.map(\.at), events.map(\.at).sorted(), "never stamped before the event before")
         XCTAssertEqual(try store.events(member: "c1", after: 0, limit: 10).first?.topic, .communication)
         // The converted question is updated in place, by the row it was loaded with.
@@ -139,18 +140,32 @@ final class SQLiteStoreTests: XCTestCase {
         }
     }
 
-    func testASeqIsNeverStoredTwice() throws {
+    func testASeqIsNeverStoredTwiceNorOutOfOrder() throws {
         let store = try SQLiteStore(path: path)
-        try store.commit([.event(StoreContractTests.event("g1", 1))])
-        XCTAssertThrowsError(try store.commit([.family("f"), .event(StoreContractTests.event("g1", 1))]))
-        XCTAssertEqual(try store.load().families, [], "the failed commit kept nothing")
+        try store.commit([.event(StoreContractTests.event("g1", 1)), .event(StoreContractTests.event("g1", 2))])
+        for wrong in [[Int64(2)], [1], [3, 5]] {
+            XCTAssertThrowsError(try store.commit([.family("f")] + wrong.map { .event(StoreContractTests.event("g1", $0)) }), "\(wrong)")
+        }
+        XCTAssertEqual(try store.load().families, [], "the failed commits kept nothing")
+        try store.commit([.event(StoreContractTests.event("g1", 3))])
+        XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [1, 2, 3])
+    }
+
+    func testARowWhoseFramesAreDamagedIsFoundByCheckAndRefusedOnReading() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit([.event(StoreContractTests.event("g1", 1)), .event(StoreContractTests.event("g1", 2))])
+        exec("UPDATE events SET frames = substr(frames, 1, length(frames) - 3)")
+        XCTAssertThrowsError(try store.events(member: "g1", after: 0, limit: 10)) { error in
+            XCTAssertTrue((error as? SQLiteError)?.isDamaged == true, "\(error)")
+        }
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["the stored events 1…2 of g1 cannot be read"])
     }
 
     func testAFullDiskFailsTheCommitWholeAndIsSurvivedOnceThereIsRoom() throws {
         try SQLiteStore(path: path).commit([.family("kept"), .member(MemberRecord(id: "g", family: "kept", role: .guardian, tokenHash: [0]))])
         let pages = pageCount(ofDatabaseAt: path)
         let capped = try SQLiteStore(path: path, maxPageCount: pages + 2)
-        let big = (1...100).map { Change.event(EventRecord(member: "g", seq: $0, at: Timestamp(milliseconds: 0), topic: nil, frame: Array(repeating: 7, count: 4000))) }
+        let big = (1...100).map { Change.event(EventRecord(member: "g", seq: $0, at: Timestamp(milliseconds: 0), topic: nil, frame: StoreContractTests.frame($0, padding: 4000))) }
         XCTAssertThrowsError(try capped.commit([.family("lost")] + big)) { error in
             XCTAssertTrue((error as? SQLiteError)?.isFull == true, "\(error)")
         }
@@ -188,11 +203,12 @@ final class SQLiteStoreTests: XCTestCase {
         let store = try SQLiteStore(path: path)
         try store.commit(StoreContractTests.turns()[0])
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
-        try store.commit((3...6).map { .event(StoreContractTests.event("g1", $0)) } + [
+        for seq in Int64(3)...6 { try store.commit([.event(StoreContractTests.event("g1", seq))]) }
+        try store.commit([
             .session(SessionRecord(member: "g1", name: "far", cursor: 40, topics: [])),
             .question(try StoreContractTests.question(child: "nobody", row: 10)),
         ])
-        exec("DELETE FROM events WHERE member = 'g1' AND seq = 4")
+        exec("DELETE FROM events WHERE member = 'g1' AND firstSeq = 4")
         let findings = try SQLiteStore.check(databaseAt: path)
         XCTAssertEqual(findings.count, 3, "\(findings)")
         XCTAssertTrue(findings.contains { $0.contains("g1's events 1…6 have 1 missing") }, "\(findings)")

@@ -1,0 +1,113 @@
+// The event streams in the SQLite store: a row per member per commit (schema step 5),
+// holding its events' frames one after another and their topic kinds. A commit's
+// events of a member then cost one row and one index entry, however many there are.
+
+import RelayModel
+import RelayProtocol
+
+extension SQLiteStore {
+    /// Appends `events` (in order of appending) as a row per member, after checking that
+    /// each member's first one follows what is stored: a seq is never stored twice.
+    static func insert(_ events: [EventRecord], into db: SQLiteDatabase) throws {
+        guard !events.isEmpty else { return }
+        var order: [String] = []
+        var byMember: [String: [EventRecord]] = [:]
+        for e in events {
+            if byMember[e.member] == nil { order.append(e.member) }
+            byMember[e.member, default: []].append(e)
+        }
+        for member in order {
+            let list = byMember[member]!
+            let stored = try db.scalar("SELECT max(lastSeq) FROM events WHERE member = ?", [.text(member)]) ?? 0
+            var previous = stored
+            for (i, e) in list.enumerated() {
+                // After what is stored (its first may follow a head whose events are gone), one by one.
+                guard e.seq > previous, i == 0 || e.seq == previous + 1 else {
+                    throw SQLiteError(code: 19, message: "event \(e.seq) of \(member) does not follow \(previous): a seq is never stored twice")
+                }
+                previous = e.seq
+            }
+            var frames: [UInt8] = []
+            frames.reserveCapacity(list.reduce(0) { $0 + $1.frame.count })
+            for e in list { frames.append(contentsOf: e.frame) }
+            let topics = JSON.array(list.map { $0.topic.map { .string($0.rawValue) } ?? .null }).text
+            try db.run(
+                "INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames) VALUES(?,?,?,?,?,?)",
+                [
+                    .text(member), .int(list[0].seq), .int(list[list.count - 1].seq), .int(list[list.count - 1].at.milliseconds),
+                    .text(topics), .blob(frames),
+                ])
+        }
+    }
+
+    public func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
+        var out: [EventRecord] = []
+        // Every row holds at least one event, so `limit` rows are enough.
+        try reader.run(
+            "SELECT firstSeq, lastSeq, at, topics, frames FROM events WHERE member = ? AND lastSeq > ? ORDER BY lastSeq LIMIT ?",
+            [.text(member), .int(seq), .int(Int64(limit))]
+        ) { r in
+            let events = try Self.events(of: member, first: r.int(0), last: r.int(1), at: r.int(2), topics: r.text(3), frames: r.blob(4))
+            for e in events where e.seq > seq && out.count < limit { out.append(e) }
+        }
+        return out
+    }
+
+    /// The events of one row.
+    static func events(of member: String, first: Int64, last: Int64, at: Int64, topics: String, frames: [UInt8]) throws
+        -> [EventRecord]
+    {
+        let kinds = (try? JSON.parse(topics))?.array ?? []
+        var out: [EventRecord] = []
+        var offset = 0
+        for seq in first...max(first, last) {
+            guard offset + 4 <= frames.count, kinds.count == Int(last - first + 1) else { break }
+            let length = frames[offset..<(offset + 4)].reduce(0) { $0 << 8 | Int($1) }
+            guard length > 0, offset + 4 + length <= frames.count else { break }
+            let kind = kinds[Int(seq - first)].string.flatMap(TopicKind.init(rawValue:))
+            out.append(
+                EventRecord(member: member, seq: seq, at: Timestamp(milliseconds: at), topic: kind, frame: Array(frames[offset..<(offset + 4 + length)])))
+            offset += 4 + length
+        }
+        guard out.count == Int(last - first + 1), offset == frames.count else {
+            throw SQLiteError(code: 11, message: "the stored events \(first)…\(last) of \(member) cannot be read")  // SQLITE_CORRUPT
+        }
+        return out
+    }
+
+    public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], limit: Int) throws -> [String: Int64] {
+        var through: [String: Int64] = [:]
+        try db.transaction {
+            // The oldest rows, in order of appending: as no event is stamped before the one
+            // before it, those older than the cutoff come first, and are the oldest of each
+            // member's stream.
+            var byAge: [String: Int64] = [:]
+            var old = true
+            try db.run("SELECT member, lastSeq, at FROM events ORDER BY id LIMIT ?", [.int(Int64(limit))]) { r in
+                old = old && r.int(2) < cutoff.milliseconds
+                if old { byAge[r.text(0)] = max(byAge[r.text(0)] ?? 0, r.int(1)) }
+            }
+            for (member, seq) in acknowledged { byAge[member] = max(byAge[member] ?? 0, seq) }
+            var budget = limit
+            for (member, upTo) in byAge where budget > 0 {
+                // Whole rows only, the oldest: one that holds an event after `upTo` stays whole.
+                var last: Int64?
+                try db.run(
+                    "SELECT lastSeq FROM events WHERE member = ? AND lastSeq <= ? ORDER BY lastSeq LIMIT ?",
+                    [.text(member), .int(upTo), .int(Int64(budget))]
+                ) { r in last = r.int(0) }
+                guard let last else { continue }
+                // Its head is kept apart, so that a seq is never given again once every event is gone.
+                try db.run(
+                    """
+                    INSERT INTO heads(member, head) SELECT member, max(lastSeq) FROM events WHERE member = ?1 GROUP BY member
+                    ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)
+                    """, [.text(member)])
+                try db.run("DELETE FROM events WHERE member = ? AND lastSeq <= ?", [.text(member), .int(last)])
+                budget -= db.changes
+                through[member] = last
+            }
+        }
+        return through
+    }
+}
