@@ -127,4 +127,3 @@ public struct EventRecord: Sendable, Equatable {
         self.frame = frame
     }
 }
-

@@ -46,7 +46,7 @@ public struct Choice: Sendable, Equatable {
     /// For an approval that lasts this many seconds.
     public let durationSeconds: Int64?
     /// `json`, encoded once: an answer's choice is written into its response, the
-    /// question's outcome, the journal and the tables.
+    /// question's outcome and the store.
     public let encoded: [UInt8]
 
     public init(id: String, title: String, answer: Answer, durationSeconds: Int64? = nil) {

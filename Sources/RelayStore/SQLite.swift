@@ -164,7 +164,9 @@ final class SQLiteDatabase {
     /// Copies the whole database, as of one moment, into the one `to` is connected to
     /// (SQLite's online backup API: consistent while others write).
     func backup(to destination: SQLiteDatabase) throws {
-        guard let b = sqlite3_backup_init(destination.db, "main", db, "main") else { throw destination.error(sqlite3_errcode(destination.db)) }
+        guard let b = sqlite3_backup_init(destination.db, "main", db, "main") else {
+            throw destination.error(sqlite3_errcode(destination.db))
+        }
         let rc = sqlite3_backup_step(b, -1)
         let finished = sqlite3_backup_finish(b)
         guard rc == SQLITE_DONE else { throw destination.error(rc) }

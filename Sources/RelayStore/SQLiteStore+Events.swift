@@ -23,7 +23,8 @@ extension SQLiteStore {
             for (i, e) in list.enumerated() {
                 // After what is stored (its first may follow a head whose events are gone), one by one.
                 guard e.seq > previous, i == 0 || e.seq == previous + 1 else {
-                    throw SQLiteError(code: 19, message: "event \(e.seq) of \(member) does not follow \(previous): a seq is never stored twice")
+                    throw SQLiteError(
+                        code: 19, message: "event \(e.seq) of \(member) does not follow \(previous): a seq is never stored twice")
                 }
                 previous = e.seq
             }
@@ -66,7 +67,9 @@ extension SQLiteStore {
             guard length > 0, offset + 4 + length <= frames.count else { break }
             let kind = kinds[Int(seq - first)].string.flatMap(TopicKind.init(rawValue:))
             out.append(
-                EventRecord(member: member, seq: seq, at: Timestamp(milliseconds: at), topic: kind, frame: Array(frames[offset..<(offset + 4 + length)])))
+                EventRecord(
+                    member: member, seq: seq, at: Timestamp(milliseconds: at), topic: kind,
+                    frame: Array(frames[offset..<(offset + 4 + length)])))
             offset += 4 + length
         }
         guard out.count == Int(last - first + 1), offset == frames.count else {

@@ -24,7 +24,10 @@ extension SQLiteStore {
             try from.backup(to: to)
             _ = try to.text("PRAGMA journal_mode = DELETE")
             let check = try to.text("PRAGMA quick_check")
-            guard check == "ok" else { throw StoreError("the copy does not check out (\(check ?? "no answer")); the store may be damaged: run permission-relay check") }
+            guard check == "ok" else {
+                throw StoreError(
+                    "the copy does not check out (\(check ?? "no answer")); the store may be damaged: run permission-relay check")
+            }
         } catch {
             unlink(partial)
             throw error

@@ -37,7 +37,9 @@ extension SQLiteStore {
                 do {
                     changes += try LegacyChange.decode(record)
                 } catch {
-                    throw StoreError("a record of \(path)-changes.\(journal.generation % 2) cannot be read (\(error)): restore the data directory from a backup")
+                    throw StoreError(
+                        "a record of \(path)-changes.\(journal.generation % 2) cannot be read (\(error)): restore the data directory from a backup"
+                    )
                 }
             }
         }

@@ -138,7 +138,8 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                     content: content, child: r.text(0), family: r.text(1), status: status, attempt: r.int(3),
                     createdAt: Timestamp(milliseconds: r.int(4)), outcome: outcome, row: r.int(7)))
         }
-        s.lastQuestionRow = max(s.questions.last?.row ?? 0, try reader.scalar("SELECT value FROM settings WHERE key = 'lastQuestionRow'") ?? 0)
+        s.lastQuestionRow = max(
+            s.questions.last?.row ?? 0, try reader.scalar("SELECT value FROM settings WHERE key = 'lastQuestionRow'") ?? 0)
         try reader.run("SELECT child, kind, value, permanent, until, actions FROM knownHandles") { r in
             guard let kind = HandleKind(rawValue: r.text(1)), let actions = (try? JSON.parse(r.text(5)))?.array else {
                 throw Self.unreadable("known handle of", r.text(0))

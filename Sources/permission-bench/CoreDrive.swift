@@ -14,7 +14,7 @@ import RelayStore
 struct CoreDriveResult {
     var cycles = 0
     var seconds = 0.0
-    /// CPU time of the whole process (both of the store's threads) while the rounds ran.
+    /// CPU time of the whole process while the rounds ran.
     var cpuSeconds = 0.0
     var errors = 0
     /// Questions whose response the child was not sent.

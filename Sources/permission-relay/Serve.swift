@@ -117,7 +117,7 @@ enum Serve {
         server.pruneIntervalSeconds = min(60, max(0.25, Double(core.retentionSeconds) / 4))
 
         let log = Log.stderr(level: level)
-        umask(0o077)  // the socket, the database and its journal are private to this user
+        umask(0o077)  // the socket and the database (with its WAL) are private to this user
         try Paths.makePrivateDirectory(data)
         try Paths.makePrivateDirectory((socket as NSString).deletingLastPathComponent)
         let lock = try lockDataDirectory(data)

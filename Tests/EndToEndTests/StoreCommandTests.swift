@@ -65,7 +65,8 @@ final class StoreCommandTests: XCTestCase {
         for file in ["relay.db", "relay.db-changes.0", "relay.db-changes.1"] {
             try FileManager.default.copyItem(atPath: fixture.appendingPathComponent(file).path, toPath: relay.data + "/" + file)
         }
-        let tokens = try JSONSerialization.jsonObject(with: Data(contentsOf: fixture.appendingPathComponent("tokens.json"))) as! [String: String]
+        let tokens =
+            try JSONSerialization.jsonObject(with: Data(contentsOf: fixture.appendingPathComponent("tokens.json"))) as! [String: String]
         try relay.start()
         XCTAssertFalse(FileManager.default.fileExists(atPath: relay.data + "/relay.db-changes.0"))
         let guardian = try relay.connect()

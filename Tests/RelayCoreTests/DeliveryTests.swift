@@ -136,8 +136,11 @@ final class DeliveryTests: XCTestCase {
         let g = h.connect(uid: 1)
         // One turn: the guardian's hello (a replay from 0), then a question asked after it.
         h.core.receive(
-            g, body: (["type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s",
-                "resume": 0] as JSONObject).encoded, now: h.now)
+            g,
+            body: ([
+                "type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s",
+                "resume": 0,
+            ] as JSONObject).encoded, now: h.now)
         h.core.receive(c, body: (["type": "ask", "id": "a2", "question": .object(h.question())] as JSONObject).encoded, now: h.now)
         h.pump()
         XCTAssertEqual(h.events(g, "question").map { $0["seq"]?.int }, [1, 2])
@@ -158,7 +161,9 @@ final class DeliveryTests: XCTestCase {
         h.send(g, ["type": "ack", "seq": 4])
         h.core.flushCursors()
         h.pump()
-        for (member, seq) in try store.prune(olderThan: Timestamp(milliseconds: 0), acknowledged: h.core.acknowledgedByAllSessions(), limit: 100) {
+        for (member, seq) in try store.prune(
+            olderThan: Timestamp(milliseconds: 0), acknowledged: h.core.acknowledgedByAllSessions(), limit: 100)
+        {
             h.core.eventsDropped(member: member, through: seq)
         }
         XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [5])
@@ -179,8 +184,11 @@ final class DeliveryTests: XCTestCase {
         for _ in 0..<3 { h.ok(c, ["type": "ask", "question": .object(h.question())]) }
         let g = h.connect(uid: 1)
         h.core.receive(
-            g, body: (["type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s",
-                "resume": 0] as JSONObject).encoded, now: h.now)
+            g,
+            body: ([
+                "type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s",
+                "resume": 0,
+            ] as JSONObject).encoded, now: h.now)
         let stored = try h.store.events(member: "g1", after: 0, limit: 10)
         let broken = h.core.continueReplay(g, stored: stored.filter { $0.seq != 2 }, limit: 10)
         XCTAssertTrue(broken?.contains("event 2 of g1") ?? false, broken ?? "no reason")
@@ -197,8 +205,11 @@ final class DeliveryTests: XCTestCase {
         h.ok(c, ["type": "ask", "question": .object(h.question())])
         let g = h.connect(uid: 1)
         h.core.receive(
-            g, body: (["type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s",
-                "resume": 0] as JSONObject).encoded, now: h.now)
+            g,
+            body: ([
+                "type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s",
+                "resume": 0,
+            ] as JSONObject).encoded, now: h.now)
         h.core.replayFailed(g, "disk I/O error")
         h.pump()
         let frames = h.drain(g)

@@ -53,7 +53,9 @@ final class SQLiteStoreTests: XCTestCase {
             """
         // g1's clock went back at seq 200: its events stay in order of time all the same.
         func hex(_ seq: Int64) -> String { StoreContractTests.frame(seq).map { String(format: "%02x", $0) }.joined() }
-        for seq in Int64(1)...300 { sql += "INSERT INTO events VALUES('g1', \(seq), \(seq < 200 ? seq : seq - 150), NULL, x'\(hex(seq))');\n" }
+        for seq in Int64(1)...300 {
+            sql += "INSERT INTO events VALUES('g1', \(seq), \(seq < 200 ? seq : seq - 150), NULL, x'\(hex(seq))');\n"
+        }
         sql += "INSERT INTO events VALUES('c1', 1, 5, 'communication', x'\(hex(1))');"
         exec(sql)
 
@@ -162,10 +164,16 @@ final class SQLiteStoreTests: XCTestCase {
     }
 
     func testAFullDiskFailsTheCommitWholeAndIsSurvivedOnceThereIsRoom() throws {
-        try SQLiteStore(path: path).commit([.family("kept"), .member(MemberRecord(id: "g", family: "kept", role: .guardian, tokenHash: [0]))])
+        try SQLiteStore(path: path).commit([
+            .family("kept"), .member(MemberRecord(id: "g", family: "kept", role: .guardian, tokenHash: [0])),
+        ])
         let pages = pageCount(ofDatabaseAt: path)
         let capped = try SQLiteStore(path: path, maxPageCount: pages + 2)
-        let big = (1...100).map { Change.event(EventRecord(member: "g", seq: $0, at: Timestamp(milliseconds: 0), topic: nil, frame: StoreContractTests.frame($0, padding: 4000))) }
+        let big = (1...100).map {
+            Change.event(
+                EventRecord(
+                    member: "g", seq: $0, at: Timestamp(milliseconds: 0), topic: nil, frame: StoreContractTests.frame($0, padding: 4000)))
+        }
         XCTAssertThrowsError(try capped.commit([.family("lost")] + big)) { error in
             XCTAssertTrue((error as? SQLiteError)?.isFull == true, "\(error)")
         }
