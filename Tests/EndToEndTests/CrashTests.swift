@@ -95,4 +95,85 @@ final class CrashTests: XCTestCase {
         _ = try g.hello("g0", tokens["g0"]!)
         XCTAssertEqual(try g.request(["type": "pending"])["questions"]?.array?.first?["id"]?.string, id)
     }
+
+    /// Thirty kills in the middle of traffic, each a restart later: nothing acknowledged
+    /// is lost, a seq once seen is never given again, every resume goes on where it left
+    /// off without a hole, and the store checks out at the end.
+    func testThirtyKillsUnderLoadLoseNothingAcknowledgedAndReplayNoHole() throws {
+        let relay = try RelayProcess(flags: ["--ask-rate-limit", "0", "--max-pending-per-child", "0"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        var acknowledgedAsks: Set<String> = []
+        var acknowledgedAnswers: Set<String> = []
+        var questionAt: [Int64: String] = [:]  // the guardian's stream as seen: seq → question id
+        var seen: Int64 = 0  // the guardian's last seq seen
+        for round in 0..<30 {
+            if round > 0 { try relay.start() }
+            let child = try relay.connect()
+            _ = try child.hello("c0", tokens["c0"]!, session: "app")
+            let guardian = try relay.connect()
+            let w = try guardian.hello("g0", tokens["g0"]!, session: "phone", resume: seen)
+            XCTAssertGreaterThanOrEqual(w["head"]?.int ?? 0, seen, "round \(round): the head went back: seqs would be given again")
+            XCTAssertNil(w["gap"], "round \(round): nothing was dropped")
+            // Asks pipelined; some of their replies read, the rest in flight at the kill.
+            let ids = (0..<16).map { _ in UUID().uuidString }
+            for (i, id) in ids.enumerated() { try child.send(["type": "ask", "id": .string("a\(i)"), "question": question(id)]) }
+            let replied = Int.random(in: 1...ids.count)
+            for i in 0..<replied {
+                XCTAssertEqual(try child.reply("a\(i)")["type"]?.string, "ok")
+                acknowledgedAsks.insert(ids[i])
+            }
+            // The guardian reads on, in order and without a hole, until it has every question
+            // acknowledged this round, and answers some.
+            var waiting = Set(ids.prefix(replied))
+            var toAnswer: [String] = []
+            while !waiting.isEmpty {
+                guard let f = try guardian.c.receive() else { return XCTFail("round \(round): the relay closed the guardian") }
+                guard let s = f["seq"]?.int else { continue }
+                XCTAssertEqual(s, seen + 1, "round \(round): events in order, none missing")
+                seen = s
+                guard f["type"]?.string == "question", let id = f["question"]?["id"]?.string else { continue }
+                XCTAssertNil(questionAt[s], "round \(round): seq \(s) given twice")
+                questionAt[s] = id
+                waiting.remove(id)
+                if toAnswer.count < 4 { toAnswer.append(id) }
+            }
+            for (n, id) in toAnswer.enumerated() {
+                try guardian.send(["type": "answer", "id": .string("x\(n)"), "questionId": .string(id), "choice": "approve"])
+            }
+            for n in 0..<Int.random(in: 0...toAnswer.count) {
+                let r = try guardian.reply("x\(n)")
+                XCTAssertEqual(r["type"]?.string, "ok", JSON.object(r).text)
+                acknowledgedAnswers.insert(toAnswer[n])
+            }
+            for e in guardian.events {  // read while waiting for the replies: in order too
+                guard let s = e["seq"]?.int else { continue }
+                XCTAssertEqual(s, seen + 1, "round \(round): events in order, none missing")
+                seen = s
+            }
+            relay.crash()
+        }
+        try relay.start()
+        let g = try relay.connect()
+        _ = try g.hello("g0", tokens["g0"]!)
+        let history = try g.request(["type": "history", "limit": 10_000])["questions"]?.array ?? []
+        var status: [String: String] = [:]
+        for q in history { status[q["id"]?.string ?? ""] = q["status"]?.string }
+        for id in acknowledgedAsks { XCTAssertNotNil(status[id], "acknowledged ask \(id) lost") }
+        for id in acknowledgedAnswers { XCTAssertEqual(status[id], "answered", "acknowledged answer to \(id) lost") }
+        // Replayed from the start, the guardian's stream holds every question where it was seen.
+        let replay = try relay.connect()
+        let w = try replay.hello("g0", tokens["g0"]!, session: "audit", resume: 0)
+        var seq: Int64 = 0
+        while seq < (w["head"]?.int ?? 0) {
+            guard let f = try replay.c.receive() else { return XCTFail("closed during the replay") }
+            guard let s = f["seq"]?.int else { continue }
+            XCTAssertEqual(s, seq + 1, "the replay has no hole")
+            seq = s
+            if let id = questionAt[s] { XCTAssertEqual(f["question"]?["id"]?.string, id, "event \(s) changed across the kills") }
+        }
+        XCTAssertEqual(relay.terminate(), 0)
+        let check = runRelay(["check", "--data", relay.data])
+        XCTAssertEqual(check.status, 0, check.stderr)
+    }
 }
