@@ -222,10 +222,12 @@ extension RelayCore {
         guard let s = connections[conn]?.session, let after = s.replayAfter, let member = s.member else { return nil }
         var last = after
         var bytes = 0
-        /// A hole before the first event the store gives is where the oldest events were
-        /// dropped (pruning drops nothing else); one after an event of the step is damage.
+        /// A hole before the first event the store gives (or where it gives none) is where
+        /// the oldest events were dropped: pruning drops nothing else. One after an event of
+        /// the step is damage.
         func broken(next: Int64?) -> String? {
-            replayBroken(conn, member, missing: last + 1, next: next, prefix: last == after && stored.first?.seq == next)
+            let prefix = last == after && (stored.isEmpty || stored.first?.seq == next)
+            return replayBroken(conn, member, missing: last + 1, next: next, prefix: prefix)
         }
         func deliver(_ e: EventRecord) -> Bool {
             guard e.seq == last + 1 else { return false }
@@ -268,13 +270,13 @@ extension RelayCore {
         close(conn, .storeFailed)
     }
 
-    /// Ends a replay that found event `seq` missing, `next` the event found in its place.
-    /// Among the oldest (`prefix`), it was dropped while the replay ran: the session learns
-    /// of the gap when it connects again (`welcome.gap`). Otherwise the store lost it,
-    /// which is told and logged.
+    /// Ends a replay that found event `seq` missing, `next` the event found in its place
+    /// (nil: none up to the head). Among the oldest (`prefix`), it was dropped while the
+    /// replay ran: the session learns of the gap when it connects again (`welcome.gap`).
+    /// Otherwise the store lost it, which is told and logged.
     private func replayBroken(_ conn: ConnectionID, _ member: Member, missing seq: Int64, next: Int64?, prefix: Bool) -> String? {
-        if seq <= member.prunedThrough || prefix, let next {
-            member.prunedThrough = max(member.prunedThrough, next - 1)
+        if seq <= member.prunedThrough || prefix {
+            member.prunedThrough = max(member.prunedThrough, (next ?? member.head + 1) - 1)
             close(conn, .eventsDropped)
             return nil
         }

@@ -197,6 +197,27 @@ final class DeliveryTests: XCTestCase {
         XCTAssertFalse(h.core.isOpen(g))
     }
 
+    /// The oldest events missing where a replay starts were dropped while it ran: the
+    /// connection is closed, and the session, connecting again, is told of the gap.
+    func testOldestEventsDroppedWhileAReplayRunsAreAGapOnTheNextHello() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        for _ in 0..<3 { h.ok(c, ["type": "ask", "question": .object(h.question())]) }
+        let g = h.connect(uid: 1)
+        let hello: JSONObject = [
+            "type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s", "resume": 0,
+        ]
+        h.core.receive(g, body: hello.encoded, now: h.now)
+        let stored = try h.store.events(member: "g1", after: 0, limit: 10)
+        XCTAssertNil(h.core.continueReplay(g, stored: stored.filter { $0.seq > 2 }, limit: 10), "not damage: nothing to log")
+        XCTAssertTrue(h.core.takeOutputs().contains(.close(g, .eventsDropped)))
+        let (again, w) = h.login("g1", session: "s", resume: 0)
+        XCTAssertEqual(w["gap"]?.bool, true)
+        XCTAssertEqual(w["cursor"]?.int, 2)
+        XCTAssertEqual(h.events(again, "question").map { $0["seq"]?.int }, [3])
+    }
+
     /// A store that cannot be read for a replay: the session is told and closed, not taken live.
     func testAReplayTheStoreCannotReadEndsTheConnection() throws {
         let h = try CoreHarness()
