@@ -103,6 +103,8 @@ public final class RelayServer {
     /// A pruning step is due / with the writer.
     private var pruneWanted = false
     private var pruneInFlight = false
+    /// When the last pruning step went to the writer (monotonic milliseconds).
+    private var lastPruneStep: Int64 = .min / 2
     private var conns: [ConnectionID: Conn] = [:]
     /// The connections a dispatch queued output for, each once, reused across turns.
     private var touched: [Conn] = []
@@ -120,8 +122,8 @@ public final class RelayServer {
     /// The most changes the loop commits itself when the writer is idle (a light load's
     /// turn); larger batches go to the writer, and the loop reads on meanwhile.
     static let inlineCommitChanges = 64
-    /// The most events one turn's pruning step drops.
-    static let pruneStepEvents = 1000
+    /// The most rows (each a commit's events of one member) one pruning step drops.
+    static let pruneStepRows = 100
     private var lastTimerScan: Int64 = .min / 2
     private var lastCursorFlush: Int64 = .min / 2
     /// The monotonic time of the current turn.
@@ -350,6 +352,7 @@ public final class RelayServer {
             lastCursorFlush = turnMillis
         }
         finishTurn()
+        if pruneWanted { submit() }  // also in a turn that changed nothing
         flushTouched()  // what the server queued itself (pings) while the turn's replies wait
     }
 
@@ -391,10 +394,14 @@ public final class RelayServer {
                 committer.submit(.commit(committing!.changes))
             }
         }
-        if pruneWanted && !pruneInFlight && gathering.changes.isEmpty, let pass = pruning {
+        // A pruning step takes the writer from commits: under load, one every 50 ms at most.
+        if pruneWanted && !pruneInFlight && gathering.changes.isEmpty, let pass = pruning,
+            committing == nil || turnMillis - lastPruneStep >= 50
+        {
             pruneWanted = false
             pruneInFlight = true
-            committer.submit(.prune(olderThan: pass.cutoff, acknowledged: pass.acknowledged, limit: Self.pruneStepEvents))
+            lastPruneStep = turnMillis
+            committer.submit(.prune(olderThan: pass.cutoff, acknowledged: pass.acknowledged, limit: Self.pruneStepRows))
         }
     }
 

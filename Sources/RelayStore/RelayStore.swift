@@ -20,7 +20,8 @@ public protocol RelayStore: AnyObject, Sendable {
     /// Drops, per member, the oldest events: those older than `cutoff` (retention), and
     /// those up to `acknowledged[member]`, which every durable session of that member has
     /// acknowledged (§6). Only ever a member's oldest events go, so what stays is
-    /// contiguous; at most about `limit` events go per call (call again while it returns
-    /// some). Returns, for each member whose events went, the seq up to which none is kept.
+    /// contiguous. Each call does a bounded step (`limit`: events, or rows of them where a
+    /// store keeps several in one); call again while it returns some. Returns, for each
+    /// member whose events went, the seq up to which none is kept.
     func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], limit: Int) throws -> [String: Int64]
 }

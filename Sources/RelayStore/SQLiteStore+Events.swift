@@ -81,35 +81,34 @@ extension SQLiteStore {
     public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], limit: Int) throws -> [String: Int64] {
         var through: [String: Int64] = [:]
         try db.transaction {
-            // The oldest rows, in order of appending: as no event is stamped before the one
-            // before it, those older than the cutoff come first, and are the oldest of each
-            // member's stream.
-            var byAge: [String: Int64] = [:]
-            var old = true
-            try db.run("SELECT member, lastSeq, at FROM events ORDER BY id LIMIT ?", [.int(Int64(limit))]) { r in
-                old = old && r.int(2) < cutoff.milliseconds
-                if old { byAge[r.text(0)] = max(byAge[r.text(0)] ?? 0, r.int(1)) }
+            // The oldest rows first, in order of appending, so that what goes is a run of
+            // neighbouring pages. A member's first row that must stay keeps its later ones
+            // too: what stays of each stream is always its newest events, without a hole.
+            // (As no event is stamped before the one before it, rows past the retention
+            // window are the oldest of each stream.) Rows that stay are passed over, up to
+            // a number of rows a step may read.
+            var kept: Set<String> = []
+            var dropped: [Int64] = []
+            try db.run("SELECT id, member, lastSeq, at FROM events ORDER BY id LIMIT ?", [.int(Int64(limit * 4))]) { r in
+                guard dropped.count < limit else { return }
+                let member = r.text(1)
+                guard !kept.contains(member) else { return }
+                if r.int(3) < cutoff.milliseconds || r.int(2) <= acknowledged[member] ?? 0 {
+                    dropped.append(r.int(0))
+                    through[member] = r.int(2)
+                } else {
+                    kept.insert(member)
+                }
             }
-            for (member, seq) in acknowledged { byAge[member] = max(byAge[member] ?? 0, seq) }
-            var budget = limit
-            for (member, upTo) in byAge where budget > 0 {
-                // Whole rows only, the oldest: one that holds an event after `upTo` stays whole.
-                var last: Int64?
-                try db.run(
-                    "SELECT lastSeq FROM events WHERE member = ? AND lastSeq <= ? ORDER BY lastSeq LIMIT ?",
-                    [.text(member), .int(upTo), .int(Int64(budget))]
-                ) { r in last = r.int(0) }
-                guard let last else { continue }
+            for member in through.keys {
                 // Its head is kept apart, so that a seq is never given again once every event is gone.
                 try db.run(
                     """
                     INSERT INTO heads(member, head) SELECT member, max(lastSeq) FROM events WHERE member = ?1 GROUP BY member
                     ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)
                     """, [.text(member)])
-                try db.run("DELETE FROM events WHERE member = ? AND lastSeq <= ?", [.text(member), .int(last)])
-                budget -= db.changes
-                through[member] = last
             }
+            for id in dropped { try db.run("DELETE FROM events WHERE id = ?", [.int(id)]) }
         }
         return through
     }
