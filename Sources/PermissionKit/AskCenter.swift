@@ -97,13 +97,10 @@ public final class AskCenter: Sendable {
     private let hub = Mutex(Hub())
 
     private struct Hub {
-        /// Each consumer gets a response with its seq, to hand back once the app has had it.
-        var responseConsumers: [String: [UUID: @Sendable (Int64?, JSONObject) -> Void]] = [:]
+        var responseConsumers: [String: [UUID: @Sendable (JSONObject) -> Void]] = [:]
         var outcomeConsumers: [UUID: @Sendable (QuestionOutcome) -> Void] = [:]
         /// Responses waiting for a consumer of their topic; not yet processed.
         var held: [Int64: JSONObject] = [:]
-        /// Responses handed to a loop that has not asked for the next one yet.
-        var handed: Set<Int64> = []
         /// Recent responses, replayed to consumers that join later in this process.
         var history: [JSONObject] = []
         /// Recent outcomes, likewise: the connection opens (and replays what closed while
@@ -131,10 +128,8 @@ public final class AskCenter: Sendable {
         session.start()  // only now can an event reach `handle`
     }
 
-    /// Disconnects for good; returns once everything the app has had (responses handed to
-    /// its loops included) has been recorded as processed.
+    /// Disconnects for good; returns once everything received has been recorded as processed.
     public func close() async {
-        for seq in hub.withLock({ $0.handed }) { session.done(seq) }
         await session.close()
     }
 
@@ -175,15 +170,12 @@ public final class AskCenter: Sendable {
     // MARK: - Streams
 
     /// Every response to questions of this topic, from now on (and those already received
-    /// in this process). Each call returns its own complete sequence. A response is
-    /// recorded as processed once the app has had it: when its loop asks for the next
-    /// one, or ends. An app stopped at any moment never loses a response, and is shown
-    /// one again only if it was stopped while handling it.
-    public func responses<Topic: QuestionTopic>(for topicType: Topic.Type) -> ResponseSequence<Topic> {
-        let (stream, continuation) = AsyncStream<(Int64?, PermissionResponse<Topic>)>.makeStream()
+    /// in this process). Each call returns its own complete sequence.
+    public func responses<Topic: QuestionTopic>(for topicType: Topic.Type) -> AsyncStream<PermissionResponse<Topic>> {
+        let (stream, continuation) = AsyncStream<PermissionResponse<Topic>>.makeStream()
         let key = UUID()
-        let deliver: @Sendable (Int64?, JSONObject) -> Void = { seq, e in
-            if let r = PermissionResponse<Topic>(event: e) { continuation.yield((seq, r)) }
+        let deliver: @Sendable (JSONObject) -> Void = { e in
+            if let r = PermissionResponse<Topic>(event: e) { continuation.yield(r) }
         }
         let (earlier, held) = hub.withLock { h -> ([JSONObject], [(Int64, JSONObject)]) in
             h.responseConsumers[Topic.id, default: [:]][key] = deliver
@@ -192,22 +184,15 @@ public final class AskCenter: Sendable {
                 h.held[seq] = nil
                 h.history.append(e)
             }
-            // Those just taken from the held ones come last, with their seqs: not processed yet.
-            let seen = h.history.dropLast(mine.count).filter { Self.topicKind(of: $0) == Topic.id }
-            return (Array(seen), mine)
+            return (h.history.filter { Self.topicKind(of: $0) == Topic.id }, mine)
         }
-        for e in earlier { deliver(nil, e) }
-        for (seq, e) in held { deliver(seq, e) }
+        for (seq, _) in held { session.done(seq) }  // before the app can see them (see `handle`)
+        for e in earlier { deliver(e) }
         continuation.onTermination = { [weak self] _ in
             self?.hub.withLock { _ = $0.responseConsumers[Topic.id]?.removeValue(forKey: key) }
         }
         register([Topic.id])
-        return ResponseSequence(
-            stream: stream, handed: { [weak self] seq in self?.hub.withLock { _ = $0.handed.insert(seq) } },
-            processed: { [weak self] seq in
-                guard let self, hub.withLock({ $0.handed.remove(seq) }) != nil else { return }
-                session.done(seq)
-            })
+        return stream
     }
 
     /// Questions that closed without a response: cancelled (here or on another device) or
@@ -304,14 +289,14 @@ public final class AskCenter: Sendable {
 
     static func topicKind(of event: JSONObject) -> String? { event["question"]?["topic"]?["kind"]?.string }
 
-    /// One event of the child's stream, on the connection's thread, in order. A response
-    /// is recorded as processed once a consumer's loop has had it (`ResponseSequence`);
-    /// other events as they come.
+    /// One event of the child's stream, on the connection's thread, in order. It is
+    /// recorded as processed before the app's streams get it: an app stopped right after it
+    /// showed a response must not be shown that response again when it starts again.
     private func handle(_ e: JSONObject) {
         guard let seq = e["seq"]?.int else { return }
         if progress.isDone(seq) { return }
         let type = e["type"]?.string
-        var consumers: [@Sendable (Int64?, JSONObject) -> Void] = []
+        var consumers: [@Sendable (JSONObject) -> Void] = []
         if type == "response" {
             consumers = hub.withLock { h in
                 let list = Array(h.responseConsumers[Self.topicKind(of: e) ?? ""]?.values ?? [:].values)
@@ -323,12 +308,12 @@ public final class AskCenter: Sendable {
                 }
                 return list
             }
-            guard !consumers.isEmpty else { return }  // held until a consumer takes it
-            for c in consumers { c(seq, e) }
-            return
+            guard !consumers.isEmpty else { return }  // held: done once a consumer takes it
         }
         session.done(seq)
         switch type {
+        case "response":
+            for c in consumers { c(e) }
         case "questionClosed":
             if let o = QuestionOutcome(event: e) {
                 let consumers = hub.withLock { h in
@@ -400,57 +385,4 @@ extension QuestionSummary {
         guardian = q["outcome"]?["guardian"]?.string
         answeredAt = q["outcome"]?["answeredAt"]?.string.flatMap(Date.init(rfc3339:))
     }
-}
-
-/// The responses of one topic, in order (`AskCenter.responses(for:)`). Each is recorded
-/// as processed when the loop that got it asks for the next one, or ends.
-public struct ResponseSequence<Topic: QuestionTopic>: AsyncSequence, Sendable {
-    public typealias Element = PermissionResponse<Topic>
-    public typealias Failure = Never
-
-    let stream: AsyncStream<(Int64?, PermissionResponse<Topic>)>
-    let handed: @Sendable (Int64) -> Void
-    let processed: @Sendable (Int64) -> Void
-
-    public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(base: stream.makeAsyncIterator(), handed: HandedResponse(handed: handed, processed: processed))
-    }
-
-    public struct AsyncIterator: AsyncIteratorProtocol {
-        var base: AsyncStream<(Int64?, PermissionResponse<Topic>)>.AsyncIterator
-        let handed: HandedResponse
-
-        /// The next response; asking for it says the app is done with the one before.
-        public mutating func next() async -> PermissionResponse<Topic>? {
-            handed.done()
-            guard let (seq, response) = await base.next() else { return nil }
-            handed.hand(seq)
-            return response
-        }
-    }
-}
-
-/// The seq of the response a loop has last been handed: processed once the loop asks
-/// for the next, or ends (and the iterator holding this goes).
-final class HandedResponse: @unchecked Sendable {
-    private var seq: Int64?
-    private let handed: @Sendable (Int64) -> Void
-    private let processed: @Sendable (Int64) -> Void
-
-    init(handed: @escaping @Sendable (Int64) -> Void, processed: @escaping @Sendable (Int64) -> Void) {
-        self.handed = handed
-        self.processed = processed
-    }
-
-    func hand(_ seq: Int64?) {
-        self.seq = seq
-        if let seq { handed(seq) }
-    }
-
-    func done() {
-        if let seq { processed(seq) }
-        seq = nil
-    }
-
-    deinit { done() }
 }

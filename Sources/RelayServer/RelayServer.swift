@@ -317,7 +317,9 @@ public final class RelayServer {
         var timeout = idleTimeout
         if let d = relay.nextDeadline { timeout = max(0, min(timeout, Int(d.milliseconds - now.milliseconds) + 1)) }
         if let until = acceptPausedUntil { timeout = max(0, min(timeout, Int(until - Self.monotonicMillis()) + 1)) }
-        if relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) { timeout = 0 }
+        if committing == nil && relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) {
+            timeout = 0
+        }
 
         let n = spin.wait(timeoutMs: Int32(timeout)) { cs_epoll_wait(epfd, &ready, Int32(ready.count), $0) }
         guard n >= 0 else { throw ServerError("epoll_wait failed: \(String(cString: strerror(errno)))") }
@@ -432,8 +434,10 @@ public final class RelayServer {
     }
 
     /// The next step of each replay whose connection has room: its events from the store.
+    /// None while a batch is with the writer: the frames of a step held for a commit do not
+    /// count in the connection's unsent bytes, and steps taken meanwhile would pile up.
     private func replaySteps(now: Timestamp) {
-        guard !relay.replaying.isEmpty else { return }
+        guard !relay.replaying.isEmpty, committing == nil else { return }
         for id in relay.replaying {
             guard let c = conns[id], c.pendingBytes < replayLowWater, let (member, after) = relay.replayPosition(id) else {
                 continue

@@ -18,7 +18,13 @@ extension SQLiteStore {
         }
         for member in order {
             let list = byMember[member]!
-            let stored = try db.scalar("SELECT max(lastSeq) FROM events WHERE member = ?", [.text(member)]) ?? 0
+            // What is stored, or was once every event of the member is gone (`heads`).
+            let stored =
+                try db.scalar(
+                    """
+                    SELECT max(coalesce((SELECT max(lastSeq) FROM events WHERE member = ?1), 0),
+                        coalesce((SELECT head FROM heads WHERE member = ?1), 0))
+                    """, [.text(member)]) ?? 0
             var previous = stored
             for (i, e) in list.enumerated() {
                 // After what is stored (its first may follow a head whose events are gone), one by one.
