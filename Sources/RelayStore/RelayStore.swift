@@ -19,7 +19,8 @@ public protocol RelayStore: AnyObject, Sendable {
 
     /// Drops, per member, the oldest events: those older than `cutoff` (retention), and
     /// those up to `acknowledged[member]`, which every durable session of that member has
-    /// acknowledged (§6). Only ever a member's oldest events go, so what stays is
+    /// acknowledged (§6), as far as the cursors the store holds say too (so that a cursor
+    /// whose commit may yet fail lets nothing go). Only ever a member's oldest events go, so what stays is
     /// contiguous. Each call does a bounded step (`limit`: events, or rows of them where a
     /// store keeps several in one); call again while it returns some. Returns, for each
     /// member whose events went, the seq up to which none is kept.

@@ -95,15 +95,26 @@ extension SQLiteStore {
             // a number of rows a step may read.
             var kept: Set<String> = []
             var dropped: [Int64] = []
+            // Acknowledged as far as the stored cursors say, too: a cursor not committed yet
+            // (its commit may still fail) lets nothing go.
+            var storedAck: [String: Int64] = [:]
+            func acknowledgedStored(_ member: String) throws -> Int64 {
+                if let known = storedAck[member] { return known }
+                let cursor = try db.scalar("SELECT min(cursor) FROM sessions WHERE member = ?", [.text(member)]) ?? 0
+                storedAck[member] = min(cursor, acknowledged[member] ?? 0)
+                return storedAck[member]!
+            }
+            var rows: [(id: Int64, member: String, last: Int64, at: Int64)] = []
             try db.run("SELECT id, member, lastSeq, at FROM events ORDER BY id LIMIT ?", [.int(Int64(limit * 4))]) { r in
-                guard dropped.count < limit else { return }
-                let member = r.text(1)
-                guard !kept.contains(member) else { return }
-                if r.int(3) < cutoff.milliseconds || r.int(2) <= acknowledged[member] ?? 0 {
-                    dropped.append(r.int(0))
-                    through[member] = r.int(2)
+                rows.append((r.int(0), r.text(1), r.int(2), r.int(3)))
+            }
+            for row in rows where dropped.count < limit && !kept.contains(row.member) {
+                let old = row.at < cutoff.milliseconds
+                if try old || (acknowledged[row.member] != nil && row.last <= acknowledgedStored(row.member)) {
+                    dropped.append(row.id)
+                    through[row.member] = row.last
                 } else {
-                    kept.insert(member)
+                    kept.insert(row.member)
                 }
             }
             for member in through.keys {

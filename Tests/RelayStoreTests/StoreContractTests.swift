@@ -122,7 +122,7 @@ final class StoreContractTests: XCTestCase {
             let guardians: [Change] = ["g1", "g2"].map { .member(MemberRecord(id: $0, family: "fam", role: .guardian, tokenHash: [0])) }
             // A commit each, as the relay appends them in turns apart: the SQLite store drops
             // a commit's events of a member together.
-            try store.commit(guardians)
+            try store.commit(guardians + [.session(SessionRecord(member: "g2", name: "tab", cursor: 1, topics: []))])
             for seq in Int64(1)...6 { try store.commit([.event(Self.event("g1", seq, at: seq * 1000))]) }
             try store.commit([.event(Self.event("g2", 1, at: 9000))])
             // By age (g1's first two) and by acknowledgement (all of g2's), two events a step.
@@ -138,7 +138,11 @@ final class StoreContractTests: XCTestCase {
             XCTAssertEqual(dropped, ["g1": 2, "g2": 1], name)
             XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [3, 4, 5, 6], name)
             XCTAssertEqual(try store.events(member: "g2", after: 0, limit: 10), [], name)
+            // Only as far as the stored cursors say: one whose commit may yet fail lets nothing go.
+            try store.commit([.session(SessionRecord(member: "g1", name: "tab", cursor: 3, topics: []))])
+            XCTAssertEqual(try store.prune(olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 5], limit: 100), ["g1": 3], name)
             // Acknowledged past a later event of the stream, the ones before it go too: never a hole.
+            try store.commit([.session(SessionRecord(member: "g1", name: "tab", cursor: 5, topics: []))])
             XCTAssertEqual(try store.prune(olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 5], limit: 100), ["g1": 5], name)
             XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [6], name)
             let s = try reopen().load()
