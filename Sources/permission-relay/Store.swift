@@ -33,9 +33,7 @@ struct StoreCommand: Sendable {
               permission-relay backup ~/relay-backup-$(date +%F).db
             """,
         run: { args in
-            let a = try Arguments(args, valueFlags: ["--data"], switchFlags: [])
-            let dest = try a.expectPositionals(["DEST"])[0]
-            let data = a.value("--data") ?? Paths.defaultData
+            let (dest, data) = try fileAndData(args, "DEST")
             do {
                 try SQLiteStore.backup(databaseAt: data + "/relay.db", to: dest)
             } catch {
@@ -60,9 +58,7 @@ struct StoreCommand: Sendable {
               permission-relay restore ~/relay-backup-2026-12-01.db
             """,
         run: { args in
-            let a = try Arguments(args, valueFlags: ["--data"], switchFlags: [])
-            let backup = try a.expectPositionals(["BACKUP"])[0]
-            let data = a.value("--data") ?? Paths.defaultData
+            let (backup, data) = try fileAndData(args, "BACKUP")
             try Paths.makePrivateDirectory(data)
             let lock = try Serve.lockDataDirectory(data)
             defer { close(lock) }
@@ -73,6 +69,12 @@ struct StoreCommand: Sendable {
             }
             printOut("restored \(backup) into \(data)/relay.db; start the relay to serve it")
         })
+
+    /// The one file a command names, and its data directory (`--data`, else the default).
+    private static func fileAndData(_ args: [String], _ name: String) throws -> (file: String, data: String) {
+        let a = try Arguments(args, valueFlags: ["--data"], switchFlags: [])
+        return (try a.expectPositionals([name])[0], a.value("--data") ?? Paths.defaultData)
+    }
 
     static let check = StoreCommand(
         name: "check",

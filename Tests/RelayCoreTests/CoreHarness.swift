@@ -181,6 +181,15 @@ final class CoreHarness {
         return (c, welcome)
     }
 
+    /// `member`'s hello on `conn`, its turn left open: no replay step and no commit yet.
+    func helloInTurn(_ conn: ConnectionID, _ member: String, session: String, resume: Int64) {
+        let hello: JSONObject = [
+            "type": "hello", "id": "h", "protocol": 1, "member": .string(member), "token": .string(tokens[member] ?? ""),
+            "session": .string(session), "resume": .int(resume),
+        ]
+        core.receive(conn, body: hello.encoded, now: now)
+    }
+
     func advance(seconds: Double) {
         now = Timestamp(milliseconds: now.milliseconds + Int64(seconds * 1000))
         core.tick(now: now)

@@ -135,12 +135,7 @@ final class DeliveryTests: XCTestCase {
         h.ok(c, ["type": "ask", "question": .object(h.question())])
         let g = h.connect(uid: 1)
         // One turn: the guardian's hello (a replay from 0), then a question asked after it.
-        h.core.receive(
-            g,
-            body: ([
-                "type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s",
-                "resume": 0,
-            ] as JSONObject).encoded, now: h.now)
+        h.helloInTurn(g, "g1", session: "s", resume: 0)
         h.core.receive(c, body: (["type": "ask", "id": "a2", "question": .object(h.question())] as JSONObject).encoded, now: h.now)
         h.pump()
         XCTAssertEqual(h.events(g, "question").map { $0["seq"]?.int }, [1, 2])
@@ -183,12 +178,7 @@ final class DeliveryTests: XCTestCase {
         let (c, _) = h.login("c1")
         for _ in 0..<3 { h.ok(c, ["type": "ask", "question": .object(h.question())]) }
         let g = h.connect(uid: 1)
-        h.core.receive(
-            g,
-            body: ([
-                "type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s",
-                "resume": 0,
-            ] as JSONObject).encoded, now: h.now)
+        h.helloInTurn(g, "g1", session: "s", resume: 0)
         let stored = try h.store.events(member: "g1", after: 0, limit: 10)
         let broken = h.core.continueReplay(g, stored: stored.filter { $0.seq != 2 }, limit: 10)
         XCTAssertTrue(broken?.contains("event 2 of g1") ?? false, broken ?? "no reason")
@@ -205,10 +195,7 @@ final class DeliveryTests: XCTestCase {
         let (c, _) = h.login("c1")
         for _ in 0..<3 { h.ok(c, ["type": "ask", "question": .object(h.question())]) }
         let g = h.connect(uid: 1)
-        let hello: JSONObject = [
-            "type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s", "resume": 0,
-        ]
-        h.core.receive(g, body: hello.encoded, now: h.now)
+        h.helloInTurn(g, "g1", session: "s", resume: 0)
         let stored = try h.store.events(member: "g1", after: 0, limit: 10)
         XCTAssertNil(h.core.continueReplay(g, stored: stored.filter { $0.seq > 2 }, limit: 10), "not damage: nothing to log")
         XCTAssertTrue(h.core.takeOutputs().contains(.close(g, .eventsDropped)))
@@ -225,12 +212,7 @@ final class DeliveryTests: XCTestCase {
         let (c, _) = h.login("c1")
         h.ok(c, ["type": "ask", "question": .object(h.question())])
         let g = h.connect(uid: 1)
-        h.core.receive(
-            g,
-            body: ([
-                "type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(h.tokens["g1"]!), "session": "s",
-                "resume": 0,
-            ] as JSONObject).encoded, now: h.now)
+        h.helloInTurn(g, "g1", session: "s", resume: 0)
         h.core.replayFailed(g, "disk I/O error")
         h.pump()
         let frames = h.drain(g)
