@@ -1,6 +1,5 @@
 // An in-memory store for fast core and server tests: the same contract as the SQLite
-// store, nothing durable. A commit is `StoreSnapshot.apply` of its changes; a commit can
-// be made to fail, as a full disk would.
+// store, nothing durable. A commit is `StoreSnapshot.apply` of its changes.
 
 import RelayModel
 import RelayProtocol
@@ -11,7 +10,6 @@ public final class MemoryStore: RelayStore, Sendable {
         var snapshot = StoreSnapshot()
         var streams: [String: [EventRecord]] = [:]
         var commits = 0
-        var failCommits: (any Error)?
     }
 
     private let state = Mutex(State())
@@ -21,18 +19,11 @@ public final class MemoryStore: RelayStore, Sendable {
     /// How many commits carried changes.
     public var commits: Int { state.withLock { $0.commits } }
 
-    /// While set, every commit fails with it and keeps nothing.
-    public var failCommits: (any Error)? {
-        get { state.withLock { $0.failCommits } }
-        set { state.withLock { $0.failCommits = newValue } }
-    }
-
     public func load() throws -> StoreSnapshot { state.withLock { $0.snapshot } }
 
     public func commit(_ changes: [Change]) throws {
         guard !changes.isEmpty else { return }
-        try state.withLock { s in
-            if let failure = s.failCommits { throw failure }
+        state.withLock { s in
             for c in changes {
                 s.snapshot.apply(c)
                 if case .event(let e) = c { s.streams[e.member, default: []].append(e) }

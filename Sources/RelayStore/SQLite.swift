@@ -109,23 +109,11 @@ final class SQLiteDatabase {
             return try b.withUnsafeBytes { try bound($0, asText: true) }
         case .blob(let b):
             return try b.withUnsafeBytes { try bound($0, asText: false) }
-        case .textAt(let p) where p.isEmpty:
-            try check(sqlite3_bind_text(stmt, idx, "", 0, sqliteTransient))
-        case .textAt(let p):
-            try check(sqlite3_bind_text(stmt, idx, p.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(p.count), sqliteStatic))
-        case .blobAt(let p) where p.isEmpty:
-            try check(sqlite3_bind_zeroblob(stmt, idx, 0))
-        case .blobAt(let p):
-            try check(sqlite3_bind_blob(stmt, idx, p.baseAddress, Int32(p.count), sqliteStatic))
         }
         try bindThenStep(stmt, args, from: i + 1, row: row)
     }
 
     func scalar(_ sql: StaticString, _ args: [SQLValue] = []) throws -> Int64? {
-        try scalar(statement: try prepared(sql), args)
-    }
-
-    func scalar(dynamic sql: String, _ args: [SQLValue] = []) throws -> Int64? {
         try scalar(statement: try prepared(sql), args)
     }
 
@@ -140,8 +128,6 @@ final class SQLiteDatabase {
         try run(dynamic: sql) { r in result = r.text(0) }
         return result
     }
-
-    var changes: Int { Int(sqlite3_changes(db)) }
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
     func transaction(_ body: () throws -> Void) throws {
@@ -198,10 +184,6 @@ enum SQLValue {
     /// Text given as its UTF-8 bytes (no String made for it).
     case utf8([UInt8])
     case blob([UInt8])
-    /// Text or a blob in memory that outlives the run (bound without a copy, left bound:
-    /// every run binds all of a statement's parameters again before it steps).
-    case textAt(UnsafeRawBufferPointer)
-    case blobAt(UnsafeRawBufferPointer)
 }
 
 struct Row {

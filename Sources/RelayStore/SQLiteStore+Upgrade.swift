@@ -64,9 +64,7 @@ extension SQLiteStore {
                     "INSERT INTO heads(member, head) VALUES(?, ?) ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)",
                     [.text(member), .int(head)])
             }
-            try db.run(
-                "INSERT INTO settings(key, value) VALUES('lastQuestionRow', ?) ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
-                [.int(after.lastQuestionRow)])
+            try noteQuestionRow(after.lastQuestionRow)
             try db.run(
                 "INSERT OR REPLACE INTO settings(key, value) VALUES('journalGeneration', ?)",
                 [.int(unapplied.last?.generation ?? applied)])

@@ -214,10 +214,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                 [.text(q.status.rawValue), .int(q.attempt), Self.stored(q.outcome), .int(q.row)])
         case .forgetQuestion(let q):
             try db.run("DELETE FROM questions WHERE key = ?", [.int(q.row)])
-            // Rows are never given twice: the highest one stays known once its row is gone.
-            try db.run(
-                "INSERT INTO settings(key, value) VALUES('lastQuestionRow', ?) ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
-                [.int(q.row)])
+            try noteQuestionRow(q.row)
         case .knownHandle(let k):
             try db.run(
                 "INSERT OR REPLACE INTO knownHandles(child, kind, value, permanent, until, actions) VALUES(?,?,?,?,?,?)",
@@ -240,6 +237,13 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         case .event:
             preconditionFailure("events are written together, a row per member (insert(_:into:))")
         }
+    }
+
+    /// Keeps `row` known as given: rows are never given twice, also once their question is gone.
+    func noteQuestionRow(_ row: Int64) throws {
+        try db.run(
+            "INSERT INTO settings(key, value) VALUES('lastQuestionRow', ?) ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
+            [.int(row)])
     }
 
     /// An outcome as stored: NULL, or `{"choice":…,"guardian":…,"answeredAt":milliseconds}`.

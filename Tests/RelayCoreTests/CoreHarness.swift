@@ -75,11 +75,7 @@ final class CoreHarness {
         }
     }
 
-    /// Whether each pump checks the store against the core (a store made to fail does not hold it).
-    var checksTheStore = true
-
     func assertStoreHoldsTheCoresState(file: StaticString = #filePath, line: UInt = #line) {
-        guard checksTheStore else { return }
         var stored = try! store.load().normalized
         var held = core.snapshot()
         // Cursors are stored lazily (§6): a stored one may be behind, never ahead.

@@ -20,11 +20,10 @@ struct JournalError: Error, CustomStringConvertible {
 /// The records of one journal file.
 struct LegacyJournal {
     let generation: Int64
+    /// Its whole records. Reading stops at the first that is short or fails its checksum:
+    /// a write cut off by a crash, or a record of an older generation the file was started
+    /// over on (the checksum, seeded with the generation, tells them apart from version 3 on).
     let records: [[UInt8]]
-    /// Bytes after the last whole record: a write cut off by a crash, or records of an
-    /// older generation that the file was started over on (the checksum, seeded with the
-    /// generation, tells them apart only from version 3 on).
-    let trailingBytes: Int
 
     /// The magic of each checksum version, from 1.
     private static let magics: [[UInt8]] = [Array("PRJOURN1".utf8), Array("PRJOURN2".utf8), Array("PRJOURN3".utf8)]
@@ -47,7 +46,6 @@ struct LegacyJournal {
         }
         self.generation = generation
         self.records = records
-        self.trailingBytes = bytes.count - at
     }
 
     private static func load<T: FixedWidthInteger>(_: T.Type, _ bytes: [UInt8], _ at: Int) -> T? {
