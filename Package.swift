@@ -43,7 +43,7 @@ let package = Package(
         .executableTarget(
             name: "permission-relay",
             dependencies: ["RelayServer", "RelayCore", "RelayModel", "RelayStore", "RelayProtocol", "CSystem", "CLISupport"]),
-        .target(name: "ClientCommands", dependencies: ["PermissionKit", "CLISupport", "RelayProtocol"]),
+        .target(name: "ClientCommands", dependencies: ["PermissionKit", "CLISupport", "RelayProtocol", "CSystem"]),
         .executableTarget(name: "permission-child", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol"]),
         .executableTarget(
             name: "permission-harness", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol", "RelayServer"]),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: unit, store, raw-wire and end-to-end tests (the
-# end-to-end tests start the built permission-relay binary on temporary sockets).
+# Runs the whole test suite: unit, store, raw-wire and end-to-end tests. The end-to-end
+# tests start the programs as users run them: the release build, made first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec swift test --disable-swift-testing "$@"
+swift build -c release
+PERMISSION_PROGRAMS_DIR="$(swift build -c release --show-bin-path)" exec swift test --disable-swift-testing "$@"

@@ -5,7 +5,7 @@ import Foundation
 
 /// Why a command stopped.
 public enum CLIError: Error {
-    /// Wrong arguments: print the message and the command's usage in short, exit 64.
+    /// Wrong arguments: print the message and where help is, exit 64.
     case usage(String)
     /// The command could not do its work: exit 1.
     case failure(String)
@@ -80,44 +80,30 @@ public func printErr(_ s: String) {
     FileHandle.standardError.write(Data((s + "\n").utf8))
 }
 
-/// The USAGE and COMMANDS sections of a help text: what a usage error shows under its
-/// message, so that the message is not lost above the whole help.
-public func usageSummary(of help: String) -> String {
-    var kept: [Substring] = []
-    var keeping = false
-    for line in help.split(separator: "\n", omittingEmptySubsequences: false) {
-        if line.hasPrefix("USAGE:") || line.hasPrefix("COMMANDS:") { keeping = true }
-        if line.isEmpty { keeping = false }
-        if keeping { kept.append(line) }
-    }
-    return kept.joined(separator: "\n")
-}
-
 /// The version of the programs, and of the wire protocol they speak.
 public let programVersion = "0.1.0"
 public let wireProtocolVersion = 1
 
 /// Runs a program's `main`: `--version` alone prints the version; usage errors print the
-/// message, the usage in short and where the rest is, and exit 64; failures print one
-/// line on stderr and exit 1.
-public func runMain(program: String, usage: @escaping () -> String, _ body: () async throws -> Int32) async -> Int32 {
+/// problem and where help is, and exit 64; failures print one line on stderr and exit 1.
+public func runMain(program: String, _ body: () async throws -> Int32) async -> Int32 {
     if printsVersion(program) { return 0 }
     do {
         return try await body()
     } catch {
-        return report(error, program: program, usage: usage)
+        return report(error, program: program)
     }
 }
 
 /// `runMain` for a program whose work is synchronous: it runs on the process's main thread,
 /// where an async `main` would park that thread in `sigsuspend` and run the work on a
 /// Dispatch thread (which valgrind 3.19 cannot follow on newer kernels).
-public func runMain(program: String, usage: @escaping () -> String, _ body: () throws -> Int32) -> Int32 {
+public func runMain(program: String, _ body: () throws -> Int32) -> Int32 {
     if printsVersion(program) { return 0 }
     do {
         return try body()
     } catch {
-        return report(error, program: program, usage: usage)
+        return report(error, program: program)
     }
 }
 
@@ -128,10 +114,10 @@ private func printsVersion(_ program: String) -> Bool {
 }
 
 /// Prints `error` as `runMain` says and returns the exit code.
-private func report(_ error: any Error, program: String, usage: () -> String) -> Int32 {
+private func report(_ error: any Error, program: String) -> Int32 {
     switch error {
     case CLIError.usage(let message):
-        printErr("\(program): \(message)\n\(usageSummary(of: usage()))\n(--help shows every option, with examples)")
+        printErr("\(program): \(message) (see `\(program) --help`)")
         return 64
     case CLIError.failure(let message):
         printErr("\(program): \(message)")

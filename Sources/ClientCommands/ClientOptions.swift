@@ -2,9 +2,11 @@
 // environment they fall back to, and how results are printed.
 
 import CLISupport
+import CSystem
 import Foundation
 import PermissionKit
 import RelayProtocol
+import Synchronization
 
 /// `--socket`, `--member`, `--token`, `--credentials`, `--session`, `--state-dir`.
 public enum ClientOptions {
@@ -16,18 +18,19 @@ public enum ClientOptions {
           --token TOKEN        The member's token (env PERMISSION_TOKEN)
           --credentials FILE   A file {"member": …, "token": …}, as `permission-relay member add --json` prints it
                                (env PERMISSION_CREDENTIALS)
-          --session NAME       Durable session: where the relay keeps this app's place in the member's
-                               events, for watch, auto, the interactive view, --wait, and ask until the
-                               session follows its topic (env PERMISSION_SESSION; default: MEMBER-HOSTNAME)
+          --session NAME       Durable session: where the relay keeps this command's place in the member's
+                               events (env PERMISSION_SESSION; default: one per program and command,
+                               MEMBER-HOSTNAME-PROGRAM). Choose one only to share a place between runs
+                               of different commands; two clients on one session take it from each other
           --state-dir DIR      Where the last processed event is kept (env PERMISSION_STATE_DIR)
           -h, --help           Show this help.
           --version            Print the version.
         """
 
-    /// The configuration from the options, falling back to the environment. (A command
-    /// that only sends requests takes its `ephemeral` form, leaving the durable session to
-    /// a `watch` beside it.)
-    public static func configuration(_ a: Arguments) throws -> RelayConfiguration {
+    /// The configuration from the options, falling back to the environment; `app` names the
+    /// default durable session (one per program and command, so that two of them never take
+    /// it from each other). A command that only sends requests takes its `ephemeral` form.
+    public static func configuration(_ a: Arguments, app: String) throws -> RelayConfiguration {
         var env = ProcessInfo.processInfo.environment
         if let v = a.value("--socket") { env["PERMISSION_RELAY_SOCKET"] = v }
         if let v = a.value("--member") { env["PERMISSION_MEMBER"] = v }
@@ -43,13 +46,15 @@ public enum ClientOptions {
             throw CLIError.usage("--session (or PERMISSION_SESSION) must match [A-Za-z0-9._-]{1,64}, not \"\(session)\"")
         }
         do {
-            var config = try RelayConfiguration.fromEnvironment(env)
+            var config = try RelayConfiguration.fromEnvironment(env, app: app)
             config.requestTimeout = .seconds(3)  // a person at a terminal wants a quick answer when the relay is down
             return config
+        } catch AskError.systemError(ClientError.missingCredentials) {
+            throw CLIError.usage("say who you are: --credentials FILE (or PERMISSION_CREDENTIALS), or --member and --token")
         } catch AskError.systemError(let e) {
             throw CLIError.failure("\(e)")
         } catch {
-            throw CLIError.usage("say who you are: --member and --token, or --credentials FILE")
+            throw CLIError.failure("\(error)")
         }
     }
 
@@ -89,11 +94,18 @@ public enum ClientOptions {
 }
 
 /// Parses `phone:+1 555 0100`, `email:kim@example.org`, `custom:kim42`, or a bare value
-/// (with `@`: e-mail; digits and + ( ) - . space only: phone; else custom).
-public func parseHandle(_ text: String) -> CommunicationHandle {
+/// (with `@`: e-mail; digits and + ( ) - . space only: phone; else custom). Another
+/// `word:` prefix is a usage error rather than part of a custom handle: `fax:12345` is
+/// more likely a mistake than an app's id.
+public func parseHandle(_ text: String) throws -> CommunicationHandle {
     let prefixes: [(String, CommunicationHandle.Kind)] = [("phone:", .phoneNumber), ("email:", .emailAddress), ("custom:", .custom)]
     for (p, kind) in prefixes where text.hasPrefix(p) {
         return CommunicationHandle(value: String(text.dropFirst(p.count)), kind: kind)
+    }
+    if let colon = text.firstIndex(of: ":"), !text[..<colon].isEmpty, text[..<colon].allSatisfy({ $0.isASCII && $0.isLetter }) {
+        throw CLIError.usage(
+            "unknown kind of handle \"\(text[...colon])\" in \"\(text)\": write phone:…, email:… or custom:… (custom:\(text) for an app's own id)"
+        )
     }
     if text.contains("@") { return CommunicationHandle(value: text, kind: .emailAddress) }
     if !text.isEmpty && text.allSatisfy({ $0.isNumber || "+()-. ".contains($0) }) {
@@ -149,8 +161,8 @@ public func terminalSafe(_ text: String) -> String {
 
 /// What a long-running command says when another client takes its session.
 public let replacedNotice =
-    "another client opened this session (same member and --session, by default MEMBER-HOSTNAME); this one connects"
-    + " again in a while. Give each client a --session of its own."
+    "another client opened this session (same member and --session); this one connects again in a while."
+    + " Give each client a --session of its own."
 
 /// What a command says when the relay refuses its credentials: the relay's reason, and
 /// what may be wrong.
@@ -160,11 +172,10 @@ public func refusal(_ error: ClientError?) -> String {
 }
 
 /// For a command that waits for events: says on stderr when the relay cannot be reached
-/// (once, with the reason `why` gives, until it is reached again, which it also says),
+/// (once, with the reason `why` gives, until it is reached again, which it also says) and
 /// when another client takes this one's session again within a minute (the library pauses
-/// before it connects again; a one-off `ask` beside a `watch` takes it once, which is no
-/// news), and ends the program with status 1 when the relay refuses the credentials (the
-/// library has stopped).
+/// before it connects again). A refusal of the credentials ends the center's streams; the
+/// command then says so with `refusal`.
 public func reportConnectionTrouble(
     _ states: AsyncStream<ConnectionState>, program: String, why: @escaping @Sendable () -> ClientError?
 ) -> Task<Void, Never> {
@@ -183,28 +194,65 @@ public func reportConnectionTrouble(
                 let now = ContinuousClock.now
                 if let last = lastReplaced, now - last < .seconds(60) { printErr("\(program): \(replacedNotice)") }
                 lastReplaced = now
-            case .refused:
-                printErr("\(program): \(refusal(why()))")
-                exit(1)
             default: break
             }
         }
     }
 }
 
-/// Runs `cleanup` and exits 0 on SIGTERM or SIGINT, so a long-running command (watch,
-/// auto) records what it processed before it goes. Keep the returned sources alive.
-public func stopOnSignals(_ cleanup: @escaping @Sendable () async -> Void) -> [any DispatchSourceSignal] {
-    [SIGTERM, SIGINT].map { sig in
-        signal(sig, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-        source.setEventHandler {
+/// Ends the program on SIGINT, SIGTERM or SIGHUP with status 128 + the signal (130, 143,
+/// 129), as shells report a program a signal stopped, once `cleanup` (given the signal) has
+/// run: a long-running command records what it processed, an interrupted wait says what
+/// stays pending. A second signal ends the program at once. The command's own work ends too
+/// as `cleanup` closes its center: it calls `holdIfStopping` before it reports anything, so
+/// that the signal's status and words are the ones the user sees.
+///
+/// The handler is in place when this returns (a signal handed to a Dispatch source in the
+/// meantime would be lost while the source registers), and it writes each signal's number
+/// to a pipe, which keeps it until it is read.
+public func stopOnSignals(_ cleanup: @escaping @Sendable (Int32) async -> Void) -> SignalStop {
+    let stop = SignalStop()
+    var fds: [Int32] = [-1, -1]
+    guard cs_pipe(&fds) == 0, cs_route_signals(fds[1]) == 0 else { return stop }  // the default actions stay
+    let readEnd = fds[0]
+    let (signals, feed) = AsyncStream<Int32>.makeStream()
+    let reader = Thread {
+        var byte: UInt8 = 0
+        while true {
+            var p = pollfd(fd: readEnd, events: Int16(POLLIN), revents: 0)
+            guard poll(&p, 1, -1) >= 0 || errno == EINTR else { return }
+            while read(readEnd, &byte, 1) == 1 { feed.yield(Int32(byte)) }
+        }
+    }
+    reader.name = "signals"
+    reader.start()
+    Task {
+        for await sig in signals {
+            guard stop.begin() else { exit(128 + sig) }
             Task {
-                await cleanup()
-                exit(0)
+                await cleanup(sig)
+                exit(128 + sig)
             }
         }
-        source.resume()
-        return source
+    }
+    return stop
+}
+
+/// Whether a signal is stopping the program (see `stopOnSignals`).
+public final class SignalStop: Sendable {
+    private let stopping = Mutex(false)
+
+    /// Marks the program as stopping; false if it already was.
+    fileprivate func begin() -> Bool {
+        stopping.withLock { s in
+            defer { s = true }
+            return !s
+        }
+    }
+
+    /// Returns only when no signal is stopping the program; otherwise waits for the
+    /// signal's handler to end it.
+    public func holdIfStopping() async {
+        while stopping.withLock({ $0 }) { try? await Task.sleep(for: .seconds(1)) }
     }
 }

@@ -69,6 +69,8 @@ public struct QuestionSummary: Sendable {
     public let expirationDate: Date?
     /// The handles of the people it asks about (none for an app update).
     public let handles: [CommunicationHandle]
+    /// The ways to communicate it asks for (empty: `communicate`, or an app update).
+    public let actions: Set<CommunicationTopic.Action>
     /// When answered: the choice, who chose it and when.
     public let choice: PermissionChoice?
     /// When answered: the guardian who answered.
@@ -97,8 +99,10 @@ public final class AskCenter: Sendable {
     private let hub = Mutex(Hub())
 
     private struct Hub {
-        var responseConsumers: [String: [UUID: @Sendable (JSONObject) -> Void]] = [:]
-        var outcomeConsumers: [UUID: @Sendable (QuestionOutcome) -> Void] = [:]
+        var responseConsumers: [String: [UUID: Consumer<JSONObject>]] = [:]
+        var outcomeConsumers: [UUID: Consumer<QuestionOutcome>] = [:]
+        /// No more events can come (closed, refused, or never configured): streams end.
+        var ended = false
         /// Responses waiting for a consumer of their topic; not yet processed.
         var held: [Int64: JSONObject] = [:]
         /// Recent responses, replayed to consumers that join later in this process.
@@ -111,19 +115,20 @@ public final class AskCenter: Sendable {
 
     /// A center for an explicit identity.
     public convenience init(configuration: RelayConfiguration) {
-        self.init(optional: configuration)
+        self.init(result: .success(configuration))
     }
 
-    private convenience init(environment: [String: String]) {
-        self.init(optional: try? RelayConfiguration.fromEnvironment(environment))
+    convenience init(environment: [String: String]) {
+        self.init(result: RelayConfiguration.result(environment))
     }
 
-    /// Without a configuration every operation fails with `notAvailable`.
-    private init(optional configuration: RelayConfiguration?) {
+    /// Without a configuration every operation fails at once with `AskError.systemError`
+    /// saying why, and every stream ends.
+    private init(result configuration: Result<RelayConfiguration, ClientError>) {
         let box = WeakBox<AskCenter>()
         session = MemberSession(
             configuration: configuration, setup: { box.value?.subscribeFrame.map { [$0] } ?? [] },
-            onEvent: { e in box.value?.handle(e) })
+            onEvent: { e in box.value?.handle(e) }, onEnd: { box.value?.end() })
         box.value = self
         session.start()  // only now can an event reach `handle`
     }
@@ -148,7 +153,10 @@ public final class AskCenter: Sendable {
     /// `ask`, with the relay's receipt and its error codes and messages (beyond Apple's API).
     @discardableResult
     public func submit<Topic: QuestionTopic>(_ question: PermissionQuestion<Topic>) async throws -> AskReceipt {
-        guard let wire = question.wire else { throw AskError.invalidQuestion }
+        guard let wire = question.wire else {
+            let why = "the relay takes questions about CommunicationTopic and SignificantAppUpdateTopic, not \(Topic.self)"
+            throw session.failed(AskError.invalidQuestion, .relay(code: "invalidQuestion", message: why))
+        }
         register([Topic.id])  // the response must reach this session, in this run or a later one
         let r = try await call(["type": "ask", "question": wire])
         return AskReceipt(
@@ -177,17 +185,18 @@ public final class AskCenter: Sendable {
         let deliver: @Sendable (JSONObject) -> Void = { e in
             if let r = PermissionResponse<Topic>(event: e) { continuation.yield(r) }
         }
-        let (earlier, held) = hub.withLock { h -> ([JSONObject], [(Int64, JSONObject)]) in
-            h.responseConsumers[Topic.id, default: [:]][key] = deliver
+        let (earlier, held, ended) = hub.withLock { h -> ([JSONObject], [(Int64, JSONObject)], Bool) in
+            if !h.ended { h.responseConsumers[Topic.id, default: [:]][key] = Consumer(deliver, continuation.finish) }
             let mine = h.held.filter { Self.topicKind(of: $0.value) == Topic.id }.sorted { $0.key < $1.key }
             for (seq, e) in mine {
                 h.held[seq] = nil
                 h.history.append(e)
             }
-            return (h.history.filter { Self.topicKind(of: $0) == Topic.id }, mine)
+            return (h.history.filter { Self.topicKind(of: $0) == Topic.id }, mine, h.ended)
         }
         for (seq, _) in held { session.done(seq) }  // before the app can see them (see `handle`)
         for e in earlier { deliver(e) }
+        if ended { continuation.finish() }
         continuation.onTermination = { [weak self] _ in
             self?.hub.withLock { _ = $0.responseConsumers[Topic.id]?.removeValue(forKey: key) }
         }
@@ -202,7 +211,11 @@ public final class AskCenter: Sendable {
         let key = UUID()
         hub.withLock { h in  // the earlier ones go first: no new one is handed on meanwhile
             for o in h.outcomeHistory { continuation.yield(o) }
-            h.outcomeConsumers[key] = { continuation.yield($0) }
+            if h.ended {
+                continuation.finish()
+            } else {
+                h.outcomeConsumers[key] = Consumer({ continuation.yield($0) }, continuation.finish)
+            }
         }
         continuation.onTermination = { [weak self] _ in self?.hub.withLock { _ = $0.outcomeConsumers.removeValue(forKey: key) } }
         register([CommunicationTopic.id, SignificantAppUpdateTopic.id])
@@ -216,6 +229,11 @@ public final class AskCenter: Sendable {
     /// (`connectionState` `unavailable` or `refused`).
     public var connectionError: ClientError? { session.lastError }
 
+    /// Why the last request failed, in full: the relay's error code and message (an
+    /// `invalidQuestion`'s reason, say, which `AskError` cannot carry), or why the relay could
+    /// not be reached or the center has no configuration.
+    public var lastError: ClientError? { session.lastRequestError }
+
     /// The connection state now and on every change.
     public func connectionStates() -> AsyncStream<ConnectionState> { session.states() }
 
@@ -226,6 +244,12 @@ public final class AskCenter: Sendable {
         var req: JSONObject = ["type": "questions"]
         if let status { req["status"] = .string(status) }
         return try await session.list(req).compactMap(QuestionSummary.init(wire:))
+    }
+
+    /// One of this child's questions by its id, or nil if the relay holds none with it.
+    public func question(id: UUID) async throws -> QuestionSummary? {
+        let named = { (q: JSON) in q["id"]?.string.flatMap(UUID.init(uuidString:)) == id }
+        return try await session.list(["type": "questions"], until: named).first(where: named).flatMap(QuestionSummary.init(wire:))
     }
 
     /// Where `handle` stands: known, waiting for an answer, denied, expired, or never asked.
@@ -268,6 +292,16 @@ public final class AskCenter: Sendable {
 
     // MARK: - Internals
 
+    /// Ends every stream: nothing more can come.
+    private func end() {
+        let open = hub.withLock { h -> [@Sendable () -> Void] in
+            h.ended = true
+            defer { (h.responseConsumers, h.outcomeConsumers) = ([:], [:]) }
+            return h.responseConsumers.values.flatMap(\.values).map(\.finish) + h.outcomeConsumers.values.map(\.finish)
+        }
+        for finish in open { finish() }
+    }
+
     func call(_ req: JSONObject) async throws -> JSONObject { try await session.call(req) }
 
     /// Subscribes this session to more topics; a subscription never shrinks (see EventProgress).
@@ -299,7 +333,7 @@ public final class AskCenter: Sendable {
         var consumers: [@Sendable (JSONObject) -> Void] = []
         if type == "response" {
             consumers = hub.withLock { h in
-                let list = Array(h.responseConsumers[Self.topicKind(of: e) ?? ""]?.values ?? [:].values)
+                let list = (h.responseConsumers[Self.topicKind(of: e) ?? ""]?.values).map { $0.map(\.yield) } ?? []
                 if list.isEmpty {
                     h.held[seq] = e
                 } else {
@@ -319,7 +353,7 @@ public final class AskCenter: Sendable {
                 let consumers = hub.withLock { h in
                     h.outcomeHistory.append(o)
                     if h.outcomeHistory.count > 256 { h.outcomeHistory.removeFirst() }
-                    return Array(h.outcomeConsumers.values)
+                    return h.outcomeConsumers.values.map(\.yield)
                 }
                 for c in consumers { c(o) }
             }
@@ -328,6 +362,17 @@ public final class AskCenter: Sendable {
         default:
             break
         }
+    }
+}
+
+/// An open stream of the app's: what hands it an element, and what ends it.
+struct Consumer<Element>: Sendable {
+    let yield: @Sendable (Element) -> Void
+    let finish: @Sendable () -> Void
+
+    init(_ yield: @escaping @Sendable (Element) -> Void, _ finish: @escaping @Sendable () -> Void) {
+        self.yield = yield
+        self.finish = finish
     }
 }
 
@@ -381,6 +426,7 @@ extension QuestionSummary {
         createdAt = q["createdAt"]?.string.flatMap(Date.init(rfc3339:)) ?? Date(timeIntervalSince1970: 0)
         expirationDate = q["expirationDate"]?.string.flatMap(Date.init(rfc3339:))
         handles = (q["topic"]?["personInformation"]?.array ?? []).compactMap { $0["handle"].flatMap(CommunicationHandle.init(wire:)) }
+        actions = Set((q["topic"]?["actions"]?.array ?? []).compactMap { $0.string.flatMap(CommunicationTopic.Action.init(rawValue:)) })
         choice = q["outcome"]?["choice"].flatMap(PermissionChoice.init(wire:))
         guardian = q["outcome"]?["guardian"]?.string
         answeredAt = q["outcome"]?["answeredAt"]?.string.flatMap(Date.init(rfc3339:))

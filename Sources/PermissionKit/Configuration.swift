@@ -68,32 +68,54 @@ public struct RelayConfiguration: Sendable {
     ///
     /// `PERMISSION_MEMBER` and `PERMISSION_TOKEN` name the member, or `PERMISSION_CREDENTIALS`
     /// names a JSON file `{"member": …, "token": …}` (what `permission-relay member add --json`
-    /// prints). `PERMISSION_SESSION` defaults to `<member>-<hostname>`; `PERMISSION_STATE_DIR`
-    /// to `$XDG_STATE_HOME/permission-kit` or `~/.local/state/permission-kit`.
-    public static func fromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) throws(AskError)
-        -> RelayConfiguration
-    {
+    /// prints). `PERMISSION_SESSION` defaults to `<member>-<hostname>-<app>`, a session of this
+    /// app's own (`app`: the executable's name unless given); `PERMISSION_STATE_DIR` to
+    /// `$XDG_STATE_HOME/permission-kit` or `~/.local/state/permission-kit`. Without credentials
+    /// it throws `AskError.systemError` with `ClientError.missingCredentials`, which says
+    /// where they are read from.
+    public static func fromEnvironment(
+        _ env: [String: String] = ProcessInfo.processInfo.environment, app: String = ProcessInfo.processInfo.processName
+    ) throws(AskError) -> RelayConfiguration {
+        do {
+            return try result(env, app: app).get()
+        } catch {
+            throw AskError.systemError(underlyingError: error)
+        }
+    }
+
+    /// `fromEnvironment`, with the reason it failed.
+    static func result(_ env: [String: String], app: String = ProcessInfo.processInfo.processName) -> Result<
+        RelayConfiguration, ClientError
+    > {
         var member = env["PERMISSION_MEMBER"] ?? ""
         var token = env["PERMISSION_TOKEN"] ?? ""
         if let file = env["PERMISSION_CREDENTIALS"], !file.isEmpty {
-            let creds = try readCredentials(file)
-            member = member.isEmpty ? creds.member : member
-            token = token.isEmpty ? creds.token : token
+            do {
+                let creds = try readCredentials(file)
+                member = member.isEmpty ? creds.member : member
+                token = token.isEmpty ? creds.token : token
+            } catch {
+                return .failure(error)
+            }
         }
-        guard !member.isEmpty, !token.isEmpty else {
-            throw AskError.notAvailable
+        switch (member.isEmpty, token.isEmpty) {
+        case (true, true): return .failure(.missingCredentials("neither PERMISSION_CREDENTIALS nor PERMISSION_MEMBER is set"))
+        case (true, false): return .failure(.missingCredentials("PERMISSION_TOKEN is set, PERMISSION_MEMBER is not"))
+        case (false, true): return .failure(.missingCredentials("PERMISSION_MEMBER is set, PERMISSION_TOKEN is not"))
+        case (false, false): break
         }
-        let session = env["PERMISSION_SESSION"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultSession(member: member)
+        let session = env["PERMISSION_SESSION"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultSession(member: member, app: app)
         let stateDir = env["PERMISSION_STATE_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultStateDirectory(env)
-        return RelayConfiguration(
-            socketPath: RelayDefaults.socketPath(environment: env),
-            member: member, token: token, session: session,
-            stateFile: stateDir + "/\(member).\(session).state")
+        return .success(
+            RelayConfiguration(
+                socketPath: RelayDefaults.socketPath(environment: env),
+                member: member, token: token, session: session,
+                stateFile: stateDir + "/\(member).\(session).state"))
     }
 
     /// Reads `{"member": …, "token": …}` from a file.
-    public static func readCredentials(_ path: String) throws(AskError) -> (member: String, token: String) {
-        func failure(_ why: String) -> AskError { AskError.systemError(underlyingError: ClientError.credentials(path, why: why)) }
+    static func readCredentials(_ path: String) throws(ClientError) -> (member: String, token: String) {
+        func failure(_ why: String) -> ClientError { ClientError.credentials(path, why: why) }
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { throw failure("no such file") }
         guard !isDirectory.boolValue else { throw failure("it is a directory") }
@@ -108,11 +130,15 @@ public struct RelayConfiguration: Sendable {
         return (member, token)
     }
 
-    /// `<member>-<host>`, in what the relay takes for a session name ([A-Za-z0-9._-]{1,64}):
-    /// a host name's other characters (an umlaut, say) would have it refuse the hello.
-    static func defaultSession(member: String, host: String = hostName()) -> String {
-        let kept = host.filter { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == ".") }
-        return String("\(member)-\(kept.isEmpty ? "app" : kept)".prefix(64))
+    /// `<member>-<host>-<app>`, in what the relay takes for a session name
+    /// ([A-Za-z0-9._-]{1,64}): other characters (a host name's umlaut, say) would have it
+    /// refuse the hello. A long name loses the end of its host part, never the app's.
+    static func defaultSession(member: String, app: String, host: String = hostName()) -> String {
+        func kept(_ s: String) -> String { s.filter { $0.isASCII && ($0.isLetter || $0.isNumber || "-._".contains($0)) } }
+        let tail = "-" + String((kept(app).isEmpty ? "app" : kept(app)).prefix(40))
+        let host = kept(host)
+        let head = host.isEmpty ? member : "\(member)-\(host)"
+        return String(head.prefix(64 - tail.count)) + tail
     }
 
     static func hostName() -> String {
@@ -137,6 +163,8 @@ public enum ClientError: Error, Sendable, CustomStringConvertible {
     case relay(code: String, message: String)
     /// The credentials file at the path cannot be read, or is not `{"member":…,"token":…}`.
     case credentials(String, why: String)
+    /// No credentials were given (the string says which part is missing).
+    case missingCredentials(String)
     /// The client was closed.
     case closed
 
@@ -146,6 +174,9 @@ public enum ClientError: Error, Sendable, CustomStringConvertible {
         case .unauthorized(let why): return "the relay refused the credentials: \(why)"
         case .relay(let code, let message): return "\(code): \(message)"
         case .credentials(let path, let why): return "cannot read credentials from \(path): \(why)"
+        case .missingCredentials(let why):
+            return "no credentials (\(why)): set PERMISSION_CREDENTIALS to the file `permission-relay member add … --json` wrote,"
+                + " or PERMISSION_MEMBER and PERMISSION_TOKEN"
         case .closed: return "the client was closed"
         }
     }

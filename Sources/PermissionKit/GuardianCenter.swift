@@ -77,27 +77,34 @@ public struct ClosedQuestion: Sendable, Equatable {
 /// Receives a family's questions and answers them.
 public final class GuardianCenter: Sendable {
     /// The center configured from the environment (see `RelayConfiguration.fromEnvironment`).
-    public static let shared = GuardianCenter(configuration: try? RelayConfiguration.fromEnvironment())
+    public static let shared = GuardianCenter(result: RelayConfiguration.result(ProcessInfo.processInfo.environment))
 
     private let session: MemberSession
     private let hub = Mutex(Hub())
 
     private struct Hub {
-        var questionConsumers: [UUID: @Sendable (GuardianQuestion) -> Void] = [:]
-        var closedConsumers: [UUID: @Sendable (ClosedQuestion) -> Void] = [:]
+        var questionConsumers: [UUID: Consumer<GuardianQuestion>] = [:]
+        var closedConsumers: [UUID: Consumer<ClosedQuestion>] = [:]
+        /// No more events can come (closed, refused, or never configured): streams end.
+        var ended = false
         /// Events up to here were already in the stream when the center first connected:
         /// their questions are stale or come with `pending()`, so the streams skip them.
         /// What a reconnection replays came while the center was away, and is news.
         var replayedUpTo: Int64?
     }
 
-    /// A center for an explicit identity; without one every operation fails with `notAvailable`.
-    public init(configuration: RelayConfiguration?) {
+    /// A center for an explicit identity; without one every operation fails at once with
+    /// `AskError.systemError` and every stream ends.
+    public convenience init(configuration: RelayConfiguration?) {
+        self.init(result: configuration.map { .success($0) } ?? .failure(.missingCredentials("no configuration was given")))
+    }
+
+    private init(result configuration: Result<RelayConfiguration, ClientError>) {
         let box = WeakBox<GuardianCenter>()
         session = MemberSession(
             configuration: configuration,
             onWelcome: { w in box.value?.hub.withLock { $0.replayedUpTo = $0.replayedUpTo ?? w["head"]?.int ?? 0 } },
-            onEvent: { e in box.value?.handle(e) })
+            onEvent: { e in box.value?.handle(e) }, onEnd: { box.value?.end() })
         box.value = self
         session.start()  // only now can an event reach `handle`
     }
@@ -109,6 +116,7 @@ public final class GuardianCenter: Sendable {
 
     /// Incoming questions: first those pending now, then each new one (also re-asks).
     /// Like `closedQuestions`, it carries what happens from now on; `history` tells the past.
+    /// It ends when the center can receive no more (closed, refused, or not configured).
     public func questions() -> AsyncStream<GuardianQuestion> {
         let (stream, continuation) = AsyncStream<GuardianQuestion>.makeStream()
         let key = UUID()
@@ -116,7 +124,14 @@ public final class GuardianCenter: Sendable {
         let deliver: @Sendable (GuardianQuestion) -> Void = { q in
             if seen.withLock({ $0.insert("\(q.id)#\(q.attempt)").inserted }) { continuation.yield(q) }
         }
-        hub.withLock { $0.questionConsumers[key] = deliver }
+        let ended = hub.withLock { h in
+            if !h.ended { h.questionConsumers[key] = Consumer(deliver, continuation.finish) }
+            return h.ended
+        }
+        if ended {
+            continuation.finish()
+            return stream
+        }
         continuation.onTermination = { [weak self] _ in self?.hub.withLock { _ = $0.questionConsumers.removeValue(forKey: key) } }
         Task { [weak self] in
             for q in (try? await self?.pending()) ?? [] { deliver(q) }
@@ -128,7 +143,11 @@ public final class GuardianCenter: Sendable {
     public func closedQuestions() -> AsyncStream<ClosedQuestion> {
         let (stream, continuation) = AsyncStream<ClosedQuestion>.makeStream()
         let key = UUID()
-        hub.withLock { $0.closedConsumers[key] = { continuation.yield($0) } }
+        let ended = hub.withLock { h in
+            if !h.ended { h.closedConsumers[key] = Consumer({ continuation.yield($0) }, continuation.finish) }
+            return h.ended
+        }
+        if ended { continuation.finish() }
         continuation.onTermination = { [weak self] _ in self?.hub.withLock { _ = $0.closedConsumers.removeValue(forKey: key) } }
         return stream
     }
@@ -186,8 +205,22 @@ public final class GuardianCenter: Sendable {
     /// (`connectionState` `unavailable` or `refused`).
     public var connectionError: ClientError? { session.lastError }
 
+    /// Why the last request failed, in full: the relay's error code and message, or why the
+    /// relay could not be reached or the center has no configuration.
+    public var lastError: ClientError? { session.lastRequestError }
+
     /// The connection state now and on every change.
     public func connectionStates() -> AsyncStream<ConnectionState> { session.states() }
+
+    /// Ends every stream: nothing more can come.
+    private func end() {
+        let open = hub.withLock { h -> [@Sendable () -> Void] in
+            h.ended = true
+            defer { (h.questionConsumers, h.closedConsumers) = ([:], [:]) }
+            return h.questionConsumers.values.map(\.finish) + h.closedConsumers.values.map(\.finish)
+        }
+        for finish in open { finish() }
+    }
 
     func call(_ req: JSONObject) async throws -> JSONObject { try await session.call(req) }
 
@@ -200,13 +233,13 @@ public final class GuardianCenter: Sendable {
         switch replayed ? nil : e["type"]?.string {
         case "question":
             if let q = e["question"].flatMap(GuardianQuestion.init(wire:)) {
-                for c in hub.withLock({ Array($0.questionConsumers.values) }) { c(q) }
+                for c in hub.withLock({ $0.questionConsumers.values.map(\.yield) }) { c(q) }
             }
         case "questionClosed":
             if let id = e["questionId"]?.string.flatMap(UUID.init(uuidString:)) {
                 let closed = ClosedQuestion(
                     questionID: id, child: e["child"]?.string ?? "", reason: e["reason"]?.string ?? "", by: e["by"]?.string)
-                for c in hub.withLock({ Array($0.closedConsumers.values) }) { c(closed) }
+                for c in hub.withLock({ $0.closedConsumers.values.map(\.yield) }) { c(closed) }
             }
         default: break
         }

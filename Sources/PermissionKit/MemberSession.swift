@@ -1,23 +1,34 @@
 // What AskCenter and GuardianCenter both stand on: the connection (absent without a
 // configuration), the record of processed events, and the request plumbing that turns
-// relay errors into `RelayError` and an unreachable relay into `AskError.notAvailable`.
+// relay errors into `RelayError` and an unreachable relay into `AskError.notAvailable`,
+// keeping the full reason of the last failure.
 
 import RelayProtocol
+import Synchronization
 
 final class MemberSession: Sendable {
     private let connection: RelayConnection?
+    /// Why there is no connection: the configuration could not be made.
+    private let unconfigured: ClientError?
+    private let lastFailure = Mutex<ClientError?>(nil)
+    private let onEnd: @Sendable () -> Void
     let progress: EventProgress
 
     /// `setup` gives the frames to send after every hello; `onWelcome` and `onEvent` run on
-    /// the connection's thread, the latter for every event in stream order. Nothing is
-    /// sent or received before `start`.
+    /// the connection's thread, the latter for every event in stream order; `onEnd` runs once
+    /// no more events can come (closed, refused, or never configured). Nothing is sent or
+    /// received before `start`.
     init(
-        configuration: RelayConfiguration?, setup: @escaping @Sendable () -> [JSONObject] = { [] },
-        onWelcome: @escaping @Sendable (JSONObject) -> Void = { _ in }, onEvent: @escaping @Sendable (JSONObject) -> Void
+        configuration: Result<RelayConfiguration, ClientError>, setup: @escaping @Sendable () -> [JSONObject] = { [] },
+        onWelcome: @escaping @Sendable (JSONObject) -> Void = { _ in }, onEvent: @escaping @Sendable (JSONObject) -> Void,
+        onEnd: @escaping @Sendable () -> Void
     ) {
-        let progress = EventProgress(path: configuration?.stateFile)
+        let config = try? configuration.get()
+        let progress = EventProgress(path: config?.stateFile)
         self.progress = progress
-        connection = configuration.map {
+        self.onEnd = onEnd
+        if case .failure(let why) = configuration { unconfigured = why } else { unconfigured = nil }
+        connection = config.map {
             RelayConnection(
                 config: $0, resumePoint: { progress.mark },
                 onWelcome: { [durable = $0.session != nil] w in
@@ -25,28 +36,43 @@ final class MemberSession: Sendable {
                     if durable { progress.welcome(head: head, cursor: w["cursor"]?.int ?? 0) } else { progress.restart(at: head) }
                     onWelcome(w)
                 },
-                setup: setup, onEvent: onEvent)
+                setup: setup, onEvent: onEvent, onEnd: onEnd)
         }
     }
 
     deinit { connection?.close() }
 
     /// Starts the connection; call once the callbacks given to `init` are ready.
-    func start() { connection?.start() }
+    func start() {
+        if let connection { connection.start() } else { onEnd() }
+    }
 
-    /// Sends a request and returns its `ok` reply.
+    /// Sends a request and returns its `ok` reply. Without a configuration it fails at once
+    /// with `AskError.systemError`, which says why.
     func call(_ req: JSONObject) async throws -> JSONObject {
-        guard let connection else { throw AskError.notAvailable }
+        guard let connection else { throw failed(AskError.systemError(underlyingError: unconfigured ?? .closed), unconfigured) }
         let r: JSONObject
         do {
             r = try await connection.request(req)
         } catch let e as ClientError {
-            if case .unauthorized = e { throw AskError.systemError(underlyingError: e) }
-            throw AskError.notAvailable
+            if case .unauthorized = e { throw failed(AskError.systemError(underlyingError: e), e) }
+            throw failed(AskError.notAvailable, e)
         }
-        guard r["type"]?.string == "ok" else { throw RelayError(reply: r) }
+        guard r["type"]?.string == "ok" else {
+            let e = RelayError(reply: r)
+            throw failed(e, .relay(code: e.code, message: e.message))
+        }
         return r
     }
+
+    /// Records `why` as the last failure; returns `error` to throw.
+    func failed(_ error: any Error, _ why: ClientError?) -> any Error {
+        lastFailure.withLock { $0 = why }
+        return error
+    }
+
+    /// Why the last request failed, in full (`AskError`'s cases carry no reason).
+    var lastRequestError: ClientError? { lastFailure.withLock { $0 } }
 
     /// The questions a list request (`pending`, `history`, `questions`) names, at most
     /// `limit`, or up to the page that holds one `enough` takes: a reply holds what fits in
@@ -79,7 +105,7 @@ final class MemberSession: Sendable {
 
     var state: ConnectionState { connection?.state ?? .unavailable }
 
-    var lastError: ClientError? { connection?.lastError }
+    var lastError: ClientError? { connection?.lastError ?? unconfigured }
 
     func states() -> AsyncStream<ConnectionState> {
         connection?.states()

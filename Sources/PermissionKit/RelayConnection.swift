@@ -43,6 +43,8 @@ final class RelayConnection: Sendable {
     private let resumePoint: @Sendable () -> Int64?
     /// Called with every welcome (its `cursor` tells where the stream resumes).
     private let onWelcome: @Sendable (JSONObject) -> Void
+    /// Called once the thread has ended, closed or refused for good.
+    private let onEnd: @Sendable () -> Void
 
     private struct Pending {
         let id: String
@@ -77,9 +79,11 @@ final class RelayConnection: Sendable {
     init(
         config: RelayConfiguration, resumePoint: @escaping @Sendable () -> Int64?,
         onWelcome: @escaping @Sendable (JSONObject) -> Void = { _ in },
-        setup: @escaping @Sendable () -> [JSONObject], onEvent: @escaping @Sendable (JSONObject) -> Void
+        setup: @escaping @Sendable () -> [JSONObject], onEvent: @escaping @Sendable (JSONObject) -> Void,
+        onEnd: @escaping @Sendable () -> Void = {}
     ) {
         self.config = config
+        self.onEnd = onEnd
         self.resumePoint = resumePoint
         self.onWelcome = onWelcome
         self.setup = setup
@@ -232,7 +236,6 @@ final class RelayConnection: Sendable {
             waitToReconnect(until: .now + delay * Double.random(in: 0.75...1.25))
             delay = min(delay * 2, config.maxReconnectDelay)
         }
-        if shared.withLock({ $0.refused }) { setState(.refused) }
         let (pending, watchers, error) = shared.withLock { s in
             defer {
                 s.pending.removeAll()
@@ -243,6 +246,7 @@ final class RelayConnection: Sendable {
         }
         for p in pending { p.continuation.resume(throwing: error) }
         for w in watchers { w.finish() }
+        onEnd()
     }
 
     // The wake pipe lives as long as the object: `wake` may still be called after the
@@ -305,12 +309,13 @@ final class RelayConnection: Sendable {
                 if f["type"]?.string == "error" {
                     let code = f["code"]?.string ?? "error"
                     let message = f["message"]?.string ?? ""
-                    let error: ClientError =
-                        code == "unauthorized" ? .unauthorized(message) : .relay(code: code, message: message)
-                    setState(.unavailable, error: error)
                     if code == "unauthorized" {
+                        let error = ClientError.unauthorized(message)
                         shared.withLock { s in (s.refused, s.closed) = (true, true) }
+                        setState(.refused, error: error)
                         failAll(error)
+                    } else {
+                        setState(.unavailable, error: .relay(code: code, message: message))
                     }
                     Glibc.close(fd)
                     return nil

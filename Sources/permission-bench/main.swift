@@ -459,7 +459,7 @@ func report(
 
 let signalSources = Servers.stopOnSignals()
 Servers.exit(
-    runMain(program: "permission-bench", usage: { usage }) {
+    runMain(program: "permission-bench") {
         let args = Array(CommandLine.arguments.dropFirst())
         if args.contains("-h") || args.contains("--help") {
             printOut(usage)

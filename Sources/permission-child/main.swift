@@ -6,14 +6,16 @@ import ClientCommands
 import Foundation
 import PermissionKit
 import RelayProtocol
+import Synchronization
 
-/// Exit codes of `ask --wait` (and of every command on failure).
+/// Exit codes of `ask` (and of every command on failure).
 enum Exit {
     static let approved: Int32 = 0
     static let failure: Int32 = 1
     static let denied: Int32 = 2
     static let closed: Int32 = 3
-    static let usage: Int32 = 64
+    static let limitsOff: Int32 = 4
+    static let stillPending: Int32 = 5
 }
 
 let usage = """
@@ -30,11 +32,14 @@ let usage = """
           --default ID             The choice assumed when nobody answers (default: the first denial)
           --expires 10m|2h|1d|RFC3339   When the question expires
           --id UUID                The question's id (default: a new one; reuse it to resend or re-ask)
-          --wait                   Wait for the outcome; the exit code tells it
-          --timeout SECONDS        With --wait: give up after this long (exit 1)
+          --new                    Ask even if a question for the same people and actions is pending
+                                   (without it, ask reports that question, and --wait waits for it)
+          --wait                   Wait for the outcome; the exit status tells it
+          --timeout SECONDS        With --wait: stop waiting after this long (exit 5; the question stays pending)
       ask-update --description TEXT [--wait] [--expires …]   Ask to keep using the app after a significant update
       cancel ID                  Withdraw a pending question
-      watch [--json]             Print responses and outcomes as they come
+      watch [--json]             Print responses and outcomes as they come (from its first run on: it
+                                 keeps its place between runs)
       known HANDLE...            Print which handles are known (approved)
       limits                     Print whether communication limits are on
       questions [--status S] [--json]   List this child's questions, newest first
@@ -44,7 +49,14 @@ let usage = """
       --json               Machine-readable output (one JSON object per line)
 
     EXIT STATUS:
-      0 approved (or success), 2 denied, 3 expired or cancelled, 1 error, 64 usage error
+      0    approved (or success)
+      2    denied
+      3    expired or cancelled
+      4    communication limits are off: the app may allow the contact without asking
+      5    --timeout passed; the question stays pending
+      1    error (one line on stderr says what)
+      64   usage error
+      130  stopped by Ctrl-C (SIGINT), 143 by SIGTERM; a question waited for stays pending
 
     EXAMPLES:
       export PERMISSION_CREDENTIALS=~/alex.json      # from `permission-relay member add … --json`
@@ -95,11 +107,39 @@ func question<T: QuestionTopic>(_ topic: T, _ a: Arguments) throws -> Permission
     return PermissionQuestion(id: id, topic: topic, choices: all, defaultChoice: def, expirationDate: expiry)
 }
 
-/// Sends the question; with --wait, waits for its response or outcome.
-func send<T: QuestionTopic>(_ q: PermissionQuestion<T>, center: AskCenter, _ a: Arguments) async throws -> Int32 {
+/// The question a waiting `ask` waits for: what an interruption reports as still pending.
+final class Waiting: Sendable {
+    private let id = Mutex<UUID?>(nil)
+    func set(_ q: UUID) { id.withLock { $0 = q } }
+    var question: UUID? { id.withLock { $0 } }
+}
+
+/// How a wait ended: the exit status, and the line that says it.
+struct Ending: Sendable {
+    let status: Int32
+    let text: String
+    let json: JSONObject
+}
+
+/// Sends the question (unless `existing`, a pending question it stands for, is given);
+/// with --wait, waits for its response or outcome.
+func send<T: QuestionTopic>(
+    _ q: PermissionQuestion<T>, existing: QuestionSummary?, center: AskCenter, waiting: Waiting, _ a: Arguments
+) async throws -> Int32 {
     let json = a.has("--json")
     guard a.has("--wait") else {
-        let r = try await center.submit(q)
+        if let existing {
+            printOut(
+                json
+                    ? line([
+                        "questionId": .string(existing.id.uuidString), "status": "pending", "attempt": .int(Int64(existing.attempt)),
+                        "existing": true,
+                    ])
+                    : "already pending: \(existing.id), asked \(ago(existing.createdAt)) for the same people (--new asks again)")
+            return Exit.approved
+        }
+        let r = try await submitting(q, center: center, json: json)
+        guard let r else { return Exit.limitsOff }
         printOut(
             json
                 ? line([
@@ -108,46 +148,121 @@ func send<T: QuestionTopic>(_ q: PermissionQuestion<T>, center: AskCenter, _ a: 
                 ]) : "asked \(r.questionID) (\(r.status), attempt \(r.attempt)\(r.allKnown ? ", every handle already known" : ""))")
         return 0
     }
+    // The wait is on an ephemeral session (a `watch` keeps the durable one): what a
+    // reconnection could have missed, the question's status after it tells.
+    let id = existing?.id ?? q.id
     let responses = center.responses(for: T.self)
     let outcomes = center.outcomes()
+    let states = center.connectionStates()
     let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-child") { center.connectionError }
     defer { notices.cancel() }
-    let r = try await center.submit(q)
-    if !json { printErr("asked \(r.questionID) (\(r.status)); waiting for a guardian…") }
+    if let existing {
+        waiting.set(id)
+        printErr(
+            "question \(id), asked \(ago(existing.createdAt)) for the same people, is still pending; waiting for it (--new asks again)")
+    } else {
+        guard let r = try await submitting(q, center: center, json: json) else { return Exit.limitsOff }
+        waiting.set(id)
+        if !json { printErr("asked \(r.questionID) (\(r.status)); waiting for a guardian…") }
+    }
     let timeout = try a.double("--timeout", default: 0)
-    return try await withThrowingTaskGroup(of: Int32.self) { group in
+    let ending = try await withThrowingTaskGroup(of: Ending?.self) { group in
         group.addTask {
-            for await resp in responses where resp.question.id == q.id {
-                let approved = resp.choice.answer == .approval
-                printOut(
-                    json
-                        ? line([
-                            "questionId": .string(q.id.uuidString), "outcome": .string(approved ? "approved" : "denied"),
-                            "choice": .string(resp.choice.id), "guardian": .string(resp.guardian),
-                        ]) : "\(approved ? "approved" : "denied"): \(resp.choice.title) (by \(resp.guardian))")
-                return approved ? Exit.approved : Exit.denied
+            for await resp in responses where resp.question.id == id {
+                return answered(id, resp.choice, by: resp.guardian)
             }
-            return Exit.failure
+            return nil
         }
         group.addTask {
-            for await o in outcomes where o.questionID == q.id {
-                printOut(
-                    json
-                        ? line(["questionId": .string(q.id.uuidString), "outcome": .string(o.reason.rawValue)])
-                        : terminalSafe("\(o.reason.rawValue)\(o.defaultChoice.map { "; default choice: \($0.title)" } ?? "")"))
-                return Exit.closed
+            for await o in outcomes where o.questionID == id {
+                return closed(id, o.reason.rawValue, defaultChoice: o.defaultChoice)
             }
-            return Exit.failure
+            return nil
+        }
+        group.addTask {
+            for await state in states where state == .ready {
+                guard let summary = try? await center.question(id: id) else { continue }
+                if summary.status == "answered", let choice = summary.choice {
+                    return answered(id, choice, by: summary.guardian ?? "")
+                }
+                if summary.status != "pending" { return closed(id, summary.status, defaultChoice: nil) }
+            }
+            // The streams end only when the center can receive nothing more.
+            throw CLIError.failure(center.connectionState == .refused ? refusal(center.connectionError) : "the connection was closed")
         }
         if timeout > 0 {
             group.addTask {
                 try await Task.sleep(for: .seconds(timeout))
-                throw CLIError.failure("no answer within \(timeout) seconds; the question stays pending")
+                return Ending(
+                    status: Exit.stillPending,
+                    text:
+                        "no answer within \(timeout.formatted()) s; question \(id) stays pending (run the same command again to wait for it)",
+                    json: ["questionId": .string(id.uuidString), "outcome": "pending"])
             }
         }
-        let first = try await group.next() ?? Exit.failure
-        group.cancelAll()
-        return first
+        for try await ending in group {
+            if let ending {
+                group.cancelAll()
+                return ending
+            }
+        }
+        throw CLIError.failure("the connection was closed")
+    }
+    if json {
+        printOut(line(ending.json))
+    } else if ending.status == Exit.stillPending {
+        printErr("permission-child: \(ending.text)")
+    } else {
+        printOut(terminalSafe(ending.text))
+    }
+    return ending.status
+}
+
+/// Submits `q`; nil when the child's communication limits are off (which it says).
+func submitting<T: QuestionTopic>(_ q: PermissionQuestion<T>, center: AskCenter, json: Bool) async throws -> AskReceipt? {
+    do {
+        return try await center.submit(q)
+    } catch let e as RelayError where e.code == "communicationLimitsNotEnabled" {
+        printOut(
+            json
+                ? line(["questionId": .string(q.id.uuidString), "outcome": "limitsOff"])
+                : "communication limits are off for this child: the app may allow the contact without asking")
+        return nil
+    }
+}
+
+func answered(_ id: UUID, _ choice: PermissionChoice, by guardian: String) -> Ending {
+    let approved = choice.answer == .approval
+    return Ending(
+        status: approved ? Exit.approved : Exit.denied, text: "\(approved ? "approved" : "denied"): \(choice.title) (by \(guardian))",
+        json: [
+            "questionId": .string(id.uuidString), "outcome": .string(approved ? "approved" : "denied"), "choice": .string(choice.id),
+            "guardian": .string(guardian),
+        ])
+}
+
+func closed(_ id: UUID, _ reason: String, defaultChoice: PermissionChoice?) -> Ending {
+    Ending(
+        status: Exit.closed, text: "\(reason)\(defaultChoice.map { "; default choice: \($0.title)" } ?? "")",
+        json: ["questionId": .string(id.uuidString), "outcome": .string(reason)])
+}
+
+/// `3 minutes ago`, for a question's age.
+func ago(_ date: Date) -> String {
+    let s = max(0, Int(Date().timeIntervalSince(date)))
+    if s < 60 { return "\(s) s ago" }
+    if s < 3600 { return "\(s / 60) min ago" }
+    return "\(s / 3600) h \(s % 3600 / 60) min ago"
+}
+
+/// The child's pending question for the same people and ways to communicate, if any: the
+/// one an interrupted `ask` left, which asking again would only repeat.
+func pendingQuestion(like topic: CommunicationTopic, center: AskCenter) async throws -> QuestionSummary? {
+    func ways(_ actions: Set<CommunicationTopic.Action>) -> Set<CommunicationTopic.Action> { actions.isEmpty ? [.communicate] : actions }
+    let people = Set(topic.personInformation.compactMap(\.handle.normalized))
+    return try await center.questions(status: "pending").first { q in
+        q.topicKind == CommunicationTopic.id && Set(q.handles.compactMap(\.normalized)) == people
+            && ways(q.actions) == ways(topic.actions)
     }
 }
 
@@ -180,51 +295,70 @@ func run() async throws -> Int32 {
         printOut(usage)
         return 0
     }
-    let a = try Arguments(Array(args.dropFirst()), valueFlags: flags, switchFlags: ["--wait", "--json"])
+    let a = try Arguments(Array(args.dropFirst()), valueFlags: flags, switchFlags: ["--wait", "--json", "--new"])
     let known = ["ask", "ask-update", "cancel", "watch", "known", "limits", "questions"]
     guard known.contains(command) else { throw CLIError.usage("unknown command \"\(command)\"") }
-    // Asking opens the durable session too, unless the session already follows the topic:
-    // its place in the stream, kept from the ask on, is where a later `watch` finds the
-    // response that came meanwhile.
-    let config = try ClientOptions.configuration(a)
-    var durable = command == "watch" || a.has("--wait")
-    if !durable,
+    // `watch` keeps its place in the child's events in a durable session. An ask that does
+    // not wait opens that session too, unless it already follows the topic: its place, kept
+    // from the ask on, is where a later `watch` finds the response that came meanwhile. A
+    // waiting ask takes no durable session from a watch beside it.
+    let config = try ClientOptions.configuration(a, app: "permission-child")
+    var durable = command == "watch"
+    if !a.has("--wait"),
         let topic: any QuestionTopic.Type = ["ask": CommunicationTopic.self, "ask-update": SignificantAppUpdateTopic.self][command]
     {
         durable = !config.sessionFollows(topic)
     }
     let center = AskCenter(configuration: durable ? try ClientOptions.durable(config) : config.ephemeral)
-    let signals = stopOnSignals { await center.close() }
-    defer { _ = signals }
-    let status = try await perform(command, a, center)
+    let waiting = Waiting()
+    let stop = stopOnSignals { _ in
+        if let id = waiting.question {
+            printErr(
+                "permission-child: interrupted; question \(id) stays pending: run the same command again to wait for it,"
+                    + " or `permission-child cancel \(id)` to withdraw it")
+        }
+        await center.close()
+    }
+    let status: Int32
+    do {
+        status = try await perform(command, a, center, waiting)
+    } catch {
+        await stop.holdIfStopping()
+        throw error
+    }
+    await stop.holdIfStopping()
     await center.close()  // records every processed event before the process ends
     return status
 }
 
-func perform(_ command: String, _ a: Arguments, _ center: AskCenter) async throws -> Int32 {
+func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: Waiting) async throws -> Int32 {
     let json = a.has("--json")
     do {
         switch command {
         case "ask":
             guard !a.positionals.isEmpty else { throw CLIError.usage("ask needs at least one HANDLE") }
             let names = a.values("--name")
-            let people = a.positionals.enumerated().map { i, text -> CommunicationTopic.PersonInformation in
+            let people = try a.positionals.enumerated().map { i, text -> CommunicationTopic.PersonInformation in
                 var components: PersonNameComponents?
                 if i < names.count {
                     let parts = names[i].split(separator: " ", maxSplits: 1).map(String.init)
                     components = PersonNameComponents(givenName: parts.first, familyName: parts.count > 1 ? parts[1] : nil)
                 }
-                return .init(handle: parseHandle(text), nameComponents: components)
+                return .init(handle: try parseHandle(text), nameComponents: components)
             }
             var actions: Set<CommunicationTopic.Action> = []
             for name in a.values("--action") {
                 guard let act = CommunicationTopic.Action(rawValue: name) else { throw CLIError.usage("unknown --action \(name)") }
                 actions.insert(act)
             }
-            return try await send(try question(CommunicationTopic(personInformation: people, actions: actions), a), center: center, a)
+            let topic = CommunicationTopic(personInformation: people, actions: actions)
+            let q = try question(topic, a)
+            let existing = a.has("--new") || a.value("--id") != nil ? nil : try await pendingQuestion(like: topic, center: center)
+            return try await send(q, existing: existing, center: center, waiting: waiting, a)
         case "ask-update":
             guard let d = a.value("--description") else { throw CLIError.usage("ask-update needs --description TEXT") }
-            return try await send(try question(SignificantAppUpdateTopic(description: d), a), center: center, a)
+            return try await send(
+                try question(SignificantAppUpdateTopic(description: d), a), existing: nil, center: center, waiting: waiting, a)
         case "cancel":
             guard let id = try a.expectPositionals(["ID"]).first.flatMap(UUID.init(uuidString:)) else {
                 throw CLIError.usage("cancel needs a question id (a UUID)")
@@ -251,9 +385,11 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter) async throw
                     }
                 }
             }
+            // The streams end only when the relay refused the credentials.
+            throw CLIError.failure(refusal(center.connectionError))
         case "known":
             guard !a.positionals.isEmpty else { throw CLIError.usage("known needs at least one HANDLE") }
-            let handles = a.positionals.map(parseHandle)
+            let handles = try a.positionals.map(parseHandle)
             let knownSet = try await center.knownHandles(in: Set(handles))
             for h in handles {
                 let isKnown = knownSet.contains(h)
@@ -294,4 +430,4 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter) async throw
     }
 }
 
-exit(await runMain(program: "permission-child", usage: { usage }, run))
+exit(await runMain(program: "permission-child", run))

@@ -7,9 +7,11 @@ import ClientCommands
 import Foundation
 import Glibc
 import PermissionKit
+import Synchronization
 
 struct InteractiveView {
     let center: GuardianCenter
+    let terminal: RawTerminal
 
     private enum Input: Sendable {
         case key([UInt8])
@@ -18,10 +20,11 @@ struct InteractiveView {
         case answered(String)
         case tick
         case connection(ConnectionState)
+        /// The pending questions were read: how many, or why they could not be.
+        case loaded(Result<Int, ClientCommandError>)
     }
 
     func run() async throws {
-        let terminal = RawTerminal()
         defer { terminal.restore() }
         let (inputs, feed) = AsyncStream<Input>.makeStream()
         let keys = Thread {
@@ -39,6 +42,13 @@ struct InteractiveView {
             Task { for await c in center.closedQuestions() { feed.yield(.closed(c)) } },
             Task { for await s in center.connectionStates() { feed.yield(.connection(s)) } },
             Task {
+                do {
+                    feed.yield(.loaded(.success(try await center.pending().count)))
+                } catch {
+                    feed.yield(.loaded(.failure(ClientCommandError(ClientOptions.describe(error)))))
+                }
+            },
+            Task {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .seconds(1))
                     feed.yield(.tick)
@@ -49,7 +59,8 @@ struct InteractiveView {
 
         var pending: [GuardianQuestion] = []
         var selected = 0
-        var message = "loading…"
+        let loading = "loading…"
+        var message = loading
         var connection = ConnectionState.connecting
         var loaded = false
         draw(pending, selected, message, connection)
@@ -98,6 +109,12 @@ struct InteractiveView {
                 message = text
             case .tick:
                 loaded = true
+            case .loaded(let result):
+                guard message == loading else { break }
+                switch result {
+                case .success(let count): message = count == 0 ? "No questions waiting" : ""
+                case .failure(let e): message = "could not read the pending questions: \(e.message)"
+                }
             case .connection(let s):
                 connection = s
                 if s == .replaced { message = replacedNotice }
@@ -141,23 +158,38 @@ struct InteractiveView {
     }
 }
 
-/// The terminal in raw mode (no echo, no line buffering) until `restore`.
-final class RawTerminal {
-    private var saved = termios()
-    private let active: Bool
+/// The terminal in raw mode (no echo, no line buffering) until `restore`, which the view
+/// and a signal's handler may both call: it restores once.
+final class RawTerminal: Sendable {
+    /// The settings to restore; nil once restored, or when stdin is no terminal.
+    private let saved: Mutex<termios?>
 
     init() {
-        active = tcgetattr(0, &saved) == 0
-        guard active else { return }
-        var raw = saved
+        var settings = termios()
+        guard tcgetattr(0, &settings) == 0 else {
+            saved = Mutex(nil)
+            return
+        }
+        saved = Mutex(settings)
+        var raw = settings
         raw.c_lflag &= ~tcflag_t(ICANON | ECHO | ISIG)
         tcsetattr(0, TCSANOW, &raw)
         FileHandle.standardOutput.write(Data("\u{1B}[?25l".utf8))
     }
 
     func restore() {
-        guard active else { return }
-        tcsetattr(0, TCSANOW, &saved)
+        guard
+            var settings = saved.withLock({ s in
+                defer { s = nil }; return s
+            })
+        else { return }
+        tcsetattr(0, TCSANOW, &settings)
         FileHandle.standardOutput.write(Data("\u{1B}[?25h\r\n".utf8))
     }
+}
+
+/// An error's one-line description, carried where a `Result` needs an `Error`.
+struct ClientCommandError: Error {
+    let message: String
+    init(_ message: String) { self.message = message }
 }

@@ -99,25 +99,34 @@ func run() async throws -> Int32 {
     if command == nil && (isatty(0) == 0 || isatty(1) == 0) {
         throw CLIError.usage("no command given (the interactive view needs a terminal)")
     }
-    let config = try ClientOptions.configuration(a)
-    let waits = ["watch", "auto", "view"].contains(command ?? "view")
+    // Each command that waits for events has a durable session of its own: the view and a
+    // `watch` or `auto` beside it never take one from the other.
+    let name = command ?? "view"
+    let waits = ["watch", "auto", "view"].contains(name)
+    let config = try ClientOptions.configuration(a, app: name == "view" ? "permission-guardian" : "permission-guardian-\(name)")
     let center = GuardianCenter(configuration: waits ? try ClientOptions.durable(config) : config.ephemeral)
-    let signals = command == nil ? [] : stopOnSignals { await center.close() }
-    defer { _ = signals }
+    let terminal = name == "view" ? RawTerminal() : nil
+    let stop = stopOnSignals { _ in
+        await center.close()
+        terminal?.restore()
+    }
     let status: Int32
     do {
-        status = try await perform(command ?? "view", a, center)
+        status = try await perform(name, a, center, terminal)
     } catch let e as CLIError {
+        await stop.holdIfStopping()
         throw e
     } catch {
+        await stop.holdIfStopping()
         throw CLIError.failure(
             ClientOptions.describe(error, unreachableBecause: center.connectionState == .ready ? nil : center.connectionError))
     }
+    await stop.holdIfStopping()
     await center.close()
     return status
 }
 
-func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async throws -> Int32 {
+func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter, _ terminal: RawTerminal?) async throws -> Int32 {
     let json = a.has("--json")
     switch command {
     case "pending":
@@ -165,6 +174,8 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
                 }
             }
         }
+        // The streams end only when the relay refused the credentials.
+        throw CLIError.failure(refusal(center.connectionError))
     case "auto":
         guard a.has("--approve") != a.has("--decline") else { throw CLIError.usage("auto needs --approve or --decline") }
         let approve = a.has("--approve")
@@ -189,8 +200,9 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
                 printErr("skipped \(q.id): \(e.code)")
             }
             answered += 1
-            if limit > 0 && answered >= limit { break }
+            if limit > 0 && answered >= limit { return 0 }
         }
+        throw CLIError.failure(refusal(center.connectionError))  // the stream ends only then
     case "limits":
         let p = try a.expectPositionals(["CHILD", "on|off"])
         guard p[1] == "on" || p[1] == "off" else { throw CLIError.usage("the last argument must be on or off") }
@@ -201,7 +213,7 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
             throw CLIError.usage("use: known add|remove CHILD HANDLE...")
         }
         let child = a.positionals[1]
-        let handles = a.positionals.dropFirst(2).map(parseHandle)
+        let handles = try a.positionals.dropFirst(2).map(parseHandle)
         let count =
             a.positionals[0] == "add"
             ? try await center.addKnownHandles(Array(handles), for: child) : try await center.removeKnownHandles(Array(handles), for: child)
@@ -220,9 +232,9 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter) async 
         }
         if list.isEmpty && !json { printOut("no questions yet") }
     default:
-        try await InteractiveView(center: center).run()
+        try await InteractiveView(center: center, terminal: terminal ?? RawTerminal()).run()
     }
     return 0
 }
 
-exit(await runMain(program: "permission-guardian", usage: { usage }, run))
+exit(await runMain(program: "permission-guardian", run))

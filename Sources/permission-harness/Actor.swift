@@ -117,8 +117,8 @@ enum Actor {
                         id: id, topic: SignificantAppUpdateTopic(description: description), choices: all, defaultChoice: def,
                         expirationDate: expiry))
             } else {
-                let people = (spec["handles"]?.array ?? []).compactMap(\.string).map {
-                    CommunicationTopic.PersonInformation(handle: parseHandle($0))
+                let people = try (spec["handles"]?.array ?? []).compactMap(\.string).map {
+                    CommunicationTopic.PersonInformation(handle: try parseHandle($0))
                 }
                 let actions = Set(
                     (spec["actions"]?.array ?? []).compactMap { $0.string.flatMap(CommunicationTopic.Action.init(rawValue:)) })
@@ -132,7 +132,7 @@ enum Actor {
             try await center.cancel(questionID: UUID(uuidString: cmd["id"]?.string ?? "") ?? UUID())
             return [:]
         case "known":
-            let handles = (cmd["handles"]?.array ?? []).compactMap(\.string).map(parseHandle)
+            let handles = try (cmd["handles"]?.array ?? []).compactMap(\.string).map(parseHandle)
             let known = try await center.knownHandles(in: Set(handles))
             return ["known": .array(handles.filter(known.contains).map { .string($0.value) })]
         case "limits":
@@ -156,7 +156,7 @@ enum Actor {
             try await center.setCommunicationLimits(for: cmd["child"]?.string ?? "", enabled: cmd["enabled"]?.bool ?? true)
             return [:]
         case "addKnown", "removeKnown":
-            let handles = (cmd["handles"]?.array ?? []).compactMap(\.string).map(parseHandle)
+            let handles = try (cmd["handles"]?.array ?? []).compactMap(\.string).map(parseHandle)
             let child = cmd["child"]?.string ?? ""
             let n =
                 op == "addKnown"

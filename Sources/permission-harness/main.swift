@@ -117,7 +117,7 @@ func scriptedGuardian(_ a: Arguments) async throws -> Int32 {
 }
 
 exit(
-    await runMain(program: "permission-harness", usage: { usage }) {
+    await runMain(program: "permission-harness") {
         let args = Array(CommandLine.arguments.dropFirst())
         if args.isEmpty || args.contains("-h") || args.contains("--help") {
             printOut(usage)
@@ -133,7 +133,8 @@ exit(
             return try await scriptedGuardian(try Arguments(rest, valueFlags: ["--family", "--policy", "--socket"], switchFlags: []))
         case "actor":
             let a = try Arguments(rest, valueFlags: ClientOptions.valueFlags.union(["--role"]), switchFlags: [])
-            return await Actor.run(role: a.value("--role") ?? "child", configuration: try ClientOptions.configuration(a))
+            return await Actor.run(
+                role: a.value("--role") ?? "child", configuration: try ClientOptions.configuration(a, app: "permission-harness"))
         default:
             throw CLIError.usage("unknown command \"\(args[0])\"")
         }

@@ -32,12 +32,14 @@ let overview = """
 let args = Array(CommandLine.arguments.dropFirst())
 let admin = AdminCommand.all.first { Array(args.prefix($0.words.count)) == $0.words }
 let storeCommand = StoreCommand.all.first { $0.name == args.first }
-/// The usage of the command being run (shown with --help and after a usage error).
+/// The usage of the command being run, shown with --help.
 let usage = args.first == "serve" ? Serve.usage : admin?.usage ?? storeCommand?.usage ?? overview
 
 exit(
-    runMain(program: "permission-relay", usage: { usage }) {
-        guard let first = args.first else { throw CLIError.usage("no command given") }
+    runMain(program: "permission-relay") {
+        guard let first = args.first else {
+            throw CLIError.usage("no command given: serve, family, member, token, limits, status, backup, restore or check")
+        }
         if args.contains("-h") || args.contains("--help") || first == "help" {
             printOut(usage)
             return 0

@@ -124,6 +124,27 @@ final class PermissionKitTests: XCTestCase {
         } catch let e as AskError {
             XCTAssertEqual(e, .invalidQuestion)
         }
+        _ = try admin.request(["type": "setLimits", "child": "c0", "enabled": true])
+        // The relay's reason, which AskError (Apple's cases) cannot carry, is the center's lastError.
+        do {
+            try await child.ask(PermissionQuestion(handle: CommunicationHandle(value: "abc", kind: .phoneNumber)))
+            XCTFail("not a phone number")
+        } catch let e as AskError {
+            XCTAssertEqual(e, .invalidQuestion)
+            guard case .relay(let code, let message)? = child.lastError else { return XCTFail("\(String(describing: child.lastError))") }
+            XCTAssertEqual(code, "invalidQuestion")
+            XCTAssertTrue(message.contains("\"abc\" is not a valid phoneNumber"), message)
+        }
+        // A guardian may not ask: notAvailable, as Apple's API says, and the relay's forbidden as the reason.
+        let notAChild = AskCenter(configuration: config(relay, "g0", tokens))
+        do {
+            try await notAChild.ask(contact())
+            XCTFail("a guardian asked")
+        } catch let e as AskError {
+            XCTAssertEqual(e, .notAvailable)
+            guard case .relay(let code, _)? = notAChild.lastError else { return XCTFail("\(String(describing: notAChild.lastError))") }
+            XCTAssertEqual(code, "forbidden")
+        }
         let wrong = AskCenter(configuration: RelayConfiguration(socketPath: relay.socket, member: "c0", token: "nope", session: "x"))
         do {
             try await wrong.ask(contact())
@@ -250,6 +271,8 @@ final class PermissionKitTests: XCTestCase {
             guard case .unauthorized = e else { return XCTFail("\(e)") }
         }
         XCTAssertLessThan(ContinuousClock.now - asked, .seconds(1), "refused at once, not after the request's 10 s")
+        for await _ in guardian.questions() {}  // ends: nothing more can come
+        for await _ in guardian.closedQuestions() {}
     }
 
     func testARefusalAfterFailedAttemptsIsPublishedAtOnce() async throws {

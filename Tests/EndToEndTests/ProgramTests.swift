@@ -64,11 +64,11 @@ final class ProgramRun {
         process.waitUntilExit()
     }
 
-    /// Stops the program (SIGTERM) if it still runs after `seconds`, so that a line that
-    /// never comes ends the test rather than CI. Cancel the returned item when done.
-    func stopAfter(seconds: Double) -> DispatchWorkItem {
+    /// Stops the program (with `signal`) if it still runs after `seconds`, so that a line
+    /// that never comes ends the test rather than CI. Cancel the returned item when done.
+    func stopAfter(seconds: Double, signal: Int32 = SIGTERM) -> DispatchWorkItem {
         let pid = process.processIdentifier
-        let item = DispatchWorkItem { kill(pid, SIGTERM) }
+        let item = DispatchWorkItem { kill(pid, signal) }
         DispatchQueue.global().asyncAfter(deadline: .now() + seconds, execute: item)
         return item
     }
@@ -95,16 +95,131 @@ final class ProgramTests: XCTestCase {
         relay = nil
     }
 
-    private func child(_ args: [String], session: String = "cli") throws -> ProgramRun {
+    /// `session` nil: the program's default session.
+    private func child(_ args: [String], session: String? = "cli", stderrInLines: Bool = false) throws -> ProgramRun {
         try ProgramRun(
-            "permission-child", args + ["--credentials", relay.dir.appendingPathComponent("child.json").path, "--session", session],
-            env: env)
+            "permission-child",
+            args + ["--credentials", relay.dir.appendingPathComponent("child.json").path] + (session.map { ["--session", $0] } ?? []),
+            env: env, stderrInLines: stderrInLines)
     }
 
-    private func guardian(_ args: [String], stderr: String? = nil) throws -> ProgramRun {
+    private func guardian(_ args: [String], stderr: String? = nil, stderrInLines: Bool = false) throws -> ProgramRun {
         try ProgramRun(
             "permission-guardian", args + ["--credentials", relay.dir.appendingPathComponent("guardian.json").path], env: env,
-            stderr: stderr)
+            stderr: stderr, stderrInLines: stderrInLines)
+    }
+
+    /// Ctrl-C (SIGINT) and SIGTERM end every long-running command, with the status shells
+    /// give a program a signal stopped: 130 and 143.
+    func testLongRunningCommandsStopOnSIGINTAndSIGTERM() throws {
+        for (command, run) in [
+            ("guardian watch", { try self.guardian(["watch"], stderrInLines: true) }),
+            ("guardian auto", { try self.guardian(["auto", "--approve"], stderrInLines: true) }),
+            ("child watch", { try self.child(["watch"], session: nil, stderrInLines: true) }),
+        ] as [(String, () throws -> ProgramRun)] {
+            for sig in [SIGINT, SIGTERM] {
+                let p = try run()
+                let giveUp = p.stopAfter(seconds: 20, signal: SIGKILL)
+                defer { giveUp.cancel() }
+                XCTAssertNotNil(p.nextLine(containing: "(Ctrl-C to stop)"), command)
+                kill(p.process.processIdentifier, sig)
+                XCTAssertEqual(p.finish(), 128 + sig, "\(command), signal \(sig)")
+                XCTAssertEqual(p.process.terminationReason, .exit, "\(command), signal \(sig): ended by its handler")
+            }
+        }
+    }
+
+    /// An interrupted `ask --wait` says the question stays pending and exits 130 (143 for
+    /// SIGTERM); running it again waits for that question instead of asking another.
+    func testAnInterruptedWaitLeavesTheQuestionPendingAndAskingAgainWaitsForIt() throws {
+        let ask = ["ask", "phone:+15550150", "--action", "message", "--wait"]
+        for sig in [SIGINT, SIGTERM] {
+            let first = try child(ask, session: nil, stderrInLines: true)
+            let giveUp = first.stopAfter(seconds: 20, signal: SIGKILL)
+            defer { giveUp.cancel() }
+            XCTAssertNotNil(first.nextLine(containing: "waiting for"))
+            kill(first.process.processIdentifier, sig)
+            XCTAssertEqual(first.finish(), 128 + sig)
+            let said = first.nextLine(containing: "interrupted") ?? "nothing"
+            XCTAssertTrue(said.hasPrefix("permission-child: interrupted; question ") && said.contains("stays pending"), said)
+            XCTAssertNil(first.nextLine(), "one line says it")
+        }
+        let pending = try guardian(["pending", "--json"])
+        XCTAssertEqual(pending.finish(), 0)
+        let id = try JSON.parse(pending.nextLine() ?? "")["questionId"]?.string ?? "none"
+        XCTAssertNil(pending.nextLine(), "one question, though asked twice")
+
+        let timedOut = try child(["ask", "+1 555 0150", "--action", "message", "--wait", "--timeout", "1"], stderrInLines: true)
+        XCTAssertEqual(timedOut.finish(), 5, "still pending after --timeout")
+        XCTAssertTrue(timedOut.nextLine()?.hasPrefix("question \(id), asked ") ?? false, timedOut.lines.joined())
+        XCTAssertEqual(
+            timedOut.nextLine(),
+            "permission-child: no answer within 1 s; question \(id) stays pending (run the same command again to wait for it)")
+
+        let again = try child(ask, stderrInLines: true)
+        XCTAssertNotNil(again.nextLine(containing: "question \(id), asked "))
+        XCTAssertEqual(try guardian(["answer", id, "approve"]).finish(), 0)
+        XCTAssertEqual(again.finish(), 0)
+        XCTAssertEqual(again.nextLine(), "approved: Approve (by g0)")
+
+        let plain = try child(["ask", "phone:+15550151"])
+        XCTAssertEqual(plain.finish(), 0)
+        let repeated = try child(["ask", "phone:+15550151"])
+        XCTAssertEqual(repeated.finish(), 0)
+        XCTAssertTrue(repeated.nextLine()?.hasPrefix("already pending: ") ?? false, repeated.lines.joined())
+        XCTAssertEqual(try child(["ask", "phone:+15550151", "--new"]).finish(), 0)
+        let now = try guardian(["pending", "--json"])
+        XCTAssertEqual(now.finish(), 0)
+        while now.nextLine() != nil {}
+        XCTAssertEqual(now.lines.count, 2, "--new asks again")
+    }
+
+    /// Limits off has a status of its own: a script can tell "allowed without asking" from an error.
+    func testLimitsOffHasAStatusOfItsOwn() throws {
+        XCTAssertEqual(try guardian(["limits", "c0", "off"]).finish(), 0)
+        for args in [["ask", "+15550160"], ["ask", "+15550161", "--wait"]] {
+            let p = try child(args)
+            XCTAssertEqual(p.finish(), 4, args.joined(separator: " "))
+            XCTAssertEqual(p.nextLine(), "communication limits are off for this child: the app may allow the contact without asking")
+        }
+    }
+
+    /// A refused token is said once, without "still trying" first, and ends the watch.
+    func testAWatchWithARefusedTokenSaysSoOnce() throws {
+        let watch = try ProgramRun("permission-child", ["watch", "--member", "c0", "--token", "nope"], env: env, stderrInLines: true)
+        let giveUp = watch.stopAfter(seconds: 20, signal: SIGKILL)
+        defer { giveUp.cancel() }
+        XCTAssertEqual(watch.finish(), 1)
+        var said: [String] = []
+        while let l = watch.nextLine() { said.append(l) }
+        XCTAssertEqual(said.filter { $0.hasPrefix("permission-child:") }.count, 1, said.joined(separator: "\n"))
+        XCTAssertTrue(said.last?.contains("the relay refused the credentials") ?? false, said.joined(separator: "\n"))
+        XCTAssertFalse(said.joined().contains("still trying"), said.joined(separator: "\n"))
+    }
+
+    /// Each program and command has a durable session of its own: a guardian's `watch` and
+    /// `auto` side by side never take one from the other.
+    func testProgramsSideBySideHaveSessionsOfTheirOwn() throws {
+        let log = relay.dir.appendingPathComponent("watch.err").path
+        let watch = try guardian(["watch", "--json"], stderr: log)
+        let giveUp = watch.stopAfter(seconds: 30)
+        defer { giveUp.cancel() }
+        let bot = try guardian(["auto", "--approve", "--count", "3", "--json"])
+        for n in 0..<3 {
+            let ask = try child(["ask", "+1555017\(n)", "--wait", "--json"], session: nil)
+            XCTAssertEqual(ask.finish(), 0)
+            let id = try JSON.parse(ask.nextLine() ?? "")["questionId"]?.string ?? "none"
+            XCTAssertNotNil(watch.nextLine(containing: id))
+        }
+        XCTAssertEqual(bot.finish(), 0)
+        watch.stop()
+        XCTAssertEqual(try child(["ask", "+15550179"], session: nil).finish(), 0)  // takes the child's watch session
+        let said = try String(contentsOfFile: log, encoding: .utf8)
+        XCTAssertFalse(said.contains("another client opened this session"), said)
+        let states = try FileManager.default.contentsOfDirectory(atPath: env["PERMISSION_STATE_DIR"]!).sorted()
+        XCTAssertTrue(states.contains { $0.hasPrefix("g0.g0-") && $0.hasSuffix("-permission-guardian-watch.state") }, "\(states)")
+        XCTAssertTrue(states.contains { $0.hasPrefix("g0.g0-") && $0.hasSuffix("-permission-guardian-auto.state") }, "\(states)")
+        XCTAssertTrue(states.contains { $0.hasPrefix("c0.c0-") && $0.hasSuffix("-permission-child.state") }, "\(states)")
     }
 
     func testAWatchWhoseTokenIsRotatedSaysSoAndEnds() throws {
@@ -275,6 +390,14 @@ final class ProgramTests: XCTestCase {
                 "permission-guardian", ["pending"], env: ["PERMISSION_MEMBER": "", "PERMISSION_TOKEN": "", "PERMISSION_CREDENTIALS": ""]
             ).finish(), 64)
         XCTAssertEqual(try child(["ask", "+1555", "--choice", "broken"]).finish(), 64)
+        // A usage error is one line: the problem, and where help is.
+        let fax = try child(["ask", "fax:12345"], stderrInLines: true)
+        XCTAssertEqual(fax.finish(), 64, "an unknown kind of handle")
+        XCTAssertEqual(
+            fax.nextLine(),
+            #"permission-child: unknown kind of handle "fax:" in "fax:12345": write phone:…, email:… or custom:… (custom:fax:12345 for an app's own id) (see `permission-child --help`)"#
+        )
+        XCTAssertNil(fax.nextLine())
         XCTAssertEqual(try child(["watch"], session: "my tablet").finish(), 64, "a session name the relay would refuse")
         let wrong = try ProgramRun("permission-guardian", ["pending", "--member", "g0", "--token", "nope"], env: env)
         XCTAssertEqual(wrong.finish(), 1)
@@ -329,6 +452,18 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(ask.finish(), 0)
         XCTAssertEqual(ask.nextLine(), "approved: Approve (by g0)")
         XCTAssertTrue(waitForScreen(session) { $0.contains("0 pending") })
+    }
+
+    func testGuardianTerminalViewSaysWhenNothingIsWaiting() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
+            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
+        }
+        let session = "pge\(getpid())"
+        let command =
+            "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --credentials \(relay.dir.appendingPathComponent("guardian.json").path)"
+        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "100", "-y", "20", command]), 0)
+        defer { _ = tmux(["kill-session", "-t", session]) }
+        XCTAssertTrue(waitForScreen(session) { $0.contains("No questions waiting") && !$0.contains("loading") })
     }
 
     func testGuardianTerminalViewFitsTheTerminalAndScrollsToTheSelection() throws {

@@ -7,8 +7,14 @@ import RelayProtocol
 import RelayServer
 import XCTest
 
-/// The directory holding the built products (beside the test bundle).
+/// The directory holding the programs under test: the release build when
+/// `PERMISSION_PROGRAMS_DIR` names it (`scripts/test.sh` does, so that the programs are
+/// tested as users run them: the optimizer has changed their behaviour before, e.g. how long
+/// a signal's handler lives), else the debug build beside the test bundle.
 let productsDirectory: URL = {
+    if let dir = ProcessInfo.processInfo.environment["PERMISSION_PROGRAMS_DIR"], !dir.isEmpty {
+        return URL(fileURLWithPath: dir)
+    }
     var url = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
     while url.pathComponents.count > 1 && !FileManager.default.fileExists(atPath: url.appendingPathComponent("permission-relay").path) {
         url.deleteLastPathComponent()

@@ -72,8 +72,7 @@ final class ValueTests: XCTestCase {
                 _ = try RelayConfiguration.readCredentials(path)
                 return nil
             } catch {
-                guard case .systemError(let e) = error else { return "another error: \(error)" }
-                return "\(e)"
+                return "\(error)"
             }
         }
         let good = dir.appendingPathComponent("good.json").path
@@ -147,18 +146,39 @@ final class ValueTests: XCTestCase {
 
     func testTheDefaultSessionNameIsOneTheRelayTakes() throws {
         let valid = try NSRegularExpression(pattern: "^[A-Za-z0-9._-]{1,64}$")
-        let cases: [(member: String, host: String, session: String)] = [
-            ("kim", "Jürgens-MacBook.local", "kim-Jrgens-MacBook.local"),
-            ("kim", "ホスト", "kim-app"),
-            ("kim", "", "kim-app"),
-            ("kim", "tablet٣", "kim-tablet"),
-            (String(repeating: "m", count: 64), "host", String(repeating: "m", count: 64)),
+        let long = String(repeating: "m", count: 64)
+        let cases: [(member: String, host: String, app: String, session: String)] = [
+            ("kim", "Jürgens-MacBook.local", "permission-child", "kim-Jrgens-MacBook.local-permission-child"),
+            ("kim", "ホスト", "my_app", "kim-my_app"),
+            ("kim", "", "", "kim-app"),
+            ("kim", "tablet٣", "Chat Ünïcode", "kim-tablet-Chatncode"),
+            (long, "host", "permission-guardian-watch", String(long.prefix(38)) + "-permission-guardian-watch"),
         ]
         for c in cases {
-            let session = RelayConfiguration.defaultSession(member: c.member, host: c.host)
+            let session = RelayConfiguration.defaultSession(member: c.member, app: c.app, host: c.host)
             XCTAssertEqual(session, c.session)
             XCTAssertEqual(valid.numberOfMatches(in: session, range: NSRange(session.startIndex..., in: session)), 1, session)
         }
+        XCTAssertNotEqual(
+            RelayConfiguration.defaultSession(member: "sam", app: "permission-guardian", host: "h"),
+            RelayConfiguration.defaultSession(member: "sam", app: "permission-guardian-watch", host: "h"),
+            "each program has a session of its own")
+    }
+
+    /// Without credentials the configuration says at once what is missing and where it is read from.
+    func testMissingCredentialsSayWhatIsMissing() {
+        for (env, missing) in [
+            ([:], "neither PERMISSION_CREDENTIALS nor PERMISSION_MEMBER is set"),
+            (["PERMISSION_MEMBER": "alex"], "PERMISSION_MEMBER is set, PERMISSION_TOKEN is not"),
+            (["PERMISSION_TOKEN": "t"], "PERMISSION_TOKEN is set, PERMISSION_MEMBER is not"),
+        ] {
+            XCTAssertThrowsError(try RelayConfiguration.fromEnvironment(env, app: "x")) { error in
+                guard case .systemError(let e) = error as? AskError else { return XCTFail("\(error)") }
+                XCTAssertTrue("\(e)".hasPrefix("no credentials (\(missing)): set PERMISSION_CREDENTIALS"), "\(e)")
+            }
+        }
+        let c = try? RelayConfiguration.fromEnvironment(["PERMISSION_MEMBER": "alex", "PERMISSION_TOKEN": "t"], app: "chat")
+        XCTAssertEqual(c?.session?.hasSuffix("-chat"), true)
     }
 
     func testHandleNormalization() {
