@@ -2,4 +2,4 @@
 # Checks formatting with the toolchain's swift-format (configuration: .swift-format).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec swift format lint --recursive --parallel Sources Tests Package.swift "$@"
+exec swift format lint --recursive --parallel Sources Tests Package.swift Examples "$@"

@@ -26,8 +26,12 @@ extension RelayCore {
             throw RequestError(.badRequest, "role must be child or guardian")
         }
         guard let f = families[family] else { throw RequestError(.notFound, "no family \(family)") }
-        guard members[member] == nil else {
-            throw RequestError(.conflict, "member id \(member) is taken (ids of removed members are never reused)")
+        if let taken = members[member] {
+            throw RequestError(
+                .conflict,
+                taken.isRemoved
+                    ? "member id \(member) belonged to a removed member and is never reused (member ids are unique across all families)"
+                    : "member \(member) already exists, in family \(taken.family.id) (member ids are unique across all families)")
         }
         let token = Token.generate()
         let record = MemberRecord(id: member, family: family, role: role, tokenHash: Token.hash(token))
@@ -76,10 +80,13 @@ extension RelayCore {
         return ["member": .string(id), "token": .string(token)]
     }
 
+    /// `connections` and `sessions` count members' connections, open or saying hello:
+    /// admin connections, the one asking included, are left out.
     func status(_ r: Request) throws(RequestError) -> ReplyFields {
-        [
-            "connections": .int(Int64(connections.count)),
-            "sessions": .int(Int64(connections.values.filter { $0.session != nil }.count)),
+        let ofMembers = connections.values.filter { $0.session?.role != .admin }
+        return [
+            "connections": .int(Int64(ofMembers.count)),
+            "sessions": .int(Int64(ofMembers.filter { $0.session != nil }.count)),
             "families": .int(Int64(families.count)),
             "members": .int(Int64(members.values.filter { !$0.isRemoved }.count)),
             "pendingQuestions": .int(Int64(members.values.reduce(0) { $0 + $1.pendingQuestions })),

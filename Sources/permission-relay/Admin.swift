@@ -1,6 +1,8 @@
 // The admin subcommands: each opens an admin session on a running relay (allowed
 // for the relay's own user and root, checked with SO_PEERCRED), sends one request
-// and prints the result, as text or as one JSON object with --json.
+// and prints the result, as text or as one JSON object with --json. A failure prints
+// one line on stderr and nothing on stdout, with --json too (its output often goes to
+// a file: a member's credentials), and exits 1.
 
 import CLISupport
 import RelayProtocol
@@ -11,27 +13,35 @@ struct AdminCommand: Sendable {
     let arguments: [String]
     let extraFlags: Set<String>
     let summary: String
+    /// More to know, shown under the summary in the command's help.
+    var notes: String = ""
     let examples: [String]
     /// Builds the request from the positionals and flags.
     let request: @Sendable ([String], Arguments) throws -> JSONObject
     /// A human-readable line from the ok reply.
     let describe: @Sendable (JSONObject) -> String
 
-    var usage: String {
+    /// The command's words, arguments and own flags, as its usage and its group's help show them.
+    var synopsis: String {
         let flags = extraFlags.sorted().map { $0 == "--role" ? " --role child|guardian" : " \($0) VALUE" }.joined()
-        return """
-            OVERVIEW: \(summary)
+        return words.joined(separator: " ") + arguments.map { " \($0)" }.joined() + flags
+    }
 
-            USAGE: permission-relay \(words.joined(separator: " "))\(arguments.map { " \($0)" }.joined())\(flags) [--socket PATH] [--json]
+    var usage: String {
+        """
+        OVERVIEW: \(summary)
+        \(notes.isEmpty ? "" : "\n" + notes + "\n")
+        USAGE: permission-relay \(synopsis) [--socket PATH] [--json]
 
-            OPTIONS:
-              --socket PATH   The relay's socket (default: \(Paths.defaultSocket))
-              --json          Print the reply as one JSON object
-              -h, --help      Show this help.
+        OPTIONS:
+          --socket PATH   The relay's socket (default: \(Paths.defaultSocket))
+          --json          Print the reply as one JSON object (on failure: nothing, and the
+                          error on stderr)
+          -h, --help      Show this help.
 
-            EXAMPLES:
-            \(examples.map { "  " + $0 }.joined(separator: "\n"))
-            """
+        EXAMPLES:
+        \(examples.map { "  " + $0 }.joined(separator: "\n"))
+        """
     }
 
     func run(_ args: [String]) throws {
@@ -51,9 +61,8 @@ struct AdminCommand: Sendable {
         } catch let e as ServerError {
             throw CLIError.failure(e.description)
         }
-        guard reply["type"]?.string == "ok" else {
+        guard reply["type"]?.string == "ok" else {  // stdout stays empty, also with --json
             let code = reply["code"]?.string ?? "error"
-            if a.has("--json") { printOut(reply.encodedText) }
             throw CLIError.failure("\(code): \(reply["message"]?.string ?? "the relay refused the request")")
         }
         var out = reply
@@ -71,6 +80,10 @@ struct AdminCommand: Sendable {
         AdminCommand(
             words: ["member", "add"], arguments: ["FAMILY", "MEMBER"], extraFlags: ["--role"],
             summary: "Add a child or guardian to a family and print its token (shown only once).",
+            notes: """
+                Member ids are unique across all families: an id a member of any family has, or a
+                removed member had, is refused (conflict).
+                """,
             examples: [
                 "permission-relay member add smiths alex --role child",
                 "permission-relay member add smiths sam --role guardian --json",
@@ -111,13 +124,55 @@ struct AdminCommand: Sendable {
             },
             describe: { r in "communication limits \(r["enabled"]?.bool == true ? "on" : "off")" }),
         AdminCommand(
-            words: ["status"], arguments: [], extraFlags: [], summary: "Show the running relay's counters.",
+            words: ["status"], arguments: [], extraFlags: [],
+            summary: "Show the running relay's counters.",
+            notes: "connections and sessions are those of members: admin connections, this one included, are not counted.",
             examples: ["permission-relay status", "permission-relay status --json"],
             request: { _, _ in ["type": "status"] },
             describe: { r in
                 r.fields.map { "\($0.key): \($0.value.text)" }.joined(separator: "\n")
             }),
     ]
+}
+
+/// A group of admin commands (`member add`, `member remove`, …): its help lists them.
+struct CommandGroup: Sendable {
+    let word: String
+    let summary: String
+
+    static let all: [CommandGroup] = [
+        CommandGroup(word: "family", summary: "Create families."),
+        CommandGroup(word: "member", summary: "Add children and guardians to families, and remove them."),
+        CommandGroup(word: "token", summary: "Issue members new tokens."),
+        CommandGroup(word: "limits", summary: "Turn children's communication limits on or off."),
+    ]
+
+    var commands: [AdminCommand] { AdminCommand.all.filter { $0.words.count > 1 && $0.words[0] == word } }
+
+    var usage: String {
+        """
+        OVERVIEW: \(summary)
+
+        USAGE: permission-relay \(word) <command> [options]
+
+        COMMANDS:
+        \(commands.map { "  \($0.synopsis.dropFirst(word.count + 1))\n      \($0.summary)" }.joined(separator: "\n"))
+
+        Run `permission-relay \(word) <command> --help` for a command's options.
+
+        EXAMPLES:
+        \(commands.flatMap(\.examples).map { "  " + $0 }.joined(separator: "\n"))
+        """
+    }
+
+    /// Why the words after the group's name name none of its commands.
+    func unknown(_ rest: [String]) -> CLIError {
+        let names = commands.map { $0.words[1] }
+        guard let first = rest.first, !first.hasPrefix("-") else {
+            return .usage("\(word) needs a command: \(names.joined(separator: " or "))")
+        }
+        return .usage("unknown command \"\(word) \(first)\" (\(word) commands: \(names.joined(separator: ", ")))")
+    }
 }
 
 extension JSONObject {

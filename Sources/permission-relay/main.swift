@@ -20,8 +20,8 @@ let overview = """
       restore BACKUP                          Put a backup in place (the relay stopped)
       check                                   Check the store for damage
 
-    Run `permission-relay <command> --help` for a command's options, and
-    `permission-relay --version` for the version.
+    Run `permission-relay <command> --help` for a command's options (`member --help`
+    lists the member commands), and `permission-relay --version` for the version.
 
     EXAMPLES:
       permission-relay serve
@@ -30,10 +30,14 @@ let overview = """
     """
 
 let args = Array(CommandLine.arguments.dropFirst())
-let admin = AdminCommand.all.first { Array(args.prefix($0.words.count)) == $0.words }
-let storeCommand = StoreCommand.all.first { $0.name == args.first }
+/// The command the arguments name; `help member add` names the one `member add --help` does.
+let named = args.first == "help" ? Array(args.dropFirst()) : args
+let admin = AdminCommand.all.first { Array(named.prefix($0.words.count)) == $0.words }
+let storeCommand = StoreCommand.all.first { $0.name == named.first }
+/// A group of commands named without one of them (`member`, `member --help`).
+let group = admin == nil ? CommandGroup.all.first { $0.word == named.first } : nil
 /// The usage of the command being run, shown with --help.
-let usage = args.first == "serve" ? Serve.usage : admin?.usage ?? storeCommand?.usage ?? overview
+let usage = named.first == "serve" ? Serve.usage : admin?.usage ?? storeCommand?.usage ?? group?.usage ?? overview
 
 exit(
     runMain(program: "permission-relay") {
@@ -50,6 +54,8 @@ exit(
             try storeCommand.run(Array(args.dropFirst()))
         } else if let admin {
             try admin.run(Array(args.dropFirst(admin.words.count)))
+        } else if let group {
+            throw group.unknown(Array(args.dropFirst()))
         } else {
             throw CLIError.usage("unknown command \"\(args.prefix(2).joined(separator: " "))\"")
         }

@@ -11,7 +11,8 @@ final class AdminAndExpiryTests: XCTestCase {
         let a = h.admin()
         _ = h.error(a, ["type": "createFamily", "family": "fam"], .conflict)
         _ = h.error(a, ["type": "createFamily", "family": "bad id!"], .badRequest)
-        _ = h.error(a, ["type": "addMember", "family": "fam", "member": "c1", "role": "child"], .conflict)
+        let taken = h.error(a, ["type": "addMember", "family": "other", "member": "c1", "role": "child"], .conflict)
+        XCTAssertEqual(taken["message"]?.string, "member c1 already exists, in family fam (member ids are unique across all families)")
         _ = h.error(a, ["type": "addMember", "family": "nope", "member": "x", "role": "child"], .notFound)
         _ = h.error(a, ["type": "addMember", "family": "fam", "member": "x", "role": "admin"], .badRequest)
         _ = h.error(a, ["type": "removeMember", "member": "ghost"], .notFound)
@@ -23,6 +24,19 @@ final class AdminAndExpiryTests: XCTestCase {
         for key in ["connections", "sessions", "pendingQuestions", "framesIn", "framesOut", "uptimeSeconds"] {
             XCTAssertNotNil(st[key]?.int, key)
         }
+        XCTAssertEqual(st["connections"]?.int, 0, "two admin connections are open, and neither is counted")
+        XCTAssertEqual(st["sessions"]?.int, 0)
+        _ = h.login("c1")
+        _ = h.connect(uid: 5000)  // yet to say hello
+        let busier = h.ok(a, ["type": "status"])
+        XCTAssertEqual(busier["connections"]?.int, 2)
+        XCTAssertEqual(busier["sessions"]?.int, 1)
+
+        h.ok(a, ["type": "removeMember", "member": "c2"])
+        let removed = h.error(a, ["type": "addMember", "family": "fam", "member": "c2", "role": "child"], .conflict)
+        XCTAssertEqual(
+            removed["message"]?.string,
+            "member id c2 belonged to a removed member and is never reused (member ids are unique across all families)")
     }
 
     func testRotateTokenClosesConnectionsAndKeepsSessions() throws {

@@ -1,0 +1,76 @@
+// A child's app asks its guardians whether it may message someone and waits for the
+// answer: exit 0 approved, 2 denied, 3 closed unanswered (cancelled or expired), 1 error.
+// Who the child is comes from the environment: PERMISSION_MEMBER and PERMISSION_TOKEN
+// (or PERMISSION_CREDENTIALS), PERMISSION_RELAY_SOCKET when not the default socket.
+//
+//     swift run AskApp +15550100
+
+import Foundation
+import PermissionKit
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("AskApp: \(message)\n".utf8))
+    exit(1)
+}
+
+let center: AskCenter
+do {
+    center = AskCenter(configuration: try RelayConfiguration.fromEnvironment())
+} catch {
+    fail(error.localizedDescription)  // says which credentials are missing, and where they are read from
+}
+
+let value = CommandLine.arguments.dropFirst().first ?? "+1 555 0100"
+let handle = CommunicationHandle(value: value, kind: value.contains("@") ? .emailAddress : .phoneNumber)
+var question = PermissionQuestion(
+    communicationTopic: CommunicationTopic(personInformation: [.init(handle: handle)], actions: [.message]))
+question.expirationDate = Date().addingTimeInterval(3600)  // unanswered by then: closed as expired
+
+do {
+    try await center.ask(question)  // returns once the relay has stored it
+} catch AskError.communicationLimitsNotEnabled {
+    print("approved: communication limits are off")
+    exit(0)
+} catch {
+    fail(error.localizedDescription + (center.lastError.map { " (\($0))" } ?? ""))  // the relay's reason
+}
+print("asked to message \(value); waiting for a guardian")
+
+/// How the question ended: a guardian's response, or closed without one.
+enum Ending: Sendable {
+    case response(PermissionResponse<CommunicationTopic>)
+    case closed(QuestionOutcome.Reason)
+}
+
+// The first of the response and the outcome of this question (the center also hands on
+// those of earlier runs' questions). The streams end, with nil, only if the relay refuses
+// the credentials.
+let id = question.id
+let ending = await withTaskGroup(of: Ending?.self) { group in
+    group.addTask {
+        for await r in center.responses(for: CommunicationTopic.self) where r.question.id == id { return .response(r) }
+        return nil
+    }
+    group.addTask {
+        for await o in center.outcomes() where o.questionID == id { return .closed(o.reason) }
+        return nil
+    }
+    let first = await group.next() ?? nil
+    group.cancelAll()
+    return first
+}
+await center.close()  // records the response as processed: the next run is not shown it again
+
+switch ending {
+case .response(let r) where r.choice.answer == .approval:
+    print("approved by \(r.guardian): \(r.choice.title)")
+    exit(0)
+case .response(let r):
+    print("denied by \(r.guardian): \(r.choice.title)")
+    exit(2)
+case .closed(let reason):
+    print("closed unanswered: \(reason.rawValue)")
+    exit(3)
+case nil:
+    fail(center.connectionError?.description ?? "the connection to the relay ended")
+}

@@ -1,0 +1,128 @@
+// permission-relay's admin commands as an operator runs them: what a failure prints
+// (nothing on stdout, also with --json), the help of a command group, what status
+// counts, and what adding a member id that is taken says.
+
+import Foundation
+import RelayProtocol
+import XCTest
+
+final class AdminCommandTests: XCTestCase {
+    private var relay: RelayProcess!
+    private var s: [String] { ["--socket", relay.socket] }
+
+    override func setUpWithError() throws {
+        relay = try RelayProcess()
+        try relay.start()
+    }
+
+    override func tearDown() {
+        relay.crash()
+        relay = nil
+    }
+
+    /// Asserts that `args` failed with status 1, nothing on stdout and `stderr` as its one line.
+    private func assertFails(_ args: [String], _ stderr: String, file: StaticString = #filePath, line: UInt = #line) {
+        let r = runRelay(args)
+        let what = args.joined(separator: " ")
+        XCTAssertEqual(r.status, 1, what, file: file, line: line)
+        XCTAssertEqual(r.stdout, "", what, file: file, line: line)
+        XCTAssertEqual(r.stderr, stderr + "\n", what, file: file, line: line)
+    }
+
+    func testAFailedCommandPrintsNothingOnStdoutAlsoWithJSON() throws {
+        XCTAssertEqual(runRelay(["family", "create", "smiths"] + s).status, 0)
+        XCTAssertEqual(runRelay(["member", "add", "smiths", "alex", "--role", "child"] + s).status, 0)
+        for json in [["--json"], []] {
+            assertFails(["family", "create", "smiths"] + json + s, "permission-relay: conflict: family smiths already exists")
+            assertFails(
+                ["member", "add", "smiths", "alex", "--role", "child"] + json + s,
+                "permission-relay: conflict: member alex already exists, in family smiths (member ids are unique across all families)")
+            assertFails(["member", "add", "nobody", "kim", "--role", "child"] + json + s, "permission-relay: notFound: no family nobody")
+            assertFails(["member", "remove", "ghost"] + json + s, "permission-relay: notFound: no member ghost")
+            assertFails(["token", "rotate", "ghost"] + json + s, "permission-relay: notFound: no member ghost")
+            assertFails(["limits", "set", "ghost", "on"] + json + s, "permission-relay: notFound: no child ghost")
+        }
+        // No relay at all: each command says so in one line, and prints nothing else.
+        let gone = "/tmp/no-relay-\(UUID().uuidString.prefix(8)).sock"
+        for args in [
+            ["family", "create", "smiths"], ["member", "add", "smiths", "sam", "--role", "guardian"], ["member", "remove", "alex"],
+            ["token", "rotate", "alex"], ["limits", "set", "alex", "off"], ["status"],
+        ] {
+            assertFails(
+                args + ["--json", "--socket", gone],
+                "permission-relay: cannot connect to the relay at \(gone): No such file or directory (is `permission-relay serve` running?)"
+            )
+        }
+        // What succeeds is unchanged: one JSON object.
+        let added = runRelay(["member", "add", "smiths", "sam", "--role", "guardian", "--json"] + s)
+        XCTAssertEqual(added.status, 0)
+        XCTAssertEqual(added.stderr, "")
+        XCTAssertEqual(try JSON.parse(added.stdout.trimmingCharacters(in: .newlines))["member"]?.string, "sam")
+    }
+
+    func testAGroupsHelpListsItsCommandsWithExamples() throws {
+        let groups: [String: [String]] = [
+            "family": ["create FAMILY"], "member": ["add FAMILY MEMBER --role child|guardian", "remove MEMBER"],
+            "token": ["rotate MEMBER"], "limits": ["set CHILD on|off"],
+        ]
+        for (group, commands) in groups {
+            for args in [[group, "--help"], [group, "-h"], ["help", group]] {
+                let r = runRelay(args)
+                let what = args.joined(separator: " ")
+                XCTAssertEqual(r.status, 0, what)
+                XCTAssertTrue(r.stdout.contains("USAGE: permission-relay \(group) <command> [options]\n"), what + ":\n" + r.stdout)
+                for c in commands { XCTAssertTrue(r.stdout.contains("\n  \(c)\n"), what + ": " + c + "\n" + r.stdout) }
+                XCTAssertTrue(r.stdout.contains("EXAMPLES:\n  permission-relay \(group) "), what + ":\n" + r.stdout)
+                XCTAssertFalse(r.stdout.contains("serve"), "not the top-level help: " + what)
+            }
+        }
+        let add = runRelay(["member", "add", "--help"])
+        XCTAssertEqual(add.status, 0)
+        XCTAssertTrue(
+            add.stdout.contains("USAGE: permission-relay member add FAMILY MEMBER --role child|guardian [--socket PATH] [--json]\n"))
+        XCTAssertFalse(add.stdout.contains("COMMANDS:"), add.stdout)
+        XCTAssertEqual(runRelay(["help", "member", "add"]).stdout, add.stdout)
+
+        let bare = runRelay(["member"])
+        XCTAssertEqual(bare.status, 64)
+        XCTAssertEqual(bare.stdout, "")
+        XCTAssertEqual(bare.stderr, "permission-relay: member needs a command: add or remove (see `permission-relay --help`)\n")
+        let unknown = runRelay(["member", "rename", "alex", "sasha"])
+        XCTAssertEqual(unknown.status, 64)
+        XCTAssertEqual(
+            unknown.stderr,
+            "permission-relay: unknown command \"member rename\" (member commands: add, remove) (see `permission-relay --help`)\n")
+    }
+
+    func testStatusLeavesAdminConnectionsOutOfItsCounts() throws {
+        XCTAssertTrue(runRelay(["status", "--help"]).stdout.contains("admin connections, this one included, are not counted"))
+        let idle = runRelay(["status"] + s)
+        XCTAssertEqual(idle.status, 0)
+        XCTAssertTrue(idle.stdout.contains("connections: 0\nsessions: 0\n"), idle.stdout)
+
+        let tokens = try relay.provision(families: 1)
+        let heldAdmin = try relay.admin()  // another admin connection, left open
+        let child = try relay.connect()
+        _ = try child.hello("c0", tokens["c0"]!)
+        let silent = try relay.connect()  // yet to say hello: a connection without a session
+        let busy = try JSON.parse(runRelay(["status", "--json"] + s).stdout.trimmingCharacters(in: .newlines))
+        XCTAssertEqual(busy["connections"]?.int, 2)
+        XCTAssertEqual(busy["sessions"]?.int, 1)
+        _ = (heldAdmin, silent)
+    }
+
+    func testMemberIdsAreUniqueAcrossAllFamiliesAndSaySo() throws {
+        let help = runRelay(["member", "add", "--help"]).stdout
+        XCTAssertTrue(help.contains("Member ids are unique across all families"), help)
+        for family in ["smiths", "joneses"] { XCTAssertEqual(runRelay(["family", "create", family] + s).status, 0) }
+        XCTAssertEqual(runRelay(["member", "add", "smiths", "alex", "--role", "child"] + s).status, 0)
+        assertFails(
+            ["member", "add", "joneses", "alex", "--role", "guardian", "--json"] + s,
+            "permission-relay: conflict: member alex already exists, in family smiths (member ids are unique across all families)")
+        XCTAssertEqual(runRelay(["member", "remove", "alex"] + s).status, 0)
+        assertFails(
+            ["member", "add", "joneses", "alex", "--role", "child"] + s,
+            "permission-relay: conflict: member id alex belonged to a removed member and is never reused"
+                + " (member ids are unique across all families)")
+    }
+}

@@ -1,0 +1,119 @@
+// Examples/AskApp, the package README.md shows for the library: built as a user builds it
+// (a package of its own, depending on this clone by path), run against the real relay,
+// and compared with the README, so that neither the example nor the README can rot.
+
+import Foundation
+import RelayProtocol
+import XCTest
+
+final class ExamplePackageTests: XCTestCase {
+    private let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+    private var example: URL { root.appendingPathComponent("Examples/AskApp") }
+
+    func testTheREADMEShowsTheExamplePackageAsItIs() throws {
+        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+        guard let start = readme.range(of: "\n## The PermissionKit library\n") else { return XCTFail("README.md has no library section") }
+        let end = readme.range(of: "\n## ", range: start.upperBound..<readme.endIndex)?.lowerBound ?? readme.endIndex
+        var blocks: [String] = []
+        var rest = readme[start.upperBound..<end]
+        while let open = rest.range(of: "```swift\n"), let close = rest.range(of: "\n```\n", range: open.upperBound..<rest.endIndex) {
+            blocks.append(String(rest[open.upperBound..<close.lowerBound]) + "\n")
+            rest = rest[close.upperBound...]
+        }
+        let files = try ["Package.swift", "Sources/AskApp/main.swift"].map {
+            try String(contentsOf: example.appendingPathComponent($0), encoding: .utf8)
+        }
+        XCTAssertEqual(blocks.count, 2, "the section shows the example's Package.swift and main.swift, and no other Swift")
+        for (block, (file, name)) in zip(blocks, zip(files, ["Package.swift", "main.swift"])) {
+            XCTAssertEqual(block, file, "README.md's library section shows Examples/AskApp's \(name) as it is")
+        }
+    }
+
+    func testTheExampleAppBuildsAsItsOwnPackageAndGetsAGuardiansApproval() throws {
+        // A scratch path of its own: the `swift test` running this holds the root's .build.
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("askapp-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let started = ContinuousClock.now
+        let build = run(
+            URL(fileURLWithPath: "/usr/bin/env"), ["swift", "build", "--package-path", example.path, "--scratch-path", scratch.path],
+            env: [:], seconds: 600)
+        XCTAssertEqual(build.status, 0, build.stdout + build.stderr)
+        guard build.status == 0 else { return }
+        print("Examples/AskApp built in \(ContinuousClock.now - started)")
+
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let guardian = try relay.connect()
+        _ = try guardian.hello("g0", tokens["g0"]!)  // before the ask: an ephemeral session sees what comes after
+
+        let app = Process()
+        app.executableURL = scratch.appendingPathComponent("debug/AskApp")
+        app.arguments = ["+1 555 0100"]
+        app.environment = [
+            "PERMISSION_RELAY_SOCKET": relay.socket, "PERMISSION_MEMBER": "c0", "PERMISSION_TOKEN": tokens["c0"]!,
+            "PERMISSION_STATE_DIR": relay.dir.appendingPathComponent("state").path,
+        ]
+        let out = Pipe(), err = Pipe()
+        app.standardOutput = out
+        app.standardError = err
+        try app.run()
+        let pid = app.processIdentifier
+        let stuck = DispatchWorkItem { kill(pid, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: stuck)
+        defer { stuck.cancel() }
+
+        let asked = try guardian.event("question")["question"]
+        XCTAssertEqual(asked?["child"]?.string, "c0")
+        XCTAssertEqual(asked?["topic"]?["personInformation"]?.array?.first?["handle"]?["value"]?.string, "+1 555 0100")
+        XCTAssertEqual(asked?["topic"]?["actions"], ["message"])
+        XCTAssertNotNil(asked?["expirationDate"]?.string)
+        let answer = try guardian.request(["type": "answer", "questionId": asked?["id"] ?? "", "choice": "approve"])
+        XCTAssertEqual(answer["type"]?.string, "ok", "\(answer)")
+
+        let stdout = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        app.waitUntilExit()
+        XCTAssertEqual(app.terminationStatus, 0, stdout + stderr)
+        XCTAssertEqual(stdout, "asked to message +1 555 0100; waiting for a guardian\napproved by g0: Approve\n")
+        XCTAssertEqual(stderr, "")
+    }
+
+    /// Runs a program to its end (killed after `seconds`): its status and what it printed.
+    private func run(_ program: URL, _ args: [String], env: [String: String], seconds: Double) -> (
+        status: Int32, stdout: String, stderr: String
+    ) {
+        let p = Process()
+        p.executableURL = program
+        p.arguments = args
+        p.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        do { try p.run() } catch { return (-1, "", "cannot run \(program.path): \(error)") }
+        let pid = p.processIdentifier
+        let stuck = DispatchWorkItem { kill(pid, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + seconds, execute: stuck)
+        defer { stuck.cancel() }
+        // stderr on another thread: a pipe that fills while stdout is read would stop the program.
+        let errData = LockedData()
+        let readErr = DispatchGroup()
+        readErr.enter()
+        DispatchQueue.global().async {
+            errData.set(err.fileHandleForReading.readDataToEndOfFile())
+            readErr.leave()
+        }
+        let o = out.fileHandleForReading.readDataToEndOfFile()
+        readErr.wait()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: errData.get(), as: UTF8.self))
+    }
+}
+
+private final class LockedData: @unchecked Sendable {
+    private let lock = NSLock()
+    private var data = Data()
+    func set(_ d: Data) { lock.withLock { data = d } }
+    func get() -> Data { lock.withLock { data } }
+}
