@@ -20,8 +20,8 @@ struct InteractiveView {
         case answered(String)
         case tick
         case connection(ConnectionState)
-        /// The pending questions were read: how many, or why they could not be.
-        case loaded(Result<Int, ClientCommandError>)
+        /// The pending questions were read, or could not be (why).
+        case loaded(Result<Void, ClientCommandError>)
     }
 
     func run() async throws {
@@ -43,7 +43,8 @@ struct InteractiveView {
             Task { for await s in center.connectionStates() { feed.yield(.connection(s)) } },
             Task {
                 do {
-                    feed.yield(.loaded(.success(try await center.pending().count)))
+                    _ = try await center.pending()
+                    feed.yield(.loaded(.success(())))
                 } catch {
                     feed.yield(.loaded(.failure(ClientCommandError(ClientOptions.describe(error)))))
                 }
@@ -59,11 +60,11 @@ struct InteractiveView {
 
         var pending: [GuardianQuestion] = []
         var selected = 0
-        let loading = "loading…"
-        var message = loading
+        var message = ""
+        var listed = false  // the pending questions were read once
         var connection = ConnectionState.connecting
         var loaded = false
-        draw(pending, selected, message, connection)
+        draw(pending, selected, message, connection, listed)
         for await input in inputs {
             switch input {
             case .key(let bytes):
@@ -110,24 +111,21 @@ struct InteractiveView {
             case .tick:
                 loaded = true
             case .loaded(let result):
-                guard message == loading else { break }
-                switch result {
-                case .success(let count): message = count == 0 ? "No questions waiting" : ""
-                case .failure(let e): message = "could not read the pending questions: \(e.message)"
-                }
+                listed = true
+                if case .failure(let e) = result { message = "could not read the pending questions: \(e.message)" }
             case .connection(let s):
                 connection = s
                 if s == .replaced { message = replacedNotice }
                 if s == .refused { message = refusal(center.connectionError) + " (q to quit)" }
             }
             selected = min(selected, max(pending.count - 1, 0))
-            draw(pending, selected, message, connection)
+            draw(pending, selected, message, connection, listed)
         }
     }
 
     /// Draws the screen, fitted to the terminal: as many questions as its height allows,
     /// scrolled so that the selected one shows, each line cut to its width.
-    private func draw(_ pending: [GuardianQuestion], _ selected: Int, _ message: String, _ state: ConnectionState) {
+    private func draw(_ pending: [GuardianQuestion], _ selected: Int, _ message: String, _ state: ConnectionState, _ listed: Bool) {
         var rows: Int32 = 24, cols: Int32 = 80
         _ = cs_terminal_size(1, &rows, &cols)
         func line(_ text: String) -> String {
@@ -142,7 +140,7 @@ struct InteractiveView {
         let shown = pending.indices.clamped(to: first..<min(first + room, pending.count))
         var out = "\u{1B}[H\u{1B}[2J"
         out += line("Permission requests — \(pending.count) pending   [relay: \(state.rawValue)]") + "\r\n"
-        out += pending.isEmpty ? line("  Nothing to answer right now.") : line(first > 0 ? "  ↑ \(first) more" : "")
+        out += pending.isEmpty ? line(listed ? "  No questions waiting." : "  loading…") : line(first > 0 ? "  ↑ \(first) more" : "")
         for i in shown {
             let q = pending[i]
             out += line("\(i == selected ? "›" : " ") \(summary(q))")

@@ -463,7 +463,7 @@ final class ProgramTests: XCTestCase {
             "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --credentials \(relay.dir.appendingPathComponent("guardian.json").path)"
         XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "100", "-y", "20", command]), 0)
         defer { _ = tmux(["kill-session", "-t", session]) }
-        XCTAssertTrue(waitForScreen(session) { $0.contains("No questions waiting") && !$0.contains("loading") })
+        XCTAssertTrue(waitForScreen(session) { $0.contains("No questions waiting.") && !$0.contains("loading") })
     }
 
     func testGuardianTerminalViewFitsTheTerminalAndScrollsToTheSelection() throws {
