@@ -466,6 +466,27 @@ final class ProgramTests: XCTestCase {
         XCTAssertTrue(waitForScreen(session) { $0.contains("No questions waiting.") && !$0.contains("loading") })
     }
 
+    /// SIGTERM ends the view with 143 and gives the terminal back as it was (echo, lines).
+    func testGuardianTerminalViewStopsOnSIGTERMAndRestoresTheTerminal() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
+            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
+        }
+        let session = "pgt\(getpid())"
+        let view =
+            "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --credentials \(relay.dir.appendingPathComponent("guardian.json").path)"
+        let command =
+            "sh -c '\(view); echo \"exited $?\"; stty -a | tr \" \" \"\\n\" | grep -x -e -echo -e -icanon -e echo -e icanon; sleep 60'"
+        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "100", "-y", "20", command]), 0)
+        defer { _ = tmux(["kill-session", "-t", session]) }
+        XCTAssertTrue(waitForScreen(session) { $0.contains("No questions waiting.") })
+        let shell = spawn("/usr/bin/tmux", ["display", "-p", "-t", session, "#{pane_pid}"]).output.trimmingCharacters(
+            in: .whitespacesAndNewlines)
+        let guardianPID = spawn("/usr/bin/pgrep", ["-P", shell]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertNotNil(Int32(guardianPID), "the view runs under the shell (\(shell))")
+        kill(Int32(guardianPID) ?? 0, SIGTERM)
+        XCTAssertTrue(waitForScreen(session) { $0.contains("exited 143") && $0.contains("\nicanon") && $0.contains("\necho") })
+    }
+
     func testGuardianTerminalViewFitsTheTerminalAndScrollsToTheSelection() throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
             return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
