@@ -193,7 +193,9 @@ public func reportConnectionTrouble(
 }
 
 /// Runs `cleanup` and exits 0 on SIGTERM or SIGINT, so a long-running command (watch,
-/// auto) records what it processed before it goes. Keep the returned sources alive.
+/// auto) records what it processed before it goes. Keep the returned sources alive with
+/// `withExtendedLifetime` until the command ends: once they are freed, the signals are
+/// swallowed and the program no longer stops on them.
 public func stopOnSignals(_ cleanup: @escaping @Sendable () async -> Void) -> [any DispatchSourceSignal] {
     [SIGTERM, SIGINT].map { sig in
         signal(sig, SIG_IGN)

@@ -195,7 +195,7 @@ func run() async throws -> Int32 {
     }
     let center = AskCenter(configuration: durable ? try ClientOptions.durable(config) : config.ephemeral)
     let signals = stopOnSignals { await center.close() }
-    defer { _ = signals }
+    defer { withExtendedLifetime(signals) {} }  // `_ = signals` would not keep them in an optimized build
     let status = try await perform(command, a, center)
     await center.close()  // records every processed event before the process ends
     return status

@@ -103,7 +103,7 @@ func run() async throws -> Int32 {
     let waits = ["watch", "auto", "view"].contains(command ?? "view")
     let center = GuardianCenter(configuration: waits ? try ClientOptions.durable(config) : config.ephemeral)
     let signals = command == nil ? [] : stopOnSignals { await center.close() }
-    defer { _ = signals }
+    defer { withExtendedLifetime(signals) {} }  // `_ = signals` would not keep them in an optimized build
     let status: Int32
     do {
         status = try await perform(command ?? "view", a, center)
