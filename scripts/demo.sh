@@ -3,6 +3,8 @@
 # approves every question, and a child that asks and waits for the answer.
 #   scripts/demo.sh            # the guardian is a bot (permission-guardian auto --approve)
 #   scripts/demo.sh --manual   # you are the guardian: answer in the interactive view (needs tmux)
+# It runs the release programs in .build/release, and first builds them with
+# `swift build -c release` (saying so) when one is missing or older than its sources.
 # PERMISSION_BIN_DIR=DIR uses the programs already built in DIR instead of building them.
 set -euo pipefail
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then  # the comment above, as help
@@ -17,10 +19,35 @@ cd "$(dirname "$0")/.."
 
 bin=${PERMISSION_BIN_DIR:-}
 if [ -z "$bin" ]; then
-    swift build --product permission-relay >/dev/null
-    swift build --product permission-child >/dev/null
-    swift build --product permission-guardian >/dev/null
-    bin=$(swift build --show-bin-path)
+    bin=$PWD/.build/release
+    # A build that changed no object file links nothing, so the programs may stay older than
+    # an edited source: the stamp says when this script last built them.
+    stamp=$bin/.demo-built
+    why=
+    for program in permission-relay permission-child permission-guardian; do
+        if [ ! -x "$bin/$program" ]; then
+            why="$bin/$program is missing"
+            break
+        fi
+        since=$bin/$program
+        [ "$stamp" -nt "$since" ] && since=$stamp
+        # the sources of the three programs: all but the benchmark's and the harness's
+        newer=$(find Package.swift Sources -type f -newer "$since" \
+            -not -path 'Sources/permission-bench/*' -not -path 'Sources/permission-harness/*' -print -quit)
+        if [ -n "$newer" ]; then
+            why="$newer is newer than $bin/$program"
+            break
+        fi
+    done
+    if [ -n "$why" ]; then
+        echo "demo: building the release programs with \`swift build -c release\` ($why)" >&2
+        if ! built=$(swift build -c release 2>&1); then
+            printf '%s\n' "$built" >&2
+            echo "demo: the release build failed" >&2
+            exit 1
+        fi
+        touch "$stamp"
+    fi
 fi
 
 dir=$(mktemp -d /tmp/permission-demo.XXXXXX)

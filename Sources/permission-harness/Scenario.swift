@@ -14,7 +14,8 @@ struct ScenarioFailure: Error, CustomStringConvertible {
 
 final class ScenarioRun {
     let file: String
-    let bin: URL
+    /// The relay to start (nil with a running relay at `socket`).
+    let relayExecutable: URL?
     let externalSocket: String?
     private var dir: URL
     private var relay: Process?
@@ -28,9 +29,9 @@ final class ScenarioRun {
     private let suffix: String
     private(set) var name = ""
 
-    init(file: String, bin: URL, socket: String?) {
+    init(file: String, relay: URL?, socket: String?) {
         self.file = file
-        self.bin = bin
+        relayExecutable = relay
         externalSocket = socket
         dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("harness-\(UUID().uuidString.prefix(8))")
         self.socket = socket ?? dir.appendingPathComponent("relay.sock").path
@@ -86,11 +87,11 @@ final class ScenarioRun {
     // MARK: - Relay and families
 
     private func startRelay() throws {
-        guard externalSocket == nil else {
+        guard externalSocket == nil, let relayExecutable else {
             throw ScenarioFailure(description: "this step needs the harness's own relay (run without --socket)")
         }
         let p = Process()
-        p.executableURL = bin.appendingPathComponent("permission-relay")
+        p.executableURL = relayExecutable
         p.arguments = ["serve", "--socket", socket, "--data", dir.appendingPathComponent("data").path] + relayFlags
         let out = Pipe()
         p.standardOutput = out
@@ -138,7 +139,7 @@ final class ScenarioRun {
             throw ScenarioFailure(description: "no member \(member) in the scenario's families")
         }
         let a = try ActorProcess(
-            name: name, executable: bin.appendingPathComponent("permission-harness"),
+            name: name, executable: harnessExecutable,
             arguments: [
                 "actor", "--role", role, "--socket", socket, "--member", member + suffix, "--token", token,
                 "--session", parts.count > 1 ? parts[1] : "main", "--state-dir", dir.appendingPathComponent("state").path,

@@ -11,7 +11,7 @@ import RelayServer
 let usage = """
     OVERVIEW: Run ask-a-guardian scenarios end to end against a real relay.
 
-    USAGE: permission-harness run SCENARIO.json... [--socket PATH] [--junit FILE]
+    USAGE: permission-harness run SCENARIO.json... [--socket PATH | --relay PATH] [--junit FILE]
            permission-harness guardian --family FAMILY --policy POLICY [--socket PATH]
 
     run: each scenario gets its own relay on a temporary socket and data directory (or the
@@ -27,6 +27,8 @@ let usage = """
 
     OPTIONS:
       --socket PATH   A running relay (default for guardian: \(RelayConfiguration.defaultSocketPath))
+      --relay PATH    The permission-relay program that run starts (default: the one beside
+                      this program, else the first on PATH)
       --junit FILE    Also write a JUnit XML report
       -h, --help      Show this help.
       --version       Print the version.
@@ -37,14 +39,18 @@ let usage = """
       permission-harness guardian --family smiths --policy approve-after:2s
     """
 
-let bin = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-
 func runScenarios(_ a: Arguments) throws -> Int32 {
+    let socket = a.value("--socket")
+    if socket != nil && a.value("--relay") != nil {
+        throw CLIError.usage("--relay is the relay run starts; with --socket it uses that running relay instead")
+    }
+    // Found once, before any scenario: without it none could run.
+    let relay = socket == nil ? try findRelay(explicit: a.value("--relay")) : nil
     var results: [(name: String, file: String, seconds: Double, failure: String?)] = []
     for file in a.positionals {
         printOut("▶ \(file)")
         let t0 = Date()
-        let run = ScenarioRun(file: file, bin: bin, socket: a.value("--socket"))
+        let run = ScenarioRun(file: file, relay: relay, socket: socket)
         var failure: String?
         do {
             try run.run()
@@ -126,7 +132,7 @@ exit(
         let rest = Array(args.dropFirst())
         switch args[0] {
         case "run":
-            let a = try Arguments(rest, valueFlags: ["--socket", "--junit"], switchFlags: [])
+            let a = try Arguments(rest, valueFlags: ["--socket", "--junit", "--relay"], switchFlags: [])
             guard !a.positionals.isEmpty else { throw CLIError.usage("run needs at least one scenario file") }
             return try runScenarios(a)
         case "guardian":

@@ -12,33 +12,114 @@ final class DemoScriptTests: XCTestCase {
         var text: String { lock.withLock { String(decoding: data, as: UTF8.self) } }
     }
 
-    func testTheDemoAsksGetsTheApprovalAndEnds() throws {
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("scripts/demo.sh")
+    private let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    /// Runs `script` with `env` added to this process's environment; nil (and a failure) when
+    /// it does not end within a minute.
+    private func runDemo(_ script: URL, env: [String: String]) throws -> (status: Int32, output: String, errors: String)? {
         let process = Process()
         // Process starts it as a process group of its own: a demo that hangs is stopped with all it started.
         process.executableURL = URL(fileURLWithPath: "/bin/bash")
         process.arguments = [script.path]
-        process.environment = ProcessInfo.processInfo.environment.merging(["PERMISSION_BIN_DIR": productsDirectory.path]) { $1 }
-        let pipe = Pipe()
+        process.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
+        let pipe = Pipe(), errors = Pipe()
         process.standardOutput = pipe
-        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        process.standardError = errors
         let ended = expectation(description: "the demo ends")
         process.terminationHandler = { _ in ended.fulfill() }
         try process.run()
-        // Read on another thread, so that a demo that never ends fails the test instead of hanging it.
-        let output = Output(), read = expectation(description: "its output is read to the end")
-        let reader = pipe.fileHandleForReading
-        DispatchQueue.global().async {
-            output.append(reader.readDataToEndOfFile())
-            read.fulfill()
+        // Read on other threads, so that a demo that never ends fails the test instead of hanging it.
+        let output = Output(), errorOutput = Output()
+        let read = expectation(description: "its output is read to the end")
+        read.expectedFulfillmentCount = 2
+        for (handle, into) in [(pipe.fileHandleForReading, output), (errors.fileHandleForReading, errorOutput)] {
+            DispatchQueue.global().async {
+                into.append(handle.readDataToEndOfFile())
+                read.fulfill()
+            }
         }
         guard XCTWaiter.wait(for: [ended, read], timeout: 60) == .completed else {
             kill(-process.processIdentifier, SIGKILL)
-            return XCTFail("the demo did not end within a minute")
+            XCTFail("the demo did not end within a minute")
+            return nil
         }
-        XCTAssertEqual(process.terminationStatus, 0, output.text)
-        XCTAssertTrue(output.text.contains("child: approved: Approve (by sam)"), output.text)
-        XCTAssertTrue(output.text.contains("child: +15550100: known"), output.text)
+        return (process.terminationStatus, output.text, errorOutput.text)
+    }
+
+    func testTheDemoAsksGetsTheApprovalAndEnds() throws {
+        let script = repository.appendingPathComponent("scripts/demo.sh")
+        guard let run = try runDemo(script, env: ["PERMISSION_BIN_DIR": productsDirectory.path]) else { return }
+        XCTAssertEqual(run.status, 0, run.output)
+        XCTAssertTrue(run.output.contains("child: approved: Approve (by sam)"), run.output)
+        XCTAssertTrue(run.output.contains("child: +15550100: known"), run.output)
+    }
+
+    /// Without PERMISSION_BIN_DIR the demo runs the release programs, and builds them first
+    /// (saying so) when one is missing or older than a source: here in a copy of the script
+    /// in a package of its own, with a `swift` on PATH that "builds" by linking to the
+    /// programs this test run built, only those missing (as a build that changed no object
+    /// file relinks nothing).
+    func testWithoutABinDirItBuildsTheReleaseProgramsOnlyWhenMissingOrOlderThanTheirSources() throws {
+        let fm = FileManager.default
+        let package = fm.temporaryDirectory.appendingPathComponent("demo-\(UUID().uuidString.prefix(8))")
+        defer { try? fm.removeItem(at: package) }
+        for dir in ["scripts", "Sources/permission-relay", "tools"] {
+            try fm.createDirectory(at: package.appendingPathComponent(dir), withIntermediateDirectories: true)
+        }
+        let script = package.appendingPathComponent("scripts/demo.sh")
+        try fm.copyItem(at: repository.appendingPathComponent("scripts/demo.sh"), to: script)
+        let source = package.appendingPathComponent("Sources/permission-relay/main.swift")
+        for file in [package.appendingPathComponent("Package.swift"), source] {
+            try Data().write(to: file)
+            try fm.setAttributes([.modificationDate: Date().addingTimeInterval(-120)], ofItemAtPath: file.path)
+        }
+        let log = package.appendingPathComponent("swift.log")
+        let swift = package.appendingPathComponent("tools/swift")
+        try """
+        #!/bin/bash
+        echo "$*" >> \(log.path)
+        [ "$*" = "build -c release" ] || exit 2
+        mkdir -p .build/release
+        for p in permission-relay permission-child permission-guardian; do
+            [ -e .build/release/$p ] || printf '#!/bin/sh\\nexec %s/%s "$@"\\n' \(productsDirectory.path) $p > .build/release/$p
+            chmod +x .build/release/$p
+        done
+        """.write(to: swift, atomically: true, encoding: .utf8)
+        try fm.setAttributes([.posixPermissions: 0o755], ofItemAtPath: swift.path)
+        let env = ["PATH": "\(swift.deletingLastPathComponent().path):\(ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")"]
+        func builds() -> [String] { ((try? String(contentsOf: log, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init) }
+        let bin = package.appendingPathComponent(".build/release").path
+
+        guard let first = try runDemo(script, env: env) else { return }
+        XCTAssertEqual(first.status, 0, first.output + first.errors)
+        XCTAssertTrue(first.output.contains("child: approved: Approve (by sam)"), first.output)
+        XCTAssertEqual(
+            first.errors.split(separator: "\n").first,
+            "demo: building the release programs with `swift build -c release` (\(bin)/permission-relay is missing)")
+        XCTAssertEqual(builds(), ["build -c release"])
+
+        guard let again = try runDemo(script, env: env) else { return }
+        XCTAssertEqual(again.status, 0, again.output + again.errors)
+        XCTAssertFalse(again.errors.contains("demo: building"), again.errors)
+        XCTAssertEqual(builds(), ["build -c release"], "up to date: not built again")
+
+        let past = Date().addingTimeInterval(-60)
+        for file in ["permission-relay", "permission-child", "permission-guardian", ".demo-built"] {
+            try fm.setAttributes([.modificationDate: past], ofItemAtPath: "\(bin)/\(file)")
+        }
+        try fm.setAttributes([.modificationDate: Date()], ofItemAtPath: source.path)
+        guard let edited = try runDemo(script, env: env) else { return }
+        XCTAssertEqual(edited.status, 0, edited.output + edited.errors)
+        XCTAssertEqual(
+            edited.errors.split(separator: "\n").first,
+            "demo: building the release programs with `swift build -c release` "
+                + "(Sources/permission-relay/main.swift is newer than \(bin)/permission-relay)")
+        XCTAssertEqual(builds().count, 2)
+
+        guard let built = try runDemo(script, env: env) else { return }
+        XCTAssertEqual(built.status, 0, built.output + built.errors)
+        XCTAssertFalse(built.errors.contains("demo: building"), "built since the edit, though nothing was relinked: \(built.errors)")
+        XCTAssertEqual(builds().count, 2)
     }
 }

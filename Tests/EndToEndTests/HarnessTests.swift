@@ -96,6 +96,85 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(lines.last, "4 passed, 0 failed", "names are made unique, so a scenario runs twice on one relay")
     }
 
+    /// Runs `executable` (a path, or a name looked up on `path` as a shell would, so that its
+    /// argv[0] is the bare name) in `directory` with `PATH=path` and returns its status and
+    /// its stdout and stderr together; stopped after a minute.
+    private func runHarness(_ executable: String, _ args: [String], in directory: URL, path: String) throws -> (
+        status: Int32, lines: [String]
+    ) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["PATH=\(path)", executable] + args
+        p.currentDirectoryURL = directory
+        var env = ProcessInfo.processInfo.environment
+        env["PATH"] = path
+        p.environment = env
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = out
+        try p.run()
+        let pid = p.processIdentifier
+        let stop = DispatchWorkItem { kill(pid, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: stop)
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        stop.cancel()
+        return (p.terminationStatus, text.split(separator: "\n").map(String.init))
+    }
+
+    private func temporaryDirectory(_ name: String) throws -> URL {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        addTeardownBlock { try? FileManager.default.removeItem(at: dir) }
+        return dir
+    }
+
+    /// As README.md has it, the programs on PATH (here through a link to the built harness
+    /// in a directory of its own): the relay is found beside the harness's own executable,
+    /// whatever the working directory and argv[0].
+    func testTheHarnessRunFromPathFindsTheRelayBesideItself() throws {
+        let scenario = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Scenarios/relay-killed-between-ask-and-answer.json")
+        let bin = try temporaryDirectory("harness-bin"), elsewhere = try temporaryDirectory("harness-cwd")
+        try FileManager.default.createSymbolicLink(
+            at: bin.appendingPathComponent("permission-harness"),
+            withDestinationURL: productsDirectory.appendingPathComponent("permission-harness"))
+        let path = "\(bin.path):/usr/local/bin:/usr/bin:/bin"
+        XCTAssertFalse(path.split(separator: ":").contains { $0 == productsDirectory.path })
+        let run = try runHarness("permission-harness", ["run", scenario.path], in: elsewhere, path: path)
+        XCTAssertEqual(run.status, 0, run.lines.joined(separator: "\n"))
+        XCTAssertEqual(run.lines.last, "1 passed, 0 failed", run.lines.joined(separator: "\n"))
+    }
+
+    /// A harness with no relay beside it: the relay on PATH, and when there is none there
+    /// either, one line that says where it looked and what to do.
+    func testAHarnessWithoutARelaySaysWhereItLookedOrUsesTheOneOnPath() throws {
+        let scenario = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Scenarios/denial.json")
+        let alone = try temporaryDirectory("harness-alone")
+        let harness = alone.appendingPathComponent("permission-harness")
+        try FileManager.default.copyItem(at: productsDirectory.appendingPathComponent("permission-harness"), to: harness)
+
+        let missing = try runHarness(harness.path, ["run", scenario.path], in: alone, path: "")
+        XCTAssertEqual(missing.status, 1)
+        XCTAssertEqual(
+            missing.lines,
+            [
+                "permission-harness: cannot find permission-relay beside \(harness.resolvingSymlinksInPath().path) or on PATH; "
+                    + "build it with `swift build -c release`, or pass --relay PATH (or --socket PATH for a running relay)"
+            ])
+
+        let onPath = try runHarness(harness.path, ["run", scenario.path], in: alone, path: productsDirectory.path)
+        XCTAssertEqual(onPath.status, 0, onPath.lines.joined(separator: "\n"))
+        XCTAssertEqual(onPath.lines.last, "1 passed, 0 failed")
+
+        let given = try runHarness(
+            harness.path, ["run", scenario.path, "--relay", productsDirectory.appendingPathComponent("permission-relay").path], in: alone,
+            path: "")
+        XCTAssertEqual(given.status, 0, given.lines.joined(separator: "\n"))
+        XCTAssertEqual(given.lines.last, "1 passed, 0 failed")
+    }
+
     func testScriptedGuardianApprovesByPolicy() throws {
         let relay = try RelayProcess()
         try relay.start()
