@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
@@ -73,6 +75,47 @@ int cs_listen_unix(const char *path, int backlog) {
         return -1;
     }
     return fd;
+}
+
+int cs_adopt_listening_unix(int fd, char *path, size_t len) {
+    int type = 0, listening = 0;
+    socklen_t n = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &n) != 0 || type != SOCK_STREAM) return -1;
+    n = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &n) != 0 || !listening) return -1;
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof addr);
+    n = sizeof addr;
+    if (getsockname(fd, (struct sockaddr *)&addr, &n) != 0 || addr.sun_family != AF_UNIX) return -1;
+    if (len > 0) {
+        size_t name = n > offsetof(struct sockaddr_un, sun_path) ? n - offsetof(struct sockaddr_un, sun_path) : 0;
+        if (name > 0 && addr.sun_path[0] == 0) name = 0;  // abstract: no path to show
+        if (name >= len) name = len - 1;
+        memcpy(path, addr.sun_path, name);
+        path[name] = 0;
+    }
+    if (cs_set_nonblocking(fd) != 0) return -1;
+    return fcntl(fd, F_SETFD, FD_CLOEXEC) == 0 ? 0 : -1;
+}
+
+int cs_sd_notify(const char *state) {
+    const char *target = getenv("NOTIFY_SOCKET");
+    if (target == NULL || target[0] == 0) return 0;
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    size_t n = strlen(target);
+    if ((target[0] != '/' && target[0] != '@') || n >= sizeof addr.sun_path) { errno = EINVAL; return -1; }
+    memcpy(addr.sun_path, target, n);
+    if (target[0] == '@') addr.sun_path[0] = 0;  // abstract namespace
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    socklen_t size = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    ssize_t sent = sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&addr, size);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return sent < 0 ? -1 : 1;
 }
 
 int cs_connect_unix(const char *path) {

@@ -54,6 +54,10 @@ public struct ServerConfig: Sendable {
     /// How that free space is read (tests give their own).
     public var diskSpace: @Sendable (String) -> DiskSpace? = { DiskSpace.of($0) }
 
+    /// A listening socket the service manager passed (socket activation): the relay serves
+    /// it instead of binding `socketPath`, and leaves its file to the service manager.
+    public var inheritedListener: Int32?
+
     public init(socketPath: String) { self.socketPath = socketPath }
 }
 
@@ -231,6 +235,21 @@ public final class RelayServer {
     }
 
     private func bind() throws {
+        if let inherited = config.inheritedListener {
+            listenFD = inherited
+        } else {
+            try bindSocketPath()
+        }
+        epfd = cs_epoll_create()
+        guard epfd >= 0 else { throw ServerError("cannot create the event loop") }
+        if config.handleSignals { cs_route_signals(signalPipe[1]) }
+        cs_epoll_ctl(epfd, 0, listenFD, cs_epollin, Self.listenToken)
+        cs_epoll_ctl(epfd, 0, signalPipe[0], cs_epollin, Self.signalToken)
+        cs_epoll_ctl(epfd, 0, committer.wakeFD, cs_epollin, Self.committerToken)
+        spareFD = Self.openSpare()
+    }
+
+    private func bindSocketPath() throws {
         let path = config.socketPath
         var st = stat()
         if lstat(path, &st) == 0 {
@@ -255,13 +274,6 @@ public final class RelayServer {
         if listenFD == -2 { throw ServerError("socket path is too long (at most 107 bytes): \(path)") }
         guard listenFD >= 0 else { throw ServerError("cannot listen on \(path): \(String(cString: strerror(errno)))") }
         socketFile = Self.fileID(path)
-        epfd = cs_epoll_create()
-        guard epfd >= 0 else { throw ServerError("cannot create the event loop") }
-        if config.handleSignals { cs_route_signals(signalPipe[1]) }
-        cs_epoll_ctl(epfd, 0, listenFD, cs_epollin, Self.listenToken)
-        cs_epoll_ctl(epfd, 0, signalPipe[0], cs_epollin, Self.signalToken)
-        cs_epoll_ctl(epfd, 0, committer.wakeFD, cs_epollin, Self.committerToken)
-        spareFD = Self.openSpare()
     }
 
     private static func openSpare() -> Int32 { open("/dev/null", O_RDONLY | O_CLOEXEC) }

@@ -26,7 +26,9 @@ final class SQLiteDatabase {
     /// Opens the database at `path`, creating it unless `readOnly`.
     init(path: String, readOnly: Bool = false) throws {
         let mode = readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
-        let rc = sqlite3_open_v2(path, &db, mode | SQLITE_OPEN_NOMUTEX, nil)
+        // NOFOLLOW: a symbolic link planted in place of the database (or its journal) is
+        // refused, never written through.
+        let rc = sqlite3_open_v2(path, &db, mode | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, nil)
         guard rc == SQLITE_OK else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             sqlite3_close(db)

@@ -16,14 +16,25 @@ enum Paths {
         return home + "/.local/state/permission-relay"
     }
 
-    /// Creates `dir` and its parents (mode 0700 for what is created); refuses a directory of another user.
+    /// Creates `dir` and its parents (mode 0700 for what is created). An existing `dir` must
+    /// be a directory of this user (root included) that no one else may write to: in one
+    /// another user controls, they could put their own socket or a link in place of the
+    /// relay's files.
     static func makePrivateDirectory(_ dir: String) throws {
-        var isDir: ObjCBool = false
-        if FileManager.default.fileExists(atPath: dir, isDirectory: &isDir) {
-            guard isDir.boolValue else { throw CLIError.failure("\(dir) exists and is not a directory") }
-            var st = stat()
-            if stat(dir, &st) == 0 && st.st_uid != getuid() && getuid() != 0 {
-                throw CLIError.failure("\(dir) belongs to another user; choose another location")
+        var st = stat()
+        if lstat(dir, &st) == 0 {
+            guard st.st_mode & S_IFMT == S_IFDIR else {
+                throw CLIError.failure("\(dir) exists and is not a directory (a link is not followed); choose another location")
+            }
+            guard st.st_uid == geteuid() else {
+                throw CLIError.failure(
+                    "\(dir) belongs to uid \(st.st_uid), not to this user (uid \(geteuid())); choose another location,"
+                        + " or give it to this user (chown)")
+            }
+            guard st.st_mode & 0o022 == 0 else {
+                throw CLIError.failure(
+                    "\(dir) may be written by others (mode \(String(st.st_mode & 0o7777, radix: 8))); make it private:"
+                        + " chmod 700 \(dir)")
             }
             return
         }
@@ -32,6 +43,20 @@ enum Paths {
                 atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch {
             throw CLIError.failure("cannot create \(dir): \(error.localizedDescription)")
+        }
+    }
+
+    /// Refuses anything but a regular file where the relay keeps its files in `dir`: a link
+    /// there would have the relay write through it to whatever it points at.
+    static func checkStoreFiles(in dir: String) throws {
+        for name in ["relay.db", "relay.db-wal", "relay.db-shm", "relay.db-journal", "relay.lock"] {
+            var st = stat()
+            let path = dir + "/" + name
+            guard lstat(path, &st) == 0 else { continue }
+            guard st.st_mode & S_IFMT == S_IFREG else {
+                throw CLIError.failure(
+                    "\(path) is not a regular file (a link is never followed); remove it, or restore the store from a backup")
+            }
         }
     }
 }

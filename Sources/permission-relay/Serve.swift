@@ -19,10 +19,12 @@ enum Serve {
         OPTIONS:
           --socket PATH                    Unix socket to listen on
                                            (default: $XDG_RUNTIME_DIR/permission-relay/relay.sock,
-                                           else /tmp/permission-relay-UID/relay.sock)
+                                           else /tmp/permission-relay-UID/relay.sock; started by
+                                           systemd with a .socket unit, the socket it passes)
           --data DIR                       Data directory holding relay.db
-                                           (default: $XDG_STATE_HOME/permission-relay,
-                                           else ~/.local/state/permission-relay)
+                                           (default: $STATE_DIRECTORY under systemd, else
+                                           $XDG_STATE_HOME/permission-relay, else
+                                           ~/.local/state/permission-relay)
           --sync normal|full               normal survives a killed process; full also survives
                                            power loss (default: normal)
           --max-frame-bytes N              Largest frame accepted (default: 1048576)
@@ -75,8 +77,12 @@ enum Serve {
     static func run(_ args: [String]) throws {
         let a = try Arguments(args, valueFlags: valueFlags, switchFlags: [])
         _ = try a.expectPositionals([])
-        let socket = a.value("--socket") ?? Paths.defaultSocket
-        let data = a.value("--data") ?? Paths.defaultData
+        let inherited = try ServiceManager.inheritedSocket()
+        if inherited != nil, a.value("--socket") != nil {
+            throw CLIError.usage("--socket is for a relay that binds its own socket; this one was given one (socket activation)")
+        }
+        let socket = inherited?.path ?? a.value("--socket") ?? Paths.defaultSocket
+        let data = a.value("--data") ?? ServiceManager.stateDirectory ?? Paths.defaultData
         guard let sync = SyncMode(rawValue: a.value("--sync") ?? "normal") else {
             throw CLIError.usage("--sync must be normal or full")
         }
@@ -98,6 +104,7 @@ enum Serve {
             "--max-known-handles-per-child", default: core.maxKnownHandlesPerChild, min: 0)
         core.relayUID = getuid()
         var server = ServerConfig(socketPath: socket)
+        server.inheritedListener = inherited?.fd
         server.dataDirectory = data
         server.handshakeTimeoutSeconds = try a.double("--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds)
         server.maxConnections = try a.int("--max-connections", default: server.maxConnections, min: 1)
@@ -119,7 +126,8 @@ enum Serve {
         let log = Log.stderr(level: level)
         umask(0o077)  // the socket and the database (with its WAL) are private to this user
         try Paths.makePrivateDirectory(data)
-        try Paths.makePrivateDirectory((socket as NSString).deletingLastPathComponent)
+        try Paths.checkStoreFiles(in: data)
+        if inherited == nil { try Paths.makePrivateDirectory((socket as NSString).deletingLastPathComponent) }
         let lock = try lockDataDirectory(data)
         defer { Glibc.close(lock) }
 
@@ -141,11 +149,14 @@ enum Serve {
         }
         do {
             try relay.run {
-                printOut("permission-relay: listening on \(socket) (data \(data), sync \(sync.rawValue))")
+                let listening = "listening on \(socket)\(inherited == nil ? "" : " (from the service manager)")"
+                printOut("permission-relay: \(listening) (data \(data), sync \(sync.rawValue))")
+                ServiceManager.notify("READY=1\nSTATUS=\(listening)\nMAINPID=\(getpid())") { log(.warning, $0) }
             }
         } catch {
             throw CLIError.failure("\(error)")
         }
+        ServiceManager.notify("STOPPING=1") { log(.warning, $0) }
         // Stopped cleanly: everything is committed and every connection closed. The WAL is
         // moved into the database, so a copy of relay.db alone is whole; then leave rather
         // than take apart, one by one, the up to millions of questions remembered.
@@ -160,7 +171,7 @@ enum Serve {
     /// Takes an exclusive lock on DATA/relay.lock so two relays never share a store.
     static func lockDataDirectory(_ dir: String) throws -> Int32 {
         let path = dir + "/relay.lock"
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { throw CLIError.failure("cannot open \(path): \(String(cString: strerror(errno)))") }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             Glibc.close(fd)

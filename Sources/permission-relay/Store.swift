@@ -60,6 +60,7 @@ struct StoreCommand: Sendable {
         run: { args in
             let (backup, data) = try fileAndData(args, "BACKUP")
             try Paths.makePrivateDirectory(data)
+            try Paths.checkStoreFiles(in: data)
             let lock = try Serve.lockDataDirectory(data)
             defer { close(lock) }
             do {

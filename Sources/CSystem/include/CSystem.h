@@ -32,6 +32,13 @@ int cs_accept(int listen_fd);
 /// Creates a non-blocking, close-on-exec Unix stream socket bound to path and listening.
 /// Returns the fd or -1 with errno set (-2: path too long).
 int cs_listen_unix(const char *path, int backlog);
+/// For a socket handed over by a service manager: 0 when fd is a listening Unix stream
+/// socket (made non-blocking and close-on-exec), with its path in path (size len, "" for
+/// an abstract or unnamed one); -1 otherwise.
+int cs_adopt_listening_unix(int fd, char *path, size_t len);
+/// Sends state (e.g. "READY=1") to the service manager's $NOTIFY_SOCKET, as sd_notify
+/// does: 1 sent, 0 no socket to send to, -1 failed (errno set).
+int cs_sd_notify(const char *state);
 /// Connects a blocking, close-on-exec Unix stream socket to path. Returns the fd or -1.
 int cs_connect_unix(const char *path);
 /// The peer's uid of a Unix socket (SO_PEERCRED), or -1.

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs the programs and the relay's systemd units, and starts the relay's socket.
+#
+#   scripts/install.sh --user     the programs in ~/.local/bin, the units in
+#                                 ~/.config/systemd/user; the relay runs as you
+#   scripts/install.sh --system   (as root) the programs in /usr/local/bin, the units in
+#                                 /etc/systemd/system; the relay runs as a user of its own
+#
+# Options: --no-start   install, but leave systemd alone (no daemon-reload, no enable)
+#          --prefix DIR where the programs go (default: ~/.local or /usr/local)
+# PERMISSION_BIN_DIR names built programs to install instead of building them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="" start=1 prefix=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --user|--system) mode="${1#--}" ;;
+        --no-start) start=0 ;;
+        --prefix) prefix="${2:?--prefix needs a directory}"; shift ;;
+        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "install.sh: unknown option $1 (see scripts/install.sh --help)" >&2; exit 64 ;;
+    esac
+    shift
+done
+[ -n "$mode" ] || { echo "install.sh: say --user or --system (see scripts/install.sh --help)" >&2; exit 64; }
+
+if [ "$mode" = system ]; then
+    [ "$(id -u)" = 0 ] || { echo "install.sh: --system installs for the whole machine: run it as root" >&2; exit 1; }
+    prefix="${prefix:-/usr/local}"
+    units=/etc/systemd/system
+    systemctl=(systemctl)
+else
+    prefix="${prefix:-$HOME/.local}"
+    units="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
+    systemctl=(systemctl --user)
+fi
+
+bin="${PERMISSION_BIN_DIR:-}"
+if [ -z "$bin" ]; then
+    echo "building the release programs (swift build -c release)…"
+    swift build -c release
+    bin="$(swift build -c release --show-bin-path)"
+fi
+
+install -d -m 0755 "$prefix/bin" "$units"
+for p in permission-relay permission-child permission-guardian; do
+    install -m 0755 "$bin/$p" "$prefix/bin/$p"
+done
+for u in permission-relay.socket permission-relay.service; do
+    sed "s|@BINDIR@|$prefix/bin|g" "scripts/systemd/$mode/$u" > "$units/$u.tmp"
+    chmod 0644 "$units/$u.tmp"
+    mv "$units/$u.tmp" "$units/$u"
+done
+echo "installed the programs in $prefix/bin and the units in $units"
+
+if [ "$start" = 0 ]; then
+    echo "to start: ${systemctl[*]} daemon-reload && ${systemctl[*]} enable --now permission-relay.socket"
+    exit 0
+fi
+"${systemctl[@]}" daemon-reload
+"${systemctl[@]}" enable --now permission-relay.socket
+if [ "$mode" = system ]; then
+    echo "the relay listens on /run/permission-relay/relay.sock; administer it as root with --socket /run/permission-relay/relay.sock"
+else
+    echo "the relay listens on ${XDG_RUNTIME_DIR:-/run/user/$(id -u)}/permission-relay/relay.sock and starts with the first app"
+fi
+echo "logs: journalctl ${systemctl[*]:1} -u permission-relay"
