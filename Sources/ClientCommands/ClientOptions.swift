@@ -15,7 +15,8 @@ public enum ClientOptions {
     public static let help = """
           --socket PATH        The relay's socket (env PERMISSION_RELAY_SOCKET; default: \(RelayConfiguration.defaultSocketPath))
           --member ID          Who this client is (env PERMISSION_MEMBER)
-          --token TOKEN        The member's token (env PERMISSION_TOKEN)
+          --token TOKEN        The member's token (env PERMISSION_TOKEN); none for a member bound to your
+                               Unix account (`permission-relay member add … --unix-user`)
           --credentials FILE   A file {"member": …, "token": …}, as `permission-relay member add --json` prints it
                                (env PERMISSION_CREDENTIALS)
           --session NAME       Durable session: where the relay keeps this command's place in the member's
@@ -50,7 +51,9 @@ public enum ClientOptions {
             config.requestTimeout = .seconds(3)  // a person at a terminal wants a quick answer when the relay is down
             return config
         } catch AskError.systemError(ClientError.missingCredentials) {
-            throw CLIError.usage("say who you are: --credentials FILE (or PERMISSION_CREDENTIALS), or --member and --token")
+            throw CLIError.usage(
+                "say who you are: --credentials FILE (or PERMISSION_CREDENTIALS), --member and --token, or --member alone for the"
+                    + " member bound to your Unix account")
         } catch AskError.systemError(let e) {
             throw CLIError.failure("\(e)")
         } catch {

@@ -11,7 +11,8 @@ public struct RelayConfiguration: Sendable {
     public var socketPath: String
     /// The member id this client acts as.
     public var member: String
-    /// The member's token.
+    /// The member's token; empty for a member bound to the Unix account the app runs as
+    /// (`permission-relay member add … --unix-user`), whom the relay knows by the account.
     public var token: String
     /// The durable session name (per app or device): the relay keeps its place in the
     /// member's event stream across connections, and replays what it missed. nil opens
@@ -68,7 +69,7 @@ public struct RelayConfiguration: Sendable {
     ///
     /// `PERMISSION_MEMBER` and `PERMISSION_TOKEN` name the member, or `PERMISSION_CREDENTIALS`
     /// names a JSON file `{"member": …, "token": …}` (what `permission-relay member add --json`
-    /// prints). `PERMISSION_SESSION` defaults to `<member>-<hostname>-<app>`, a session of this
+    /// prints); `PERMISSION_MEMBER` alone names a member bound to this Unix account. `PERMISSION_SESSION` defaults to `<member>-<hostname>-<app>`, a session of this
     /// app's own (`app`: the executable's name unless given); `PERMISSION_STATE_DIR` to
     /// `$XDG_STATE_HOME/permission-kit` or `~/.local/state/permission-kit`. Without credentials
     /// it throws `AskError.systemError` with `ClientError.missingCredentials`, which says
@@ -98,11 +99,11 @@ public struct RelayConfiguration: Sendable {
                 return .failure(error)
             }
         }
+        // A member without a token is one bound to this Unix account.
         switch (member.isEmpty, token.isEmpty) {
         case (true, true): return .failure(.missingCredentials("neither PERMISSION_CREDENTIALS nor PERMISSION_MEMBER is set"))
         case (true, false): return .failure(.missingCredentials("PERMISSION_TOKEN is set, PERMISSION_MEMBER is not"))
-        case (false, true): return .failure(.missingCredentials("PERMISSION_MEMBER is set, PERMISSION_TOKEN is not"))
-        case (false, false): break
+        default: break
         }
         let session = env["PERMISSION_SESSION"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultSession(member: member, app: app)
         let stateDir = env["PERMISSION_STATE_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultStateDirectory(env)
@@ -176,7 +177,7 @@ public enum ClientError: Error, Sendable, CustomStringConvertible {
         case .credentials(let path, let why): return "cannot read credentials from \(path): \(why)"
         case .missingCredentials(let why):
             return "no credentials (\(why)): set PERMISSION_CREDENTIALS to the file `permission-relay member add … --json` wrote,"
-                + " or PERMISSION_MEMBER and PERMISSION_TOKEN"
+                + " or PERMISSION_MEMBER and PERMISSION_TOKEN (PERMISSION_MEMBER alone for a member bound to this Unix account)"
         case .closed: return "the client was closed"
         }
     }

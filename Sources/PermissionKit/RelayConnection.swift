@@ -281,9 +281,8 @@ final class RelayConnection: Sendable {
         }
         var tv = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        var hello: JSONObject = [
-            "type": "hello", "id": "hello", "protocol": 1, "member": .string(config.member), "token": .string(config.token),
-        ]
+        var hello: JSONObject = ["type": "hello", "id": "hello", "protocol": 1, "member": .string(config.member)]
+        if !config.token.isEmpty { hello["token"] = .string(config.token) }  // none: the member of this Unix account
         if let session = config.session {
             hello["session"] = .string(session)
             if let resume = resumePoint() { hello["resume"] = .int(resume) }

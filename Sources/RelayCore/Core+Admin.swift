@@ -33,8 +33,21 @@ extension RelayCore {
                     ? "member id \(member) belonged to a removed member and is never reused (member ids are unique across all families)"
                     : "member \(member) already exists, in family \(taken.family.id) (member ids are unique across all families)")
         }
+        var unixUID: UInt32?
+        switch r.frame["unixUID"] {
+        case nil, .null?: break
+        case let v?:
+            guard let n = v.int, n >= 0, n <= Int64(UInt32.max) else {
+                throw RequestError(.badRequest, "\"unixUID\" must be a Unix account's uid (a whole number from 0)")
+            }
+            unixUID = UInt32(n)
+            if let bound = members.values.first(where: { !$0.isRemoved && $0.record.unixUID == unixUID }) {
+                throw RequestError(.conflict, "the account with uid \(n) is already bound to member \(bound.record.id)")
+            }
+        }
+        // A member bound to an account has a token nobody is told: it says hello by its account.
         let token = Token.generate()
-        let record = MemberRecord(id: member, family: family, role: role, tokenHash: Token.hash(token))
+        let record = MemberRecord(id: member, family: family, role: role, tokenHash: Token.hash(token), unixUID: unixUID)
         let m = Member(record, family: f)
         add(m)
         persist(.member(record))
@@ -47,13 +60,16 @@ extension RelayCore {
                 }
             }
         }
-        return ["member": .string(member), "role": .string(role.rawValue), "family": .string(family), "token": .string(token)]
+        var reply: JSONObject = ["member": .string(member), "role": .string(role.rawValue), "family": .string(family)]
+        if let unixUID { reply["unixUID"] = .int(Int64(unixUID)) } else { reply["token"] = .string(token) }
+        return .object(reply)
     }
 
     func removeMember(_ r: Request) throws(RequestError) -> ReplyFields {
         let id = try r.string("member")
         guard let m = members[id], !m.isRemoved else { throw RequestError(.notFound, "no member \(id)") }
         m.record.removed = true
+        m.record.unixUID = nil  // the account may be bound again
         persist(.member(m.record))
         for c in m.live { close(c.id, .memberRemoved) }
         for durable in m.sessions.values { durable.dirty = false }  // their rows go now: no late cursor write
@@ -73,6 +89,9 @@ extension RelayCore {
     func rotateToken(_ r: Request) throws(RequestError) -> ReplyFields {
         let id = try r.string("member")
         guard let m = members[id], !m.isRemoved else { throw RequestError(.notFound, "no member \(id)") }
+        if let uid = m.record.unixUID {
+            throw RequestError(.badRequest, "\(id) is bound to the account with uid \(uid) and says hello by it, with no token")
+        }
         let token = Token.generate()
         m.record.tokenHash = Token.hash(token)
         persist(.member(m.record))

@@ -30,10 +30,22 @@ extension RelayCore {
             return
         }
 
-        let denied = "unknown member or wrong token"
-        guard let memberID = f["member"]?.string, let token = f["token"]?.string,
-            let m = members[memberID], !m.isRemoved, Token.matches(token, m.record.tokenHash)
-        else { return refuse(.unauthorized, denied) }
+        // The refusals say the same whether or not the member exists.
+        let memberID = f["member"]?.string
+        let m = memberID.flatMap { members[$0] }.flatMap { $0.isRemoved ? nil : $0 }
+        if let token = f["token"]?.string {
+            guard let m, Token.matches(token, m.record.tokenHash) else { return refuse(.unauthorized, "unknown member or wrong token") }
+        } else {
+            // No token: the member must be bound to the account at the other end (SO_PEERCRED).
+            let uid = connections[conn]?.peerUID
+            guard let m, let bound = m.record.unixUID, bound == uid else {
+                return refuse(
+                    .unauthorized,
+                    "hello needs a token: no member \(memberID.map { "\"\($0)\"" } ?? "(none named)") is bound to this Unix account"
+                        + " (uid \(uid.map(String.init) ?? "unknown"))")
+            }
+        }
+        guard let m, let memberID else { return }  // both checked above
 
         var sessionName: String?
         switch f["session"] {

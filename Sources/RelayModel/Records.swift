@@ -13,14 +13,21 @@ public struct MemberRecord: Sendable, Equatable {
     public var removed: Bool
     /// Communication limits (children only).
     public var limitsEnabled: Bool
+    /// The Unix account (uid) the member is bound to: a connection from it says hello as
+    /// the member without a token (the family computer). At most one member per account.
+    public var unixUID: UInt32?
 
-    public init(id: String, family: String, role: Role, tokenHash: [UInt8], removed: Bool = false, limitsEnabled: Bool = true) {
+    public init(
+        id: String, family: String, role: Role, tokenHash: [UInt8], removed: Bool = false, limitsEnabled: Bool = true,
+        unixUID: UInt32? = nil
+    ) {
         self.id = id
         self.family = family
         self.role = role
         self.tokenHash = tokenHash
         self.removed = removed
         self.limitsEnabled = limitsEnabled
+        self.unixUID = unixUID
     }
 }
 

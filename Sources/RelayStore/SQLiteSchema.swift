@@ -107,5 +107,13 @@ extension SQLiteStore {
                 try db.exec("DROP TABLE eventBatches")
             }
         ),
+        (
+            "members bound to Unix accounts",
+            """
+            ALTER TABLE members ADD COLUMN unixUID INTEGER;
+            CREATE UNIQUE INDEX membersByUnixUID ON members(unixUID) WHERE unixUID IS NOT NULL;
+            """,
+            nil
+        ),
     ]
 }

@@ -115,12 +115,12 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         defer { try? reader.exec("COMMIT") }
         var s = StoreSnapshot()
         try reader.run("SELECT id FROM families ORDER BY id") { r in s.families.append(r.text(0)) }
-        try reader.run("SELECT id, family, role, tokenHash, removed, limitsEnabled FROM members") { r in
+        try reader.run("SELECT id, family, role, tokenHash, removed, limitsEnabled, unixUID FROM members") { r in
             guard let role = Role(rawValue: r.text(2)) else { throw Self.unreadable("member", r.text(0)) }
             s.members.append(
                 MemberRecord(
                     id: r.text(0), family: r.text(1), role: role, tokenHash: r.blob(3), removed: r.int(4) != 0,
-                    limitsEnabled: r.int(5) != 0))
+                    limitsEnabled: r.int(5) != 0, unixUID: r.isNull(6) ? nil : UInt32(truncatingIfNeeded: r.int(6))))
         }
         try reader.run("SELECT child, family, status, attempt, createdAt, content, outcome, key FROM questions ORDER BY key") { r in
             guard let content = QuestionContent(encoded: r.blob(5)), let status = QuestionStatus(rawValue: r.text(2)) else {
@@ -196,10 +196,10 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             try db.run("INSERT OR IGNORE INTO families(id) VALUES(?)", [.text(id)])
         case .member(let m):
             try db.run(
-                "INSERT OR REPLACE INTO members(id, family, role, tokenHash, removed, limitsEnabled) VALUES(?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO members(id, family, role, tokenHash, removed, limitsEnabled, unixUID) VALUES(?,?,?,?,?,?,?)",
                 [
                     .text(m.id), .text(m.family), .text(m.role.rawValue), .blob(m.tokenHash), .int(m.removed ? 1 : 0),
-                    .int(m.limitsEnabled ? 1 : 0),
+                    .int(m.limitsEnabled ? 1 : 0), m.unixUID.map { .int(Int64($0)) } ?? .null,
                 ])
         case .question(let q):
             try db.run(

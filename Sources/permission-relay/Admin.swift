@@ -5,6 +5,7 @@
 // a file: a member's credentials), and exits 1.
 
 import CLISupport
+import Glibc
 import RelayProtocol
 import RelayServer
 
@@ -23,7 +24,13 @@ struct AdminCommand: Sendable {
 
     /// The command's words, arguments and own flags, as its usage and its group's help show them.
     var synopsis: String {
-        let flags = extraFlags.sorted().map { $0 == "--role" ? " --role child|guardian" : " \($0) VALUE" }.joined()
+        let flags = extraFlags.sorted().map { flag in
+            switch flag {
+            case "--role": " --role child|guardian"
+            case "--unix-user": " [--unix-user ACCOUNT]"
+            default: " \(flag) VALUE"
+            }
+        }.joined()
         return words.joined(separator: " ") + arguments.map { " \($0)" }.joined() + flags
     }
 
@@ -78,29 +85,43 @@ struct AdminCommand: Sendable {
             request: { p, _ in ["type": "createFamily", "family": .string(p[0])] },
             describe: { r in "created family \(r["family"]?.string ?? "")" }),
         AdminCommand(
-            words: ["member", "add"], arguments: ["FAMILY", "MEMBER"], extraFlags: ["--role"],
+            words: ["member", "add"], arguments: ["FAMILY", "MEMBER"], extraFlags: ["--role", "--unix-user"],
             summary: "Add a child or guardian to a family and print its token (shown only once).",
             notes: """
                 Member ids are unique across all families: an id a member of any family has, or a
                 removed member had, is refused (conflict).
+
+                --unix-user ACCOUNT binds the member to a Unix account (a name or a uid) of the
+                relay's machine: the member's programs and apps run by that account connect with
+                --member MEMBER and no token (the relay asks the kernel who connects), and no
+                token is issued. One member per account.
                 """,
             examples: [
                 "permission-relay member add smiths alex --role child",
                 "permission-relay member add smiths sam --role guardian --json",
+                "permission-relay member add smiths alex --role child --unix-user alex",
             ],
             request: { p, a in
                 guard let role = a.value("--role") else { throw CLIError.usage("--role child|guardian is required") }
                 guard role == "child" || role == "guardian" else {
                     throw CLIError.usage("--role must be child or guardian, not \"\(role)\"")
                 }
-                return ["type": "addMember", "family": .string(p[0]), "member": .string(p[1]), "role": .string(role)]
+                var req: JSONObject = ["type": "addMember", "family": .string(p[0]), "member": .string(p[1]), "role": .string(role)]
+                if let account = a.value("--unix-user") { req["unixUID"] = .int(Int64(try uid(of: account))) }
+                return req
             },
             describe: { r in
-                """
-                added \(r["role"]?.string ?? "") \(r["member"]?.string ?? "") to family \(r["family"]?.string ?? "")
-                token: \(r["token"]?.string ?? "")
-                (keep the token: it is shown only this once)
-                """
+                if let uid = r["unixUID"]?.int {
+                    return """
+                        added \(r["role"]?.string ?? "") \(r["member"]?.string ?? "") to family \(r["family"]?.string ?? ""), \
+                        bound to the account with uid \(uid): its programs connect with --member \(r["member"]?.string ?? "") and no token
+                        """
+                }
+                return """
+                    added \(r["role"]?.string ?? "") \(r["member"]?.string ?? "") to family \(r["family"]?.string ?? "")
+                    token: \(r["token"]?.string ?? "")
+                    (keep the token: it is shown only this once)
+                    """
             }),
         AdminCommand(
             words: ["member", "remove"], arguments: ["MEMBER"], extraFlags: [],
@@ -177,4 +198,13 @@ struct CommandGroup: Sendable {
 
 extension JSONObject {
     var encodedText: String { String(decoding: encoded, as: UTF8.self) }
+}
+
+/// The uid of a Unix account given by name or number.
+func uid(of account: String) throws -> UInt32 {
+    if let n = UInt32(account) { return n }
+    guard let entry = getpwnam(account) else {
+        throw CLIError.failure("no Unix account \(account) on this machine (--unix-user takes an account name or a uid)")
+    }
+    return entry.pointee.pw_uid
 }

@@ -169,7 +169,6 @@ final class ValueTests: XCTestCase {
     func testMissingCredentialsSayWhatIsMissing() {
         for (env, missing) in [
             ([:], "neither PERMISSION_CREDENTIALS nor PERMISSION_MEMBER is set"),
-            (["PERMISSION_MEMBER": "alex"], "PERMISSION_MEMBER is set, PERMISSION_TOKEN is not"),
             (["PERMISSION_TOKEN": "t"], "PERMISSION_TOKEN is set, PERMISSION_MEMBER is not"),
         ] {
             XCTAssertThrowsError(try RelayConfiguration.fromEnvironment(env, app: "x")) { error in
@@ -179,6 +178,8 @@ final class ValueTests: XCTestCase {
         }
         let c = try? RelayConfiguration.fromEnvironment(["PERMISSION_MEMBER": "alex", "PERMISSION_TOKEN": "t"], app: "chat")
         XCTAssertEqual(c?.session?.hasSuffix("-chat"), true)
+        let account = try? RelayConfiguration.fromEnvironment(["PERMISSION_MEMBER": "alex"], app: "chat")
+        XCTAssertEqual(account?.token, "", "a member alone: the one bound to this Unix account")
     }
 
     func testHandleNormalization() {

@@ -32,6 +32,43 @@ final class HandshakeTests: XCTestCase {
         XCTAssertEqual(messages.count, 1, "the same message whether or not the member exists")
     }
 
+    /// A member bound to a Unix account says hello from it with no token; no other account
+    /// can, the account cannot act as another member, and the refusals do not tell who exists.
+    func testAMemberBoundToAUnixAccountSaysHelloByItWithoutAToken() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let a = h.admin()
+        let added = h.ok(a, ["type": "addMember", "family": "fam", "member": "kid", "role": "child", "unixUID": 1001])
+        XCTAssertEqual(added["unixUID"]?.int, 1001)
+        XCTAssertNil(added["token"], "no token is issued to a member bound to an account")
+        _ = h.error(a, ["type": "addMember", "family": "fam", "member": "kid2", "role": "child", "unixUID": 1001], .conflict)
+        _ = h.error(a, ["type": "addMember", "family": "fam", "member": "kid3", "role": "child", "unixUID": -1], .badRequest)
+        _ = h.error(a, ["type": "rotateToken", "member": "kid"], .badRequest)
+
+        func hello(_ member: String?, uid: UInt32?) -> JSONObject {
+            let c = h.connect(uid: uid)
+            var f: JSONObject = ["type": "hello", "id": "h", "protocol": 1]
+            if let member { f["member"] = .string(member) }
+            h.send(c, f)
+            return h.drain(c).first ?? [:]
+        }
+        XCTAssertEqual(hello("kid", uid: 1001)["type"]?.string, "welcome")
+        XCTAssertEqual(hello("kid", uid: 1002)["code"]?.string, "unauthorized", "another account")
+        let unbound = hello("c1", uid: 1001), unknown = hello("nobody", uid: 1001)
+        XCTAssertEqual(unbound["code"]?.string, "unauthorized", "another member")
+        XCTAssertEqual(
+            unbound["message"]?.string?.replacingOccurrences(of: "c1", with: "M"),
+            unknown["message"]?.string?.replacingOccurrences(of: "nobody", with: "M"), "an unbound member and an unknown one alike")
+        XCTAssertEqual(hello(nil, uid: 1001)["code"]?.string, "unauthorized", "a member is named")
+
+        // Removed, the account may be bound again; the store keeps the binding across a restart.
+        h.ok(a, ["type": "removeMember", "member": "kid"])
+        h.ok(a, ["type": "addMember", "family": "fam", "member": "kid2", "role": "child", "unixUID": 1001])
+        try h.restart()
+        XCTAssertEqual(hello("kid2", uid: 1001)["type"]?.string, "welcome")
+        XCTAssertEqual(hello("kid", uid: 1001)["code"]?.string, "unauthorized")
+    }
+
     func testUnsupportedProtocolAndAdminOnlyForOwnUID() throws {
         let h = try CoreHarness()
         let c = h.connect()
