@@ -99,7 +99,7 @@ struct InteractiveView {
                 pending.removeAll { $0.id == q.id }
                 pending.append(q)
                 pending.sort { $0.createdAt < $1.createdAt }
-                if loaded { notify(q) }
+                if loaded { notify(q, center: center) { feed.yield(.answered($0)) } }
                 message = "new question from \(q.child)"
             case .closed(let c):
                 pending.removeAll { $0.id == c.questionID }

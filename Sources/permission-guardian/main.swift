@@ -69,20 +69,58 @@ func questionLine(_ q: GuardianQuestion) -> JSONObject {
     return o
 }
 
-/// A desktop notification where the desktop offers one; silence elsewhere.
-func notify(_ q: GuardianQuestion) {
+/// A desktop notification where the desktop offers one; silence elsewhere. Where
+/// `notify-send` offers actions (libnotify 0.7.9 or later) it has a button for the
+/// question's first approval and first denial, and a click on one answers the question
+/// (`say` tells how that went).
+func notify(_ q: GuardianQuestion, center: GuardianCenter, say: @escaping @Sendable (String) -> Void) {
     let env = ProcessInfo.processInfo.environment
     guard env["DISPLAY"] != nil || env["WAYLAND_DISPLAY"] != nil || env["DBUS_SESSION_BUS_ADDRESS"] != nil else { return }
     let paths = (env["PATH"] ?? "").split(separator: ":").map { "\($0)/notify-send" }
     guard let tool = paths.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else { return }
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: tool)
     // The body may be read as markup (the notification specification's subset of HTML):
     // what the child wrote is escaped, so that it cannot add a link or hide text.
     let body = summary(q).replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
         .replacingOccurrences(of: ">", with: "&gt;")
-    p.arguments = ["--app-name=permission-guardian", "Permission request", body]
-    try? p.run()
+    var arguments = ["--app-name=permission-guardian", "Permission request", body]
+    let buttons = [q.choices.first { $0.answer == .approval }, q.choices.first { $0.answer == .denial }].compactMap { $0 }
+    if offersActions(tool) {
+        arguments += ["--wait"] + buttons.map { "--action=\($0.id)=\(terminalSafe($0.title))" }
+    }
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: tool)
+    p.arguments = arguments
+    let out = Pipe()
+    p.standardOutput = out
+    p.standardError = FileHandle.nullDevice
+    guard (try? p.run()) != nil, arguments.contains("--wait") else { return }
+    Task.detached {
+        // notify-send prints the key of the action clicked, and nothing when the notification is dismissed.
+        let clicked = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        p.waitUntilExit()
+        guard let choice = buttons.first(where: { $0.id == clicked }) else { return }
+        do {
+            try await center.answer(q, with: choice)
+            say("answered \(q.child)'s question \(q.id) with \(terminalSafe(choice.title)) from the notification")
+        } catch {
+            say("could not answer \(q.id) from the notification: \(ClientOptions.describe(error))")
+        }
+    }
+}
+
+/// Whether this `notify-send` takes `--action` (libnotify 0.7.9 or later).
+func offersActions(_ tool: String) -> Bool {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: tool)
+    p.arguments = ["--help"]
+    let out = Pipe()
+    p.standardOutput = out
+    p.standardError = FileHandle.nullDevice
+    guard (try? p.run()) != nil else { return false }
+    let help = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    p.waitUntilExit()
+    return help.contains("--action")
 }
 
 func run() async throws -> Int32 {
@@ -155,7 +193,7 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter, _ term
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await q in questions {
-                    notify(q)
+                    notify(q, center: center) { printErr("permission-guardian: \($0)") }
                     printOut(
                         json
                             ? line(questionLine(q))

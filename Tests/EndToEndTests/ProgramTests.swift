@@ -174,6 +174,36 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(now.lines.count, 2, "--new asks again")
     }
 
+    /// Where notify-send offers actions, the notification of a new question has Approve and
+    /// Decline buttons, and a click answers the question.
+    func testANotificationsButtonAnswersTheQuestion() throws {
+        let bin = relay.dir.appendingPathComponent("bin")
+        try FileManager.default.createDirectory(at: bin, withIntermediateDirectories: true)
+        let calls = relay.dir.appendingPathComponent("notify-send.calls").path
+        // A notify-send whose user clicks the first action it is given.
+        let fake = """
+            #!/bin/sh
+            [ "$1" = --help ] && { echo "  -A, --action=[NAME=]Text...  Specifies the actions to display to the user."; exit 0; }
+            printf '%s\\n' "$*" >> \(calls)
+            for a in "$@"; do case "$a" in --action=*) k="${a#--action=}"; echo "${k%%=*}"; exit 0;; esac; done
+            """
+        try fake.write(to: bin.appendingPathComponent("notify-send"), atomically: true, encoding: .utf8)
+        chmod(bin.appendingPathComponent("notify-send").path, 0o755)
+        env["PATH"] = bin.path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+        env["DISPLAY"] = ":99"
+        let watch = try guardian(["watch", "--json"], stderrInLines: true)
+        let giveUp = watch.stopAfter(seconds: 30)
+        defer { giveUp.cancel() }
+        let ask = try child(["ask", "phone:+15550190", "--name", "Kim <b>Lee</b>", "--wait"])
+        XCTAssertEqual(ask.finish(), 0)
+        XCTAssertEqual(ask.nextLine(), "approved: Approve (by g0)")
+        XCTAssertNotNil(watch.nextLine(containing: "from the notification"))
+        watch.stop()
+        let said = try String(contentsOfFile: calls, encoding: .utf8)
+        XCTAssertTrue(said.contains("--action=approve=Approve --action=decline=Decline"), said)
+        XCTAssertTrue(said.contains("Kim &lt;b&gt;Lee&lt;/b&gt;"), "what the child wrote is escaped: \(said)")
+    }
+
     /// Limits off has a status of its own: a script can tell "allowed without asking" from an error.
     func testLimitsOffHasAStatusOfItsOwn() throws {
         XCTAssertEqual(try guardian(["limits", "c0", "off"]).finish(), 0)
