@@ -62,7 +62,7 @@ final class AdminCommandTests: XCTestCase {
 
     func testAGroupsHelpListsItsCommandsWithExamples() throws {
         let groups: [String: [String]] = [
-            "family": ["create FAMILY"], "member": ["add FAMILY MEMBER --role child|guardian", "remove MEMBER"],
+            "family": ["create FAMILY"], "member": ["add FAMILY MEMBER --role child|guardian [--unix-user ACCOUNT]", "remove MEMBER"],
             "token": ["rotate MEMBER"], "limits": ["set CHILD on|off"],
         ]
         for (group, commands) in groups {
@@ -79,7 +79,7 @@ final class AdminCommandTests: XCTestCase {
         let add = runRelay(["member", "add", "--help"])
         XCTAssertEqual(add.status, 0)
         XCTAssertTrue(
-            add.stdout.contains("USAGE: permission-relay member add FAMILY MEMBER --role child|guardian [--socket PATH] [--json]\n"))
+            add.stdout.contains("USAGE: permission-relay member add FAMILY MEMBER --role child|guardian [--unix-user ACCOUNT] [--socket PATH] [--json]\n"))
         XCTAssertFalse(add.stdout.contains("COMMANDS:"), add.stdout)
         XCTAssertEqual(runRelay(["help", "member", "add"]).stdout, add.stdout)
 
