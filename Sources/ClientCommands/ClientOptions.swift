@@ -17,12 +17,12 @@ public enum ClientOptions {
           --member ID          Who this client is (env PERMISSION_MEMBER)
           --token TOKEN        The member's token (env PERMISSION_TOKEN); none for a member bound to your
                                Unix account (`permission-relay member add … --unix-user`)
-          --credentials FILE   A file {"member": …, "token": …}, as `permission-relay member add --json` prints it
+          --credentials FILE   A file {"member": …, "token": …}, as `permission-relay member add … --credentials FILE` writes it
                                (env PERMISSION_CREDENTIALS)
           --session NAME       Durable session: where the relay keeps this command's place in the member's
                                events (env PERMISSION_SESSION; default: one per program and command,
-                               MEMBER-HOSTNAME-PROGRAM). Choose one only to share a place between runs
-                               of different commands; two clients on one session take it from each other
+                               MEMBER-HOSTNAME-PROGRAM). Choose one only to give a second copy of a
+                               command a place of its own: two clients on one session take it from each other
           --state-dir DIR      Where the last processed event is kept (env PERMISSION_STATE_DIR)
           -h, --help           Show this help.
           --version            Print the version.
@@ -81,6 +81,8 @@ public enum ClientOptions {
     /// why the last attempt to connect failed, when the client is not connected.
     public static func describe(_ error: any Error, unreachableBecause reason: ClientError? = nil) -> String {
         switch error {
+        case let e as RelayError where e.code == "forbidden":
+            return terminalSafe(e.description) + " (are these the credentials you meant to use?)"
         case let e as RelayError: return terminalSafe(e.description)
         case AskError.notAvailable:
             let hint = " (is `permission-relay serve` running, and is --socket right?)"
@@ -89,6 +91,9 @@ public enum ClientOptions {
             case .unavailable(let why)?: return "the relay is not available: \(terminalSafe(why))" + hint
             case let other?: return "the relay is not available: \(terminalSafe(other.description))"  // it answered, and said why
             }
+        case AskError.systemError(let e as ClientError):
+            if case .unauthorized = e { return refusal(e) }
+            return e.description
         case AskError.systemError(let underlying): return "\(underlying)"
         case let e as AskError: return e.errorDescription ?? "\(e)"
         default: return "\(error)"

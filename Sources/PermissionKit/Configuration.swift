@@ -68,8 +68,9 @@ public struct RelayConfiguration: Sendable {
     /// Reads the configuration from the environment.
     ///
     /// `PERMISSION_MEMBER` and `PERMISSION_TOKEN` name the member, or `PERMISSION_CREDENTIALS`
-    /// names a JSON file `{"member": …, "token": …}` (what `permission-relay member add --json`
-    /// prints); `PERMISSION_MEMBER` alone names a member bound to this Unix account. `PERMISSION_SESSION` defaults to `<member>-<hostname>-<app>`, a session of this
+    /// names a JSON file `{"member": …, "token": …}` (what `permission-relay member add
+    /// --credentials` writes); `PERMISSION_MEMBER` alone names a member bound to this Unix
+    /// account. `PERMISSION_SESSION` defaults to `<member>-<hostname>-<app>`, a session of this
     /// app's own (`app`: the executable's name unless given); `PERMISSION_STATE_DIR` to
     /// `$XDG_STATE_HOME/permission-kit` or `~/.local/state/permission-kit`. Without credentials
     /// it throws `AskError.systemError` with `ClientError.missingCredentials`, which says
@@ -126,6 +127,7 @@ public struct RelayConfiguration: Sendable {
         } catch {
             throw failure(FileManager.default.isReadableFile(atPath: path) ? error.localizedDescription : "permission denied")
         }
+        guard !data.isEmpty else { throw failure("it is empty") }
         guard let json = try? JSON.parse(Array(data)), let member = json["member"]?.string, let token = json["token"]?.string
         else { throw failure(#"expected {"member": …, "token": …}"#) }
         return (member, token)
@@ -176,7 +178,8 @@ public enum ClientError: Error, Sendable, CustomStringConvertible {
         case .relay(let code, let message): return "\(code): \(message)"
         case .credentials(let path, let why): return "cannot read credentials from \(path): \(why)"
         case .missingCredentials(let why):
-            return "no credentials (\(why)): set PERMISSION_CREDENTIALS to the file `permission-relay member add … --json` wrote,"
+            return
+                "no credentials (\(why)): set PERMISSION_CREDENTIALS to the file `permission-relay member add … --credentials FILE` wrote,"
                 + " or PERMISSION_MEMBER and PERMISSION_TOKEN (PERMISSION_MEMBER alone for a member bound to this Unix account)"
         case .closed: return "the client was closed"
         }

@@ -418,10 +418,9 @@ final class RelayConnection: Sendable {
             return (gone, s.lastError ?? .unavailable("no reply from the relay in time"))
         }
         for p in expired {
-            if case .unauthorized = why {
-                p.continuation.resume(throwing: why)
-            } else {
-                p.continuation.resume(throwing: ClientError.unavailable("\(why)"))
+            switch why {
+            case .unauthorized, .unavailable: p.continuation.resume(throwing: why)
+            default: p.continuation.resume(throwing: ClientError.unavailable("\(why)"))
             }
         }
     }

@@ -357,7 +357,9 @@ public final class RelayCore {
             }
             let result: Result<ReplyFields, RequestError>
             if !handler.roles.contains(session.role) {
-                result = .failure(RequestError(.forbidden, "a \(session.role.rawValue) session may not send \(type)"))
+                let who = session.member.map { "\($0.record.id) is a \(session.role.rawValue)" } ?? "this is an admin session"
+                let whom = handler.roles.map(\.rawValue).joined(separator: " or ")
+                result = .failure(RequestError(.forbidden, "\(type) is for a \(whom), and \(who)"))
             } else {
                 result = Result { () throws(RequestError) in
                     try handler.run(self, Request(conn: conn, id: id, session: session, frame: frame, now: now))

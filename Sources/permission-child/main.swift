@@ -59,7 +59,7 @@ let usage = """
       130  stopped by Ctrl-C (SIGINT), 143 by SIGTERM; a question waited for stays pending
 
     EXAMPLES:
-      export PERMISSION_CREDENTIALS=~/alex.json      # from `permission-relay member add … --json`
+      export PERMISSION_CREDENTIALS=~/alex.json      # from `permission-relay member add … --credentials FILE`
       permission-child ask phone:+15550100 --name "Kim Lee" --action message --wait
       permission-child ask kim@example.org --choice hour:"For an hour":approval:3600 --choice no:No:denial
       permission-child ask-update --description "Version 2 adds group chat" --wait

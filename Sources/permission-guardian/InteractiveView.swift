@@ -24,7 +24,9 @@ struct InteractiveView {
         case loaded(Result<Void, ClientCommandError>)
     }
 
-    func run() async throws {
+    /// Runs until `q` (status 0) or Ctrl-C (130, as for SIGINT: the raw terminal turns
+    /// the key into a byte instead of a signal).
+    func run() async throws -> Int32 {
         defer { terminal.restore() }
         let (inputs, feed) = AsyncStream<Input>.makeStream()
         let keys = Thread {
@@ -69,7 +71,8 @@ struct InteractiveView {
             switch input {
             case .key(let bytes):
                 switch bytes {
-                case [UInt8(ascii: "q")], [3], [4]: return
+                case [UInt8(ascii: "q")], [4]: return 0
+                case [3]: return 128 + SIGINT
                 case [UInt8(ascii: "j")], [27, 91, 66]: selected = min(selected + 1, max(pending.count - 1, 0))
                 case [UInt8(ascii: "k")], [27, 91, 65]: selected = max(selected - 1, 0)
                 default:
@@ -121,6 +124,7 @@ struct InteractiveView {
             selected = min(selected, max(pending.count - 1, 0))
             draw(pending, selected, message, connection, listed)
         }
+        return 0  // not reached: the stream of inputs never ends
     }
 
     /// Draws the screen, fitted to the terminal: as many questions as its height allows,

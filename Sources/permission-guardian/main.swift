@@ -30,10 +30,11 @@ let usage = """
       --json               Machine-readable output (one JSON object per line)
 
     EXIT STATUS:
-      0 success, 1 error (one line on stderr says what), 64 usage error
+      0 success (q in the view), 1 error (one line on stderr says what), 64 usage error,
+      130 stopped by Ctrl-C (SIGINT), 143 by SIGTERM
 
     EXAMPLES:
-      export PERMISSION_CREDENTIALS=~/sam.json       # from `permission-relay member add … --json`
+      export PERMISSION_CREDENTIALS=~/sam.json       # from `permission-relay member add … --credentials FILE`
       permission-guardian
       permission-guardian pending
       permission-guardian answer 6F9619FF-8B86-D011-B42D-00CF4FC964FF approve
@@ -270,7 +271,7 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter, _ term
         }
         if list.isEmpty && !json { printOut("no questions yet") }
     default:
-        try await InteractiveView(center: center, terminal: terminal ?? RawTerminal()).run()
+        return try await InteractiveView(center: center, terminal: terminal ?? RawTerminal()).run()
     }
     return 0
 }

@@ -24,10 +24,11 @@ struct AdminCommand: Sendable {
 
     /// The command's words, arguments and own flags, as its usage and its group's help show them.
     var synopsis: String {
-        let flags = extraFlags.sorted().map { flag in
+        let flags = extraFlags.sorted { ($0 == "--credentials" ? 1 : 0, $0) < ($1 == "--credentials" ? 1 : 0, $1) }.map { flag in
             switch flag {
             case "--role": " --role child|guardian"
             case "--unix-user": " [--unix-user ACCOUNT]"
+            case "--credentials": " [--credentials FILE]"
             default: " \(flag) VALUE"
             }
         }.joined()
@@ -75,7 +76,30 @@ struct AdminCommand: Sendable {
         var out = reply
         out["type"] = nil
         out["re"] = nil
+        if let file = a.value("--credentials"), let token = out["token"]?.string, let member = out["member"]?.string {
+            try writeCredentials(["member": .string(member), "token": .string(token)], to: file)
+            out["token"] = nil  // in the file only
+            let added = words == ["member", "add"] ? describe(out).split(separator: "\n")[0] + "\n" : ""
+            printOut(a.has("--json") ? out.encodedText : "\(added)credentials of \(member) written to \(file) (mode 0600)")
+            return
+        }
         printOut(a.has("--json") ? out.encodedText : describe(out))
+    }
+
+    /// Writes a member's credentials to `path`, readable by this user only, whole or not at
+    /// all: a failed request leaves an existing file as it was.
+    private func writeCredentials(_ credentials: JSONObject, to path: String) throws {
+        let temporary = path + ".tmp-\(getpid())"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw CLIError.failure("cannot write \(temporary): \(String(cString: strerror(errno)))") }
+        let bytes = Array((credentials.encodedText + "\n").utf8)
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        guard written == bytes.count, rename(temporary, path) == 0 else {
+            let why = String(cString: strerror(errno))
+            unlink(temporary)
+            throw CLIError.failure("cannot write the credentials to \(path): \(why)")
+        }
     }
 
     static let all: [AdminCommand] = [
@@ -85,11 +109,15 @@ struct AdminCommand: Sendable {
             request: { p, _ in ["type": "createFamily", "family": .string(p[0])] },
             describe: { r in "created family \(r["family"]?.string ?? "")" }),
         AdminCommand(
-            words: ["member", "add"], arguments: ["FAMILY", "MEMBER"], extraFlags: ["--role", "--unix-user"],
+            words: ["member", "add"], arguments: ["FAMILY", "MEMBER"], extraFlags: ["--role", "--unix-user", "--credentials"],
             summary: "Add a child or guardian to a family and print its token (shown only once).",
             notes: """
                 Member ids are unique across all families: an id a member of any family has, or a
                 removed member had, is refused (conflict).
+
+                --credentials FILE writes the member's id and token to FILE (mode 0600, as the
+                programs' --credentials reads it) instead of printing the token; a failure leaves
+                FILE as it was.
 
                 --unix-user ACCOUNT binds the member to a Unix account (a name or a uid) of the
                 relay's machine: the member's programs and apps run by that account connect with
@@ -97,7 +125,7 @@ struct AdminCommand: Sendable {
                 token is issued. One member per account.
                 """,
             examples: [
-                "permission-relay member add smiths alex --role child",
+                "permission-relay member add smiths alex --role child --credentials alex.json",
                 "permission-relay member add smiths sam --role guardian --json",
                 "permission-relay member add smiths alex --role child --unix-user alex",
             ],
@@ -130,9 +158,10 @@ struct AdminCommand: Sendable {
             request: { p, _ in ["type": "removeMember", "member": .string(p[0])] },
             describe: { r in "removed \(r["member"]?.string ?? "")" }),
         AdminCommand(
-            words: ["token", "rotate"], arguments: ["MEMBER"], extraFlags: [],
+            words: ["token", "rotate"], arguments: ["MEMBER"], extraFlags: ["--credentials"],
             summary: "Issue a new token for a member; the old one stops working at once.",
-            examples: ["permission-relay token rotate alex"],
+            notes: "--credentials FILE writes the member's id and new token to FILE (mode 0600) instead of printing the token.",
+            examples: ["permission-relay token rotate alex", "permission-relay token rotate alex --credentials alex.json"],
             request: { p, _ in ["type": "rotateToken", "member": .string(p[0])] },
             describe: { r in "new token for \(r["member"]?.string ?? ""): \(r["token"]?.string ?? "")" }),
         AdminCommand(

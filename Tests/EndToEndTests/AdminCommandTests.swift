@@ -62,8 +62,9 @@ final class AdminCommandTests: XCTestCase {
 
     func testAGroupsHelpListsItsCommandsWithExamples() throws {
         let groups: [String: [String]] = [
-            "family": ["create FAMILY"], "member": ["add FAMILY MEMBER --role child|guardian [--unix-user ACCOUNT]", "remove MEMBER"],
-            "token": ["rotate MEMBER"], "limits": ["set CHILD on|off"],
+            "family": ["create FAMILY"],
+            "member": ["add FAMILY MEMBER --role child|guardian [--unix-user ACCOUNT] [--credentials FILE]", "remove MEMBER"],
+            "token": ["rotate MEMBER [--credentials FILE]"], "limits": ["set CHILD on|off"],
         ]
         for (group, commands) in groups {
             for args in [[group, "--help"], [group, "-h"], ["help", group]] {
@@ -79,7 +80,9 @@ final class AdminCommandTests: XCTestCase {
         let add = runRelay(["member", "add", "--help"])
         XCTAssertEqual(add.status, 0)
         XCTAssertTrue(
-            add.stdout.contains("USAGE: permission-relay member add FAMILY MEMBER --role child|guardian [--unix-user ACCOUNT] [--socket PATH] [--json]\n"))
+            add.stdout.contains(
+                "USAGE: permission-relay member add FAMILY MEMBER --role child|guardian [--unix-user ACCOUNT] [--credentials FILE] [--socket PATH] [--json]\n"
+            ))
         XCTAssertFalse(add.stdout.contains("COMMANDS:"), add.stdout)
         XCTAssertEqual(runRelay(["help", "member", "add"]).stdout, add.stdout)
 
@@ -92,6 +95,29 @@ final class AdminCommandTests: XCTestCase {
         XCTAssertEqual(
             unknown.stderr,
             "permission-relay: unknown command \"member rename\" (member commands: add, remove) (see `permission-relay --help`)\n")
+    }
+
+    /// `--credentials FILE` writes the credentials for this user only, and a request that
+    /// fails leaves the file as it was (a shell's `> FILE` would have emptied it).
+    func testCredentialsGoToAPrivateFileOnlyOnSuccess() throws {
+        XCTAssertEqual(runRelay(["family", "create", "smiths"] + s).status, 0)
+        let file = relay.dir.appendingPathComponent("alex.json").path
+        let added = runRelay(["member", "add", "smiths", "alex", "--role", "child", "--credentials", file] + s)
+        XCTAssertEqual(added.status, 0, added.stderr)
+        XCTAssertEqual(added.stdout, "added child alex to family smiths\ncredentials of alex written to \(file) (mode 0600)\n")
+        let first = try String(contentsOfFile: file, encoding: .utf8)
+        XCTAssertEqual(try JSON.parse(Array(first.utf8))["member"]?.string, "alex")
+        XCTAssertEqual(try JSON.parse(Array(first.utf8))["token"]?.string?.count, 43)
+        var st = stat()
+        XCTAssertEqual(stat(file, &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o600)
+        assertFails(
+            ["member", "add", "smiths", "alex", "--role", "child", "--credentials", file] + s,
+            "permission-relay: conflict: member alex already exists, in family smiths (member ids are unique across all families)")
+        XCTAssertEqual(try String(contentsOfFile: file, encoding: .utf8), first, "left as it was")
+        let rotated = runRelay(["token", "rotate", "alex", "--credentials", file] + s)
+        XCTAssertEqual(rotated.stdout, "credentials of alex written to \(file) (mode 0600)\n")
+        XCTAssertNotEqual(try String(contentsOfFile: file, encoding: .utf8), first, "the new token")
     }
 
     func testStatusLeavesAdminConnectionsOutOfItsCounts() throws {

@@ -515,6 +515,14 @@ final class ProgramTests: XCTestCase {
         XCTAssertNotNil(Int32(guardianPID), "the view runs under the shell (\(shell))")
         kill(Int32(guardianPID) ?? 0, SIGTERM)
         XCTAssertTrue(waitForScreen(session) { $0.contains("exited 143") && $0.contains("\nicanon") && $0.contains("\necho") })
+
+        // Ctrl-C, a key in the view's raw terminal, ends it as SIGINT would: 130.
+        let again = session + "c"
+        XCTAssertEqual(tmux(["new-session", "-d", "-s", again, "-x", "100", "-y", "20", command]), 0)
+        defer { _ = tmux(["kill-session", "-t", again]) }
+        XCTAssertTrue(waitForScreen(again) { $0.contains("No questions waiting.") })
+        _ = tmux(["send-keys", "-t", again, "C-c"])
+        XCTAssertTrue(waitForScreen(again) { $0.contains("exited 130") && $0.contains("\nicanon") })
     }
 
     func testGuardianTerminalViewFitsTheTerminalAndScrollsToTheSelection() throws {

@@ -85,6 +85,9 @@ final class ValueTests: XCTestCase {
         let shapeless = dir.appendingPathComponent("shapeless.json").path
         try Data(#"{"member":"alex"}"#.utf8).write(to: URL(fileURLWithPath: shapeless))
         XCTAssertEqual(why(shapeless), #"cannot read credentials from \#(shapeless): expected {"member": …, "token": …}"#)
+        let empty = dir.appendingPathComponent("empty.json").path
+        XCTAssertTrue(FileManager.default.createFile(atPath: empty, contents: Data()))
+        XCTAssertEqual(why(empty), "cannot read credentials from \(empty): it is empty")
     }
 
     func testEventProgressIsContiguousAndSurvivesARestart() throws {
