@@ -41,17 +41,7 @@ final class OperationsGuideTests: XCTestCase {
                 .replacingOccurrences(of: "2026-12-01", with: "$(date +%F)")
         }
         func sh(_ command: String) -> (status: Int32, output: String) {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/bin/bash")
-            p.arguments = ["-c", command]
-            p.environment = env
-            let out = Pipe()
-            p.standardOutput = out
-            p.standardError = out
-            do { try p.run() } catch { return (-1, "\(error)") }
-            let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            p.waitUntilExit()
-            return (p.terminationStatus, text)
+            runToEnd(process(["/bin/bash", "-c", command], environment: env))
         }
         func serve() throws -> Process {
             let p = Process()

@@ -473,8 +473,7 @@ final class ProgramTests: XCTestCase {
         }
         let ask = try child(["ask", "phone:+15550126", "--name", "Kim Lee", "--action", "videoCall", "--expires", "10m", "--wait"])
         let session = "pg\(getpid())"
-        let command =
-            "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --credentials \(relay.dir.appendingPathComponent("guardian.json").path)"
+        let command = viewCommand
         XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "120", "-y", "30", command]), 0)
         defer { _ = tmux(["kill-session", "-t", session]) }
         XCTAssertTrue(waitForScreen(session) { $0.contains("c0 asks to videoCall with Kim Lee (+15550126)") && $0.contains("1 Approve") })
@@ -489,8 +488,7 @@ final class ProgramTests: XCTestCase {
             return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
         }
         let session = "pge\(getpid())"
-        let command =
-            "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --credentials \(relay.dir.appendingPathComponent("guardian.json").path)"
+        let command = viewCommand
         XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "100", "-y", "20", command]), 0)
         defer { _ = tmux(["kill-session", "-t", session]) }
         XCTAssertTrue(waitForScreen(session) { $0.contains("No questions waiting.") && !$0.contains("loading") })
@@ -502,8 +500,7 @@ final class ProgramTests: XCTestCase {
             return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
         }
         let session = "pgt\(getpid())"
-        let view =
-            "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --credentials \(relay.dir.appendingPathComponent("guardian.json").path)"
+        let view = viewCommand
         let command =
             "sh -c '\(view); echo \"exited $?\"; stty -a | tr \" \" \"\\n\" | grep -x -e -echo -e -icanon -e echo -e icanon; sleep 60'"
         XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "100", "-y", "20", command]), 0)
@@ -531,8 +528,7 @@ final class ProgramTests: XCTestCase {
         }
         for n in 0..<6 { XCTAssertEqual(try child(["ask", "+155501\(40 + n)"]).finish(), 0) }
         let session = "pgs\(getpid())"
-        let command =
-            "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --credentials \(relay.dir.appendingPathComponent("guardian.json").path)"
+        let command = viewCommand
         // 14 rows: room for three questions, two lines each, with the header and the keys.
         XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "64", "-y", "14", command]), 0)
         defer { _ = tmux(["kill-session", "-t", session]) }
@@ -547,6 +543,11 @@ final class ProgramTests: XCTestCase {
                 screen.hasPrefix("Permission requests — 6 pending") && screen.contains("↑ 3 more")
                     && screen.contains("› c0 asks to communicate with +15550145") && !screen.contains("+15550142")
             })
+    }
+
+    /// The guardian's view, as a shell in tmux runs it.
+    private var viewCommand: String {
+        "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --credentials \(relay.dir.appendingPathComponent("guardian.json").path)"
     }
 
     @discardableResult

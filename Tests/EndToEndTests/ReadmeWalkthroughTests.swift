@@ -151,13 +151,8 @@ private final class Shell {
         self.env = env
     }
 
-    private func process(_ command: String) -> Process {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/bin/bash")
-        p.arguments = ["-c", exports + command]
-        p.currentDirectoryURL = URL(fileURLWithPath: cwd)
-        p.environment = env
-        return p
+    private func bash(_ command: String) -> Process {
+        process(["/bin/bash", "-c", exports + command], environment: env, directory: cwd)
     }
 
     /// `command` as one line for another program to run (tmux): in this directory, with
@@ -170,19 +165,12 @@ private final class Shell {
     /// Runs `command` to its end: its status and output (stdout and stderr).
     func run(_ command: String) -> (status: Int32, output: String) {
         if command.hasPrefix("export ") { exports += command + "\n" }
-        let p = process(command)
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        do { try p.run() } catch { return (-1, "\(error)") }
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        return (p.terminationStatus, text)
+        return runToEnd(bash(command))
     }
 
     /// Starts `command` in the background; its output (stdout and stderr) comes through the pipe.
     func start(_ command: String) throws -> (Process, Pipe) {
-        let p = process(command)
+        let p = bash(command)
         let out = Pipe()
         p.standardOutput = out
         p.standardError = out

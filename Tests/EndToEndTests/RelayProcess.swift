@@ -221,3 +221,24 @@ func question(_ id: String = UUID().uuidString) -> JSON {
         ]),
     ])
 }
+
+/// Runs `process` to its end: its status, and its stdout and stderr together.
+func runToEnd(_ process: Process) -> (status: Int32, output: String) {
+    let out = Pipe()
+    process.standardOutput = out
+    process.standardError = out
+    do { try process.run() } catch { return (-1, "\(error)") }
+    let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    return (process.terminationStatus, text)
+}
+
+/// A process of `argv`, with exactly `environment`, in `directory` if given.
+func process(_ argv: [String], environment: [String: String], directory: String? = nil) -> Process {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: argv[0])
+    p.arguments = Array(argv.dropFirst())
+    p.environment = environment
+    if let directory { p.currentDirectoryURL = URL(fileURLWithPath: directory) }
+    return p
+}

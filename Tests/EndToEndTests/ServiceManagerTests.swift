@@ -128,19 +128,8 @@ final class ServiceManagerTests: XCTestCase {
         XCTAssertEqual(verified.status, 0, verified.output)
     }
 
-    /// Runs a command to its end: its status, and its stdout and stderr together.
     private func run(_ argv: [String], env: [String: String]) -> (status: Int32, output: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: argv[0])
-        p.arguments = Array(argv.dropFirst())
-        p.environment = env
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        do { try p.run() } catch { return (-1, "\(error)") }
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        return (p.terminationStatus, text)
+        runToEnd(process(argv, environment: env))
     }
 
     /// Starts `argv` with `listener` as its fd 3 and `stderr` as its fd 2.
