@@ -17,8 +17,8 @@ public enum ClientOptions {
           --member ID          Who this client is (env PERMISSION_MEMBER)
           --token TOKEN        The member's token (env PERMISSION_TOKEN); none for a member bound to your
                                Unix account (`permission-relay member add … --unix-user`)
-          --credentials FILE   A file {"member": …, "token": …}, as `permission-relay member add … --credentials FILE` writes it
-                               (env PERMISSION_CREDENTIALS)
+          --credentials FILE   A file {"member": …, "token": …}, as `permission-relay member add …
+                               --credentials FILE` writes it (env PERMISSION_CREDENTIALS)
           --session NAME       Durable session: where the relay keeps this command's place in the member's
                                events (env PERMISSION_SESSION; default: one per program and command,
                                MEMBER-HOSTNAME-PROGRAM). Choose one only to give a second copy of a
