@@ -5,9 +5,9 @@
 // question through the entry it looked up, without a second lookup.
 //
 // The entries are spread over many small dictionaries rather than one: a dictionary
-// doubles all at once, rehashing every id it holds within one loop turn (at 200,000
-// questions one such turn held every client up for some 45 ms), while small ones double
-// one at a time, each about a 256th of that.
+// doubles all at once, rehashing every id it holds within one loop turn, which holds
+// every client up for as long as that takes, while small ones double one at a time,
+// each about a 256th of that.
 
 import RelayProtocol
 import RelayModel
