@@ -61,7 +61,7 @@ fi
 "${systemctl[@]}" daemon-reload
 "${systemctl[@]}" enable --now permission-relay.socket
 if [ "$mode" = system ]; then
-    echo "the relay listens on /run/permission-relay/relay.sock; administer it as root with --socket /run/permission-relay/relay.sock"
+    echo "the relay listens on /run/permission-relay/relay.sock; administer it as root (permission-relay family create …)"
 else
     echo "the relay listens on ${XDG_RUNTIME_DIR:-/run/user/$(id -u)}/permission-relay/relay.sock and starts with the first app"
 fi

@@ -62,8 +62,9 @@ public struct RelayConfiguration: Sendable {
         session != nil && EventProgress(path: stateFile).topics.contains(Topic.id)
     }
 
-    /// The relay's default socket for this user, as `permission-relay serve` chooses it.
-    public static var defaultSocketPath: String { RelayDefaults.socketPath() }
+    /// The relay's default socket for this user, as `permission-relay serve` chooses it, or
+    /// the machine's relay's (`/run/permission-relay/relay.sock`) when only that one listens.
+    public static var defaultSocketPath: String { RelayDefaults.clientSocketPath() }
 
     /// Reads the configuration from the environment.
     ///
@@ -110,7 +111,7 @@ public struct RelayConfiguration: Sendable {
         let stateDir = env["PERMISSION_STATE_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultStateDirectory(env)
         return .success(
             RelayConfiguration(
-                socketPath: RelayDefaults.socketPath(environment: env),
+                socketPath: RelayDefaults.clientSocketPath(environment: env),
                 member: member, token: token, session: session,
                 stateFile: stateDir + "/\(member).\(session).state"))
     }

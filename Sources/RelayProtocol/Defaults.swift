@@ -15,4 +15,18 @@ public enum RelayDefaults {
         if let run = env["XDG_RUNTIME_DIR"], !run.isEmpty { return run + "/permission-relay/relay.sock" }
         return "/tmp/permission-relay-\(getuid())/relay.sock"
     }
+
+    /// The socket of the machine's relay (the system unit's): the family computer's.
+    public static let machineSocketPath = "/run/permission-relay/relay.sock"
+
+    /// Where a client looks for the relay: `socketPath`, unless nothing is there and the
+    /// machine's relay listens, when it is the machine's: on the family computer a member's
+    /// programs find the relay with no setting.
+    public static func clientSocketPath(
+        environment env: [String: String] = ProcessInfo.processInfo.environment, exists: (String) -> Bool = { access($0, F_OK) == 0 }
+    ) -> String {
+        let mine = socketPath(environment: env)
+        if env["PERMISSION_RELAY_SOCKET"].map({ !$0.isEmpty }) == true || exists(mine) || !exists(machineSocketPath) { return mine }
+        return machineSocketPath
+    }
 }

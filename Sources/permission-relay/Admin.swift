@@ -42,7 +42,7 @@ struct AdminCommand: Sendable {
         USAGE: permission-relay \(synopsis) [--socket PATH] [--json]
 
         OPTIONS:
-          --socket PATH   The relay's socket (default: \(Paths.defaultSocket))
+          --socket PATH   The relay's socket (default: \(Paths.clientSocket))
           --json          Print the reply as one JSON object (on failure: nothing, and the
                           error on stderr)
           -h, --help      Show this help.
@@ -56,7 +56,7 @@ struct AdminCommand: Sendable {
         let a = try Arguments(args, valueFlags: extraFlags.union(["--socket"]), switchFlags: ["--json"])
         let positionals = try a.expectPositionals(arguments)
         let req = try request(positionals, a)
-        let socket = a.value("--socket") ?? Paths.defaultSocket
+        let socket = a.value("--socket") ?? Paths.clientSocket
         let reply: JSONObject
         do {
             let c = try BlockingConnection(path: socket)

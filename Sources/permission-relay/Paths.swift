@@ -7,6 +7,8 @@ import RelayProtocol
 
 enum Paths {
     static var defaultSocket: String { RelayDefaults.socketPath() }
+    /// Where the admin commands look: this user's relay, else the machine's.
+    static var clientSocket: String { RelayDefaults.clientSocketPath() }
 
     /// `$XDG_STATE_HOME/permission-relay`, else `~/.local/state/permission-relay`.
     static var defaultData: String {

@@ -3,6 +3,19 @@ import RelayProtocol
 import XCTest
 
 final class ValuesTests: XCTestCase {
+    /// A client finds this user's relay, else the machine's (the family computer's), unless told.
+    func testAClientFindsTheMachinesRelayWhenItsUserRunsNone() {
+        let env = ["XDG_RUNTIME_DIR": "/run/user/1001"]
+        let mine = "/run/user/1001/permission-relay/relay.sock", machine = RelayDefaults.machineSocketPath
+        XCTAssertEqual(
+            RelayDefaults.clientSocketPath(environment: env) { _ in false }, mine, "nothing listens: say where this user's would")
+        XCTAssertEqual(RelayDefaults.clientSocketPath(environment: env) { $0 == machine }, machine)
+        XCTAssertEqual(RelayDefaults.clientSocketPath(environment: env) { _ in true }, mine, "this user's first")
+        XCTAssertEqual(
+            RelayDefaults.clientSocketPath(environment: env.merging(["PERMISSION_RELAY_SOCKET": "/x.sock"]) { $1 }) { $0 == machine },
+            "/x.sock")
+    }
+
     func testTimestamps() {
         let t = Timestamp(rfc3339: "2026-12-01T18:00:00Z")!
         XCTAssertEqual(t.rfc3339, "2026-12-01T18:00:00Z")
