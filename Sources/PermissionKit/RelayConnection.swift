@@ -124,11 +124,12 @@ final class RelayConnection: Sendable {
     func states() -> AsyncStream<ConnectionState> {
         let (stream, continuation) = AsyncStream<ConnectionState>.makeStream(bufferingPolicy: .bufferingNewest(8))
         let key = UUID()
-        let (now, finished) = shared.withLock { s -> (ConnectionState, Bool) in
+        // The state now goes first, under the lock: a change meanwhile follows it, never precedes it.
+        let finished = shared.withLock { s -> Bool in
+            continuation.yield(s.state)
             if !s.finished { s.watchers[key] = continuation }
-            return (s.state, s.finished)
+            return s.finished
         }
-        continuation.yield(now)
         if finished { continuation.finish() }
         continuation.onTermination = { [weak self] _ in self?.shared.withLock { _ = $0.watchers.removeValue(forKey: key) } }
         return stream
@@ -273,6 +274,10 @@ final class RelayConnection: Sendable {
 
     /// Connects and completes hello; nil (state unavailable) when either fails.
     private func connectAndGreet() -> Greeted? {
+        if let why = RelayDefaults.distrust(config.socketPath) {
+            setState(.unavailable, error: .unavailable(why))
+            return nil
+        }
         let fd = cs_connect_unix(config.socketPath)
         guard fd >= 0 else {
             let why = String(cString: strerror(errno))

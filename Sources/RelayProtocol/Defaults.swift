@@ -26,7 +26,28 @@ public enum RelayDefaults {
         environment env: [String: String] = ProcessInfo.processInfo.environment, exists: (String) -> Bool = { access($0, F_OK) == 0 }
     ) -> String {
         let mine = socketPath(environment: env)
-        if env["PERMISSION_RELAY_SOCKET"].map({ !$0.isEmpty }) == true || exists(mine) || !exists(machineSocketPath) { return mine }
+        if env["PERMISSION_RELAY_SOCKET"].map({ !$0.isEmpty }) == true || (exists(mine) && distrust(mine, environment: env) == nil)
+            || !exists(machineSocketPath)
+        {
+            return mine
+        }
         return machineSocketPath
+    }
+
+    /// Why a client must not connect to `path`: it is this user's default socket, and its
+    /// directory belongs to another user or others may write to it, so that someone else
+    /// could have put a relay of their own there, to catch tokens and admin requests (the
+    /// /tmp fallback can be made by anyone). nil when it may; a path named on purpose is
+    /// the user's choice.
+    public static func distrust(_ path: String, environment env: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        var own = env
+        own["PERMISSION_RELAY_SOCKET"] = nil
+        guard path == socketPath(environment: own) else { return nil }
+        let dir = (path as NSString).deletingLastPathComponent
+        var st = stat()
+        guard stat(dir, &st) == 0 else { return nil }  // nothing there: connecting fails anyway
+        if st.st_uid == geteuid() && st.st_mode & 0o022 == 0 { return nil }
+        return "\(dir) belongs to uid \(st.st_uid), or others may write to it: another user could have put a relay of their own"
+            + " there; remove it, or name the relay's socket (--socket or PERMISSION_RELAY_SOCKET)"
     }
 }

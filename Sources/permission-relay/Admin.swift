@@ -57,6 +57,7 @@ struct AdminCommand: Sendable {
         let positionals = try a.expectPositionals(arguments)
         let req = try request(positionals, a)
         let socket = a.value("--socket") ?? Paths.clientSocket
+        if let why = RelayDefaults.distrust(socket) { throw CLIError.failure("will not use \(socket): \(why)") }
         let reply: JSONObject
         do {
             let c = try BlockingConnection(path: socket)

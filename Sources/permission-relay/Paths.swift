@@ -18,35 +18,57 @@ enum Paths {
         return home + "/.local/state/permission-relay"
     }
 
-    /// Creates `dir` and its parents (mode 0700 for what is created). An existing `dir` must
-    /// be a directory of this user (root included) that no one else may write to: in one
-    /// another user controls, they could put their own socket or a link in place of the
-    /// relay's files.
-    static func makePrivateDirectory(_ dir: String) throws {
+    /// Creates `dir` and its parents (mode 0700 for what is created), and returns its
+    /// canonical path: the checks, and SQLite (which refuses links anywhere in a path it
+    /// opens), go by where it really is. A service manager may give the directory as a link
+    /// (systemd's `DynamicUser=` does). It must be a directory of `owner` (this user, unless
+    /// root works on a service's directory) that no one else may write to, or one that is
+    /// sticky and root's (such as /tmp): where another user can write, they could put their
+    /// own socket, or a link, in place of the relay's files.
+    @discardableResult
+    static func makePrivateDirectory(_ dir: String, owner: uid_t? = geteuid()) throws -> String {
         var st = stat()
-        if lstat(dir, &st) == 0 {
-            guard st.st_mode & S_IFMT == S_IFDIR else {
-                throw CLIError.failure("\(dir) exists and is not a directory (a link is not followed); choose another location")
+        if stat(dir, &st) != 0 {
+            do {
+                try FileManager.default.createDirectory(
+                    atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            } catch {
+                throw CLIError.failure("cannot create \(dir): \(error.localizedDescription)")
             }
-            guard st.st_uid == geteuid() else {
-                throw CLIError.failure(
-                    "\(dir) belongs to uid \(st.st_uid), not to this user (uid \(geteuid())); choose another location,"
-                        + " or give it to this user (chown)")
-            }
-            guard st.st_mode & 0o022 == 0 else {
-                throw CLIError.failure(
-                    "\(dir) may be written by others (mode \(String(st.st_mode & 0o7777, radix: 8))); make it private:"
-                        + " chmod 700 \(dir)")
-            }
-            return
         }
-        do {
-            try FileManager.default.createDirectory(
-                atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw CLIError.failure("cannot create \(dir): \(error.localizedDescription)")
+        guard let resolved = realpath(dir, nil) else {
+            throw CLIError.failure("cannot resolve \(dir): \(String(cString: strerror(errno)))")
         }
+        defer { free(resolved) }
+        let path = String(cString: resolved)
+        guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
+            throw CLIError.failure("\(dir) exists and is not a directory; choose another location")
+        }
+        let sharedSticky = st.st_mode & S_ISVTX != 0 && st.st_uid == 0
+        if let owner, st.st_uid != owner, !sharedSticky {
+            throw CLIError.failure(
+                "\(dir) belongs to uid \(st.st_uid), not to this user (uid \(owner)); choose another location,"
+                    + " or give it to this user (chown)")
+        }
+        guard st.st_mode & 0o022 == 0 || sharedSticky else {
+            throw CLIError.failure(
+                "\(dir) may be written by others (mode \(String(st.st_mode & 0o7777, radix: 8))); make it private:"
+                    + " chmod 700 \(dir)")
+        }
+        return path
     }
+
+    /// Where `dir` really is (SQLite refuses links anywhere in a path it opens), or `dir` as
+    /// it is when it cannot be resolved (the command then says it cannot open the store).
+    static func canonical(_ dir: String) -> String {
+        guard let resolved = realpath(dir, nil) else { return dir }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    /// The owner a store command requires of the data directory: this user's, but root may
+    /// work on the directory of a relay that runs as a user of its own.
+    static var storeCommandOwner: uid_t? { geteuid() == 0 ? nil : geteuid() }
 
     /// Refuses anything but a regular file where the relay keeps its files in `dir`: a link
     /// there would have the relay write through it to whatever it points at.

@@ -82,7 +82,7 @@ enum Serve {
             throw CLIError.usage("--socket is for a relay that binds its own socket; this one was given one (socket activation)")
         }
         let socket = inherited?.path ?? a.value("--socket") ?? Paths.defaultSocket
-        let data = a.value("--data") ?? ServiceManager.stateDirectory ?? Paths.defaultData
+        let dataOption = a.value("--data") ?? ServiceManager.stateDirectory ?? Paths.defaultData
         guard let sync = SyncMode(rawValue: a.value("--sync") ?? "normal") else {
             throw CLIError.usage("--sync must be normal or full")
         }
@@ -105,7 +105,6 @@ enum Serve {
         core.relayUID = getuid()
         var server = ServerConfig(socketPath: socket)
         server.inheritedListener = inherited?.fd
-        server.dataDirectory = data
         server.handshakeTimeoutSeconds = try a.double("--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds)
         server.maxConnections = try a.int("--max-connections", default: server.maxConnections, min: 1)
         server.maxOutputBytes = try a.int("--max-output-bytes", default: server.maxOutputBytes, min: 65536)
@@ -125,7 +124,8 @@ enum Serve {
 
         let log = Log.stderr(level: level)
         umask(0o077)  // the socket and the database (with its WAL) are private to this user
-        try Paths.makePrivateDirectory(data)
+        let data = try Paths.makePrivateDirectory(dataOption)
+        server.dataDirectory = data
         try Paths.checkStoreFiles(in: data)
         if inherited == nil { try Paths.makePrivateDirectory((socket as NSString).deletingLastPathComponent) }
         let lock = try lockDataDirectory(data)

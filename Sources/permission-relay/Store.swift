@@ -35,7 +35,7 @@ struct StoreCommand: Sendable {
         run: { args in
             let (dest, data) = try fileAndData(args, "DEST")
             do {
-                try SQLiteStore.backup(databaseAt: data + "/relay.db", to: dest)
+                try SQLiteStore.backup(databaseAt: Paths.canonical(data) + "/relay.db", to: dest)
             } catch {
                 throw CLIError.failure("backup failed: \(error)")
             }
@@ -58,8 +58,8 @@ struct StoreCommand: Sendable {
               permission-relay restore ~/relay-backup-2026-12-01.db
             """,
         run: { args in
-            let (backup, data) = try fileAndData(args, "BACKUP")
-            try Paths.makePrivateDirectory(data)
+            let (backup, given) = try fileAndData(args, "BACKUP")
+            let data = try Paths.makePrivateDirectory(given, owner: Paths.storeCommandOwner)
             try Paths.checkStoreFiles(in: data)
             let lock = try Serve.lockDataDirectory(data)
             defer { close(lock) }
@@ -67,6 +67,11 @@ struct StoreCommand: Sendable {
                 try SQLiteStore.restore(backup: backup, to: data + "/relay.db")
             } catch {
                 throw CLIError.failure("restore failed: \(error)")
+            }
+            // Root restoring the store of a relay that runs as another user gives it that user's.
+            var st = stat()
+            if geteuid() == 0, stat(data, &st) == 0, st.st_uid != 0 {
+                for name in ["relay.db", "relay.db-wal", "relay.db-shm"] { _ = chown(data + "/" + name, st.st_uid, st.st_gid) }
             }
             printOut("restored \(backup) into \(data)/relay.db; start the relay to serve it")
         })
@@ -99,7 +104,7 @@ struct StoreCommand: Sendable {
             let data = a.value("--data") ?? Paths.defaultData
             let findings: [String]
             do {
-                findings = try SQLiteStore.check(databaseAt: data + "/relay.db")
+                findings = try SQLiteStore.check(databaseAt: Paths.canonical(data) + "/relay.db")
             } catch {
                 throw CLIError.failure("cannot check \(data)/relay.db: \(error)")
             }

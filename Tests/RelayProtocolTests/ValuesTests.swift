@@ -3,6 +3,25 @@ import RelayProtocol
 import XCTest
 
 final class ValuesTests: XCTestCase {
+    /// The default socket is not used where another user could have put a relay of their own.
+    func testADefaultSocketInADirectoryOthersControlIsNotTrusted() throws {
+        let run = FileManager.default.temporaryDirectory.appendingPathComponent("trust-\(UUID().uuidString)").path
+        let dir = run + "/permission-relay"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: run) }
+        let env = ["XDG_RUNTIME_DIR": run]
+        chmod(dir, 0o700)
+        XCTAssertNil(RelayDefaults.distrust(dir + "/relay.sock", environment: env))
+        chmod(dir, 0o777)
+        XCTAssertNotNil(RelayDefaults.distrust(dir + "/relay.sock", environment: env))
+        XCTAssertNil(RelayDefaults.distrust(dir + "/other.sock", environment: env), "a socket named on purpose is the user's choice")
+        if geteuid() == 0 {
+            chmod(dir, 0o700)
+            chown(dir, 65534, 65534)
+            XCTAssertNotNil(RelayDefaults.distrust(dir + "/relay.sock", environment: env), "another user's directory")
+        }
+    }
+
     /// A client finds this user's relay, else the machine's (the family computer's), unless told.
     func testAClientFindsTheMachinesRelayWhenItsUserRunsNone() {
         let env = ["XDG_RUNTIME_DIR": "/run/user/1001"]
