@@ -38,9 +38,11 @@ fi
 
 bin="${PERMISSION_BIN_DIR:-}"
 if [ -z "$bin" ]; then
-    echo "building the release programs (swift build -c release)…"
-    swift build -c release
-    bin="$(swift build -c release --show-bin-path)"
+    # The Swift runtime linked in: the installed programs must not depend on where the
+    # toolchain is (a system service may not read a home directory).
+    echo "building the release programs (swift build -c release --static-swift-stdlib)…"
+    swift build -c release --static-swift-stdlib
+    bin="$(swift build -c release --static-swift-stdlib --show-bin-path)"
 fi
 
 install -d -m 0755 "$prefix/bin" "$units"
