@@ -72,12 +72,14 @@ public struct Arguments {
     }
 }
 
+/// A line on stdout. A stdout that is gone (a terminal hung up) is no reason to crash,
+/// as `FileHandle.write(_:)` would.
 public func printOut(_ s: String) {
-    FileHandle.standardOutput.write(Data((s + "\n").utf8))
+    try? FileHandle.standardOutput.write(contentsOf: Data((s + "\n").utf8))
 }
 
 public func printErr(_ s: String) {
-    FileHandle.standardError.write(Data((s + "\n").utf8))
+    try? FileHandle.standardError.write(contentsOf: Data((s + "\n").utf8))
 }
 
 /// The version of the programs, and of the wire protocol they speak.

@@ -222,6 +222,7 @@ public func stopOnSignals(_ cleanup: @escaping @Sendable (Int32) async -> Void) 
     let stop = SignalStop()
     var fds: [Int32] = [-1, -1]
     guard cs_pipe(&fds) == 0, cs_route_signals(fds[1]) == 0 else { return stop }  // the default actions stay
+    signal(SIGPIPE, SIG_DFL)  // cs_route_signals ignores it, for the relay; a command whose reader left just ends
     let readEnd = fds[0]
     let (signals, feed) = AsyncStream<Int32>.makeStream()
     let reader = Thread {
@@ -236,31 +237,63 @@ public func stopOnSignals(_ cleanup: @escaping @Sendable (Int32) async -> Void) 
     reader.start()
     Task {
         for await sig in signals {
-            guard stop.begin() else { exit(128 + sig) }
-            Task {
-                await cleanup(sig)
-                exit(128 + sig)
+            switch stop.received() {
+            case .cleanUp:
+                Task {
+                    await cleanup(sig)
+                    exit(128 + sig)
+                }
+            case .ignore: continue
+            case .exitNow: exit(128 + sig)
             }
         }
     }
     return stop
 }
 
-/// Whether a signal is stopping the program (see `stopOnSignals`).
+/// Who ends the program: a signal's handler, or the command itself (see `stopOnSignals`).
 public final class SignalStop: Sendable {
-    private let stopping = Mutex(false)
+    private enum State {
+        case running, stopping
+        /// The command has ended and is reporting; signals seen since.
+        case ending(Int)
+    }
 
-    /// Marks the program as stopping; false if it already was.
-    fileprivate func begin() -> Bool {
-        stopping.withLock { s in
-            defer { s = true }
-            return !s
+    enum Action { case cleanUp, ignore, exitNow }
+
+    private let state = Mutex(State.running)
+
+    /// What a signal does now: the first one while the command runs cleans up and ends it;
+    /// one while it is already ending is ignored (it is about to exit with its own status),
+    /// unless a second one insists; any other ends the program at once.
+    fileprivate func received() -> Action {
+        state.withLock { s in
+            switch s {
+            case .running:
+                s = .stopping
+                return .cleanUp
+            case .ending(0):
+                s = .ending(1)
+                return .ignore
+            case .stopping, .ending: return .exitNow
+            }
         }
     }
 
-    /// Returns only when no signal is stopping the program; otherwise waits for the
-    /// signal's handler to end it.
-    public func holdIfStopping() async {
-        while stopping.withLock({ $0 }) { try? await Task.sleep(for: .seconds(1)) }
+    /// Claims the end for the command, which then reports and exits with its own status
+    /// (claiming again is harmless); when a signal's handler claimed it first, waits for
+    /// that to end the program.
+    public func claimEnd() async {
+        let mine = state.withLock { s in
+            switch s {
+            case .running:
+                s = .ending(0)
+                return true
+            case .ending: return true
+            case .stopping: return false
+            }
+        }
+        guard !mine else { return }
+        while true { try? await Task.sleep(for: .seconds(1)) }
     }
 }

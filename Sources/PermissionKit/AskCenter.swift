@@ -71,6 +71,8 @@ public struct QuestionSummary: Sendable {
     public let handles: [CommunicationHandle]
     /// The ways to communicate it asks for (empty: `communicate`, or an app update).
     public let actions: Set<CommunicationTopic.Action>
+    /// The answers it offers.
+    public let choices: [PermissionChoice]
     /// When answered: the choice, who chose it and when.
     public let choice: PermissionChoice?
     /// When answered: the guardian who answered.
@@ -427,6 +429,7 @@ extension QuestionSummary {
         expirationDate = q["expirationDate"]?.string.flatMap(Date.init(rfc3339:))
         handles = (q["topic"]?["personInformation"]?.array ?? []).compactMap { $0["handle"].flatMap(CommunicationHandle.init(wire:)) }
         actions = Set((q["topic"]?["actions"]?.array ?? []).compactMap { $0.string.flatMap(CommunicationTopic.Action.init(rawValue:)) })
+        choices = (q["choices"]?.array ?? []).compactMap(PermissionChoice.init(wire:))
         choice = q["outcome"]?["choice"].flatMap(PermissionChoice.init(wire:))
         guardian = q["outcome"]?["guardian"]?.string
         answeredAt = q["outcome"]?["answeredAt"]?.string.flatMap(Date.init(rfc3339:))

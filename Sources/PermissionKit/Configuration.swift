@@ -107,8 +107,10 @@ public struct RelayConfiguration: Sendable {
         case (true, false): return .failure(.missingCredentials("PERMISSION_TOKEN is set, PERMISSION_MEMBER is not"))
         default: break
         }
-        let session = env["PERMISSION_SESSION"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultSession(member: member, app: app)
+        let named = env["PERMISSION_SESSION"].flatMap { $0.isEmpty ? nil : $0 }
+        let session = named ?? defaultSession(member: member, app: app)
         let stateDir = env["PERMISSION_STATE_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultStateDirectory(env)
+        if named == nil { takeOverLegacyState(member: member, into: stateDir + "/\(member).\(session).state", in: stateDir) }
         return .success(
             RelayConfiguration(
                 socketPath: RelayDefaults.clientSocketPath(environment: env),
@@ -143,6 +145,18 @@ public struct RelayConfiguration: Sendable {
         let host = kept(host)
         let head = host.isEmpty ? member : "\(member)-\(host)"
         return String(head.prefix(64 - tail.count)) + tail
+    }
+
+    /// Before sessions were per app, every app of a member on a host shared the session
+    /// `<member>-<host>`. A first run under the new name starts from that session's place
+    /// (the state file says where; the relay replays from it with `resume`), so that what
+    /// came while the app was away is not skipped. Each app takes a copy: events one app
+    /// already processed may be shown by another again, never lost.
+    static func takeOverLegacyState(member: String, into path: String, in dir: String, host: String = hostName()) {
+        let kept = host.filter { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == ".") }
+        let legacy = dir + "/\(member).\(String("\(member)-\(kept.isEmpty ? "app" : kept)".prefix(64))).state"
+        guard legacy != path, !FileManager.default.fileExists(atPath: path), FileManager.default.fileExists(atPath: legacy) else { return }
+        try? FileManager.default.copyItem(atPath: legacy, toPath: path)
     }
 
     static func hostName() -> String {

@@ -23,7 +23,7 @@ public final class Log: @unchecked Sendable {
     /// a `<N>` prefix the journal reads and no time of its own (it keeps one).
     public static func stderr(level: LogLevel) -> Log {
         let journal = Self.standardErrorIsTheJournal()
-        return Log(level: level, journal: journal) { line in FileHandle.standardError.write(Data((line + "\n").utf8)) }
+        return Log(level: level, journal: journal) { line in try? FileHandle.standardError.write(contentsOf: Data((line + "\n").utf8)) }
     }
 
     private let journal: Bool

@@ -32,7 +32,7 @@ let usage = """
           --default ID             The choice assumed when nobody answers (default: the first denial)
           --expires 10m|2h|1d|RFC3339   When the question expires
           --id UUID                The question's id (default: a new one; reuse it to resend or re-ask)
-          --new                    Ask even if a question for the same people and actions is pending
+          --new                    Ask even if the same question (people, actions, choices) is pending
                                    (without it, ask reports that question, and --wait waits for it)
           --wait                   Wait for the outcome; the exit status tells it
           --timeout SECONDS        With --wait: stop waiting after this long (exit 5; the question stays pending)
@@ -124,9 +124,10 @@ struct Ending: Sendable {
 /// Sends the question (unless `existing`, a pending question it stands for, is given);
 /// with --wait, waits for its response or outcome.
 func send<T: QuestionTopic>(
-    _ q: PermissionQuestion<T>, existing: QuestionSummary?, center: AskCenter, waiting: Waiting, _ a: Arguments
+    _ q: PermissionQuestion<T>, existing: QuestionSummary?, center: AskCenter, waiting: Waiting, stop: SignalStop, _ a: Arguments
 ) async throws -> Int32 {
     let json = a.has("--json")
+    let timeout = try a.double("--timeout", default: 0)  // a mistake in it is said before anything is asked
     guard a.has("--wait") else {
         if let existing {
             printOut(
@@ -165,7 +166,6 @@ func send<T: QuestionTopic>(
         waiting.set(id)
         if !json { printErr("asked \(r.questionID) (\(r.status)); waiting for a guardian…") }
     }
-    let timeout = try a.double("--timeout", default: 0)
     let ending = try await withThrowingTaskGroup(of: Ending?.self) { group in
         group.addTask {
             for await resp in responses where resp.question.id == id {
@@ -208,6 +208,7 @@ func send<T: QuestionTopic>(
         }
         throw CLIError.failure("the connection was closed")
     }
+    await stop.claimEnd()  // the outcome is what the user sees, not an interruption now
     if json {
         printOut(line(ending.json))
     } else if ending.status == Exit.stillPending {
@@ -255,14 +256,16 @@ func ago(_ date: Date) -> String {
     return "\(s / 3600) h \(s % 3600 / 60) min ago"
 }
 
-/// The child's pending question for the same people and ways to communicate, if any: the
-/// one an interrupted `ask` left, which asking again would only repeat.
-func pendingQuestion(like topic: CommunicationTopic, center: AskCenter) async throws -> QuestionSummary? {
+/// The child's pending question that this ask would repeat, if any (the one an
+/// interrupted `ask` left): the same people, ways to communicate and choices, and an
+/// expiry if this one has one.
+func pendingQuestion(like new: PermissionQuestion<CommunicationTopic>, center: AskCenter) async throws -> QuestionSummary? {
     func ways(_ actions: Set<CommunicationTopic.Action>) -> Set<CommunicationTopic.Action> { actions.isEmpty ? [.communicate] : actions }
-    let people = Set(topic.personInformation.compactMap(\.handle.normalized))
+    let people = Set(new.topic.personInformation.compactMap(\.handle.normalized))
     return try await center.questions(status: "pending").first { q in
         q.topicKind == CommunicationTopic.id && Set(q.handles.compactMap(\.normalized)) == people
-            && ways(q.actions) == ways(topic.actions)
+            && ways(q.actions) == ways(new.topic.actions) && q.choices == new.choices
+            && (q.expirationDate != nil) == (new.expirationDate != nil)
     }
 }
 
@@ -321,17 +324,17 @@ func run() async throws -> Int32 {
     }
     let status: Int32
     do {
-        status = try await perform(command, a, center, waiting)
+        status = try await perform(command, a, center, waiting, stop)
     } catch {
-        await stop.holdIfStopping()
+        await stop.claimEnd()
         throw error
     }
-    await stop.holdIfStopping()
+    await stop.claimEnd()
     await center.close()  // records every processed event before the process ends
     return status
 }
 
-func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: Waiting) async throws -> Int32 {
+func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: Waiting, _ stop: SignalStop) async throws -> Int32 {
     let json = a.has("--json")
     do {
         switch command {
@@ -353,12 +356,12 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
             }
             let topic = CommunicationTopic(personInformation: people, actions: actions)
             let q = try question(topic, a)
-            let existing = a.has("--new") || a.value("--id") != nil ? nil : try await pendingQuestion(like: topic, center: center)
-            return try await send(q, existing: existing, center: center, waiting: waiting, a)
+            let existing = a.has("--new") || a.value("--id") != nil ? nil : try await pendingQuestion(like: q, center: center)
+            return try await send(q, existing: existing, center: center, waiting: waiting, stop: stop, a)
         case "ask-update":
             guard let d = a.value("--description") else { throw CLIError.usage("ask-update needs --description TEXT") }
             return try await send(
-                try question(SignificantAppUpdateTopic(description: d), a), existing: nil, center: center, waiting: waiting, a)
+                try question(SignificantAppUpdateTopic(description: d), a), existing: nil, center: center, waiting: waiting, stop: stop, a)
         case "cancel":
             guard let id = try a.expectPositionals(["ID"]).first.flatMap(UUID.init(uuidString:)) else {
                 throw CLIError.usage("cancel needs a question id (a UUID)")

@@ -156,7 +156,7 @@ struct InteractiveView {
         out += line(below > 0 ? "  ↓ \(below) more" : "")
         out += "\r\n" + line(message)
         out += line("↑/↓ select · a approve · d decline · 1-9 choice · q quit")
-        FileHandle.standardOutput.write(Data(out.utf8))
+        try? FileHandle.standardOutput.write(contentsOf: Data(out.utf8))
     }
 }
 
@@ -176,7 +176,7 @@ final class RawTerminal: Sendable {
         var raw = settings
         raw.c_lflag &= ~tcflag_t(ICANON | ECHO | ISIG)
         tcsetattr(0, TCSANOW, &raw)
-        FileHandle.standardOutput.write(Data("\u{1B}[?25l".utf8))
+        try? FileHandle.standardOutput.write(contentsOf: Data("\u{1B}[?25l".utf8))
     }
 
     func restore() {
@@ -186,7 +186,7 @@ final class RawTerminal: Sendable {
             })
         else { return }
         tcsetattr(0, TCSANOW, &settings)
-        FileHandle.standardOutput.write(Data("\u{1B}[?25h\r\n".utf8))
+        try? FileHandle.standardOutput.write(contentsOf: Data("\u{1B}[?25h\r\n".utf8))
     }
 }
 

@@ -3,6 +3,7 @@
 
 import CLISupport
 import ClientCommands
+import CSystem
 import Foundation
 import PermissionKit
 import RelayProtocol
@@ -77,51 +78,61 @@ func questionLine(_ q: GuardianQuestion) -> JSONObject {
 func notify(_ q: GuardianQuestion, center: GuardianCenter, say: @escaping @Sendable (String) -> Void) {
     let env = ProcessInfo.processInfo.environment
     guard env["DISPLAY"] != nil || env["WAYLAND_DISPLAY"] != nil || env["DBUS_SESSION_BUS_ADDRESS"] != nil else { return }
-    let paths = (env["PATH"] ?? "").split(separator: ":").map { "\($0)/notify-send" }
-    guard let tool = paths.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else { return }
+    guard let tool = NotifySend.tool else { return }
     // The body may be read as markup (the notification specification's subset of HTML):
     // what the child wrote is escaped, so that it cannot add a link or hide text.
     let body = summary(q).replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
         .replacingOccurrences(of: ">", with: "&gt;")
-    var arguments = ["--app-name=permission-guardian", "Permission request", body]
     let buttons = [q.choices.first { $0.answer == .approval }, q.choices.first { $0.answer == .denial }].compactMap { $0 }
-    if offersActions(tool) {
-        arguments += ["--wait"] + buttons.map { "--action=\($0.id)=\(terminalSafe($0.title))" }
-    }
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: tool)
-    p.arguments = arguments
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = FileHandle.nullDevice
-    guard (try? p.run()) != nil, arguments.contains("--wait") else { return }
-    Task.detached {
-        // notify-send prints the key of the action clicked, and nothing when the notification is dismissed.
+    let actions = NotifySend.offersActions ? ["--wait"] + buttons.map { "--action=\($0.id)=\(terminalSafe($0.title))" } : []
+    // A thread of its own: notify-send with actions runs until the notification is clicked
+    // or dismissed, which may be never, and must not hold one of the few threads Swift's
+    // tasks share.
+    let waiter = Thread {
+        cs_unblock_stop_signals(nil)  // notify-send inherits this thread's mask: let it be stopped
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: tool)
+        p.arguments = ["--app-name=permission-guardian", "Permission request", body] + actions
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        guard (try? p.run()) != nil else { return }
+        // It prints the key of the action clicked, and nothing when the notification is dismissed.
         let clicked = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             .trimmingCharacters(in: .whitespacesAndNewlines)
         p.waitUntilExit()
         guard let choice = buttons.first(where: { $0.id == clicked }) else { return }
-        do {
-            try await center.answer(q, with: choice)
-            say("answered \(q.child)'s question \(q.id) with \(terminalSafe(choice.title)) from the notification")
-        } catch {
-            say("could not answer \(q.id) from the notification: \(ClientOptions.describe(error))")
+        Task {
+            do {
+                try await center.answer(q, with: choice)
+                say("answered \(q.child)'s question \(q.id) with \(terminalSafe(choice.title)) from the notification")
+            } catch {
+                say("could not answer \(q.id) from the notification: \(ClientOptions.describe(error))")
+            }
         }
     }
+    waiter.start()
 }
 
-/// Whether this `notify-send` takes `--action` (libnotify 0.7.9 or later).
-func offersActions(_ tool: String) -> Bool {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: tool)
-    p.arguments = ["--help"]
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = FileHandle.nullDevice
-    guard (try? p.run()) != nil else { return false }
-    let help = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    p.waitUntilExit()
-    return help.contains("--action")
+/// The desktop's `notify-send`, found once.
+enum NotifySend {
+    static let tool: String? = (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":")
+        .map { "\($0)/notify-send" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+
+    /// Whether it takes `--action` (libnotify 0.7.9 or later).
+    static let offersActions: Bool = {
+        guard let tool else { return false }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: tool)
+        p.arguments = ["--help"]
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        guard (try? p.run()) != nil else { return false }
+        let help = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        return help.contains("--action")
+    }()
 }
 
 func run() async throws -> Int32 {
@@ -153,14 +164,14 @@ func run() async throws -> Int32 {
     do {
         status = try await perform(name, a, center, terminal)
     } catch let e as CLIError {
-        await stop.holdIfStopping()
+        await stop.claimEnd()
         throw e
     } catch {
-        await stop.holdIfStopping()
+        await stop.claimEnd()
         throw CLIError.failure(
             ClientOptions.describe(error, unreachableBecause: center.connectionState == .ready ? nil : center.connectionError))
     }
-    await stop.holdIfStopping()
+    await stop.claimEnd()
     await center.close()
     return status
 }

@@ -56,6 +56,13 @@ struct AdminCommand: Sendable {
         let a = try Arguments(args, valueFlags: extraFlags.union(["--socket"]), switchFlags: ["--json"])
         let positionals = try a.expectPositionals(arguments)
         let req = try request(positionals, a)
+        if a.value("--credentials") != nil && a.value("--unix-user") != nil {
+            throw CLIError.usage("--credentials is for a token, and a member bound to an account has none: give one or the other")
+        }
+        // The credentials file is made before anything is changed: a file that cannot be
+        // written fails the command while the old token still works.
+        let credentials = try a.value("--credentials").map(CredentialsFile.init(path:))
+        defer { credentials?.discard() }
         let socket = a.value("--socket") ?? Paths.clientSocket
         if let why = RelayDefaults.distrust(socket) { throw CLIError.failure("will not use \(socket): \(why)") }
         let reply: JSONObject
@@ -77,30 +84,20 @@ struct AdminCommand: Sendable {
         var out = reply
         out["type"] = nil
         out["re"] = nil
-        if let file = a.value("--credentials"), let token = out["token"]?.string, let member = out["member"]?.string {
-            try writeCredentials(["member": .string(member), "token": .string(token)], to: file)
+        if let credentials, let token = out["token"]?.string, let member = out["member"]?.string {
+            do {
+                try credentials.write(["member": .string(member), "token": .string(token)])
+            } catch {
+                // The change is made: the token must not be lost with the file.
+                printErr("permission-relay: \(member)'s token is \(token) (keep it: it is shown only this once)")
+                throw error
+            }
             out["token"] = nil  // in the file only
             let added = words == ["member", "add"] ? describe(out).split(separator: "\n")[0] + "\n" : ""
-            printOut(a.has("--json") ? out.encodedText : "\(added)credentials of \(member) written to \(file) (mode 0600)")
+            printOut(a.has("--json") ? out.encodedText : "\(added)credentials of \(member) written to \(credentials.path) (mode 0600)")
             return
         }
         printOut(a.has("--json") ? out.encodedText : describe(out))
-    }
-
-    /// Writes a member's credentials to `path`, readable by this user only, whole or not at
-    /// all: a failed request leaves an existing file as it was.
-    private func writeCredentials(_ credentials: JSONObject, to path: String) throws {
-        let temporary = path + ".tmp-\(getpid())"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw CLIError.failure("cannot write \(temporary): \(String(cString: strerror(errno)))") }
-        let bytes = Array((credentials.encodedText + "\n").utf8)
-        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        close(fd)
-        guard written == bytes.count, rename(temporary, path) == 0 else {
-            let why = String(cString: strerror(errno))
-            unlink(temporary)
-            throw CLIError.failure("cannot write the credentials to \(path): \(why)")
-        }
     }
 
     static let all: [AdminCommand] = [
@@ -237,4 +234,33 @@ func uid(of account: String) throws -> UInt32 {
         throw CLIError.failure("no Unix account \(account) on this machine (--unix-user takes an account name or a uid)")
     }
     return entry.pointee.pw_uid
+}
+
+/// A member's credentials file, readable by this user only, written whole or not at all:
+/// a temporary file made before the request, renamed into place once the token is known.
+struct CredentialsFile {
+    let path: String
+    private let temporary: String
+    private let fd: Int32
+
+    init(path: String) throws {
+        self.path = path
+        temporary = path + ".tmp-\(getpid())"
+        fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw CLIError.failure("cannot write the credentials to \(path): \(String(cString: strerror(errno)))") }
+    }
+
+    func write(_ credentials: JSONObject) throws {
+        let bytes = Array((credentials.encodedText + "\n").utf8)
+        let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        guard written == bytes.count, fsync(fd) == 0, rename(temporary, path) == 0 else {
+            throw CLIError.failure("cannot write the credentials to \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// Closes the file, and removes the temporary one if it was not put in place.
+    func discard() {
+        close(fd)
+        unlink(temporary)
+    }
 }

@@ -115,6 +115,14 @@ final class AdminCommandTests: XCTestCase {
             ["member", "add", "smiths", "alex", "--role", "child", "--credentials", file] + s,
             "permission-relay: conflict: member alex already exists, in family smiths (member ids are unique across all families)")
         XCTAssertEqual(try String(contentsOfFile: file, encoding: .utf8), first, "left as it was")
+        // A file that cannot be written fails the command before anything changes.
+        let nowhere = relay.dir.appendingPathComponent("no-such-dir/alex.json").path
+        let unwritable = runRelay(["token", "rotate", "alex", "--credentials", nowhere] + s)
+        XCTAssertEqual(unwritable.status, 1)
+        XCTAssertTrue(unwritable.stderr.hasPrefix("permission-relay: cannot write the credentials to \(nowhere)"), unwritable.stderr)
+        let c = try relay.connect()
+        let token = try JSON.parse(Array(first.utf8))["token"]?.string ?? ""
+        XCTAssertEqual(try c.hello("alex", token)["type"]?.string, "welcome", "the token was not rotated")
         let rotated = runRelay(["token", "rotate", "alex", "--credentials", file] + s)
         XCTAssertEqual(rotated.stdout, "credentials of alex written to \(file) (mode 0600)\n")
         XCTAssertNotEqual(try String(contentsOfFile: file, encoding: .utf8), first, "the new token")

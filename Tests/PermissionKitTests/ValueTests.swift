@@ -168,6 +168,23 @@ final class ValueTests: XCTestCase {
             "each program has a session of its own")
     }
 
+    /// A first run under the per-app session name starts where the shared session of earlier
+    /// versions was, so that nothing that came meanwhile is skipped.
+    func testTheFirstRunOfAnAppStartsWhereTheSharedSessionWas() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("legacy-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let legacy = dir + "/alex.alex-tablet.state"
+        try Data(#"{"seq":41,"above":[],"topics":["communication"]}"#.utf8).write(to: URL(fileURLWithPath: legacy))
+        let mine = dir + "/alex.alex-tablet-chat.state"
+        RelayConfiguration.takeOverLegacyState(member: "alex", into: mine, in: dir, host: "tablet")
+        XCTAssertEqual(EventProgress(path: mine).mark, 41)
+        XCTAssertEqual(EventProgress(path: mine).topics, ["communication"])
+        try Data(#"{"seq":50}"#.utf8).write(to: URL(fileURLWithPath: mine))
+        RelayConfiguration.takeOverLegacyState(member: "alex", into: mine, in: dir, host: "tablet")
+        XCTAssertEqual(EventProgress(path: mine).mark, 50, "only a first run takes the old place")
+    }
+
     /// Without credentials the configuration says at once what is missing and where it is read from.
     func testMissingCredentialsSayWhatIsMissing() {
         for (env, missing) in [
