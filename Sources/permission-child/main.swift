@@ -248,7 +248,7 @@ func closed(_ id: UUID, _ reason: String, defaultChoice: PermissionChoice?) -> E
         json: ["questionId": .string(id.uuidString), "outcome": .string(reason)])
 }
 
-/// `3 minutes ago`, for a question's age.
+/// `40 s ago`, `3 min ago` or `2 h 5 min ago`: a question's age.
 func ago(_ date: Date) -> String {
     let s = max(0, Int(Date().timeIntervalSince(date)))
     if s < 60 { return "\(s) s ago" }
