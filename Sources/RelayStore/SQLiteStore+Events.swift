@@ -104,18 +104,31 @@ extension SQLiteStore {
                 storedAck[member] = min(cursor, acknowledged[member] ?? 0)
                 return storedAck[member]!
             }
-            var rows: [(id: Int64, member: String, last: Int64, at: Int64)] = []
-            try db.run("SELECT id, member, lastSeq, at FROM events ORDER BY id LIMIT ?", [.int(Int64(limit * 4))]) { r in
-                rows.append((r.int(0), r.text(1), r.int(2), r.int(3)))
-            }
-            for row in rows where dropped.count < limit && !kept.contains(row.member) {
-                let old = row.at < cutoff.milliseconds
-                if try old || (acknowledged[row.member] != nil && row.last <= acknowledgedStored(row.member)) {
-                    dropped.append(row.id)
-                    through[row.member] = row.last
-                } else {
-                    kept.insert(row.member)
+            // In windows from the oldest on, so that a member whose many old rows stay (a
+            // session that never acknowledges) does not keep the rows of all others behind
+            // them; at most `windows` of them a step, which bounds how long a step holds
+            // the writer.
+            let window = limit * 4, windows = 16
+            var after: Int64 = 0
+            scanning: for _ in 0..<windows {
+                var rows: [(id: Int64, member: String, last: Int64, at: Int64)] = []
+                try db.run(
+                    "SELECT id, member, lastSeq, at FROM events WHERE id > ? ORDER BY id LIMIT ?", [.int(after), .int(Int64(window))]
+                ) { r in
+                    rows.append((r.int(0), r.text(1), r.int(2), r.int(3)))
                 }
+                for row in rows where !kept.contains(row.member) {
+                    guard dropped.count < limit else { break scanning }
+                    let old = row.at < cutoff.milliseconds
+                    if try old || (acknowledged[row.member] != nil && row.last <= acknowledgedStored(row.member)) {
+                        dropped.append(row.id)
+                        through[row.member] = row.last
+                    } else {
+                        kept.insert(row.member)
+                    }
+                }
+                guard let last = rows.last, rows.count == window else { break }
+                after = last.id
             }
             for member in through.keys {
                 // Its head is kept apart, so that a seq is never given again once every event is gone.

@@ -152,4 +152,21 @@ final class StoreContractTests: XCTestCase {
             XCTAssertNil(s.firstRetained["g2"], name)
         }
     }
+
+    /// Many old rows that must stay (a session that never acknowledges) do not keep the
+    /// acknowledged rows of other members behind them.
+    func testRowsThatStayDoNotHoldBackTheRowsBehindThem() throws {
+        for (name, store, _) in try stores() {
+            let guardians: [Change] = ["g1", "g2"].map { .member(MemberRecord(id: $0, family: "fam", role: .guardian, tokenHash: [0])) }
+            try store.commit(
+                guardians + ["g1", "g2"].map { .session(SessionRecord(member: $0, name: "tab", cursor: 0, topics: [])) })
+            for seq in Int64(1)...60 { try store.commit([.event(Self.event("g1", seq, at: 100_000 + seq))]) }
+            for seq in Int64(1)...3 { try store.commit([.event(Self.event("g2", seq, at: 200_000 + seq))]) }
+            try store.commit([.session(SessionRecord(member: "g2", name: "tab", cursor: 3, topics: []))])
+            // g1 acknowledged nothing, and its events are young: all 60 stay; g2's go.
+            let step = try store.prune(olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0, "g2": 3], limit: 2)
+            XCTAssertEqual(step, ["g2": 2], "\(name): two of g2's rows, found behind g1's sixty")
+            XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 100).count, 60, name)
+        }
+    }
 }
