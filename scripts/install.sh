@@ -67,4 +67,4 @@ if [ "$mode" = system ]; then
 else
     echo "the relay listens on ${XDG_RUNTIME_DIR:-/run/user/$(id -u)}/permission-relay/relay.sock and starts with the first app"
 fi
-echo "logs: journalctl ${systemctl[*]:1} -u permission-relay"
+if [ "$mode" = system ]; then echo "logs: journalctl -u permission-relay"; else echo "logs: journalctl --user -u permission-relay"; fi
