@@ -175,8 +175,13 @@ public let replacedNotice =
 /// What a command says when the relay refuses its credentials: the relay's reason, and
 /// what may be wrong.
 public func refusal(_ error: ClientError?) -> String {
-    "\(error?.description ?? "the relay refused the credentials"); check the member and token: a rotated token or a"
-        + " removed member is refused (`permission-relay token rotate MEMBER` issues a new token)"
+    let said = error?.description ?? "the relay refused the credentials"
+    if case .unauthorized(let why)? = error, why.contains("bound to this Unix account") {
+        // No token was given: the member was to be known by the account.
+        return "\(said); check --member, or give credentials (--credentials FILE) if the member has a token"
+    }
+    return "\(said); check the member and token: a rotated token or a removed member is refused"
+        + " (`permission-relay token rotate MEMBER` issues a new token)"
 }
 
 /// For a command that waits for events: says on stderr when the relay cannot be reached

@@ -99,6 +99,8 @@ final class UnixAccountTests: XCTestCase {
         let impostor = run(as: stranger, "permission-child", ["limits", "--member", "alex"], socket: relay.socket, state: state)
         XCTAssertEqual(impostor.status, 1)
         XCTAssertTrue(impostor.err.contains(#"no member "alex" is bound to this Unix account"#), impostor.err)
+        XCTAssertTrue(
+            impostor.err.hasSuffix("check --member, or give credentials (--credentials FILE) if the member has a token\n"), impostor.err)
         let asGuardian = run(as: child, "permission-guardian", ["pending", "--member", "sam"], socket: relay.socket, state: state)
         XCTAssertEqual(asGuardian.status, 1, "a child's account cannot act as its guardian")
         XCTAssertTrue(asGuardian.err.contains(#"no member "sam" is bound"#), asGuardian.err)
