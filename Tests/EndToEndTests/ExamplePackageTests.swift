@@ -55,9 +55,7 @@ final class ExamplePackageTests: XCTestCase {
         app.standardOutput = out
         app.standardError = err
         try app.run()
-        let pid = app.processIdentifier
-        let stuck = DispatchWorkItem { kill(pid, SIGKILL) }
-        DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: stuck)
+        let stuck = killAfter(app, seconds: 60)
         defer { stuck.cancel() }
 
         let asked = try guardian.event("question")["question"]

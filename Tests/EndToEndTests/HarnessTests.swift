@@ -113,9 +113,7 @@ final class HarnessTests: XCTestCase {
         p.standardOutput = out
         p.standardError = out
         try p.run()
-        let pid = p.processIdentifier
-        let stop = DispatchWorkItem { kill(pid, SIGKILL) }
-        DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: stop)
+        let stop = killAfter(p, seconds: 60)
         let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         p.waitUntilExit()
         stop.cancel()

@@ -221,9 +221,7 @@ func runRelay(_ args: [String]) -> (status: Int32, stdout: String, stderr: Strin
     p.standardError = err
     try! p.run()
     // A relay that starts serving where the test expects a refusal ends the test, not CI.
-    let pid = p.processIdentifier
-    let stray = DispatchWorkItem { kill(pid, SIGKILL) }
-    DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: stray)
+    let stray = killAfter(p, seconds: 30)
     defer { stray.cancel() }
     let o = out.fileHandleForReading.readDataToEndOfFile()
     let e = err.fileHandleForReading.readDataToEndOfFile()

@@ -242,3 +242,12 @@ func process(_ argv: [String], environment: [String: String], directory: String?
     if let directory { p.currentDirectoryURL = URL(fileURLWithPath: directory) }
     return p
 }
+
+/// Kills `process` if it still runs after `seconds`, so that one that never ends fails its
+/// test instead of holding CI. Cancel the returned item once it has ended.
+func killAfter(_ process: Process, seconds: Double) -> DispatchWorkItem {
+    let pid = process.processIdentifier
+    let item = DispatchWorkItem { kill(pid, SIGKILL) }
+    DispatchQueue.global().asyncAfter(deadline: .now() + seconds, execute: item)
+    return item
+}
