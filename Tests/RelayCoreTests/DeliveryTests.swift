@@ -170,16 +170,22 @@ final class DeliveryTests: XCTestCase {
         XCTAssertNil(w2["gap"], "nothing after 4 was dropped")
     }
 
-    /// A replay that meets a hole in what the store gives never goes live as if it had
-    /// caught up: the connection is told and closed, and the reason is given for the log.
-    func testAHoleInTheStoredEventsEndsTheReplay() throws {
+    /// Three questions of c1, and g1 in the middle of a replay of them from the start:
+    /// the harness, g1's connection, and the events the store holds for it.
+    private func guardianReplayingThreeQuestions() throws -> (CoreHarness, ConnectionID, [EventRecord]) {
         let h = try CoreHarness()
         h.standardFamilies()
         let (c, _) = h.login("c1")
         for _ in 0..<3 { h.ok(c, ["type": "ask", "question": .object(h.question())]) }
         let g = h.connect(uid: 1)
         h.helloInTurn(g, "g1", session: "s", resume: 0)
-        let stored = try h.store.events(member: "g1", after: 0, limit: 10)
+        return (h, g, try h.store.events(member: "g1", after: 0, limit: 10))
+    }
+
+    /// A replay that meets a hole in what the store gives never goes live as if it had
+    /// caught up: the connection is told and closed, and the reason is given for the log.
+    func testAHoleInTheStoredEventsEndsTheReplay() throws {
+        let (h, g, stored) = try guardianReplayingThreeQuestions()
         let broken = h.core.continueReplay(g, stored: stored.filter { $0.seq != 2 }, limit: 10)
         XCTAssertTrue(broken?.contains("event 2 of g1") ?? false, broken ?? "no reason")
         let frames = h.core.takeOutputs()
@@ -190,13 +196,7 @@ final class DeliveryTests: XCTestCase {
     /// The oldest events missing where a replay starts were dropped while it ran: the
     /// connection is closed, and the session, connecting again, is told of the gap.
     func testOldestEventsDroppedWhileAReplayRunsAreAGapOnTheNextHello() throws {
-        let h = try CoreHarness()
-        h.standardFamilies()
-        let (c, _) = h.login("c1")
-        for _ in 0..<3 { h.ok(c, ["type": "ask", "question": .object(h.question())]) }
-        let g = h.connect(uid: 1)
-        h.helloInTurn(g, "g1", session: "s", resume: 0)
-        let stored = try h.store.events(member: "g1", after: 0, limit: 10)
+        let (h, g, stored) = try guardianReplayingThreeQuestions()
         XCTAssertNil(h.core.continueReplay(g, stored: stored.filter { $0.seq > 2 }, limit: 10), "not damage: nothing to log")
         XCTAssertTrue(h.core.takeOutputs().contains(.close(g, .eventsDropped)))
         let (again, w) = h.login("g1", session: "s", resume: 0)
