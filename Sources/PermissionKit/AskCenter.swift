@@ -102,7 +102,7 @@ public final class AskCenter: Sendable {
 
     private struct Hub {
         var responseConsumers: [String: [UUID: Consumer<JSONObject>]] = [:]
-        var outcomeConsumers: [UUID: Consumer<QuestionOutcome>] = [:]
+        var outcomeConsumers: [UUID: Consumer<(seq: Int64, element: QuestionOutcome)>] = [:]
         /// No more events can come (closed, refused, or never configured): streams end.
         var ended = false
         /// Responses waiting for a consumer of their topic; not yet processed.
@@ -111,7 +111,7 @@ public final class AskCenter: Sendable {
         var history: [JSONObject] = []
         /// Recent outcomes, likewise: the connection opens (and replays what closed while
         /// the app was away) as the center is made, before the app can ask for them.
-        var outcomeHistory: [QuestionOutcome] = []
+        var outcomeHistory: [(seq: Int64, element: QuestionOutcome)] = []
         var limitsEnabled: Bool?
     }
 
@@ -135,7 +135,8 @@ public final class AskCenter: Sendable {
         session.start()  // only now can an event reach `handle`
     }
 
-    /// Disconnects for good; returns once everything received has been recorded as processed.
+    /// Disconnects for good; returns once what the app's loops have processed is recorded
+    /// and acknowledged. A response a loop still handles is handed again at the next start.
     public func close() async {
         await session.close()
     }
@@ -181,35 +182,40 @@ public final class AskCenter: Sendable {
 
     /// Every response to questions of this topic, from now on (and those already received
     /// in this process). Each call returns its own complete sequence.
-    public func responses<Topic: QuestionTopic>(for topicType: Topic.Type) -> AsyncStream<PermissionResponse<Topic>> {
-        let (stream, continuation) = AsyncStream<PermissionResponse<Topic>>.makeStream()
+    ///
+    /// A response counts as processed once the loop that took it asks for the next one
+    /// (or ends): an app stopped at any moment gets again, at its next start, the
+    /// response it was handling, and never loses one.
+    public func responses<Topic: QuestionTopic>(for topicType: Topic.Type)
+        -> some AsyncSequence<PermissionResponse<Topic>, Never> & Sendable
+    {
+        let (stream, continuation) = AsyncStream<(seq: Int64, element: PermissionResponse<Topic>)>.makeStream()
         let key = UUID()
         let deliver: @Sendable (JSONObject) -> Void = { e in
-            if let r = PermissionResponse<Topic>(event: e) { continuation.yield(r) }
+            if let seq = e["seq"]?.int, let r = PermissionResponse<Topic>(event: e) { continuation.yield((seq, r)) }
         }
-        let (earlier, held, ended) = hub.withLock { h -> ([JSONObject], [(Int64, JSONObject)], Bool) in
+        let (earlier, ended) = hub.withLock { h -> ([JSONObject], Bool) in
             if !h.ended { h.responseConsumers[Topic.id, default: [:]][key] = Consumer(deliver, continuation.finish) }
-            let mine = h.held.filter { Self.topicKind(of: $0.value) == Topic.id }.sorted { $0.key < $1.key }
-            for (seq, e) in mine {
+            for (seq, e) in h.held.filter({ Self.topicKind(of: $0.value) == Topic.id }).sorted(by: { $0.key < $1.key }) {
                 h.held[seq] = nil
                 h.history.append(e)
             }
-            return (h.history.filter { Self.topicKind(of: $0) == Topic.id }, mine, h.ended)
+            return (h.history.filter { Self.topicKind(of: $0) == Topic.id }, h.ended)
         }
-        for (seq, _) in held { session.done(seq) }  // before the app can see them (see `handle`)
         for e in earlier { deliver(e) }
         if ended { continuation.finish() }
         continuation.onTermination = { [weak self] _ in
             self?.hub.withLock { _ = $0.responseConsumers[Topic.id]?.removeValue(forKey: key) }
         }
         register([Topic.id])
-        return stream
+        return AppDelivery(events: stream, processed: { [session] in session.done($0) })
     }
 
     /// Questions that closed without a response: cancelled (here or on another device) or
-    /// expired, from now on (and those already received in this process).
-    public func outcomes() -> AsyncStream<QuestionOutcome> {
-        let (stream, continuation) = AsyncStream<QuestionOutcome>.makeStream()
+    /// expired, from now on (and those already received in this process). Processed as
+    /// responses are: once the loop that took one asks for the next.
+    public func outcomes() -> some AsyncSequence<QuestionOutcome, Never> & Sendable {
+        let (stream, continuation) = AsyncStream<(seq: Int64, element: QuestionOutcome)>.makeStream()
         let key = UUID()
         hub.withLock { h in  // the earlier ones go first: no new one is handed on meanwhile
             for o in h.outcomeHistory { continuation.yield(o) }
@@ -221,7 +227,7 @@ public final class AskCenter: Sendable {
         }
         continuation.onTermination = { [weak self] _ in self?.hub.withLock { _ = $0.outcomeConsumers.removeValue(forKey: key) } }
         register([CommunicationTopic.id, SignificantAppUpdateTopic.id])
-        return stream
+        return AppDelivery(events: stream, processed: { [session] in session.done($0) })
     }
 
     /// Whether the relay can be reached now.
@@ -325,16 +331,15 @@ public final class AskCenter: Sendable {
 
     static func topicKind(of event: JSONObject) -> String? { event["question"]?["topic"]?["kind"]?.string }
 
-    /// One event of the child's stream, on the connection's thread, in order. It is
-    /// recorded as processed before the app's streams get it: an app stopped right after it
-    /// showed a response must not be shown that response again when it starts again.
+    /// One event of the child's stream, on the connection's thread, in order. A response or
+    /// outcome that goes to a stream of the app's is recorded as processed by that stream
+    /// (see `AppDelivery`); a response no stream takes yet is held for the first that will.
     private func handle(_ e: JSONObject) {
         guard let seq = e["seq"]?.int else { return }
         if progress.isDone(seq) { return }
-        let type = e["type"]?.string
-        var consumers: [@Sendable (JSONObject) -> Void] = []
-        if type == "response" {
-            consumers = hub.withLock { h in
+        switch e["type"]?.string {
+        case "response":
+            let consumers = hub.withLock { h in
                 let list = (h.responseConsumers[Self.topicKind(of: e) ?? ""]?.values).map { $0.map(\.yield) } ?? []
                 if list.isEmpty {
                     h.held[seq] = e
@@ -344,25 +349,22 @@ public final class AskCenter: Sendable {
                 }
                 return list
             }
-            guard !consumers.isEmpty else { return }  // held: done once a consumer takes it
-        }
-        session.done(seq)
-        switch type {
-        case "response":
             for c in consumers { c(e) }
         case "questionClosed":
-            if let o = QuestionOutcome(event: e) {
-                let consumers = hub.withLock { h in
-                    h.outcomeHistory.append(o)
-                    if h.outcomeHistory.count > 256 { h.outcomeHistory.removeFirst() }
-                    return h.outcomeConsumers.values.map(\.yield)
-                }
-                for c in consumers { c(o) }
+            guard let o = QuestionOutcome(event: e) else { return session.done(seq) }
+            let consumers = hub.withLock { h in
+                h.outcomeHistory.append((seq, o))
+                if h.outcomeHistory.count > 256 { h.outcomeHistory.removeFirst() }
+                return h.outcomeConsumers.values.map(\.yield)
             }
+            // Nobody asked for outcomes: there is no app code to wait for.
+            if consumers.isEmpty { session.done(seq) }
+            for c in consumers { c((seq, o)) }
         case "limitsChanged":
             hub.withLock { $0.limitsEnabled = e["enabled"]?.bool }
+            session.done(seq)
         default:
-            break
+            session.done(seq)
         }
     }
 }

@@ -24,7 +24,7 @@ public final class CommunicationLimits: Sendable {
 
     /// Every response to communication questions, as `AskCenter.responses(for:)` gives them
     /// (Apple's earlier spelling, which it has since deprecated for that one).
-    public var updates: AsyncStream<PermissionResponse<CommunicationTopic>> {
+    public var updates: some AsyncSequence<PermissionResponse<CommunicationTopic>, Never> & Sendable {
         center.responses(for: CommunicationTopic.self)
     }
 

@@ -280,7 +280,7 @@ func responseLine(_ id: UUID, _ c: PermissionChoice, _ guardian: String) -> Stri
 
 /// Prints each response as it comes: a line of JSON, or a sentence ending in `describe`.
 func printResponses<T: QuestionTopic>(
-    _ responses: AsyncStream<PermissionResponse<T>>, json: Bool, describe: (PermissionQuestion<T>) -> String
+    _ responses: some AsyncSequence<PermissionResponse<T>, Never>, json: Bool, describe: (PermissionQuestion<T>) -> String
 ) async {
     for await r in responses {
         let verdict = r.choice.answer == .approval ? "approved" : "denied"

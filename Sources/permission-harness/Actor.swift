@@ -36,7 +36,10 @@ enum Actor {
                 },
             ]
             await serve(out) { op, cmd in try await child(op, cmd, center) }
+            // A clean stop lets each loop come back for its next event: what it was handed
+            // is then recorded as processed (the library's delivery guarantee).
             for t in streams { t.cancel() }
+            for t in streams { await t.value }
             await center.close()
         } else {
             let center = GuardianCenter(configuration: configuration)

@@ -330,7 +330,7 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(all.count, 1, "the resent ask made no duplicate")
     }
 
-    func testAResponseTheAppSawIsNotShownAgainWhenItStartsAgainWithoutClosing() async throws {
+    func testAResponseCountsAsProcessedOnlyOnceTheAppsLoopComesBackForTheNext() async throws {
         let relay = try RelayProcess()
         try relay.start()
         let tokens = try relay.provision(families: 1)
@@ -338,14 +338,53 @@ final class PermissionKitTests: XCTestCase {
         let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
         let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         var seen = first.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        let handled = contact(), handling = contact()
+        for q in [handled, handling] {
+            try await first.ask(q)
+            try await guardian.answer(q.id, with: "approve")
+        }
+        let firstShown = try await next(&seen)
+        XCTAssertEqual(firstShown.question.id, handled.id)
+        // Coming back for the next response is what settles the one before it.
+        let secondShown = try await next(&seen)
+        XCTAssertEqual(secondShown.question.id, handling.id)
+        // The app is killed while it handles the second: `first` is never closed, its loop
+        // never comes back. Started again, the app gets the second again, not the first.
+        let second = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        do {
+            var again = second.responses(for: CommunicationTopic.self).makeAsyncIterator()
+            let shownAgain = try await next(&again)
+            XCTAssertEqual(shownAgain.question.id, handling.id, "a response being handled is never lost")
+            // That loop comes back (settling it), takes a marker and ends (settling that):
+            // the third run starts after all three.
+            let marker = contact()
+            try await second.ask(marker)
+            try await guardian.answer(marker.id, with: "approve")
+            let afterIt = try await next(&again)
+            XCTAssertEqual(afterIt.question.id, marker.id, "the first response does not come again")
+        }
+        await second.close()
+        let third = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        try await expectOnlyANewResponse(third, guardian: guardian, "what the app's loop came back from does not come again")
+        await third.close()
+        withExtendedLifetime(seen) {}
+        await first.close()
+    }
+
+    func testALoopLeftWithBreakSettlesWhatItWasHanded() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         let question = contact()
         try await first.ask(question)
         try await guardian.answer(question.id, with: "approve")
-        let shown = try await next(&seen)
-        XCTAssertEqual(shown.question.id, question.id)
-        // The app is started again at once, as after a crash: `first` is never closed.
+        for await r in first.responses(for: CommunicationTopic.self) where r.question.id == question.id { break }
+        // Started again at once, as after a crash: `first` is never closed.
         let second = AskCenter(configuration: config(relay, "c0", tokens, state: state))
-        try await expectOnlyANewResponse(second, guardian: guardian, "the response the app saw does not come again")
+        try await expectOnlyANewResponse(second, guardian: guardian, "the response the loop was left with does not come again")
         await second.close()
         await first.close()
     }
@@ -379,16 +418,18 @@ final class PermissionKitTests: XCTestCase {
         try await guardian.answer(question.id, with: "decline")
 
         let second = AskCenter(configuration: config(relay, "c0", tokens, state: state))
-        var responses = second.responses(for: CommunicationTopic.self).makeAsyncIterator()
-        let r = try await next(&responses)
-        XCTAssertEqual(r.question.id, question.id)
-        XCTAssertEqual(r.choice, .decline)
-        // A marker question after it: the third run must see only the marker's response.
-        let marker = contact()
-        try await second.ask(marker)
-        try await guardian.answer(marker.id, with: "approve")
-        let m = try await next(&responses)
-        XCTAssertEqual(m.question.id, marker.id)
+        do {
+            var responses = second.responses(for: CommunicationTopic.self).makeAsyncIterator()
+            let r = try await next(&responses)
+            XCTAssertEqual(r.question.id, question.id)
+            XCTAssertEqual(r.choice, .decline)
+            // A marker question after it: the third run must see only the marker's response.
+            let marker = contact()
+            try await second.ask(marker)
+            try await guardian.answer(marker.id, with: "approve")
+            let m = try await next(&responses)
+            XCTAssertEqual(m.question.id, marker.id)
+        }  // the app's loop ends: what it was handed is processed
         await second.close()
 
         let third = AskCenter(configuration: config(relay, "c0", tokens, state: state))
@@ -397,10 +438,10 @@ final class PermissionKitTests: XCTestCase {
 }
 
 /// The first element of `stream` that `matches`, or nil when none comes within `limit`.
-func firstElement<T: Sendable>(
-    of stream: AsyncStream<T>, where matches: @escaping @Sendable (T) -> Bool = { _ in true }, within limit: Duration
-) async -> T? {
-    await withTaskGroup(of: T?.self) { group in
+func firstElement<S: AsyncSequence & Sendable>(
+    of stream: S, where matches: @escaping @Sendable (S.Element) -> Bool = { _ in true }, within limit: Duration
+) async -> S.Element? where S.Element: Sendable, S.Failure == Never {
+    await withTaskGroup(of: S.Element?.self) { group in
         group.addTask {
             for await element in stream where matches(element) { return element }
             return nil
