@@ -191,8 +191,13 @@ final class LoadGenerator {
         loop.flush(fd)
     }
 
-    /// Runs for `warmup` + `duration` seconds and measures the latter.
-    func run(duration: Double, warmup: Double, onMeasureStart: () -> Void = {}) -> LoadResult {
+    /// Runs for `warmup` + `duration` seconds and measures the latter; with `every`, hands
+    /// `onInterval` the latencies (µs) of the cycles each such stretch of it completed.
+    func run(
+        duration: Double, warmup: Double, every: Double? = nil,
+        onInterval: (_ seconds: Double, _ latencies: ArraySlice<Double>) -> Void = { _, _ in },
+        onMeasureStart: () -> Void = {}
+    ) -> LoadResult {
         var result = LoadResult()
         for fd in childFD {
             for _ in 0..<window { ask(fd) }
@@ -202,12 +207,20 @@ final class LoadGenerator {
         let end = measureFrom + UInt64(duration * 1e9)
         var cpuAtStart = 0.0
         var measuring = false
+        let interval = every.map { UInt64($0 * 1e9) }
+        var intervalEnd = measureFrom + (interval ?? .max / 2)
+        var intervalFrom = 0
         while true {
             let t = now()
             if !measuring && t >= measureFrom {
                 measuring = true
                 cpuAtStart = processCPUSeconds()
                 onMeasureStart()
+            }
+            if let interval, t >= intervalEnd {
+                onInterval(Double(intervalEnd - measureFrom) / 1e9, result.latenciesMicros[intervalFrom...])
+                intervalFrom = result.latenciesMicros.count
+                intervalEnd += interval
             }
             if t >= end { break }
             let ok = step(reask: true, errors: &result.errors) { latency, at, parts in

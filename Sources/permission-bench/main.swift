@@ -32,6 +32,9 @@ let usage = """
       --guardians G              Guardians per family (default 1): all get each question, one answers
       --duration SECONDS         Measured time per run (default 5)
       --warmup SECONDS           Unmeasured time before it (default 1)
+      --every SECONDS            Also print, on stderr, each such stretch of the measured time:
+                                 its cycles/s, p50 and p99 and the relay's memory (a long run's
+                                 drift: scripts/bench.sh --long runs (100, 8) for 10 minutes)
       --runs N                   Measure each point N times, relay and baseline side by side,
                                  and print the medians (default 1)
       --avatar-bytes N           Avatar image size in each question (default 0)
@@ -310,7 +313,19 @@ func measure(_ point: Point, socket: String, pid: Int32?, baseline: Bool, a: Arg
     try gen.connect()
     let pid = pid ?? gen.serverPID  // a running relay (--socket) is found by its socket's peer credentials
     var cpuStart = ProcessCPU(user: 0, system: 0)
-    var result = gen.run(duration: try a.double("--duration", default: 5), warmup: try a.double("--warmup", default: 1)) {
+    let every = a.value("--every") != nil ? try a.double("--every", default: 60) : nil
+    var result = gen.run(
+        duration: try a.double("--duration", default: 5), warmup: try a.double("--warmup", default: 1), every: every,
+        onInterval: { at, latencies in
+            guard let every else { return }
+            let sorted = latencies.sorted()
+            let p50 = Summary.percentile(0.5, ofSorted: sorted), p99 = Summary.percentile(0.99, ofSorted: sorted)
+            let rss = pid.map { " · RSS \(rssBytes(pid: $0) >> 20) MiB" } ?? ""
+            printErr(
+                "  \(baseline ? "baseline" : "relay") at \(String(format: "%g", at)) s: \(Int(Double(sorted.count) / every)) cycles/s"
+                    + " · p50 \(Int(p50)) µs · p99 \(Int(p99)) µs (\(String(format: "%.1f", p50 > 0 ? p99 / p50 : 0))× p50)\(rss)")
+        }
+    ) {
         if let pid { cpuStart = ProcessCPU(pid: pid) }
     }
     // Unknown, not zero, when no server process is found.
@@ -525,6 +540,7 @@ Servers.exit(
             args,
             valueFlags: [
                 "--grid", "--families", "--window", "--guardians", "--runs", "--duration", "--warmup", "--avatar-bytes", "--sync",
+                "--every",
                 "--socket", "--svg", "--trace", "--compare", "--baseline",
             ],
             switchFlags: ["--json"])
@@ -533,7 +549,10 @@ Servers.exit(
         guard ["plain", "replying"].contains(a.value("--baseline") ?? "plain") else {
             throw CLIError.usage("--baseline must be plain or replying")
         }
-        _ = (try a.int("--avatar-bytes", default: 0), try a.double("--duration", default: 5), try a.double("--warmup", default: 1))
+        _ = (
+            try a.int("--avatar-bytes", default: 0), try a.double("--duration", default: 5), try a.double("--warmup", default: 1),
+            try a.double("--every", default: 60)
+        )
         var points: [Point]
         if a.value("--families") != nil || a.value("--window") != nil {
             points = [Point(families: try a.int("--families", default: 1, min: 1), window: try a.int("--window", default: 1, min: 1))]

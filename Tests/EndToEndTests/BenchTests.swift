@@ -155,6 +155,29 @@ final class BenchTests: XCTestCase {
         }
     }
 
+    /// `--every` prints a line for each stretch of the measured time, for the relay and the
+    /// baseline alike, whose cycles add up to the run's.
+    func testEveryStretchOfALongRunHasALineOfItsOwn() throws {
+        let p = try ProgramRun(
+            "permission-bench", ["--families", "2", "--window", "2", "--duration", "1", "--warmup", "0.1", "--every", "0.5", "--json"],
+            env: [:], stderrInLines: true)
+        var stretches: [String] = []
+        var summary: JSON?
+        while let line = p.nextLine() {
+            if line.contains(" at ") && line.contains(" s: ") { stretches.append(line) }
+            if line.hasPrefix("{") { summary = try JSON.parse(line) }
+        }
+        XCTAssertEqual(p.finish(), 0)
+        XCTAssertEqual(
+            stretches.map { $0.split(separator: ":")[0] },
+            ["  relay at 0.5 s", "  relay at 1 s", "  baseline at 0.5 s", "  baseline at 1 s"], "\(stretches)")
+        XCTAssertTrue(stretches.allSatisfy { $0.contains("× p50") && $0.contains("RSS") }, "\(stretches)")
+        let rates = stretches.prefix(2).compactMap { Int($0.split(separator: " ")[4]) }
+        let cycles = summary?["relay"]?["cycles"]?.int.map(Int.init) ?? -1
+        XCTAssertEqual(rates.count, 2)
+        XCTAssertEqual(rates.reduce(0, +) / 2, cycles, "\(rates) per second in two half seconds against \(cycles) cycles in all")
+    }
+
     func testTheCoreAloneCompletesEveryCycle() throws {
         let p = try ProgramRun("permission-bench", ["core", "--families", "3", "--window", "2", "--rounds", "4", "--json"], env: [:])
         let line = try JSON.parse(p.nextLine() ?? "")
