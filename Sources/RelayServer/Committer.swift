@@ -15,13 +15,13 @@ import RelayStore
 final class Committer: @unchecked Sendable {
     enum Job {
         case commit([Change])
-        case prune(olderThan: Timestamp, acknowledged: [String: Int64], limit: Int)
+        case prune(olderThan: Timestamp, acknowledged: [String: Int64], settledBefore: Timestamp, limit: Int)
     }
 
     enum Outcome {
         case committed
         case commitFailed(any Error)
-        case pruned([String: Int64])
+        case pruned(PruneStep)
         case pruneFailed(any Error)
     }
 
@@ -103,9 +103,10 @@ final class Committer: @unchecked Sendable {
                 } catch {
                     outcome = .commitFailed(error)
                 }
-            case .prune(let cutoff, let acknowledged, let limit):
+            case .prune(let cutoff, let acknowledged, let settled, let limit):
                 do {
-                    outcome = .pruned(try store.prune(olderThan: cutoff, acknowledged: acknowledged, limit: limit))
+                    outcome = .pruned(
+                        try store.prune(olderThan: cutoff, acknowledged: acknowledged, settledBefore: settled, limit: limit))
                 } catch {
                     outcome = .pruneFailed(error)
                 }

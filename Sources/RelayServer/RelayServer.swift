@@ -35,7 +35,7 @@ public struct ServerConfig: Sendable {
     /// Unsent bytes all connections may hold together, likewise.
     public var maxTotalOutputBytes = 512 << 20
     /// How often retained events are pruned.
-    public var pruneIntervalSeconds = 60.0
+    public var pruneIntervalSeconds = 1.0
     /// How often cursors moved by acks are written (they may be stored lazily: after a
     /// crash a session may get again what it acknowledged since, never less).
     public var cursorFlushSeconds = 1.0
@@ -122,12 +122,12 @@ public final class RelayServer {
     private var lastPrune: Int64
     /// A pruning pass under way: its cutoff, and the members whose acknowledged events
     /// may still go (`RelayStore.prune`).
-    private var pruning: (cutoff: Timestamp, acknowledged: [String: Int64])?
+    private var pruning: (cutoff: Timestamp, acknowledged: [String: Int64], settled: Timestamp)?
     /// The most changes the loop commits itself when the writer is idle (a light load's
     /// turn); larger batches go to the writer, and the loop reads on meanwhile.
     static let inlineCommitChanges = 64
-    /// The most rows (each a commit's events of one member) one pruning step drops.
-    static let pruneStepRows = 100
+    /// The most rows (each a commit's events of one member) one pruning step takes.
+    static let pruneStepRows = 1000
     private var lastTimerScan: Int64 = .min / 2
     private var lastCursorFlush: Int64 = .min / 2
     /// The monotonic time of the current turn.
@@ -384,7 +384,7 @@ public final class RelayServer {
     }
 
     /// Hands the gathered turns to the writer unless it is committing a batch already,
-    /// then a pruning step when one is due (after the commit holding the cursors it relies on).
+    /// then a pruning step when one is due.
     private func submit() {
         if committing == nil && !gathering.isEmpty {
             if gathering.changes.isEmpty {
@@ -408,14 +408,16 @@ public final class RelayServer {
                 committer.submit(.commit(committing!.changes))
             }
         }
-        // A pruning step takes the writer from commits: under load, one every 50 ms at most.
-        if pruneWanted && !pruneInFlight && gathering.changes.isEmpty, let pass = pruning,
-            committing == nil || turnMillis - lastPruneStep >= 50
+        // A pruning step takes the writer from commits: under load, one every 10 ms at most
+        // (the store checks the cursors it has, so a step may go before a commit of newer ones).
+        if pruneWanted && !pruneInFlight, let pass = pruning,
+            committing == nil || turnMillis - lastPruneStep >= 10
         {
             pruneWanted = false
             pruneInFlight = true
             lastPruneStep = turnMillis
-            committer.submit(.prune(olderThan: pass.cutoff, acknowledged: pass.acknowledged, limit: Self.pruneStepRows))
+            committer.submit(
+                .prune(olderThan: pass.cutoff, acknowledged: pass.acknowledged, settledBefore: pass.settled, limit: Self.pruneStepRows))
         }
     }
 
@@ -428,14 +430,14 @@ public final class RelayServer {
                 if let done = committing.take() { dispatch(done.outputs) }
             case .commitFailed(let error):
                 commitFailed(error)
-            case .pruned(let through):
+            case .pruned(let step):
                 pruneInFlight = false
                 guard let pass = pruning else { continue }
-                for (member, seq) in through {
+                for (member, seq) in step.through {
                     relay.eventsDropped(member: member, through: seq)
                     if seq >= pass.acknowledged[member] ?? .max { pruning?.acknowledged[member] = nil }
                 }
-                if through.isEmpty { pruning = nil } else { pruneWanted = true }
+                if step.more { pruneWanted = true } else { pruning = nil }
             case .pruneFailed(let error):
                 pruneInFlight = false
                 pruning = nil
@@ -815,7 +817,13 @@ public final class RelayServer {
         checkDiskSpace()
         relay.flushCursors()
         lastCursorFlush = turnMillis
-        pruning = (Timestamp(milliseconds: now.milliseconds - coreConfig.retentionSeconds * 1000), relay.acknowledgedByAllSessions())
+        // Events younger than two cursor flushes may yet be acknowledged in the store: a
+        // later pass takes them, rather than this one keeping them (indexing them, in SQLite).
+        let settling = Int64(config.cursorFlushSeconds * 2000) + 500
+        pruning = (
+            Timestamp(milliseconds: now.milliseconds - coreConfig.retentionSeconds * 1000), relay.acknowledgedByAllSessions(),
+            Timestamp(milliseconds: now.milliseconds - settling)
+        )
         pruneWanted = true
     }
 

@@ -36,7 +36,9 @@ public final class MemoryStore: RelayStore, Sendable {
         state.withLock { Array(($0.streams[member] ?? []).lazy.filter { $0.seq > seq }.prefix(limit)) }
     }
 
-    public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], limit: Int) throws -> [String: Int64] {
+    public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledBefore: Timestamp, limit: Int) throws
+        -> PruneStep
+    {
         state.withLock { s in
             var through: [String: Int64] = [:]
             var budget = limit
@@ -51,7 +53,7 @@ public final class MemoryStore: RelayStore, Sendable {
                 s.snapshot.firstRetained[member] = s.streams[member]?.first?.seq
                 through[member] = last.seq
             }
-            return through
+            return PruneStep(through: through, more: budget <= 0)
         }
     }
 }

@@ -20,9 +20,23 @@ public protocol RelayStore: AnyObject, Sendable {
     /// Drops, per member, the oldest events: those older than `cutoff` (retention), and
     /// those up to `acknowledged[member]`, which every durable session of that member has
     /// acknowledged (§6), as far as the cursors the store holds say too (so that a cursor
-    /// whose commit may yet fail lets nothing go). Only ever a member's oldest events go, so what stays is
-    /// contiguous. Each call does a bounded step (`limit`: events, or rows of them where a
-    /// store keeps several in one); call again while it returns some. Returns, for each
-    /// member whose events went, the seq up to which none is kept.
-    func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], limit: Int) throws -> [String: Int64]
+    /// whose commit may yet fail lets nothing go). Only ever a member's oldest events go, so
+    /// what stays is contiguous. Events appended at or after `settledBefore` may be left
+    /// for a later pass (the cursors that would let them go may not be stored yet). Each
+    /// call does a bounded step (`limit`: events, or rows of them where a store keeps
+    /// several in one); call again while it says there is `more`.
+    func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledBefore: Timestamp, limit: Int) throws -> PruneStep
+}
+
+/// What one pruning step did.
+public struct PruneStep: Sendable, Equatable {
+    /// For each member whose events went: the seq up to which none is kept.
+    public var through: [String: Int64] = [:]
+    /// The step stopped at its limit: call again.
+    public var more = false
+
+    public init(through: [String: Int64] = [:], more: Bool = false) {
+        self.through = through
+        self.more = more
+    }
 }

@@ -125,6 +125,9 @@ final class SQLiteDatabase {
         return result
     }
 
+    /// The rowid of the last row this connection inserted.
+    var lastInsertedRow: Int64 { sqlite3_last_insert_rowid(db) }
+
     func text(_ sql: String) throws -> String? {
         var result: String?
         try run(dynamic: sql) { r in result = r.text(0) }

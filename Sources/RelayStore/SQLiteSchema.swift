@@ -102,7 +102,9 @@ extension SQLiteStore {
                 events.sort { ($0.at, $0.member, $0.seq) < ($1.at, $1.member, $1.seq) }
                 // In rows of a few hundred events at most, as commits would have made them.
                 for start in stride(from: 0, to: events.count, by: 256) {
-                    try SQLiteStore.insert(Array(events[start..<min(start + 256, events.count)]), into: db)
+                    try SQLiteStore.insert(Array(events[start..<min(start + 256, events.count)]), into: db, unindexed: false) {
+                        try SQLiteStore.storedHead(of: $0, in: db)
+                    }
                 }
                 try db.exec("DROP TABLE eventBatches")
             }
@@ -112,6 +114,18 @@ extension SQLiteStore {
             """
             ALTER TABLE members ADD COLUMN unixUID INTEGER;
             CREATE UNIQUE INDEX membersByUnixUID ON members(unixUID) WHERE unixUID IS NOT NULL;
+            """,
+            nil
+        ),
+        (
+            // New rows stay out of the index until a pruning step finds that they must stay
+            // (see SQLiteStore+Events.swift); the rows there are now are all in it.
+            "events indexed only once they must stay",
+            """
+            ALTER TABLE events ADD COLUMN indexed INTEGER NOT NULL DEFAULT 1;
+            DROP INDEX eventsBySeq;
+            CREATE UNIQUE INDEX eventsBySeq ON events(member, lastSeq) WHERE indexed;
+            INSERT OR REPLACE INTO settings(key, value) SELECT 'indexedThroughRow', coalesce(max(id), 0) FROM events;
             """,
             nil
         ),

@@ -1,31 +1,77 @@
 // The event streams in the SQLite store: a row per member per commit (schema step 5),
-// holding its events' frames one after another and their topic kinds. A commit's
-// events of a member then cost one row and one index entry, however many there are.
+// holding its events' frames one after another and their topic kinds.
+//
+// Rows are written unindexed (schema step 6): an index entry per member per commit is a
+// page of its own to write, yet most rows are acknowledged, and dropped, within seconds.
+// The unindexed rows are the newest (those above `indexedThroughRow`) and are listed in
+// memory instead (`EventTail`, rebuilt at start from those rows alone). A pruning step
+// takes them in order of appending once they are a few seconds old: it drops each that
+// every durable session has acknowledged (or that is past retention), adds each that must
+// stay to the (member, lastSeq) index, and moves the mark past them.
 
 import RelayModel
 import RelayProtocol
 
+/// The store's rows that are not in the (member, lastSeq) index, and what is known of
+/// each stream without reading it. Changed by the writer after each commit and pruning
+/// step, read by the loop for replays.
+struct EventTail: Sendable {
+    struct Row: Sendable {
+        let first: Int64
+        let last: Int64
+        let id: Int64
+    }
+    /// Every row up to it is indexed (or gone); every row above it is listed in `rows`.
+    var indexedThrough: Int64 = 0
+    /// Per member, its unindexed rows in order.
+    var rows: [String: [Row]] = [:]
+    /// The newest seq stored per member, also once its events are gone (`heads`).
+    var stored: [String: Int64] = [:]
+    /// Per member with indexed rows: the oldest of them (its last seq and when it was appended).
+    var pinned: [String: (last: Int64, at: Int64)] = [:]
+}
+
 extension SQLiteStore {
+    /// Reads the unindexed rows and each stream's newest seq: what `EventTail` holds.
+    func loadTail() throws {
+        var t = EventTail()
+        t.indexedThrough = try db.scalar("SELECT value FROM settings WHERE key = 'indexedThroughRow'") ?? 0
+        try db.run("SELECT member, head FROM heads") { r in t.stored[r.text(0)] = r.int(1) }
+        var pinned: [String: Int64] = [:]
+        try db.run("SELECT member, max(lastSeq) FROM events WHERE indexed GROUP BY member") { r in pinned[r.text(0)] = r.int(1) }
+        for (member, last) in pinned {
+            t.stored[member] = max(t.stored[member] ?? 0, last)
+            try db.run("SELECT lastSeq, at FROM events WHERE member = ? AND indexed ORDER BY lastSeq LIMIT 1", [.text(member)]) { r in
+                t.pinned[member] = (r.int(0), r.int(1))
+            }
+        }
+        try db.run("SELECT id, member, firstSeq, lastSeq FROM events WHERE id > ? AND NOT indexed ORDER BY id", [.int(t.indexedThrough)]) {
+            r in
+            let member = r.text(1)
+            t.rows[member, default: []].append(EventTail.Row(first: r.int(2), last: r.int(3), id: r.int(0)))
+            t.stored[member] = max(t.stored[member] ?? 0, r.int(3))
+        }
+        tail.withLock { $0 = t }
+    }
+
     /// Appends `events` (in order of appending) as a row per member, after checking that
-    /// each member's first one follows what is stored: a seq is never stored twice.
-    static func insert(_ events: [EventRecord], into db: SQLiteDatabase) throws {
-        guard !events.isEmpty else { return }
+    /// each member's first one follows `stored(member)`: a seq is never stored twice.
+    /// `unindexed` rows stay out of the (member, lastSeq) index (schema step 6 on).
+    @discardableResult
+    static func insert(
+        _ events: [EventRecord], into db: SQLiteDatabase, unindexed: Bool, after stored: (String) throws -> Int64
+    ) throws -> [(member: String, row: EventTail.Row)] {
+        guard !events.isEmpty else { return [] }
         var order: [String] = []
         var byMember: [String: [EventRecord]] = [:]
         for e in events {
             if byMember[e.member] == nil { order.append(e.member) }
             byMember[e.member, default: []].append(e)
         }
+        var rows: [(member: String, row: EventTail.Row)] = []
         for member in order {
             let list = byMember[member]!
-            // What is stored, or was once every event of the member is gone (`heads`).
-            let stored =
-                try db.scalar(
-                    """
-                    SELECT max(coalesce((SELECT max(lastSeq) FROM events WHERE member = ?1), 0),
-                        coalesce((SELECT head FROM heads WHERE member = ?1), 0))
-                    """, [.text(member)]) ?? 0
-            var previous = stored
+            var previous = try stored(member)
             for (i, e) in list.enumerated() {
                 // After what is stored (its first may follow a head whose events are gone), one by one.
                 guard e.seq > previous, i == 0 || e.seq == previous + 1 else {
@@ -38,24 +84,49 @@ extension SQLiteStore {
             frames.reserveCapacity(list.reduce(0) { $0 + $1.frame.count })
             for e in list { frames.append(contentsOf: e.frame) }
             let topics = JSON.array(list.map { $0.topic.map { .string($0.rawValue) } ?? .null }).text
-            try db.run(
-                "INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames) VALUES(?,?,?,?,?,?)",
-                [
-                    .text(member), .int(list[0].seq), .int(list[list.count - 1].seq), .int(list[list.count - 1].at.milliseconds),
-                    .text(topics), .blob(frames),
-                ])
+            let values: [SQLValue] = [
+                .text(member), .int(list[0].seq), .int(list[list.count - 1].seq), .int(list[list.count - 1].at.milliseconds),
+                .text(topics), .blob(frames),
+            ]
+            if unindexed {
+                try db.run("INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames, indexed) VALUES(?,?,?,?,?,?,0)", values)
+            } else {
+                try db.run("INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames) VALUES(?,?,?,?,?,?)", values)
+            }
+            rows.append((member, EventTail.Row(first: list[0].seq, last: list[list.count - 1].seq, id: db.lastInsertedRow)))
         }
+        return rows
+    }
+
+    /// The newest seq stored for `member` as the tables say, with every row in the index
+    /// (schema steps 4 and 5).
+    static func storedHead(of member: String, in db: SQLiteDatabase) throws -> Int64 {
+        try db.scalar(
+            """
+            SELECT max(coalesce((SELECT max(lastSeq) FROM events WHERE member = ?1), 0),
+                coalesce((SELECT head FROM heads WHERE member = ?1), 0))
+            """, [.text(member)]) ?? 0
     }
 
     public func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
+        // The unindexed rows are listed before the read begins: one the writer indexes
+        // meanwhile is then read through the index as well (and taken once), never missed.
+        let listed = tail.withLock { t in t.rows[member]?.filter { $0.last > seq } ?? [] }
+        try reader.exec("BEGIN")
+        defer { try? reader.exec("COMMIT") }
         var out: [EventRecord] = []
+        func take(_ r: Row) throws {
+            for e in try Self.events(of: member, first: r.int(0), last: r.int(1), at: r.int(2), topics: r.text(3), frames: r.blob(4))
+            where e.seq > (out.last?.seq ?? seq) && out.count < limit {
+                out.append(e)
+            }
+        }
         // Every row holds at least one event, so `limit` rows are enough.
         try reader.run(
-            "SELECT firstSeq, lastSeq, at, topics, frames FROM events WHERE member = ? AND lastSeq > ? ORDER BY lastSeq LIMIT ?",
-            [.text(member), .int(seq), .int(Int64(limit))]
-        ) { r in
-            let events = try Self.events(of: member, first: r.int(0), last: r.int(1), at: r.int(2), topics: r.text(3), frames: r.blob(4))
-            for e in events where e.seq > seq && out.count < limit { out.append(e) }
+            "SELECT firstSeq, lastSeq, at, topics, frames FROM events WHERE member = ? AND lastSeq > ? AND indexed ORDER BY lastSeq LIMIT ?",
+            [.text(member), .int(seq), .int(Int64(limit))], row: take)
+        for row in listed where out.count < limit && row.last > (out.last?.seq ?? seq) {
+            try reader.run("SELECT firstSeq, lastSeq, at, topics, frames FROM events WHERE id = ?", [.int(row.id)], row: take)
         }
         return out
     }
@@ -84,62 +155,106 @@ extension SQLiteStore {
         return out
     }
 
-    public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], limit: Int) throws -> [String: Int64] {
-        var through: [String: Int64] = [:]
-        try db.transaction {
-            // The oldest rows first, in order of appending, so that what goes is a run of
-            // neighbouring pages. A member's first row that must stay keeps its later ones
-            // too: what stays of each stream is always its newest events, without a hole.
-            // (As no event is stamped before the one before it, rows past the retention
-            // window are the oldest of each stream.) Rows that stay are passed over, up to
-            // a number of rows a step may read.
-            var kept: Set<String> = []
-            var dropped: [Int64] = []
-            // Acknowledged as far as the stored cursors say, too: a cursor not committed yet
-            // (its commit may still fail) lets nothing go.
-            var storedAck: [String: Int64] = [:]
-            func acknowledgedStored(_ member: String) throws -> Int64 {
-                if let known = storedAck[member] { return known }
-                let cursor = try db.scalar("SELECT min(cursor) FROM sessions WHERE member = ?", [.text(member)]) ?? 0
-                storedAck[member] = min(cursor, acknowledged[member] ?? 0)
-                return storedAck[member]!
+    public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledBefore settled: Timestamp, limit: Int)
+        throws -> PruneStep
+    {
+        var step = PruneStep()
+        let (indexedThrough, pinned, stored) = tail.withLock { ($0.indexedThrough, $0.pinned, $0.stored) }
+        var pinnedNow = pinned
+        var newMark = indexedThrough
+        // Acknowledged as far as the stored cursors say, too: a cursor not committed yet
+        // (its commit may still fail) lets nothing go.
+        var storedAck: [String: Int64] = [:]
+        func mayGo(_ member: String, last: Int64, at: Int64) throws -> Bool {
+            if at < cutoff.milliseconds { return true }
+            guard let ack = acknowledged[member], last <= ack else { return false }
+            if storedAck[member] == nil {
+                storedAck[member] = try db.scalar("SELECT min(cursor) FROM sessions WHERE member = ?", [.text(member)]) ?? 0
             }
-            // In windows from the oldest on, so that a member whose many old rows stay (a
-            // session that never acknowledges) does not keep the rows of all others behind
-            // them; at most `windows` of them a step, which bounds how long a step holds
-            // the writer.
-            let window = limit * 4, windows = 16
-            var after: Int64 = 0
-            scanning: for _ in 0..<windows {
-                var rows: [(id: Int64, member: String, last: Int64, at: Int64)] = []
-                try db.run(
-                    "SELECT id, member, lastSeq, at FROM events WHERE id > ? ORDER BY id LIMIT ?", [.int(after), .int(Int64(window))]
-                ) { r in
-                    rows.append((r.int(0), r.text(1), r.int(2), r.int(3)))
+            return last <= storedAck[member]!
+        }
+        var budget = limit
+        try db.transaction {
+            // A stream whose oldest rows stay keeps its newer ones too: what stays of each
+            // stream is always its newest events, without a hole.
+            var kept: Set<String> = []
+            var dropped: [String: Int64] = [:]
+            // Indexed rows (those that had to stay) that may go now, oldest first.
+            for (member, oldest) in pinned where budget > 0 {
+                guard try mayGo(member, last: oldest.last, at: oldest.at) else {
+                    kept.insert(member)
+                    continue
                 }
-                for row in rows where !kept.contains(row.member) {
-                    guard dropped.count < limit else { break scanning }
-                    let old = row.at < cutoff.milliseconds
-                    if try old || (acknowledged[row.member] != nil && row.last <= acknowledgedStored(row.member)) {
-                        dropped.append(row.id)
-                        through[row.member] = row.last
+                var remaining: (last: Int64, at: Int64)?
+                var ids: [Int64] = []
+                try db.run(
+                    "SELECT id, lastSeq, at FROM events WHERE member = ? AND indexed ORDER BY lastSeq LIMIT ?",
+                    [.text(member), .int(Int64(budget + 1))]
+                ) { r in
+                    guard remaining == nil else { return }
+                    if ids.count < budget, try mayGo(member, last: r.int(1), at: r.int(2)) {
+                        ids.append(r.int(0))
+                        dropped[member] = r.int(1)
                     } else {
-                        kept.insert(row.member)
+                        remaining = (r.int(1), r.int(2))
                     }
                 }
-                guard let last = rows.last, rows.count == window else { break }
-                after = last.id
+                for id in ids { try db.run("DELETE FROM events WHERE id = ?", [.int(id)]) }
+                budget -= ids.count
+                pinnedNow[member] = remaining
+                if remaining != nil { kept.insert(member) }
             }
-            for member in through.keys {
-                // Its head is kept apart, so that a seq is never given again once every event is gone.
+            // Then the unindexed rows a few seconds old, in order of appending.
+            var rows: [(id: Int64, member: String, last: Int64, at: Int64)] = []
+            if budget > 0 {
                 try db.run(
-                    """
-                    INSERT INTO heads(member, head) SELECT member, max(lastSeq) FROM events WHERE member = ?1 GROUP BY member
-                    ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)
-                    """, [.text(member)])
+                    "SELECT id, member, lastSeq, at FROM events WHERE id > ? AND at < ? ORDER BY id LIMIT ?",
+                    [.int(indexedThrough), .int(settled.milliseconds), .int(Int64(budget))]
+                ) { r in rows.append((r.int(0), r.text(1), r.int(2), r.int(3))) }
             }
-            for id in dropped { try db.run("DELETE FROM events WHERE id = ?", [.int(id)]) }
+            // Neighbouring rows that go, go in one statement: they share their pages.
+            var run: (from: Int64, to: Int64)?
+            func endRun() throws {
+                guard let r = run else { return }
+                try db.run("DELETE FROM events WHERE id BETWEEN ? AND ?", [.int(r.from), .int(r.to)])
+                run = nil
+            }
+            for row in rows {
+                if !kept.contains(row.member), try mayGo(row.member, last: row.last, at: row.at) {
+                    run = (run?.from ?? row.id, row.id)
+                    dropped[row.member] = row.last
+                } else {
+                    try endRun()
+                    try db.run("UPDATE events SET indexed = 1 WHERE id = ?", [.int(row.id)])
+                    kept.insert(row.member)
+                    if pinnedNow[row.member] == nil { pinnedNow[row.member] = (row.last, row.at) }
+                }
+                newMark = row.id
+            }
+            try endRun()
+            budget -= rows.count
+            for (member, last) in dropped where last >= stored[member] ?? 0 {
+                // Every event of it is gone: its head is kept apart, so that a seq is never given again.
+                try db.run(
+                    "INSERT INTO heads(member, head) VALUES(?, ?) ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)",
+                    [.text(member), .int(last)])
+            }
+            if newMark != indexedThrough {
+                try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES('indexedThroughRow', ?)", [.int(newMark)])
+            }
+            step.through = dropped
         }
-        return through
+        tail.withLock { t in
+            t.indexedThrough = newMark
+            t.pinned = pinnedNow
+            guard newMark != indexedThrough else { return }
+            for member in Array(t.rows.keys) {
+                guard let rows = t.rows[member], let first = rows.first, first.id <= newMark else { continue }
+                let rest = rows.drop { $0.id <= newMark }
+                t.rows[member] = rest.isEmpty ? nil : Array(rest)
+            }
+        }
+        step.more = budget <= 0
+        return step
     }
 }

@@ -113,6 +113,12 @@ extension SQLiteStore {
             }
             heads[member] = max(heads[member] ?? 0, last)
         }
+        let indexedThrough = try db.scalar("SELECT value FROM settings WHERE key = 'indexedThroughRow'") ?? 0
+        if let unindexed = try db.scalar("SELECT count(*) FROM events WHERE id <= ? AND NOT indexed", [.int(indexedThrough)]),
+            unindexed > 0
+        {
+            findings.append("\(unindexed) stored event rows are missing from the events index (rows up to \(indexedThrough) must be in it)")
+        }
         var members: [String: (role: String, removed: Bool)] = [:]
         try db.run("SELECT id, role, removed FROM members") { r in members[r.text(0)] = (r.text(1), r.int(2) != 0) }
         try db.run("SELECT member, name, cursor FROM sessions") { r in

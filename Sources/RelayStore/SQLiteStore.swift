@@ -9,6 +9,7 @@ import CSQLite
 import Glibc
 import RelayModel
 import RelayProtocol
+import Synchronization
 
 /// How hard a commit insists on the disk.
 public enum SyncMode: String, Sendable, CaseIterable {
@@ -34,6 +35,8 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     let db: SQLiteDatabase
     let reader: SQLiteDatabase
     public let path: String
+    /// The rows outside the events index, and each stream's newest seq (see `EventTail`).
+    let tail = Mutex(EventTail())
 
     /// Opens (creating if needed) the database at `path` and brings its schema up to date;
     /// journals left by relays before this one are folded in and removed. `maxPageCount`
@@ -53,10 +56,16 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         // back, so a burst does not keep its size on disk.
         try db.exec("PRAGMA journal_size_limit = \(64 << 20)")
         try db.exec("PRAGMA cache_size = -32768")
+        // Deleted content is cleared where its page is written anyway, and freed pages are
+        // not written again only to be zeroed (which builds with SECURE_DELETE on, as
+        // Debian's is, otherwise do: it made dropping an event cost what writing it did).
+        try db.exec("PRAGMA secure_delete = FAST")
         try Self.migrate(db)
         reader = try SQLiteDatabase(path: path)
         try reader.exec("PRAGMA busy_timeout = 5000")
+        try loadTail()  // the fold reads the streams' heads
         try foldLegacyJournals(sync: sync)
+        try loadTail()
         // The WAL file now exists; with full sync its directory entry is made durable too.
         if sync == .full { try Self.syncDirectory(of: path) }
     }
@@ -153,15 +162,15 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             s.sessions.append(SessionRecord(member: r.text(0), name: r.text(1), cursor: r.int(2), topics: Self.topics(r.text(3))))
         }
         try reader.run("SELECT member, head FROM heads") { r in s.heads[r.text(0)] = r.int(1) }
-        // Two index lookups per member: a GROUP BY over the events would read them all.
-        for m in s.members {
-            let id = SQLValue.text(m.id)
-            guard let first = try reader.scalar("SELECT firstSeq FROM events WHERE member = ? ORDER BY lastSeq LIMIT 1", [id]),
-                let last = try reader.scalar("SELECT max(lastSeq) FROM events WHERE member = ?", [id])
-            else { continue }
-            s.firstRetained[m.id] = first
-            s.heads[m.id] = max(s.heads[m.id] ?? 0, last)
+        // Each stream's oldest event: through the index where it has indexed rows, else
+        // its oldest row listed in memory.
+        let t = tail.withLock { $0 }
+        for (member, head) in t.stored { s.heads[member] = max(s.heads[member] ?? 0, head) }
+        for member in t.pinned.keys {
+            s.firstRetained[member] = try reader.scalar(
+                "SELECT firstSeq FROM events WHERE member = ? AND indexed ORDER BY lastSeq LIMIT 1", [.text(member)])
         }
+        for (member, rows) in t.rows where s.firstRetained[member] == nil { s.firstRetained[member] = rows.first?.first }
         // Rows are in order of appending, and so of time.
         s.lastEventAt = try reader.scalar("SELECT at FROM events ORDER BY id DESC LIMIT 1").map(Timestamp.init(milliseconds:))
         return s
@@ -179,15 +188,26 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
 
     public func commit(_ changes: [Change]) throws {
         guard !changes.isEmpty else { return }
-        try db.transaction { try commitInTransaction(changes) }
+        var rows: [(member: String, row: EventTail.Row)] = []
+        try db.transaction { rows = try commitInTransaction(changes) }
+        guard !rows.isEmpty else { return }
+        tail.withLock { t in
+            for (member, row) in rows {
+                t.rows[member, default: []].append(row)
+                t.stored[member] = row.last
+            }
+        }
     }
 
-    func commitInTransaction(_ changes: [Change]) throws {
+    /// Writes `changes`; returns the event rows it appended, for `EventTail` once committed.
+    @discardableResult
+    func commitInTransaction(_ changes: [Change]) throws -> [(member: String, row: EventTail.Row)] {
         var events: [EventRecord] = []
         for c in changes {
             if case .event(let e) = c { events.append(e) } else { try write(c) }
         }
-        try Self.insert(events, into: db)
+        let stored = tail.withLock { $0.stored }
+        return try Self.insert(events, into: db, unindexed: true) { stored[$0] ?? 0 }
     }
 
     private func write(_ change: Change) throws {

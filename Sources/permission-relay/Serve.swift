@@ -119,8 +119,9 @@ enum Serve {
         }
         core.replayBudgetBytes = min(core.replayBudgetBytes, server.maxOutputBytes / 4)
         core.listReplyBytes = min(core.listReplyBytes, server.maxOutputBytes / 4 * 3)
-        // Prune often enough that no event outlives the retention window by much.
-        server.pruneIntervalSeconds = min(60, max(0.25, Double(core.retentionSeconds) / 4))
+        // Prune every second (events listed in memory until then), and often enough that
+        // none outlives the retention window by much.
+        server.pruneIntervalSeconds = min(1, max(0.25, Double(core.retentionSeconds) / 4))
 
         let log = Log.stderr(level: level)
         umask(0o077)  // the socket and the database (with its WAL) are private to this user

@@ -157,8 +157,8 @@ final class DeliveryTests: XCTestCase {
         h.core.flushCursors()
         h.pump()
         for (member, seq) in try store.prune(
-            olderThan: Timestamp(milliseconds: 0), acknowledged: h.core.acknowledgedByAllSessions(), limit: 100)
-        {
+            olderThan: Timestamp(milliseconds: 0), acknowledged: h.core.acknowledgedByAllSessions(), settledBefore: h.now, limit: 100
+        ).through {
             h.core.eventsDropped(member: member, through: seq)
         }
         XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [5])
@@ -229,7 +229,9 @@ final class DeliveryTests: XCTestCase {
         for _ in 0..<3 { h.ok(c, ["type": "ask", "question": .object(h.question())]) }
         h.advance(seconds: 10)
         h.ok(c, ["type": "ask", "question": .object(h.question())])
-        for (member, seq) in try store.prune(olderThan: Timestamp(milliseconds: h.now.milliseconds - 5000), acknowledged: [:], limit: 100) {
+        let step = try store.prune(
+            olderThan: Timestamp(milliseconds: h.now.milliseconds - 5000), acknowledged: [:], settledBefore: h.now, limit: 100)
+        for (member, seq) in step.through {
             h.core.eventsDropped(member: member, through: seq)
         }
         let (g, w) = h.login("g1", session: "late", resume: 0)

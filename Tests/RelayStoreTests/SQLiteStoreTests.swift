@@ -223,4 +223,24 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertTrue(findings.contains { $0.contains("cursor 40") }, "\(findings)")
         XCTAssertTrue(findings.contains { $0.contains("asked by nobody") }, "\(findings)")
     }
+
+    /// New rows stay out of the events index until pruning decides; `check` finds a row
+    /// the mark has passed that is not in the index (a replay would miss it).
+    func testCheckFindsARowPassedByTheIndexMarkButNotInTheIndex() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit([
+            .member(MemberRecord(id: "g1", family: "fam", role: .guardian, tokenHash: [0])),
+            .session(SessionRecord(member: "g1", name: "tab", cursor: 0, topics: [])),
+        ])
+        for seq in Int64(1)...3 { try store.commit([.event(StoreContractTests.event("g1", seq, at: seq))]) }
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [], "unindexed rows above the mark are as they should be")
+        // Nothing acknowledged: pruning keeps the rows, in the index.
+        _ = try store.prune(
+            olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0], settledBefore: StoreContractTests.later, limit: 10)
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        exec("UPDATE events SET indexed = 0 WHERE firstSeq = 2")
+        XCTAssertEqual(
+            try SQLiteStore.check(databaseAt: path), ["1 stored event rows are missing from the events index (rows up to 3 must be in it)"])
+        XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [1, 3], "what the replay would have missed")
+    }
 }
