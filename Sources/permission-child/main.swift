@@ -110,8 +110,24 @@ func question<T: QuestionTopic>(_ topic: T, _ a: Arguments) throws -> Permission
 /// The question a waiting `ask` waits for: what an interruption reports as still pending.
 final class Waiting: Sendable {
     private let id = Mutex<UUID?>(nil)
+    private let loops = Mutex<Task<Void, Never>?>(nil)
     func set(_ q: UUID) { id.withLock { $0 = q } }
     var question: UUID? { id.withLock { $0 } }
+
+    /// Runs `watch`'s loops over the center's streams until they end or `stopLoops` is called.
+    func watch(_ body: @escaping @Sendable () async -> Void) async {
+        let task = Task { await body() }
+        loops.withLock { $0 = task }
+        await task.value
+    }
+
+    /// Ends the loops and waits for them: each comes back for its next event first, which
+    /// records the one it was handed as processed (a stop never shows a response twice).
+    func stopLoops() async {
+        guard let task = loops.withLock({ $0 }) else { return }
+        task.cancel()
+        await task.value
+    }
 }
 
 /// How a wait ended: the exit status, and the line that says it.
@@ -320,6 +336,7 @@ func run() async throws -> Int32 {
                 "permission-child: interrupted; question \(id) stays pending: run the same command again to wait for it,"
                     + " or `permission-child cancel \(id)` to withdraw it")
         }
+        await waiting.stopLoops()
         await center.close()
     }
     let status: Int32
@@ -375,16 +392,19 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
             if !json { printErr("watching responses and outcomes (Ctrl-C to stop)") }
             let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-child") { center.connectionError }
             defer { notices.cancel() }
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { await printResponses(responses, json: json) { describePeople($0.topic) } }
-                group.addTask { await printResponses(updates, json: json) { "update: \($0.topic.description)" } }
-                group.addTask {
-                    for await o in outcomes {
-                        printOut(
-                            json
-                                ? line([
-                                    "type": "outcome", "questionId": .string(o.questionID.uuidString), "reason": .string(o.reason.rawValue),
-                                ]) : "\(o.questionID): \(o.reason.rawValue)")
+            await waiting.watch {
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask { await printResponses(responses, json: json) { describePeople($0.topic) } }
+                    group.addTask { await printResponses(updates, json: json) { "update: \($0.topic.description)" } }
+                    group.addTask {
+                        for await o in outcomes {
+                            printOut(
+                                json
+                                    ? line([
+                                        "type": "outcome", "questionId": .string(o.questionID.uuidString),
+                                        "reason": .string(o.reason.rawValue),
+                                    ]) : "\(o.questionID): \(o.reason.rawValue)")
+                        }
                     }
                 }
             }
