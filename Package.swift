@@ -23,6 +23,7 @@ let package = Package(
         .target(name: "CSystem"),
         .systemLibrary(name: "CSQLite", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CCrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CNATS", pkgConfig: "libnats", providers: [.apt(["libnats-dev"])]),
 
         // bytes <-> messages; no I/O.
         .target(name: "RelayProtocol"),
@@ -36,6 +37,8 @@ let package = Package(
         .target(
             name: "RelayServer", dependencies: ["RelayProtocol", "RelayModel", "RelayStore", "RelayCore", "CSystem"],
             swiftSettings: relayLoop),
+        // the link to a family hub: NATS JetStream through libnats.
+        .target(name: "RelayHub", dependencies: ["CNATS"]),
         // the client library with Apple's PermissionKit names.
         .target(name: "PermissionKit", dependencies: ["RelayProtocol", "CSystem"]),
         // argument parsing and exit codes shared by the programs.
@@ -55,6 +58,7 @@ let package = Package(
             name: "permission-guardian", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol", "CSystem"]),
 
         .testTarget(name: "RelayProtocolTests", dependencies: ["RelayProtocol"]),
+        .testTarget(name: "RelayHubTests", dependencies: ["RelayHub"]),
         .testTarget(
             name: "RelayStoreTests", dependencies: ["RelayStore", "RelayModel", "RelayProtocol", "CSQLite"],
             resources: [.copy("Fixtures")]),

@@ -1,0 +1,1 @@
+#include <nats/nats.h>

@@ -1,0 +1,289 @@
+// A connection to a family hub: a NATS server with JetStream, through the system's
+// libnats. It publishes with an id the hub deduplicates on (a resend after a lost ack is
+// told apart from a new message), can make a publish the first on its subject or none
+// (first answer wins, for every device alike), and reads through durable pull consumers
+// whose messages are acknowledged one by one once they are safely stored.
+//
+// libnats reconnects by itself, forever, and is safe to use from several threads.
+
+import CNATS
+import Glibc
+
+/// A failure of the hub or of the link to it, with libnats' text and JetStream's code.
+public struct HubError: Error, Sendable, CustomStringConvertible {
+    /// libnats' status (`NATS_…`).
+    public let status: Int32
+    /// JetStream's error code (e.g. 10071, wrong last sequence), 0 for none.
+    public let code: Int32
+    public let message: String
+    public var description: String { code != 0 ? "\(message) (JetStream error \(code))" : message }
+
+    init(_ s: natsStatus, _ code: jsErrCode = jsErrCode(rawValue: 0), _ what: String) {
+        status = Int32(bitPattern: s.rawValue)
+        self.code = Int32(bitPattern: code.rawValue)
+        var detail = String(cString: natsStatus_GetText(s))
+        var last = NATS_OK
+        if let text = nats_GetLastError(&last), last == s { detail = String(cString: text) }
+        message = "\(what): \(detail)"
+    }
+
+    /// The link is down or the hub did not answer in time: a later try may succeed.
+    public var isUnreachable: Bool {
+        [NATS_TIMEOUT, NATS_NO_RESPONDERS, NATS_CONNECTION_CLOSED, NATS_NO_SERVER, NATS_STALE_CONNECTION, NATS_CONNECTION_DISCONNECTED]
+            .contains { Int32(bitPattern: $0.rawValue) == status }
+    }
+}
+
+/// What the hub did with a publish.
+public enum Published: Equatable, Sendable {
+    /// Stored at this sequence of the stream.
+    case stored(UInt64)
+    /// A message with the same id was stored before (at this sequence): nothing new.
+    case duplicate(UInt64)
+    /// Another message was first on the subject (`firstOnSubject`): nothing stored.
+    case notFirst
+}
+
+/// A family's stream on the hub.
+public struct HubStream: Sendable {
+    public var name: String
+    public var subjects: [String]
+    /// How long the hub remembers message ids to drop resends (in seconds).
+    public var duplicateWindowSeconds: Int64 = 24 * 3600
+    /// How long messages are kept (in seconds; 0: for ever).
+    public var maxAgeSeconds: Int64 = 0
+
+    public init(name: String, subjects: [String]) {
+        self.name = name
+        self.subjects = subjects
+    }
+}
+
+public final class HubConnection: @unchecked Sendable {
+    private var connection: OpaquePointer?
+    private var jetStream: OpaquePointer?
+    /// How long a request to the hub may take.
+    let timeoutMillis: Int64
+
+    /// Connects to `url` (`nats://host:port`); `name` is how the hub lists this client.
+    /// Once connected, a lost link is retried for ever in the background; requests made
+    /// meanwhile fail with an error that `isUnreachable`.
+    public init(url: String, name: String, timeoutMillis: Int64 = 5000) throws(HubError) {
+        self.timeoutMillis = timeoutMillis
+        var opts: OpaquePointer?
+        try Self.check(natsOptions_Create(&opts), "cannot set up a connection")
+        defer { natsOptions_Destroy(opts) }
+        try Self.check(natsOptions_SetURL(opts, url), "\(url) is not a hub address")
+        try Self.check(natsOptions_SetName(opts, name), "cannot name the connection")
+        try Self.check(natsOptions_SetMaxReconnect(opts, -1), "cannot set reconnects")
+        try Self.check(natsOptions_SetReconnectWait(opts, 250), "cannot set reconnects")
+        // A link that died silently is noticed within three pings.
+        try Self.check(natsOptions_SetPingInterval(opts, 5000), "cannot set pings")
+        try Self.check(natsOptions_SetTimeout(opts, timeoutMillis), "cannot set the timeout")
+        try Self.check(natsConnection_Connect(&connection, opts), "cannot connect to the hub at \(url)")
+        var jsOpts = jsOptions()
+        jsOptions_Init(&jsOpts)
+        jsOpts.Wait = timeoutMillis
+        let s = natsConnection_JetStream(&jetStream, connection, &jsOpts)
+        guard s == NATS_OK else {
+            natsConnection_Destroy(connection)
+            throw HubError(s, jsErrCode(rawValue: 0), "the hub at \(url) has no JetStream")
+        }
+    }
+
+    deinit {
+        jsCtx_Destroy(jetStream)
+        natsConnection_Destroy(connection)
+    }
+
+    /// Whether the link is up now.
+    public var isConnected: Bool { natsConnection_Status(connection) == NATS_CONN_STATUS_CONNECTED }
+
+    /// Makes `stream` unless the hub has it.
+    public func ensureStream(_ stream: HubStream) throws(HubError) {
+        var code = jsErrCode(rawValue: 0)
+        var info: UnsafeMutablePointer<jsStreamInfo>?
+        let found = js_GetStreamInfo(&info, jetStream, stream.name, nil, &code)
+        if found == NATS_OK {
+            jsStreamInfo_Destroy(info)
+            return
+        }
+        guard code == JSStreamNotFoundErr else { throw HubError(found, code, "cannot look up stream \(stream.name)") }
+        var config = jsStreamConfig()
+        jsStreamConfig_Init(&config)
+        let made: natsStatus = stream.name.withCString { name in
+            withCStrings(stream.subjects) { subjects in
+                config.Name = name
+                config.Subjects = subjects.baseAddress
+                config.SubjectsLen = Int32(subjects.count)
+                config.Storage = js_FileStorage
+                config.Duplicates = stream.duplicateWindowSeconds * 1_000_000_000
+                config.MaxAge = stream.maxAgeSeconds * 1_000_000_000
+                config.DenyDelete = true
+                config.DenyPurge = true
+                code = jsErrCode(rawValue: 0)
+                var made: UnsafeMutablePointer<jsStreamInfo>?
+                let s = js_AddStream(&made, jetStream, &config, nil, &code)
+                jsStreamInfo_Destroy(made)
+                return s
+            }
+        }
+        try Self.check(made, code, "cannot make stream \(stream.name)")
+    }
+
+    /// Publishes `body` on `subject` under `id` (a resend of the same id is a `duplicate`),
+    /// with `headers`; with `firstOnSubject`, only if nothing was published on the subject
+    /// before (`notFirst` otherwise). Returns once the hub has stored it.
+    public func publish(
+        _ subject: String, id: String, body: [UInt8], headers: [String: String] = [:], firstOnSubject: Bool = false
+    ) throws(HubError) -> Published {
+        var msg: OpaquePointer?
+        let created = body.withUnsafeBytes { natsMsg_Create(&msg, subject, nil, $0.baseAddress, Int32($0.count)) }
+        try Self.check(created, "cannot make a message for \(subject)")
+        defer { natsMsg_Destroy(msg) }
+        for (key, value) in headers.sorted(by: { $0.key < $1.key }) {
+            try Self.check(natsMsgHeader_Set(msg, key, value), "cannot set header \(key)")
+        }
+        var options = jsPubOptions()
+        jsPubOptions_Init(&options)
+        options.MaxWait = timeoutMillis
+        options.ExpectNoMessage = firstOnSubject
+        var code = jsErrCode(rawValue: 0)
+        var ack: UnsafeMutablePointer<jsPubAck>?
+        let s = id.withCString { id in
+            options.MsgId = id
+            return js_PublishMsg(&ack, jetStream, msg, &options, &code)
+        }
+        defer { jsPubAck_Destroy(ack) }
+        if s != NATS_OK && code == JSStreamWrongLastSequenceErr { return .notFirst }
+        try Self.check(s, code, "the hub did not store \(subject)")
+        guard let a = ack?.pointee else { throw HubError(NATS_ERR, code, "the hub gave no acknowledgement for \(subject)") }
+        return a.Duplicate ? .duplicate(a.Sequence) : .stored(a.Sequence)
+    }
+
+    /// The last message on `subject` in `stream`, or nil when there is none.
+    public func lastMessage(stream: String, subject: String) throws(HubError) -> HubMessage? {
+        var msg: OpaquePointer?
+        var code = jsErrCode(rawValue: 0)
+        let s = js_GetLastMsg(&msg, jetStream, stream, subject, nil, &code)
+        if s == NATS_NOT_FOUND || code == JSNoMessageFoundErr { return nil }
+        try Self.check(s, code, "cannot read the last message on \(subject)")
+        return HubMessage(msg!, acknowledgeable: false)
+    }
+
+    /// A durable pull consumer of `stream`'s messages on `filter` (a subject, wildcards
+    /// allowed), made on the hub unless it is there: it remembers across connections what
+    /// was acknowledged, and hands again what was not.
+    /// Messages handed out and not acknowledged come again after `redeliverAfterMillis`.
+    public func consumer(stream: String, durable: String, filter: String, redeliverAfterMillis: Int64 = 30_000) throws(HubError)
+        -> HubConsumer
+    {
+        var subscription: OpaquePointer?
+        var code = jsErrCode(rawValue: 0)
+        var subOptions = jsSubOptions()
+        jsSubOptions_Init(&subOptions)
+        let s = stream.withCString { streamName in
+            subOptions.Stream = streamName
+            subOptions.Config.AckPolicy = js_AckExplicit
+            subOptions.Config.DeliverPolicy = js_DeliverAll
+            subOptions.Config.AckWait = redeliverAfterMillis * 1_000_000
+            return js_PullSubscribe(&subscription, jetStream, filter, durable, nil, &subOptions, &code)
+        }
+        try Self.check(s, code, "cannot read \(filter) from \(stream) as \(durable)")
+        return HubConsumer(subscription!, timeoutMillis: timeoutMillis)
+    }
+
+    static func check(_ s: natsStatus, _ what: @autoclosure () -> String) throws(HubError) {
+        guard s == NATS_OK else { throw HubError(s, jsErrCode(rawValue: 0), what()) }
+    }
+
+    static func check(_ s: natsStatus, _ code: jsErrCode, _ what: @autoclosure () -> String) throws(HubError) {
+        guard s == NATS_OK else { throw HubError(s, code, what()) }
+    }
+}
+
+/// A durable pull consumer's subscription.
+public final class HubConsumer: @unchecked Sendable {
+    private let subscription: OpaquePointer
+    private let timeoutMillis: Int64
+
+    init(_ subscription: OpaquePointer, timeoutMillis: Int64) {
+        self.subscription = subscription
+        self.timeoutMillis = timeoutMillis
+    }
+
+    deinit { natsSubscription_Destroy(subscription) }
+
+    /// Up to `max` messages, waiting up to `timeoutMillis` for the first: an empty list
+    /// when none came. Each stays unacknowledged (and is handed again later) until `ack`.
+    public func fetch(max: Int, timeoutMillis: Int64) throws(HubError) -> [HubMessage] {
+        var list = natsMsgList()
+        var code = jsErrCode(rawValue: 0)
+        let s = natsSubscription_Fetch(&list, subscription, Int32(max), timeoutMillis, &code)
+        if s == NATS_TIMEOUT { return [] }
+        try HubConnection.check(s, code, "cannot fetch from the hub")
+        var out: [HubMessage] = []
+        for i in 0..<Int(list.Count) {
+            if let m = list.Msgs[i] {
+                out.append(HubMessage(m, acknowledgeable: true))
+                list.Msgs[i] = nil  // owned by the HubMessage now
+            }
+        }
+        natsMsgList_Destroy(&list)
+        return out
+    }
+}
+
+/// A message read from the hub.
+public final class HubMessage: @unchecked Sendable {
+    private let msg: OpaquePointer
+    private let acknowledgeable: Bool
+    public let subject: String
+    public let body: [UInt8]
+    /// Where it sits in its stream, how many times it was handed out (1 the first time),
+    /// and when the hub stored it (nanoseconds since 1970, the hub's clock).
+    public private(set) var streamSequence: UInt64 = 0
+    public private(set) var deliveries: UInt64 = 0
+    public private(set) var storedAtNanos: Int64 = 0
+
+    init(_ msg: OpaquePointer, acknowledgeable: Bool) {
+        self.msg = msg
+        self.acknowledgeable = acknowledgeable
+        subject = String(cString: natsMsg_GetSubject(msg))
+        let n = Int(natsMsg_GetDataLength(msg))
+        body = n == 0 ? [] : Array(UnsafeRawBufferPointer(start: natsMsg_GetData(msg), count: n))
+        var meta: UnsafeMutablePointer<jsMsgMetaData>?
+        if acknowledgeable, natsMsg_GetMetaData(&meta, msg) == NATS_OK, let m = meta?.pointee {
+            streamSequence = m.Sequence.Stream
+            deliveries = m.NumDelivered
+            storedAtNanos = m.Timestamp
+        }
+        jsMsgMetaData_Destroy(meta)
+        if !acknowledgeable { streamSequence = natsMsg_GetSequence(msg) }
+    }
+
+    deinit { natsMsg_Destroy(msg) }
+
+    /// A header's value, or nil.
+    public func header(_ key: String) -> String? {
+        var value: UnsafePointer<CChar>?
+        guard natsMsgHeader_Get(msg, key, &value) == NATS_OK, let value else { return nil }
+        return String(cString: value)
+    }
+
+    /// Tells the hub this message is handled (stored where it had to go): it is not handed
+    /// again. Waits for the hub to confirm.
+    public func ack() throws(HubError) {
+        guard acknowledgeable else { return }
+        var code = jsErrCode(rawValue: 0)
+        try HubConnection.check(natsMsg_AckSync(msg, nil, &code), code, "the hub did not take the acknowledgement of \(subject)")
+    }
+}
+
+/// Runs `body` with `strings` as an array of C strings that live for the call.
+private func withCStrings<R>(_ strings: [String], _ body: (UnsafeMutableBufferPointer<UnsafePointer<CChar>?>) -> R) -> R {
+    let copies = strings.map { strdup($0) }
+    defer { for c in copies { free(c) } }
+    var pointers = copies.map { UnsafePointer<CChar>($0) }
+    return pointers.withUnsafeMutableBufferPointer { body($0) }
+}
