@@ -15,7 +15,7 @@ import RelayStore
 final class Committer: @unchecked Sendable {
     enum Job {
         case commit([Change])
-        case prune(olderThan: Timestamp, acknowledged: [String: Int64], settledBefore: Timestamp, limit: Int)
+        case prune(olderThan: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, limit: Int)
     }
 
     enum Outcome {
@@ -106,7 +106,7 @@ final class Committer: @unchecked Sendable {
             case .prune(let cutoff, let acknowledged, let settled, let limit):
                 do {
                     outcome = .pruned(
-                        try store.prune(olderThan: cutoff, acknowledged: acknowledged, settledBefore: settled, limit: limit))
+                        try store.prune(olderThan: cutoff, acknowledged: acknowledged, settledThrough: settled, limit: limit))
                 } catch {
                     outcome = .pruneFailed(error)
                 }

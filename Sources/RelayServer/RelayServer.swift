@@ -122,7 +122,10 @@ public final class RelayServer {
     private var lastPrune: Int64
     /// A pruning pass under way: its cutoff, and the members whose acknowledged events
     /// may still go (`RelayStore.prune`).
-    private var pruning: (cutoff: Timestamp, acknowledged: [String: Int64], settled: Timestamp)?
+    private var pruning: (cutoff: Timestamp, acknowledged: [String: Int64], settled: Int64)?
+    /// The store's event positions at the last passes' starts (monotonic milliseconds):
+    /// a pass takes the events appended before the latest one old enough (`prune(now:)`).
+    private var positions: [(at: Int64, position: Int64)] = []
     /// The most changes the loop commits itself when the writer is idle (a light load's
     /// turn); larger batches go to the writer, and the loop reads on meanwhile.
     static let inlineCommitChanges = 64
@@ -417,7 +420,7 @@ public final class RelayServer {
             pruneInFlight = true
             lastPruneStep = turnMillis
             committer.submit(
-                .prune(olderThan: pass.cutoff, acknowledged: pass.acknowledged, settledBefore: pass.settled, limit: Self.pruneStepRows))
+                .prune(olderThan: pass.cutoff, acknowledged: pass.acknowledged, settledThrough: pass.settled, limit: Self.pruneStepRows))
         }
     }
 
@@ -432,11 +435,12 @@ public final class RelayServer {
                 commitFailed(error)
             case .pruned(let step):
                 pruneInFlight = false
-                guard let pass = pruning else { continue }
+                // Told to the core also when the pass was given up meanwhile (a failed commit).
                 for (member, seq) in step.through {
                     relay.eventsDropped(member: member, through: seq)
-                    if seq >= pass.acknowledged[member] ?? .max { pruning?.acknowledged[member] = nil }
+                    if seq >= pruning?.acknowledged[member] ?? .max { pruning?.acknowledged[member] = nil }
                 }
+                guard pruning != nil else { continue }
                 if step.more { pruneWanted = true } else { pruning = nil }
             case .pruneFailed(let error):
                 pruneInFlight = false
@@ -817,12 +821,17 @@ public final class RelayServer {
         checkDiskSpace()
         relay.flushCursors()
         lastCursorFlush = turnMillis
-        // Events younger than two cursor flushes may yet be acknowledged in the store: a
+        // Events appended within two cursor flushes may yet be acknowledged in the store: a
         // later pass takes them, rather than this one keeping them (indexing them, in SQLite).
+        // Told by position, and timed on the monotonic clock: a wall clock set back or
+        // forward neither holds every event back nor lets young ones through.
         let settling = Int64(config.cursorFlushSeconds * 2000) + 500
+        positions.append((turnMillis, store.eventPosition))
+        let settledIndex = positions.lastIndex { turnMillis - $0.at >= settling }
+        let settled = settledIndex.map { positions[$0].position } ?? 0
+        if let settledIndex { positions.removeFirst(settledIndex) }
         pruning = (
-            Timestamp(milliseconds: now.milliseconds - coreConfig.retentionSeconds * 1000), relay.acknowledgedByAllSessions(),
-            Timestamp(milliseconds: now.milliseconds - settling)
+            Timestamp(milliseconds: now.milliseconds - coreConfig.retentionSeconds * 1000), relay.acknowledgedByAllSessions(), settled
         )
         pruneWanted = true
     }

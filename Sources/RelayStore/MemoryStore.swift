@@ -36,7 +36,10 @@ public final class MemoryStore: RelayStore, Sendable {
         state.withLock { Array(($0.streams[member] ?? []).lazy.filter { $0.seq > seq }.prefix(limit)) }
     }
 
-    public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledBefore: Timestamp, limit: Int) throws
+    /// The memory store drops what may go whatever its position: there is no later pass to wait for.
+    public var eventPosition: Int64 { 0 }
+
+    public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, limit: Int) throws
         -> PruneStep
     {
         state.withLock { s in

@@ -14,18 +14,24 @@ public protocol RelayStore: AnyObject, Sendable {
     /// Makes `changes` durable, all or none, in order.
     func commit(_ changes: [Change]) throws
 
-    /// Up to `limit` events of `member` with a seq above `seq`, in order.
+    /// Up to `limit` events of `member` with a seq above `seq`, in order. Called from the
+    /// loop while no commit is in flight (a commit that ended between the listing of new
+    /// rows and the read could otherwise be missed).
     func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord]
+
+    /// How far the committed events' appends have come: a position in their order, for
+    /// `prune`'s `settledThrough`.
+    var eventPosition: Int64 { get }
 
     /// Drops, per member, the oldest events: those older than `cutoff` (retention), and
     /// those up to `acknowledged[member]`, which every durable session of that member has
     /// acknowledged (§6), as far as the cursors the store holds say too (so that a cursor
     /// whose commit may yet fail lets nothing go). Only ever a member's oldest events go, so
-    /// what stays is contiguous. Events appended at or after `settledBefore` may be left
-    /// for a later pass (the cursors that would let them go may not be stored yet). Each
-    /// call does a bounded step (`limit`: events, or rows of them where a store keeps
-    /// several in one); call again while it says there is `more`.
-    func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledBefore: Timestamp, limit: Int) throws -> PruneStep
+    /// what stays is contiguous. Events appended after `settledThrough` (an `eventPosition`)
+    /// may be left for a later pass (the cursors that would let them go may not be stored
+    /// yet). Each call does a bounded step (`limit`: events, or rows of them where a store
+    /// keeps several in one); call again while it says there is `more`.
+    func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, limit: Int) throws -> PruneStep
 }
 
 /// What one pruning step did.

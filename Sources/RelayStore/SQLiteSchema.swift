@@ -102,7 +102,7 @@ extension SQLiteStore {
                 events.sort { ($0.at, $0.member, $0.seq) < ($1.at, $1.member, $1.seq) }
                 // In rows of a few hundred events at most, as commits would have made them.
                 for start in stride(from: 0, to: events.count, by: 256) {
-                    try SQLiteStore.insert(Array(events[start..<min(start + 256, events.count)]), into: db, unindexed: false) {
+                    try SQLiteStore.insert(Array(events[start..<min(start + 256, events.count)]), into: db, firstID: nil) {
                         try SQLiteStore.storedHead(of: $0, in: db)
                     }
                 }

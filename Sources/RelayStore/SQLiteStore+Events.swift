@@ -4,10 +4,11 @@
 // Rows are written unindexed (schema step 6): an index entry per member per commit is a
 // page of its own to write, yet most rows are acknowledged, and dropped, within seconds.
 // The unindexed rows are the newest (those above `indexedThroughRow`) and are listed in
-// memory instead (`EventTail`, rebuilt at start from those rows alone). A pruning step
-// takes them in order of appending once they are a few seconds old: it drops each that
-// every durable session has acknowledged (or that is past retention), adds each that must
-// stay to the (member, lastSeq) index, and moves the mark past them.
+// memory instead (`EventTail`, rebuilt at start from those rows alone). Their ids are
+// given here, in order, never at or below the mark (SQLite would give a dropped top id
+// again). A pruning step takes them in order of appending once they are settled: it drops
+// each that every durable session has acknowledged (or that is past retention), adds each
+// that must stay to the (member, lastSeq) index, and moves the mark past them.
 
 import RelayModel
 import RelayProtocol
@@ -23,12 +24,41 @@ struct EventTail: Sendable {
     }
     /// Every row up to it is indexed (or gone); every row above it is listed in `rows`.
     var indexedThrough: Int64 = 0
+    /// The id the next row gets: above every row there is or was, and above the mark.
+    var nextRow: Int64 = 1
     /// Per member, its unindexed rows in order.
     var rows: [String: [Row]] = [:]
+    /// The unindexed rows' members in order of their ids, for the mark to trim `rows` by.
+    var order: [(id: Int64, member: String)] = []
+    var orderStart = 0
     /// The newest seq stored per member, also once its events are gone (`heads`).
     var stored: [String: Int64] = [:]
     /// Per member with indexed rows: the oldest of them (its last seq and when it was appended).
     var pinned: [String: (last: Int64, at: Int64)] = [:]
+
+    mutating func append(_ member: String, _ row: Row) {
+        rows[member, default: []].append(row)
+        order.append((row.id, member))
+        stored[member] = row.last
+        nextRow = row.id + 1
+    }
+
+    /// Forgets the listed rows up to `mark`: indexed or dropped.
+    mutating func trim(through mark: Int64) {
+        indexedThrough = max(indexedThrough, mark)
+        while orderStart < order.count, order[orderStart].id <= mark {
+            let member = order[orderStart].member
+            if var list = rows[member], let first = list.first, first.id <= mark {
+                list.removeFirst()
+                rows[member] = list.isEmpty ? nil : list
+            }
+            orderStart += 1
+        }
+        if orderStart > 4096 && orderStart * 2 > order.count {
+            order.removeFirst(orderStart)
+            orderStart = 0
+        }
+    }
 }
 
 extension SQLiteStore {
@@ -36,6 +66,7 @@ extension SQLiteStore {
     func loadTail() throws {
         var t = EventTail()
         t.indexedThrough = try db.scalar("SELECT value FROM settings WHERE key = 'indexedThroughRow'") ?? 0
+        t.nextRow = max(t.indexedThrough, try db.scalar("SELECT max(id) FROM events") ?? 0) + 1
         try db.run("SELECT member, head FROM heads") { r in t.stored[r.text(0)] = r.int(1) }
         var pinned: [String: Int64] = [:]
         try db.run("SELECT member, max(lastSeq) FROM events WHERE indexed GROUP BY member") { r in pinned[r.text(0)] = r.int(1) }
@@ -45,21 +76,26 @@ extension SQLiteStore {
                 t.pinned[member] = (r.int(0), r.int(1))
             }
         }
+        let next = t.nextRow
         try db.run("SELECT id, member, firstSeq, lastSeq FROM events WHERE id > ? AND NOT indexed ORDER BY id", [.int(t.indexedThrough)]) {
             r in
-            let member = r.text(1)
-            t.rows[member, default: []].append(EventTail.Row(first: r.int(2), last: r.int(3), id: r.int(0)))
-            t.stored[member] = max(t.stored[member] ?? 0, r.int(3))
+            let member = r.text(1), last = r.int(3)
+            t.append(member, EventTail.Row(first: r.int(2), last: last, id: r.int(0)))
+            t.stored[member] = max(t.stored[member] ?? 0, last)
         }
+        t.nextRow = max(t.nextRow, next)
         tail.withLock { $0 = t }
     }
 
+    public var eventPosition: Int64 { tail.withLock { $0.nextRow - 1 } }
+
     /// Appends `events` (in order of appending) as a row per member, after checking that
     /// each member's first one follows `stored(member)`: a seq is never stored twice.
-    /// `unindexed` rows stay out of the (member, lastSeq) index (schema step 6 on).
+    /// Rows given `firstID` (and on, in order) stay out of the (member, lastSeq) index
+    /// (schema step 6 on); without it, SQLite gives the ids and the rows are indexed.
     @discardableResult
     static func insert(
-        _ events: [EventRecord], into db: SQLiteDatabase, unindexed: Bool, after stored: (String) throws -> Int64
+        _ events: [EventRecord], into db: SQLiteDatabase, firstID: Int64?, after stored: (String) throws -> Int64
     ) throws -> [(member: String, row: EventTail.Row)] {
         guard !events.isEmpty else { return [] }
         var order: [String] = []
@@ -88,8 +124,11 @@ extension SQLiteStore {
                 .text(member), .int(list[0].seq), .int(list[list.count - 1].seq), .int(list[list.count - 1].at.milliseconds),
                 .text(topics), .blob(frames),
             ]
-            if unindexed {
-                try db.run("INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames, indexed) VALUES(?,?,?,?,?,?,0)", values)
+            if let firstID {
+                let id = firstID + Int64(rows.count)
+                try db.run(
+                    "INSERT INTO events(id, member, firstSeq, lastSeq, at, topics, frames, indexed) VALUES(?,?,?,?,?,?,?,0)",
+                    [.int(id)] + values)
             } else {
                 try db.run("INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames) VALUES(?,?,?,?,?,?)", values)
             }
@@ -111,7 +150,15 @@ extension SQLiteStore {
     public func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
         // The unindexed rows are listed before the read begins: one the writer indexes
         // meanwhile is then read through the index as well (and taken once), never missed.
-        let listed = tail.withLock { t in t.rows[member]?.filter { $0.last > seq } ?? [] }
+        let listed = tail.withLock { t -> ArraySlice<EventTail.Row> in
+            guard let rows = t.rows[member] else { return [] }
+            var low = 0, high = rows.count  // the first row with events after `seq`
+            while low < high {
+                let mid = (low + high) / 2
+                if rows[mid].last <= seq { low = mid + 1 } else { high = mid }
+            }
+            return rows[low...]
+        }
         try reader.exec("BEGIN")
         defer { try? reader.exec("COMMIT") }
         var out: [EventRecord] = []
@@ -155,7 +202,7 @@ extension SQLiteStore {
         return out
     }
 
-    public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledBefore settled: Timestamp, limit: Int)
+    public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough settled: Int64, limit: Int)
         throws -> PruneStep
     {
         var step = PruneStep()
@@ -174,6 +221,12 @@ extension SQLiteStore {
             return last <= storedAck[member]!
         }
         var budget = limit
+        // Dropped events are copies of what the questions hold; their freed pages are not
+        // written again only to be zeroed (which `secure_delete` on, as Debian builds it,
+        // does: it made dropping an event cost what writing it did). Cells on pages that
+        // are written anyway are still cleared (FAST).
+        try db.exec("PRAGMA secure_delete = FAST")
+        defer { try? db.exec("PRAGMA secure_delete = \(secureDelete)") }
         try db.transaction {
             // A stream whose oldest rows stay keeps its newer ones too: what stays of each
             // stream is always its newest events, without a hole.
@@ -204,12 +257,13 @@ extension SQLiteStore {
                 pinnedNow[member] = remaining
                 if remaining != nil { kept.insert(member) }
             }
-            // Then the unindexed rows a few seconds old, in order of appending.
+            // Then the settled unindexed rows, every one of them in order of appending (so
+            // that a run of neighbours to drop holds no row that was not looked at).
             var rows: [(id: Int64, member: String, last: Int64, at: Int64)] = []
             if budget > 0 {
                 try db.run(
-                    "SELECT id, member, lastSeq, at FROM events WHERE id > ? AND at < ? ORDER BY id LIMIT ?",
-                    [.int(indexedThrough), .int(settled.milliseconds), .int(Int64(budget))]
+                    "SELECT id, member, lastSeq, at FROM events WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
+                    [.int(indexedThrough), .int(settled), .int(Int64(budget))]
                 ) { r in rows.append((r.int(0), r.text(1), r.int(2), r.int(3))) }
             }
             // Neighbouring rows that go, go in one statement: they share their pages.
@@ -245,14 +299,8 @@ extension SQLiteStore {
             step.through = dropped
         }
         tail.withLock { t in
-            t.indexedThrough = newMark
             t.pinned = pinnedNow
-            guard newMark != indexedThrough else { return }
-            for member in Array(t.rows.keys) {
-                guard let rows = t.rows[member], let first = rows.first, first.id <= newMark else { continue }
-                let rest = rows.drop { $0.id <= newMark }
-                t.rows[member] = rest.isEmpty ? nil : Array(rest)
-            }
+            t.trim(through: newMark)
         }
         step.more = budget <= 0
         return step

@@ -108,8 +108,10 @@ extension SQLiteStore {
         }
         try db.run("SELECT member, min(firstSeq), max(lastSeq), sum(lastSeq - firstSeq + 1) FROM events GROUP BY member") { r in
             let (member, first, last, count) = (r.text(0), r.int(1), r.int(2), r.int(3))
-            if last - first + 1 != count {
+            if last - first + 1 > count {
                 findings.append("\(member)'s events \(first)…\(last) have \(last - first + 1 - count) missing in between")
+            } else if last - first + 1 < count {
+                findings.append("\(member)'s events \(first)…\(last) are stored more than once (\(count - (last - first + 1)) too many)")
             }
             heads[member] = max(heads[member] ?? 0, last)
         }

@@ -37,6 +37,8 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     public let path: String
     /// The rows outside the events index, and each stream's newest seq (see `EventTail`).
     let tail = Mutex(EventTail())
+    /// The build's `secure_delete` (Debian's: on), which every change but pruning keeps.
+    let secureDelete: String
 
     /// Opens (creating if needed) the database at `path` and brings its schema up to date;
     /// journals left by relays before this one are folded in and removed. `maxPageCount`
@@ -56,10 +58,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         // back, so a burst does not keep its size on disk.
         try db.exec("PRAGMA journal_size_limit = \(64 << 20)")
         try db.exec("PRAGMA cache_size = -32768")
-        // Deleted content is cleared where its page is written anyway, and freed pages are
-        // not written again only to be zeroed (which builds with SECURE_DELETE on, as
-        // Debian's is, otherwise do: it made dropping an event cost what writing it did).
-        try db.exec("PRAGMA secure_delete = FAST")
+        secureDelete = try db.text("PRAGMA secure_delete") ?? "0"
         try Self.migrate(db)
         reader = try SQLiteDatabase(path: path)
         try reader.exec("PRAGMA busy_timeout = 5000")
@@ -192,10 +191,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try db.transaction { rows = try commitInTransaction(changes) }
         guard !rows.isEmpty else { return }
         tail.withLock { t in
-            for (member, row) in rows {
-                t.rows[member, default: []].append(row)
-                t.stored[member] = row.last
-            }
+            for (member, row) in rows { t.append(member, row) }
         }
     }
 
@@ -206,8 +202,8 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         for c in changes {
             if case .event(let e) = c { events.append(e) } else { try write(c) }
         }
-        let stored = tail.withLock { $0.stored }
-        return try Self.insert(events, into: db, unindexed: true) { stored[$0] ?? 0 }
+        let (stored, next) = tail.withLock { ($0.stored, $0.nextRow) }
+        return try Self.insert(events, into: db, firstID: next) { stored[$0] ?? 0 }
     }
 
     private func write(_ change: Change) throws {

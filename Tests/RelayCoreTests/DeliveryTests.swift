@@ -157,7 +157,7 @@ final class DeliveryTests: XCTestCase {
         h.core.flushCursors()
         h.pump()
         for (member, seq) in try store.prune(
-            olderThan: Timestamp(milliseconds: 0), acknowledged: h.core.acknowledgedByAllSessions(), settledBefore: h.now, limit: 100
+            olderThan: Timestamp(milliseconds: 0), acknowledged: h.core.acknowledgedByAllSessions(), settledThrough: .max, limit: 100
         ).through {
             h.core.eventsDropped(member: member, through: seq)
         }
@@ -230,7 +230,7 @@ final class DeliveryTests: XCTestCase {
         h.advance(seconds: 10)
         h.ok(c, ["type": "ask", "question": .object(h.question())])
         let step = try store.prune(
-            olderThan: Timestamp(milliseconds: h.now.milliseconds - 5000), acknowledged: [:], settledBefore: h.now, limit: 100)
+            olderThan: Timestamp(milliseconds: h.now.milliseconds - 5000), acknowledged: [:], settledThrough: .max, limit: 100)
         for (member, seq) in step.through {
             h.core.eventsDropped(member: member, through: seq)
         }

@@ -236,11 +236,67 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [], "unindexed rows above the mark are as they should be")
         // Nothing acknowledged: pruning keeps the rows, in the index.
         _ = try store.prune(
-            olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0], settledBefore: StoreContractTests.later, limit: 10)
+            olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0], settledThrough: StoreContractTests.later, limit: 10)
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
         exec("UPDATE events SET indexed = 0 WHERE firstSeq = 2")
         XCTAssertEqual(
             try SQLiteStore.check(databaseAt: path), ["1 stored event rows are missing from the events index (rows up to 3 must be in it)"])
         XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [1, 3], "what the replay would have missed")
+        // A row stored twice, once in the index and once not (the index's uniqueness does
+        // not cover both), is found too.
+        exec("UPDATE events SET indexed = 1 WHERE firstSeq = 2")
+        exec(
+            "INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames, indexed) SELECT member, firstSeq, lastSeq, at, topics, frames, 0 FROM events WHERE firstSeq = 3"
+        )
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["g1's events 1…3 are stored more than once (1 too many)"])
+    }
+
+    private func event(_ member: String, _ seq: Int64, at: Int64) -> Change { .event(StoreContractTests.event(member, seq, at: at)) }
+
+    private func guardians(_ ids: [String], cursors: [String: Int64] = [:]) -> [Change] {
+        ids.map { .member(MemberRecord(id: $0, family: "fam", role: .guardian, tokenHash: [0])) }
+            + ids.map { .session(SessionRecord(member: $0, name: "tab", cursor: cursors[$0] ?? 0, topics: [])) }
+    }
+
+    /// Every row dropped (an idle relay): the next row's id is still above the mark, so
+    /// pruning, a restart and `check` all see it (SQLite would give the dropped top id again).
+    func testARowAfterEveryRowWasDroppedIsNotHiddenBelowTheMark() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit(guardians(["g1"]))
+        for seq in Int64(1)...3 { try store.commit([event("g1", seq, at: seq * 1000)]) }
+        try store.commit([.session(SessionRecord(member: "g1", name: "tab", cursor: 3, topics: []))])
+        let step = try store.prune(
+            olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 3], settledThrough: StoreContractTests.later, limit: 100)
+        XCTAssertEqual(step.through, ["g1": 3])
+        try store.commit([event("g1", 4, at: 4000)])
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        let reopened = try SQLiteStore(path: path)
+        XCTAssertEqual(try reopened.events(member: "g1", after: 3, limit: 10).map(\.seq), [4], "after a restart")
+        XCTAssertEqual(try reopened.load().heads["g1"], 4, "after a restart, the next seq is 5")
+        for seq in Int64(5)...7 { try store.commit([event("g1", seq, at: seq * 1000)]) }
+        _ = try store.prune(
+            olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 3], settledThrough: StoreContractTests.later, limit: 100)
+        XCTAssertEqual(try store.events(member: "g1", after: 3, limit: 10).map(\.seq), [4, 5, 6, 7], "after a step")
+    }
+
+    /// A commit's rows are not in the order of their times (a row's time is its last
+    /// event's; a clock set back does the same): a step takes every row up to the settled
+    /// position, by position alone, and drops only what may go.
+    func testRowsOutOfTimeOrderAreEachLookedAtAndOnlyTheAcknowledgedGo() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit(guardians(["g1", "g2"], cursors: ["g2": 2]))
+        try store.commit([event("g2", 1, at: 900)])
+        // One batch of three turns: g1's row ends at 5000, g2's after it at 1500.
+        try store.commit([event("g1", 1, at: 1000), event("g2", 2, at: 1500), event("g1", 2, at: 5000)])
+        let settled = store.eventPosition
+        try store.commit([event("g1", 3, at: 800)])  // the clock set back; not settled yet
+        let step = try store.prune(olderThan: Timestamp(milliseconds: 0), acknowledged: ["g2": 2], settledThrough: settled, limit: 100)
+        XCTAssertEqual(step.through, ["g2": 2], "g2's rows, on both sides of g1's")
+        XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [1, 2, 3], "g1 acknowledged nothing")
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        let s = try SQLiteStore(path: path).load()
+        XCTAssertEqual(s.heads["g1"], 3)
+        XCTAssertEqual(s.heads["g2"], 2)
+        XCTAssertEqual(try SQLiteStore(path: path).events(member: "g1", after: 0, limit: 10).map(\.seq), [1, 2, 3])
     }
 }

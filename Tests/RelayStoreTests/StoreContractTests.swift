@@ -47,8 +47,8 @@ final class StoreContractTests: XCTestCase {
             row: row)
     }
 
-    /// A time after every event of these tests: everything is settled.
-    static let later = Timestamp(milliseconds: 1 << 50)
+    /// A position after every event of these tests: everything is settled.
+    static let later = Int64.max
 
     static func event(_ member: String, _ seq: Int64, at: Int64 = 1, topic: TopicKind? = nil) -> EventRecord {
         EventRecord(member: member, seq: seq, at: Timestamp(milliseconds: at), topic: topic, frame: frame(seq))
@@ -133,7 +133,7 @@ final class StoreContractTests: XCTestCase {
             var steps = 0
             while true {
                 let step = try store.prune(
-                    olderThan: Timestamp(milliseconds: 2500), acknowledged: ["g2": 1], settledBefore: Self.later, limit: 2)
+                    olderThan: Timestamp(milliseconds: 2500), acknowledged: ["g2": 1], settledThrough: Self.later, limit: 2)
                 dropped.merge(step.through) { max($0, $1) }
                 if !step.more { break }
                 steps += 1
@@ -145,12 +145,12 @@ final class StoreContractTests: XCTestCase {
             // Only as far as the stored cursors say: one whose commit may yet fail lets nothing go.
             try store.commit([.session(SessionRecord(member: "g1", name: "tab", cursor: 3, topics: []))])
             XCTAssertEqual(
-                try store.prune(olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 5], settledBefore: Self.later, limit: 100)
+                try store.prune(olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 5], settledThrough: Self.later, limit: 100)
                     .through, ["g1": 3], name)
             // Acknowledged past a later event of the stream, the ones before it go too: never a hole.
             try store.commit([.session(SessionRecord(member: "g1", name: "tab", cursor: 5, topics: []))])
             XCTAssertEqual(
-                try store.prune(olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 5], settledBefore: Self.later, limit: 100)
+                try store.prune(olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 5], settledThrough: Self.later, limit: 100)
                     .through, ["g1": 5], name)
             XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [6], name)
             let s = try reopen().load()
@@ -177,7 +177,7 @@ final class StoreContractTests: XCTestCase {
             var steps = 0
             while true {
                 let step = try store.prune(
-                    olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0, "g2": 3], settledBefore: Self.later, limit: 2)
+                    olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0, "g2": 3], settledThrough: Self.later, limit: 2)
                 dropped.merge(step.through) { max($0, $1) }
                 steps += 1
                 XCTAssertLessThan(steps, 40, "\(name): pruning must end")
@@ -190,18 +190,20 @@ final class StoreContractTests: XCTestCase {
 
     /// Events read the same whether a pruning step left their rows where they were, or
     /// kept them (for a session that has not acknowledged them) and wrote newer ones
-    /// after, and whether the store was reopened in between; events younger than the
-    /// step's `settledBefore` are left to a later one.
+    /// after, and whether the store was reopened in between; events appended after the
+    /// step's `settledThrough` are left to a later one.
     func testEventsReadTheSameWhateverPruningDidWithTheirRows() throws {
         for (name, store, reopen) in try stores() {
             try store.commit([
                 .member(MemberRecord(id: "g1", family: "fam", role: .guardian, tokenHash: [0])),
                 .session(SessionRecord(member: "g1", name: "tab", cursor: 0, topics: [])),
             ])
-            for seq in Int64(1)...4 { try store.commit([.event(Self.event("g1", seq, at: seq * 1000))]) }
-            // Nothing acknowledged: the rows older than 3 s are kept.
+            for seq in Int64(1)...2 { try store.commit([.event(Self.event("g1", seq, at: seq * 1000))]) }
+            let settled = store.eventPosition
+            for seq in Int64(3)...4 { try store.commit([.event(Self.event("g1", seq, at: seq * 1000))]) }
+            // Nothing acknowledged: the settled rows are kept.
             var step = try store.prune(
-                olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0], settledBefore: Timestamp(milliseconds: 3000), limit: 10)
+                olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0], settledThrough: settled, limit: 10)
             XCTAssertEqual(step, PruneStep(), name)
             for seq in Int64(5)...6 { try store.commit([.event(Self.event("g1", seq, at: seq * 1000))]) }
             XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), Array(1...6), name)
@@ -210,7 +212,7 @@ final class StoreContractTests: XCTestCase {
             XCTAssertEqual(try reopened.events(member: "g1", after: 1, limit: 10).map(\.seq), Array(2...6), "\(name), reopened")
             // Acknowledged up to 5, stored too: the kept rows go, then the newer ones, never past 5.
             try reopened.commit([.session(SessionRecord(member: "g1", name: "tab", cursor: 5, topics: []))])
-            step = try reopened.prune(olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 5], settledBefore: Self.later, limit: 10)
+            step = try reopened.prune(olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 5], settledThrough: Self.later, limit: 10)
             XCTAssertEqual(step.through, ["g1": 5], name)
             XCTAssertEqual(try reopened.events(member: "g1", after: 0, limit: 10).map(\.seq), [6], name)
             try reopened.commit([.event(Self.event("g1", 7, at: 7000))])
