@@ -1,27 +1,81 @@
-// How an event reaches the app's code: a sequence whose iterator records the event it
+// How an event reaches the app's code: a sequence whose iterator counts the event it
 // handed out as processed only when the app's loop comes back for the next one, or when
 // the loop ends. An event is then never lost to an app stopped at any moment (it is
 // handed again on the app's next start), and is handed twice only to an app stopped
-// while its loop body was handling it.
+// while its loop body was handling it. With several loops on the same events, an event
+// is processed once every loop it went to is done with it (see `AskCenter`).
 
-/// Events of a member's stream with their seqs, as the app's loop takes them.
+import Synchronization
+
+/// One stream of the app's, both ends: the center gives it events, the app's loop takes
+/// them. Events given but not yet taken when the stream ends go back to the center.
+final class DeliveryStream<Element: Sendable>: Sendable {
+    private let continuation: AsyncStream<(seq: Int64, element: Element)>.Continuation
+    private let stream: AsyncStream<(seq: Int64, element: Element)>
+    private let untaken = Untaken()
+    private let settled: @Sendable (Int64) -> Void
+
+    /// Events given and not yet taken by the loop.
+    final class Untaken: Sendable {
+        let seqs = Mutex<Set<Int64>>([])
+    }
+
+    /// `settled`: the loop is done with an event; `returned`: the stream ended without
+    /// the loop taking it; `ended`: the stream ended (after its returns).
+    init(
+        settled: @escaping @Sendable (Int64) -> Void, returned: @escaping @Sendable (Int64) -> Void,
+        ended: @escaping @Sendable () -> Void
+    ) {
+        (stream, continuation) = AsyncStream<(seq: Int64, element: Element)>.makeStream()
+        self.settled = settled
+        continuation.onTermination = { [untaken] _ in
+            let left = untaken.seqs.withLock { u in
+                defer { u = [] }
+                return u
+            }
+            for seq in left.sorted() { returned(seq) }
+            ended()
+        }
+    }
+
+    /// Gives the stream an event; false when the stream had ended (it is not given).
+    func give(_ seq: Int64, _ element: Element) -> Bool {
+        untaken.seqs.withLock { _ = $0.insert(seq) }
+        if case .terminated = continuation.yield((seq, element)) {
+            // Ended before: not given. Ended meanwhile: returned with the rest already.
+            return untaken.seqs.withLock { $0.remove(seq) } == nil
+        }
+        return true
+    }
+
+    func finish() { continuation.finish() }
+
+    /// The app's end.
+    var sequence: AppDelivery<Element> {
+        AppDelivery(events: stream, taken: { [untaken] seq in untaken.seqs.withLock { _ = $0.remove(seq) } }, processed: settled)
+    }
+}
+
+/// Events of a member's stream, as the app's loop takes them.
 struct AppDelivery<Element: Sendable>: AsyncSequence, Sendable {
     typealias Failure = Never
     let events: AsyncStream<(seq: Int64, element: Element)>
-    /// Records a seq as processed (idempotent: several loops may hand out the same event).
+    let taken: @Sendable (Int64) -> Void
     let processed: @Sendable (Int64) -> Void
 
     func makeAsyncIterator() -> Iterator {
-        Iterator(events: events.makeAsyncIterator(), handed: Handed(processed))
+        Iterator(events: events.makeAsyncIterator(), handed: Handed(processed), taken: taken)
     }
 
     struct Iterator: AsyncIteratorProtocol {
         var events: AsyncStream<(seq: Int64, element: Element)>.Iterator
         let handed: Handed
+        let taken: @Sendable (Int64) -> Void
 
         mutating func next() async -> Element? {
             handed.settle()  // the loop is back: the app is done with what it was handed
             guard let (seq, element) = await events.next() else { return nil }
+            taken(seq)
             handed.seq = seq
             return element
         }

@@ -101,18 +101,27 @@ public final class AskCenter: Sendable {
     private let hub = Mutex(Hub())
 
     private struct Hub {
-        var responseConsumers: [String: [UUID: Consumer<JSONObject>]] = [:]
-        var outcomeConsumers: [UUID: Consumer<(seq: Int64, element: QuestionOutcome)>] = [:]
+        /// The app's open streams of responses (by topic) and of outcomes: each takes an
+        /// event (false when the stream has ended, or cannot read it) and ends.
+        var responseConsumers: [String: [UUID: EventConsumer]] = [:]
+        var outcomeConsumers: [UUID: EventConsumer] = [:]
         /// No more events can come (closed, refused, or never configured): streams end.
         var ended = false
-        /// Responses waiting for a consumer of their topic; not yet processed.
+        /// Responses and outcomes no open stream has; not yet processed.
         var held: [Int64: JSONObject] = [:]
-        /// Recent responses, replayed to consumers that join later in this process.
-        var history: [JSONObject] = []
-        /// Recent outcomes, likewise: the connection opens (and replays what closed while
-        /// the app was away) as the center is made, before the app can ask for them.
-        var outcomeHistory: [(seq: Int64, element: QuestionOutcome)] = []
+        /// Events given to streams: how many of those streams are not done with each, and
+        /// whether a loop had it. Processed once none is left.
+        var outstanding: [Int64: (event: JSONObject, streams: Int, handed: Bool)] = [:]
+        /// Recent responses and outcomes, given to streams opened later in this process
+        /// too: the connection opens (and replays what came while the app was away) as the
+        /// center is made, before the app can ask for them.
+        var history: [Int64: JSONObject] = [:]
         var limitsEnabled: Bool?
+
+        mutating func remember(_ seq: Int64, _ e: JSONObject) {
+            history[seq] = e
+            if history.count > 512, let oldest = history.keys.min() { history[oldest] = nil }
+        }
     }
 
     /// A center for an explicit identity.
@@ -138,6 +147,7 @@ public final class AskCenter: Sendable {
     /// Disconnects for good; returns once what the app's loops have processed is recorded
     /// and acknowledged. A response a loop still handles is handed again at the next start.
     public func close() async {
+        releaseUnwantedOutcomes()
         await session.close()
     }
 
@@ -184,50 +194,84 @@ public final class AskCenter: Sendable {
     /// in this process). Each call returns its own complete sequence.
     ///
     /// A response counts as processed once the loop that took it asks for the next one
-    /// (or ends): an app stopped at any moment gets again, at its next start, the
-    /// response it was handling, and never loses one.
+    /// (or ends), and every other loop it went to too: an app stopped at any moment gets
+    /// again, at its next start, the response it was handling, and never loses one.
     public func responses<Topic: QuestionTopic>(for topicType: Topic.Type)
         -> some AsyncSequence<PermissionResponse<Topic>, Never> & Sendable
     {
-        let (stream, continuation) = AsyncStream<(seq: Int64, element: PermissionResponse<Topic>)>.makeStream()
-        let key = UUID()
-        let deliver: @Sendable (JSONObject) -> Void = { e in
-            if let seq = e["seq"]?.int, let r = PermissionResponse<Topic>(event: e) { continuation.yield((seq, r)) }
-        }
-        let (earlier, ended) = hub.withLock { h -> ([JSONObject], Bool) in
-            if !h.ended { h.responseConsumers[Topic.id, default: [:]][key] = Consumer(deliver, continuation.finish) }
-            for (seq, e) in h.held.filter({ Self.topicKind(of: $0.value) == Topic.id }).sorted(by: { $0.key < $1.key }) {
-                h.held[seq] = nil
-                h.history.append(e)
-            }
-            return (h.history.filter { Self.topicKind(of: $0) == Topic.id }, h.ended)
-        }
-        for e in earlier { deliver(e) }
-        if ended { continuation.finish() }
-        continuation.onTermination = { [weak self] _ in
-            self?.hub.withLock { _ = $0.responseConsumers[Topic.id]?.removeValue(forKey: key) }
-        }
         register([Topic.id])
-        return AppDelivery(events: stream, processed: { [session] in session.done($0) })
+        return open(Topic.id, PermissionResponse<Topic>.init(event:))
     }
 
     /// Questions that closed without a response: cancelled (here or on another device) or
     /// expired, from now on (and those already received in this process). Processed as
-    /// responses are: once the loop that took one asks for the next.
+    /// responses are: once every loop that took one asks for the next.
     public func outcomes() -> some AsyncSequence<QuestionOutcome, Never> & Sendable {
-        let (stream, continuation) = AsyncStream<(seq: Int64, element: QuestionOutcome)>.makeStream()
-        let key = UUID()
-        hub.withLock { h in  // the earlier ones go first: no new one is handed on meanwhile
-            for o in h.outcomeHistory { continuation.yield(o) }
-            if h.ended {
-                continuation.finish()
-            } else {
-                h.outcomeConsumers[key] = Consumer({ continuation.yield($0) }, continuation.finish)
-            }
-        }
-        continuation.onTermination = { [weak self] _ in self?.hub.withLock { _ = $0.outcomeConsumers.removeValue(forKey: key) } }
+        progress.noteOutcomesUsed()
         register([CommunicationTopic.id, SignificantAppUpdateTopic.id])
-        return AppDelivery(events: stream, processed: { [session] in session.done($0) })
+        return open(nil, QuestionOutcome.init(event:))
+    }
+
+    /// A stream of the responses of `topic`, or of the outcomes (nil): the events held
+    /// for it and those of this process's history, then each new one, in order.
+    private func open<Element: Sendable>(_ topic: String?, _ read: @escaping @Sendable (JSONObject) -> Element?) -> AppDelivery<Element> {
+        let key = UUID()
+        let stream = DeliveryStream<Element>(
+            settled: { [weak self] in self?.settled($0, handed: true) },
+            returned: { [weak self] in self?.settled($0, handed: false) },
+            ended: { [weak self] in
+                self?.hub.withLock { h in
+                    if let topic { h.responseConsumers[topic]?[key] = nil } else { h.outcomeConsumers[key] = nil }
+                }
+            })
+        let take: @Sendable (Int64, JSONObject) -> EventConsumer.Taken = { seq, e in
+            guard let element = read(e) else { return .unreadable }
+            return stream.give(seq, element) ? .given : .ended
+        }
+        var notGiven: [(seq: Int64, unreadable: Bool)] = []
+        let ended = hub.withLock { h -> Bool in
+            guard !h.ended else { return true }
+            let consumer = EventConsumer(take: take, finish: stream.finish)
+            if let topic { h.responseConsumers[topic, default: [:]][key] = consumer } else { h.outcomeConsumers[key] = consumer }
+            // Given while the hub is locked: nothing new overtakes them.
+            let mine = { (e: JSONObject) in
+                topic.map { Self.topicKind(of: e) == $0 && e["type"]?.string == "response" } ?? (e["type"]?.string == "questionClosed")
+            }
+            for seq in Set(h.history.keys).union(h.held.keys).sorted() {
+                guard let e = h.history[seq] ?? h.held[seq], mine(e) else { continue }
+                if let held = h.held.removeValue(forKey: seq) {
+                    h.outstanding[seq] = (held, 0, false)
+                    h.remember(seq, held)
+                }
+                let tracked = h.outstanding[seq] != nil
+                if tracked { h.outstanding[seq]!.streams += 1 }
+                let taken = take(seq, e)
+                if taken != .given && tracked { notGiven.append((seq, taken == .unreadable)) }
+            }
+            return false
+        }
+        // An event a stream cannot read is done with at once: there is nothing to show.
+        for n in notGiven { settled(n.seq, handed: n.unreadable) }
+        if ended { stream.finish() }
+        return stream.sequence
+    }
+
+    /// A stream is done with `seq`: its loop handled it, or it ended before its loop took it.
+    private func settled(_ seq: Int64, handed: Bool) {
+        let done = hub.withLock { h -> Bool in
+            guard var o = h.outstanding[seq] else { return false }  // processed before this stream had it
+            o.streams -= 1
+            o.handed = o.handed || handed
+            guard o.streams <= 0 else {
+                h.outstanding[seq] = o
+                return false
+            }
+            h.outstanding[seq] = nil
+            // No loop had it (every stream ended first): it waits for the next stream.
+            if !o.handed { h.held[seq] = o.event }
+            return o.handed
+        }
+        if done { session.done(seq) }
     }
 
     /// Whether the relay can be reached now.
@@ -332,41 +376,54 @@ public final class AskCenter: Sendable {
     static func topicKind(of event: JSONObject) -> String? { event["question"]?["topic"]?["kind"]?.string }
 
     /// One event of the child's stream, on the connection's thread, in order. A response or
-    /// outcome that goes to a stream of the app's is recorded as processed by that stream
-    /// (see `AppDelivery`); a response no stream takes yet is held for the first that will.
+    /// outcome goes to the app's open streams for it, and is processed once each of them
+    /// is done with it; one that no stream takes yet is held for the first that will.
     private func handle(_ e: JSONObject) {
         guard let seq = e["seq"]?.int else { return }
         if progress.isDone(seq) { return }
-        switch e["type"]?.string {
-        case "response":
-            let consumers = hub.withLock { h in
-                let list = (h.responseConsumers[Self.topicKind(of: e) ?? ""]?.values).map { $0.map(\.yield) } ?? []
-                if list.isEmpty {
-                    h.held[seq] = e
-                } else {
-                    h.history.append(e)
-                    if h.history.count > 256 { h.history.removeFirst() }
-                }
-                return list
+        let type = e["type"]?.string
+        guard type == "response" || type == "questionClosed" else {
+            if type == "limitsChanged" { hub.withLock { $0.limitsEnabled = e["enabled"]?.bool } }
+            return session.done(seq)
+        }
+        if type == "questionClosed" && QuestionOutcome(event: e) == nil { return session.done(seq) }
+        let consumers = hub.withLock { h -> [EventConsumer] in
+            let list =
+                type == "response"
+                ? (h.responseConsumers[Self.topicKind(of: e) ?? ""]?.values).map(Array.init) ?? [] : Array(h.outcomeConsumers.values)
+            guard !list.isEmpty else {
+                h.held[seq] = e
+                return []
             }
-            for c in consumers { c(e) }
-        case "questionClosed":
-            guard let o = QuestionOutcome(event: e) else { return session.done(seq) }
-            let consumers = hub.withLock { h in
-                h.outcomeHistory.append((seq, o))
-                if h.outcomeHistory.count > 256 { h.outcomeHistory.removeFirst() }
-                return h.outcomeConsumers.values.map(\.yield)
-            }
-            // Nobody asked for outcomes: there is no app code to wait for.
-            if consumers.isEmpty { session.done(seq) }
-            for c in consumers { c((seq, o)) }
-        case "limitsChanged":
-            hub.withLock { $0.limitsEnabled = e["enabled"]?.bool }
-            session.done(seq)
-        default:
-            session.done(seq)
+            h.remember(seq, e)
+            h.outstanding[seq] = (e, list.count, false)
+            return list
+        }
+        for c in consumers {
+            let taken = c.take(seq, e)
+            if taken != .given { settled(seq, handed: taken == .unreadable) }
         }
     }
+
+    /// Held outcomes are processed when the center closes unless this app (in any run)
+    /// asked for outcomes: an app that never does must not hold its stream back for ever.
+    private func releaseUnwantedOutcomes() {
+        guard !progress.usesOutcomes else { return }
+        let outcomes = hub.withLock { h -> [Int64] in
+            let seqs = h.held.filter { $0.value["type"]?.string == "questionClosed" }.map(\.key)
+            for seq in seqs { h.held[seq] = nil }
+            return seqs.sorted()
+        }
+        for seq in outcomes { session.done(seq) }
+    }
+}
+
+/// One of the app's open streams of responses or outcomes, as the center sees it.
+struct EventConsumer: Sendable {
+    enum Taken { case given, unreadable, ended }
+    /// Gives it an event.
+    let take: @Sendable (Int64, JSONObject) -> Taken
+    let finish: @Sendable () -> Void
 }
 
 /// An open stream of the app's: what hands it an element, and what ends it.

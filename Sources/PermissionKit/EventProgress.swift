@@ -1,9 +1,10 @@
 // Which events of the member's stream this app has processed, kept in a small state
 // file (written atomically: temp file, then rename) so that a restarted app neither
 // loses nor repeats an event. Processing may skip ahead of an event that waits for a
-// consumer; the file keeps the contiguous mark and the seqs done above it, and the
-// topics this app registered (its durable session's subscription only ever grows, so
-// a later run never filters out a response an earlier run asked for).
+// consumer; the file keeps the contiguous mark and the seqs done above it, the topics
+// this app registered (its durable session's subscription only ever grows, so a later
+// run never filters out a response an earlier run asked for), and whether it ever asked
+// for outcomes (then they wait for it, as responses do).
 
 import Foundation
 import RelayProtocol
@@ -11,19 +12,21 @@ import Synchronization
 
 final class EventProgress: Sendable {
     private let path: String?
-    private let state: Mutex<(mark: Int64?, above: Set<Int64>, topics: Set<String>)>
+    private let state: Mutex<(mark: Int64?, above: Set<Int64>, topics: Set<String>, outcomes: Bool)>
 
     init(path: String?) {
         self.path = path
         var mark: Int64?
         var above: Set<Int64> = []
         var topics: Set<String> = []
+        var outcomes = false
         if let path, let data = FileManager.default.contents(atPath: path), let j = try? JSON.parse(Array(data)) {
             mark = j["seq"]?.int
             above = Set((j["above"]?.array ?? []).compactMap(\.int))
             topics = Set((j["topics"]?.array ?? []).compactMap(\.string))
+            outcomes = j["outcomes"]?.bool ?? false
         }
-        state = Mutex((mark, above, topics))
+        state = Mutex((mark, above, topics, outcomes))
     }
 
     /// The highest seq up to which everything is processed (for `resume` and `ack`).
@@ -31,6 +34,17 @@ final class EventProgress: Sendable {
 
     /// The topics registered so far (by asks and response consumers).
     var topics: Set<String> { state.withLock { $0.topics } }
+
+    /// Whether this app asked for outcomes, in this run or an earlier one.
+    var usesOutcomes: Bool { state.withLock { $0.outcomes } }
+
+    func noteOutcomesUsed() {
+        state.withLock { s in
+            guard !s.outcomes else { return }
+            s.outcomes = true
+            save(s)
+        }
+    }
 
     /// Adds topics; when the set grows, `grown` gets the whole set while it is still locked
     /// (so whatever it queues precedes anything queued after this call returns).
@@ -87,12 +101,13 @@ final class EventProgress: Sendable {
     /// through the states in their order (snapshots written after the lock was let go could
     /// land out of order, the last one written an older mark: a restarted app was then shown
     /// a response again).
-    private func save(_ s: (mark: Int64?, above: Set<Int64>, topics: Set<String>)) {
+    private func save(_ s: (mark: Int64?, above: Set<Int64>, topics: Set<String>, outcomes: Bool)) {
         guard let path else { return }
         var o: JSONObject = [
             "above": .array(s.above.sorted().map { .int($0) }), "topics": .array(s.topics.sorted().map { .string($0) }),
         ]
         if let mark = s.mark { o["seq"] = .int(mark) }
+        if s.outcomes { o["outcomes"] = true }
         let j: JSON = .object(o)
         let dir = (path as NSString).deletingLastPathComponent
         try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])

@@ -123,10 +123,17 @@ final class Waiting: Sendable {
 
     /// Ends the loops and waits for them: each comes back for its next event first, which
     /// records the one it was handed as processed (a stop never shows a response twice).
+    /// Not for more than two seconds: a loop stuck writing to a full pipe must not keep
+    /// the program from stopping.
     func stopLoops() async {
         guard let task = loops.withLock({ $0 }) else { return }
         task.cancel()
-        await task.value
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await task.value }
+            group.addTask { try? await Task.sleep(for: .seconds(2)) }
+            await group.next()
+            group.cancelAll()
+        }
     }
 }
 

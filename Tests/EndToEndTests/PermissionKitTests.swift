@@ -389,6 +389,67 @@ final class PermissionKitTests: XCTestCase {
         await first.close()
     }
 
+    /// Two loops over the same responses: one coming back for its next does not count the
+    /// response as processed while the other still handles it.
+    func testAResponseIsProcessedOnlyOnceEveryLoopThatTookItIsDone() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        var a = first.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        var b = first.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        let q1 = contact(), q2 = contact()
+        try await first.ask(q1)
+        try await guardian.answer(q1.id, with: "approve")
+        let tookA = try await next(&a), tookB = try await next(&b)
+        XCTAssertEqual([tookA.question.id, tookB.question.id], [q1.id, q1.id])
+        try await first.ask(q2)
+        try await guardian.answer(q2.id, with: "approve")
+        let nextA = try await next(&a)  // a is done with q1's response; b still handles it
+        XCTAssertEqual(nextA.question.id, q2.id)
+        // Killed now: started again, the app is handed q1's response first.
+        let second = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        var again = second.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        let r = try await next(&again)
+        XCTAssertEqual(r.question.id, q1.id, "loop b never finished with q1's response")
+        await second.close()
+        withExtendedLifetime((a, b)) {}
+        await first.close()
+    }
+
+    /// The center replays what closed while the app was away as soon as it is made; an app
+    /// that asks for outcomes a moment later, and is killed while handling one, gets it again.
+    func testAnOutcomeReplayedBeforeTheAppAskedForOutcomesWaitsForIt() async throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let question = contact()
+        let asking = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        try await asking.ask(question)
+        await asking.close()
+        let closures = guardian.closedQuestions()
+        let child = AskCenter(configuration: config(relay, "c0", tokens, session: "other"))
+        try await child.cancel(questionID: question.id)
+        await child.close()
+        _ = await firstElement(of: closures, within: .seconds(10))
+        let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        _ = try await app.limitsEnabled()  // connected, and replayed the closure meanwhile
+        var it = app.outcomes().makeAsyncIterator()
+        let o = try await it.next()
+        XCTAssertEqual(o?.questionID, question.id)
+        // Killed while handling it: started again, the app gets it again.
+        let again = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let replayed = await firstElement(of: again.outcomes(), within: .seconds(5))
+        XCTAssertEqual(replayed?.questionID, question.id, "the outcome the app was handling is not lost")
+        await again.close()
+        withExtendedLifetime(it) {}
+        await app.close()
+    }
+
     /// Asks a new question on `center` and has `guardian` approve it: the next response
     /// `center` shows must be that one.
     private func expectOnlyANewResponse(_ center: AskCenter, guardian: GuardianCenter, _ message: String, line: UInt = #line)
