@@ -320,8 +320,26 @@ public final class RelayServer {
             committer.waitUntilIdle()
             collectOutcomes()
         }
+        drainBeforeClosing(milliseconds: 1000)
         for id in Array(conns.keys) { closeNow(id) }
         committer.stop()
+    }
+
+    /// Gives what the sockets have not taken yet up to `milliseconds` to go out: the replies
+    /// in hand and the goodbyes reach clients that keep reading (those that do not would
+    /// get them replayed anyway, or resend).
+    private func drainBeforeClosing(milliseconds: Int64) {
+        let until = Self.monotonicMillis() + milliseconds
+        while Self.monotonicMillis() < until {
+            let waiting = conns.values.filter { $0.pendingBytes > 0 && !$0.peerGone }
+            guard !waiting.isEmpty else { return }
+            for c in waiting {
+                flush(c)
+                if conns[c.id] != nil { setInterest(c) }
+            }
+            let wait = Int32(max(1, min(50, until - Self.monotonicMillis())))
+            _ = cs_epoll_wait(epfd, &ready, Int32(ready.count), wait)
+        }
     }
 
     // MARK: - One turn

@@ -20,6 +20,40 @@ final class LifecycleTests: XCTestCase {
         XCTAssertEqual(rest.last?["reason"]?.string, "shutdown")
     }
 
+    /// Events queued for a guardian beyond what its socket holds still reach it when the
+    /// relay stops while it reads, and then the goodbye.
+    func testAStopDeliversWhatIsQueuedToAClientThatKeepsReading() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let guardian = try relay.connect()
+        _ = try guardian.hello("g0", tokens["g0"]!)
+        let child = try relay.connect()
+        _ = try child.hello("c0", tokens["c0"]!)
+        let avatar = String(repeating: "A", count: 200_000)  // base64: 150 KB each
+        let asked = 12
+        for n in 0..<asked {
+            let person: JSON = .object([
+                "handle": .object(["value": .string("+1 555 01\(10 + n)"), "kind": "phoneNumber"]), "avatarImage": .string(avatar),
+            ])
+            let topic: JSON = .object(["kind": "communication", "personInformation": .array([person])])
+            let reply = try child.request(["type": "ask", "question": .object(["id": .string(UUID().uuidString), "topic": topic])])
+            XCTAssertEqual(reply["type"]?.string, "ok", "\(reply)")
+        }
+        // 1.8 MB of question events wait for the guardian, who has read nothing yet.
+        guard let pid = relay.process?.processIdentifier else { return XCTFail("no relay") }
+        kill(pid, SIGTERM)
+        var questions = 0
+        var last: JSONObject?
+        while let f = try guardian.c.receive() {
+            if f["type"]?.string == "question" { questions += 1 }
+            last = f
+        }
+        XCTAssertEqual(questions, asked, "every question event queued when the relay stopped")
+        XCTAssertEqual(last?["reason"]?.string, "shutdown")
+        XCTAssertEqual(relay.terminate(), 0)
+    }
+
     func testStaleSocketDoesNotBlockARestartAndALiveOneRefusesASecondRelay() throws {
         let relay = try RelayProcess()
         try relay.start()
