@@ -35,7 +35,7 @@ let package = Package(
         .target(name: "RelayStore", dependencies: ["RelayProtocol", "RelayModel", "CSQLite"], swiftSettings: relayLoop),
         // the epoll reactor that moves bytes between sockets and the core.
         .target(
-            name: "RelayServer", dependencies: ["RelayProtocol", "RelayModel", "RelayStore", "RelayCore", "CSystem"],
+            name: "RelayServer", dependencies: ["RelayProtocol", "RelayModel", "RelayStore", "RelayCore", "RelayHub", "CSystem"],
             swiftSettings: relayLoop),
         // the link to a family hub: NATS JetStream through libnats.
         .target(name: "RelayHub", dependencies: ["CNATS"]),
@@ -58,14 +58,13 @@ let package = Package(
             name: "permission-guardian", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol", "CSystem"]),
 
         .testTarget(name: "RelayProtocolTests", dependencies: ["RelayProtocol"]),
-        .testTarget(name: "RelayHubTests", dependencies: ["RelayHub"]),
         .testTarget(
             name: "RelayStoreTests", dependencies: ["RelayStore", "RelayModel", "RelayProtocol", "CSQLite"],
             resources: [.copy("Fixtures")]),
         .testTarget(name: "RelayCoreTests", dependencies: ["RelayCore", "RelayModel", "RelayStore", "RelayProtocol"]),
         .testTarget(
             name: "RelayServerTests", dependencies: ["RelayServer", "RelayCore", "RelayModel", "RelayStore", "RelayProtocol", "CSystem"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["RelayProtocol", "RelayServer", "CSystem", "PermissionKit"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["RelayProtocol", "RelayServer", "RelayHub", "CSystem", "PermissionKit"]),
         .testTarget(name: "PermissionKitTests", dependencies: ["PermissionKit", "RelayProtocol", "CSystem"]),
         .testTarget(name: "permission-benchTests", dependencies: ["permission-bench", "RelayProtocol"]),
     ],

@@ -97,21 +97,8 @@ extension RelayCore {
         let record = QuestionRecord(
             content: content, child: child.id, family: child.family.id, status: .pending,
             attempt: (previous?.attempt ?? 0) + 1, createdAt: previous?.createdAt ?? r.now, row: previous?.row ?? questions.newRow())
-        if previous == nil {
-            questions.insert(record)
-            child.questionOrder.append(record.key)
-        } else {
-            questions.save(record)
-        }
-        child.questionBytes += content.encoded.count - (previous?.content.encoded.count ?? 0)
-        forgetOldQuestions(of: child)
-        child.pendingQuestions = pendingNow + 1
-        if let e = content.expiration { addDeadline(e, of: record.key) }
-        appendEvent(to: guardians, topic: nil, type: "question", capacity: content.encoded.count + 240, now: r.now) { out in
-            out.appendJSONKey("question")
-            appendQuestion(record, to: &out)
-        }
-        persist(.question(record))
+        fileAsked(record, previous: previous, child: child, now: r.now)
+        tellHubAsked(record)
         let allKnown = content.kind == .communication && content.handles.allSatisfy { child.isKnown($0, at: r.now) }
         return .frame(
             okFrame(re: r.id, capacity: 160) { ok in
@@ -123,6 +110,26 @@ extension RelayCore {
                     ok.append(literal: "true")
                 }
             })
+    }
+
+    /// Holds a question asked (by the child here, or on another device) and tells the guardians.
+    func fileAsked(_ record: QuestionRecord, previous: QuestionRecord?, child: Member, now: Timestamp) {
+        if previous == nil {
+            questions.insert(record)
+            child.questionOrder.append(record.key)
+        } else {
+            questions.save(record)
+        }
+        child.questionBytes += record.content.encoded.count - (previous?.content.encoded.count ?? 0)
+        forgetOldQuestions(of: child)
+        child.pendingQuestions += 1
+        if let e = record.content.expiration { addDeadline(e, of: record.key) }
+        appendEvent(to: child.family.guardians, topic: nil, type: "question", capacity: record.content.encoded.count + 240, now: now) {
+            out in
+            out.appendJSONKey("question")
+            appendQuestion(record, to: &out)
+        }
+        persist(.question(record))
     }
 
     func cancel(_ r: Request) throws(RequestError) -> ReplyFields {
@@ -139,6 +146,7 @@ extension RelayCore {
         case .answered:
             throw alreadyAnswered(q)
         case .pending:
+            if hubLinked { return propose(.cancel, on: q, r) }
             q.status = .cancelled
             close(question: q, reason: .cancelled, now: r.now)
             return ["questionId": .string(id), "status": "cancelled"]

@@ -38,7 +38,8 @@ extension RelayCore {
         while let top = questionDeadlines.top, top.at <= now {
             _ = questionDeadlines.pop()
             guard let q = questions[top.id], q.status == .pending, let e = q.content.expiration, e <= now else { continue }
-            close(question: q, reason: .expired, now: now)
+            // Linked to a hub, the first decision there wins: an answer may have come first.
+            if hubLinked { proposeExpiry(q, now: now) } else { close(question: q, reason: .expired, now: now) }
         }
         // Handles one approval made known together run out together: one event per child says so.
         var lapsed: [(child: Member, handles: [NormalizedHandle])] = []

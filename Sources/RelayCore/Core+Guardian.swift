@@ -34,28 +34,34 @@ extension RelayCore {
                 .invalidChoice,
                 "\"\(choiceID)\" is not a choice of question \(key); its choices are \(content.choices.map(\.id).joined(separator: ", "))")
         }
-        // Changed in place: a copy taken out and stored back retained and released every field twice.
-        entry.record.status = .answered
-        entry.record.outcome = Outcome(choice: choice, guardian: r.member.id, answeredAt: r.now)
-        let q = entry.record
-        let child = members[q.child]
-        child?.pendingQuestions -= 1
-        persist(.questionState(q))
-        if let child, !child.isRemoved {
-            appendEvent(to: child, topic: q.content.kind, type: "response", capacity: q.content.encoded.count + 400, now: r.now) {
-                appendResponseFields(q, to: &$0)
-            }
-        }
-        tellGuardiansClosed(q, in: family, reason: .answered, by: r.member.id, now: r.now)
-        if let child, choice.answer == .approval && q.content.kind == .communication {
-            let until = choice.durationSeconds.map { r.now.adding(seconds: $0) }
-            learn(q.content.handles, child: child, until: until, actions: q.content.actions, now: r.now)
-        }
+        if hubLinked { return propose(.answer(guardian: r.member.id, choice: choiceID), on: entry.record, r) }
+        applyAnswer(entry, guardian: r.member.id, choice: choice, now: r.now)
         return .frame(
             okFrame(re: r.id, capacity: 128) { ok in
                 ok.appendJSONField("questionId", key)
                 ok.append(literal: #","status":"answered""#)
             })
+    }
+
+    /// Answers a pending question: stores it, and tells the child and the guardians.
+    func applyAnswer(_ entry: QuestionTable.Entry, guardian: String, choice: Choice, now: Timestamp) {
+        // Changed in place: a copy taken out and stored back retained and released every field twice.
+        entry.record.status = .answered
+        entry.record.outcome = Outcome(choice: choice, guardian: guardian, answeredAt: now)
+        let q = entry.record
+        let child = members[q.child]
+        child?.pendingQuestions -= 1
+        persist(.questionState(q))
+        if let child, !child.isRemoved {
+            appendEvent(to: child, topic: q.content.kind, type: "response", capacity: q.content.encoded.count + 400, now: now) {
+                appendResponseFields(q, to: &$0)
+            }
+        }
+        tellGuardiansClosed(q, in: child?.family ?? families[q.family], reason: .answered, by: guardian, now: now)
+        if let child, choice.answer == .approval && q.content.kind == .communication {
+            let until = choice.durationSeconds.map { now.adding(seconds: $0) }
+            learn(q.content.handles, child: child, until: until, actions: q.content.actions, now: now)
+        }
     }
 
     func pending(_ r: Request) throws(RequestError) -> ReplyFields {

@@ -77,6 +77,9 @@ public struct CoreConfig: Sendable {
     /// an answer is never refused), so that a guardian's app adding new handles in a loop
     /// cannot grow the relay without bound. 0: no limit.
     public var maxKnownHandlesPerChild = 100_000
+    /// This device's name when the relay is linked to a family hub (see Core+Hub.swift):
+    /// decisions then go through the hub, where the first one wins for every device.
+    public var hubDevice: String?
 
     public init() {}
 }
@@ -115,6 +118,12 @@ public final class RelayCore {
     private var spareFrames: [[UInt8]] = []
     /// Events recorded while a request is handled, delivered after its reply.
     var deferred: [(to: Member, topic: TopicKind?, frame: [UInt8])] = []
+    // Linked to a hub: its outbox, the requests waiting for decisions (by question and
+    // asking), and the decisions proposed in this run.
+    var hubOutbox: [Int64: HubOutbound] = [:]
+    var lastHubOutbound: Int64 = 0
+    var hubWaiters: [String: [HubWaiter]] = [:]
+    var hubProposed: Set<String> = []
 
     /// Builds the core with the state the store holds.
     public init(config: CoreConfig, snapshot s: StoreSnapshot, now: Timestamp) {
@@ -142,6 +151,8 @@ public final class RelayCore {
             child.known[k.handle] = k
             if let u = k.until { knownDeadlines.push((u, child, k.handle)) }
         }
+        for m in s.hubOutbox { hubOutbox[m.id] = m }
+        lastHubOutbound = s.hubOutbox.map(\.id).max() ?? 0
         for sess in s.sessions { members[sess.member]?.sessions[sess.name] = DurableSession(sess) }
         for (id, head) in s.heads { members[id]?.head = head }
         for m in members.values { m.prunedThrough = s.firstRetained[m.id].map { $0 - 1 } ?? m.head }
@@ -159,6 +170,7 @@ public final class RelayCore {
             s.sessions += m.sessions.values.map(\.record)
             if m.head > 0 { s.heads[m.id] = m.head }
         }
+        s.hubOutbox = hubOutbox.values.sorted { $0.id < $1.id }
         return s.normalized
     }
 
@@ -412,6 +424,8 @@ public final class RelayCore {
             send(conn, okFrame(re: id) { o.encodeFields(into: &$0) })
         case .success(.frame(let bytes)):
             send(conn, bytes)
+        case .success(.later):
+            break
         case .failure(let e):
             send(conn, e.frame(re: id))
         }
@@ -511,6 +525,8 @@ public final class RelayCore {
 enum ReplyFields: ExpressibleByDictionaryLiteral {
     case object(JSONObject)
     case frame([UInt8])
+    /// None now: the request is answered later (a decision proposed to the hub).
+    case later
 
     init(dictionaryLiteral elements: (String, JSON)...) {
         self = .object(JSONObject(elements.map { JSONObject.Field($0.0, $0.1) }))

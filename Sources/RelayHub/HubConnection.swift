@@ -73,22 +73,33 @@ public final class HubConnection: @unchecked Sendable {
         var opts: OpaquePointer?
         try Self.check(natsOptions_Create(&opts), "cannot set up a connection")
         defer { natsOptions_Destroy(opts) }
-        try Self.check(natsOptions_SetURL(opts, url), "\(url) is not a hub address")
+        let shown = Self.redacted(url)
+        try Self.check(natsOptions_SetURL(opts, url), "\(shown) is not a hub address")
         try Self.check(natsOptions_SetName(opts, name), "cannot name the connection")
         try Self.check(natsOptions_SetMaxReconnect(opts, -1), "cannot set reconnects")
         try Self.check(natsOptions_SetReconnectWait(opts, 250), "cannot set reconnects")
         // A link that died silently is noticed within three pings.
         try Self.check(natsOptions_SetPingInterval(opts, 5000), "cannot set pings")
         try Self.check(natsOptions_SetTimeout(opts, timeoutMillis), "cannot set the timeout")
-        try Self.check(natsConnection_Connect(&connection, opts), "cannot connect to the hub at \(url)")
+        try Self.check(natsConnection_Connect(&connection, opts), "cannot connect to the hub at \(shown)")
         var jsOpts = jsOptions()
         jsOptions_Init(&jsOpts)
         jsOpts.Wait = timeoutMillis
         let s = natsConnection_JetStream(&jetStream, connection, &jsOpts)
         guard s == NATS_OK else {
             natsConnection_Destroy(connection)
-            throw HubError(s, jsErrCode(rawValue: 0), "the hub at \(url) has no JetStream")
+            throw HubError(s, jsErrCode(rawValue: 0), "the hub at \(shown) has no JetStream")
         }
+    }
+
+    /// `url` without a user and password in it, for messages and logs.
+    public static func redacted(_ url: String) -> String {
+        let parts = url.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false)
+        // "nats:", "", "user:password@host:port", the rest
+        guard parts.count >= 3, parts[1].isEmpty, let at = parts[2].lastIndex(of: "@") else { return url }
+        var shown = parts[0] + "//…" + parts[2][at...]
+        if parts.count == 4 { shown += "/" + parts[3] }
+        return String(shown)
     }
 
     deinit {

@@ -26,6 +26,10 @@ public enum Change: Sendable, Equatable {
     case dropSession(member: String, name: String)
     /// An event appended to a member's stream.
     case event(EventRecord)
+    /// A message for the family hub, kept until the hub has stored it.
+    case hubOutbound(HubOutbound)
+    /// The hub stored (or refused for good) the outbox's message `id`: it goes.
+    case hubSent(id: Int64)
 }
 
 /// Everything the core keeps in memory, as loaded at start.
@@ -44,6 +48,8 @@ public struct StoreSnapshot: Sendable, Equatable {
     public var lastQuestionRow: Int64 = 0
     /// When the newest stored event was appended: the core never stamps one earlier.
     public var lastEventAt: Timestamp?
+    /// Messages for the family hub that it has not stored yet, in order.
+    public var hubOutbox: [HubOutbound] = []
 
     public init() {}
 
@@ -92,6 +98,10 @@ public struct StoreSnapshot: Sendable, Equatable {
             heads[e.member] = max(heads[e.member] ?? 0, e.seq)
             if firstRetained[e.member] == nil { firstRetained[e.member] = e.seq }
             lastEventAt = max(lastEventAt ?? e.at, e.at)
+        case .hubOutbound(let m):
+            hubOutbox.append(m)
+        case .hubSent(let id):
+            hubOutbox.removeAll { $0.id == id }
         }
     }
 }

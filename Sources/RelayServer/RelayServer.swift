@@ -17,6 +17,7 @@
 import CSystem
 import Glibc
 import RelayCore
+import RelayHub
 import RelayModel
 import RelayProtocol
 import RelayStore
@@ -24,6 +25,9 @@ import RelayStore
 /// Limits and timings of the reactor.
 public struct ServerConfig: Sendable {
     public var socketPath: String
+    /// The family hub to link to (`nats://HOST:PORT`), if any; this device's name is
+    /// `CoreConfig.hubDevice`.
+    public var hubURL: String?
     public var maxConnections = 4096
     public var handshakeTimeoutSeconds = 5.0
     /// Unsent bytes a connection may hold before it is dropped as a slow consumer.
@@ -156,12 +160,18 @@ public final class RelayServer {
     private static let listenToken: UInt64 = 0
     private static let signalToken: UInt64 = UInt64.max
     private static let committerToken: UInt64 = UInt64.max - 1
+    private static let hubToken: UInt64 = UInt64.max - 2
+    /// The link to the family hub, when the relay has one (`ServerConfig.hubURL`).
+    private let bridge: HubBridge?
 
     /// Turns' changes and what they send, waiting for one commit.
     private struct Batch {
         var changes: [Change] = []
         var outputs: [CoreOutput] = []
-        var isEmpty: Bool { changes.isEmpty && outputs.isEmpty }
+        /// Messages from the hub whose changes are in this batch (or an earlier one): the
+        /// hub is told they are handled once it is committed.
+        var hubAcks: [HubMessage] = []
+        var isEmpty: Bool { changes.isEmpty && outputs.isEmpty && hubAcks.isEmpty }
     }
 
     /// A class, so that its buffers are changed in place: a struct copied out of `conns`
@@ -208,6 +218,12 @@ public final class RelayServer {
         self.log = log
         self.relay = RelayCore(config: coreConfig, snapshot: try store.load(), now: config.wallClock())
         self.committer = try Committer(store: store)
+        if let url = config.hubURL {
+            guard let sqlite = store as? SQLiteStore else { throw ServerError("a family hub needs the SQLite store") }
+            bridge = try HubBridge(url: url, device: coreConfig.hubDevice ?? "", outbox: try sqlite.hubOutboxReader(), log: log)
+        } else {
+            bridge = nil
+        }
         self.lastPrune = Self.monotonicMillis()
         var fds: [Int32] = [-1, -1]
         guard cs_pipe(&fds) == 0 else { throw ServerError("cannot create a pipe: \(String(cString: strerror(errno)))") }
@@ -249,6 +265,10 @@ public final class RelayServer {
         cs_epoll_ctl(epfd, 0, listenFD, cs_epollin, Self.listenToken)
         cs_epoll_ctl(epfd, 0, signalPipe[0], cs_epollin, Self.signalToken)
         cs_epoll_ctl(epfd, 0, committer.wakeFD, cs_epollin, Self.committerToken)
+        if let bridge {
+            cs_epoll_ctl(epfd, 0, bridge.wakeFD, cs_epollin, Self.hubToken)
+            bridge.start()
+        }
         spareFD = Self.openSpare()
     }
 
@@ -322,6 +342,7 @@ public final class RelayServer {
         }
         drainBeforeClosing(milliseconds: 1000)
         for id in Array(conns.keys) { closeNow(id) }
+        bridge?.stop()
         committer.stop()
     }
 
@@ -365,6 +386,7 @@ public final class RelayServer {
             case Self.listenToken: acceptAll()
             case Self.signalToken: drainSignals()
             case Self.committerToken: collectOutcomes()
+            case Self.hubToken: takeFromHub(now: t)
             default:
                 let id = ConnectionID(r.token)
                 if r.events & (cs_epollin | cs_epollhup | cs_epollerr | cs_epollrdhup) != 0 { read(id, now: t) }
@@ -409,8 +431,9 @@ public final class RelayServer {
     private func submit() {
         if committing == nil && !gathering.isEmpty {
             if gathering.changes.isEmpty {
-                dispatch(gathering.outputs)
+                release(gathering)
                 gathering.outputs.removeAll(keepingCapacity: true)
+                gathering.hubAcks.removeAll()
             } else if gathering.changes.count <= Self.inlineCommitChanges && !pruneInFlight {
                 // The writer is idle and the batch small: committed here, its replies go now,
                 // without two threads waking each other for a commit of a few rows.
@@ -419,7 +442,7 @@ public final class RelayServer {
                 do {
                     try store.commit(batch.changes)
                     failedCommits = 0
-                    dispatch(batch.outputs)
+                    release(batch)
                 } catch {
                     commitFailed(error)
                 }
@@ -442,13 +465,39 @@ public final class RelayServer {
         }
     }
 
+    /// A committed batch: its frames are sent, the hub told its messages are handled, and
+    /// the bridge woken for what it may have added to the outbox.
+    private func release(_ batch: Batch) {
+        dispatch(batch.outputs)
+        guard let bridge else { return }
+        bridge.acknowledge(batch.hubAcks)
+        if !batch.changes.isEmpty { bridge.noteOutboxChanged() }
+    }
+
+    /// What the bridge brought from the hub: outbox messages it stored, and messages of
+    /// the families' streams, each acknowledged to the hub once what it changed is committed.
+    private func takeFromHub(now: Timestamp) {
+        guard let bridge else { return }
+        for item in bridge.take() {
+            switch item {
+            case .sent(let id):
+                relay.hubSent(id)
+            case .message(let m):
+                if case .ignored(let why) = relay.hubMessage(subject: m.subject, body: m.body, now: now) {
+                    log(.info, "from the family hub: \(why)")
+                }
+                gathering.hubAcks.append(m)
+            }
+        }
+    }
+
     /// What the writer has done since the last call: batches committed are sent.
     private func collectOutcomes() {
         for outcome in committer.takeOutcomes() {
             switch outcome {
             case .committed:
                 failedCommits = 0
-                if let done = committing.take() { dispatch(done.outputs) }
+                if let done = committing.take() { release(done) }
             case .commitFailed(let error):
                 commitFailed(error)
             case .pruned(let step):

@@ -129,5 +129,14 @@ extension SQLiteStore {
             """,
             nil
         ),
+        (
+            // Messages for a family hub, kept until the hub has stored them (Core+Hub.swift).
+            "an outbox for the family hub",
+            """
+            CREATE TABLE hubOutbox(id INTEGER PRIMARY KEY, family TEXT NOT NULL, subject TEXT NOT NULL,
+                messageID TEXT NOT NULL, body BLOB NOT NULL, firstOnSubject INTEGER NOT NULL);
+            """,
+            nil
+        ),
     ]
 }

@@ -6,6 +6,7 @@
 // (SQLiteStore+Upgrade.swift).
 
 import CSQLite
+import Foundation
 import Glibc
 import RelayModel
 import RelayProtocol
@@ -170,10 +171,29 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                 "SELECT firstSeq FROM events WHERE member = ? AND indexed ORDER BY lastSeq LIMIT 1", [.text(member)])
         }
         for (member, rows) in t.rows where s.firstRetained[member] == nil { s.firstRetained[member] = rows.first?.first }
+        s.hubOutbox = try Self.hubOutbox(after: 0, limit: .max, in: reader)
         // Rows are in order of appending, and so of time.
         s.lastEventAt = try reader.scalar("SELECT at FROM events ORDER BY id DESC LIMIT 1").map(Timestamp.init(milliseconds:))
         return s
     }
+
+    /// The hub outbox's messages after `id`, in order.
+    static func hubOutbox(after id: Int64, limit: Int, in db: SQLiteDatabase) throws -> [HubOutbound] {
+        var out: [HubOutbound] = []
+        try db.run(
+            "SELECT id, family, subject, messageID, body, firstOnSubject FROM hubOutbox WHERE id > ? ORDER BY id LIMIT ?",
+            [.int(id), .int(Int64(min(limit, Int(Int64.max))))]
+        ) { r in
+            out.append(
+                HubOutbound(
+                    id: r.int(0), family: r.text(1), subject: r.text(2), messageID: r.text(3), body: r.blob(4),
+                    firstOnSubject: r.int(5) != 0))
+        }
+        return out
+    }
+
+    /// A connection of its own for the hub's bridge to read the outbox from, on its thread.
+    public func hubOutboxReader() throws -> HubOutboxReader { try HubOutboxReader(path: path) }
 
     static func topics(_ stored: String) -> Set<TopicKind> {
         Set(stored.split(separator: ",").compactMap { TopicKind(rawValue: String($0)) })
@@ -250,6 +270,12 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             try db.run("DELETE FROM sessions WHERE member = ?", [.text(member)])
         case .dropSession(let member, let name):
             try db.run("DELETE FROM sessions WHERE member = ? AND name = ?", [.text(member), .text(name)])
+        case .hubOutbound(let m):
+            try db.run(
+                "INSERT INTO hubOutbox(id, family, subject, messageID, body, firstOnSubject) VALUES(?,?,?,?,?,?)",
+                [.int(m.id), .text(m.family), .text(m.subject), .text(m.messageID), .blob(m.body), .int(m.firstOnSubject ? 1 : 0)])
+        case .hubSent(let id):
+            try db.run("DELETE FROM hubOutbox WHERE id = ?", [.int(id)])
         case .event:
             preconditionFailure("events are written together, a row per member (insert(_:into:))")
         }
@@ -274,4 +300,32 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         return .utf8(out)
     }
 
+}
+
+/// Reads the hub outbox on a connection of its own (the bridge's threads, one at a time:
+/// a connection is opened without SQLite's own mutex).
+public final class HubOutboxReader: @unchecked Sendable {
+    private let db: SQLiteDatabase
+    private let lock = NSLock()
+
+    /// Opened for writing, though it only reads: a read-only connection to a database in
+    /// WAL mode fails ("not a database") when it comes before the writer's WAL index.
+    init(path: String) throws {
+        db = try SQLiteDatabase(path: path)
+        try db.exec("PRAGMA busy_timeout = 5000")
+    }
+
+    /// Up to `limit` messages after `id`, in order.
+    public func messages(after id: Int64, limit: Int) throws -> [HubOutbound] {
+        try lock.withLock { try SQLiteStore.hubOutbox(after: id, limit: limit, in: db) }
+    }
+
+    /// The families the store holds.
+    public func families() throws -> [String] {
+        try lock.withLock {
+            var out: [String] = []
+            try db.run("SELECT id FROM families ORDER BY id") { r in out.append(r.text(0)) }
+            return out
+        }
+    }
 }

@@ -58,12 +58,21 @@ enum Serve {
                                            for the next before sleeping: lower latency, for a
                                            busy core while that lasts; 0 = always sleep
                                            (default: \(SpinPolicy.defaultMicroseconds), at most 10000)
+          --hub URL                        Link the relay's families to their other devices
+                                           through a NATS JetStream hub (nats://HOST:PORT, or
+                                           nats://USER:PASSWORD@HOST:PORT): questions, answers,
+                                           cancels and expiries go through it, and the first
+                                           decision there wins everywhere (default:
+                                           $PERMISSION_RELAY_HUB, which keeps a password out of
+                                           the process list)
+          --device NAME                    This device's name on the hub (default: the host name)
           --log-level LEVEL                debug, info, warning or error (default: info)
           -h, --help                       Show this help.
 
         EXAMPLES:
           permission-relay serve
           permission-relay serve --socket /tmp/relay.sock --data /tmp/relay-data --sync full
+          permission-relay serve --hub nats://hub.home.arpa:4222 --device laptop
         """
 
     static let valueFlags: Set<String> = [
@@ -71,7 +80,7 @@ enum Serve {
         "--max-pending-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
         "--max-member-output-bytes", "--max-total-output-bytes",
         "--retention-seconds", "--log-level", "--max-questions-per-child", "--spin-microseconds",
-        "--max-sessions-per-member", "--max-question-bytes-per-child", "--max-known-handles-per-child",
+        "--max-sessions-per-member", "--max-question-bytes-per-child", "--max-known-handles-per-child", "--hub", "--device",
     ]
 
     static func run(_ args: [String]) throws {
@@ -105,6 +114,19 @@ enum Serve {
         core.relayUID = getuid()
         var server = ServerConfig(socketPath: socket)
         server.inheritedListener = inherited?.fd
+        if let hub = a.value("--hub") ?? ProcessInfo.processInfo.environment["PERMISSION_RELAY_HUB"].flatMap({ $0.isEmpty ? nil : $0 }) {
+            guard hub.hasPrefix("nats://") || hub.hasPrefix("tls://") else {
+                throw CLIError.usage("--hub must be a NATS address, such as nats://hub.home.arpa:4222")
+            }
+            let device = a.value("--device") ?? ProcessInfo.processInfo.hostName
+            guard Identifier.isValid(device) else {
+                throw CLIError.usage("--device must be 1 to 64 letters, digits, '.', '_' or '-'")
+            }
+            server.hubURL = hub
+            core.hubDevice = device
+        } else if a.value("--device") != nil {
+            throw CLIError.usage("--device names this device on a hub: it goes with --hub")
+        }
         server.handshakeTimeoutSeconds = try a.double("--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds)
         server.maxConnections = try a.int("--max-connections", default: server.maxConnections, min: 1)
         server.maxOutputBytes = try a.int("--max-output-bytes", default: server.maxOutputBytes, min: 65536)

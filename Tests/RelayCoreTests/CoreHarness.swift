@@ -92,6 +92,18 @@ final class CoreHarness {
         XCTAssertEqual(stored.knownHandles, held.knownHandles, differs, file: file, line: line)
         XCTAssertEqual(stored.sessions, held.sessions, differs, file: file, line: line)
         XCTAssertEqual(stored.heads, held.heads, differs, file: file, line: line)
+        XCTAssertEqual(stored.hubOutbox, held.hubOutbox, differs, file: file, line: line)
+    }
+
+    /// What the core has for the hub and the hub has not stored yet, in order.
+    var hubOutbox: [HubOutbound] { core.snapshot().hubOutbox }
+
+    /// Delivers a message of the family's stream on the hub, as the bridge would.
+    @discardableResult
+    func fromHub(_ m: HubOutbound) -> HubApplied {
+        let applied = core.hubMessage(subject: m.subject, body: m.body, now: now)
+        pump()
+        return applied
     }
 
     /// Sends a request with a fresh id; returns its reply and leaves other frames in the inbox.

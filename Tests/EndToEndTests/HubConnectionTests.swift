@@ -94,6 +94,14 @@ final class HubConnectionTests: XCTestCase {
         XCTAssertEqual(bodies, (1...51).map { [UInt8($0)] }, "every acknowledged publish, in order, once")
     }
 
+    func testAPasswordInTheHubsAddressIsNeverShown() throws {
+        XCTAssertEqual(HubConnection.redacted("nats://relay:s3cret@hub.home.arpa:4222"), "nats://…@hub.home.arpa:4222")
+        XCTAssertEqual(HubConnection.redacted("nats://hub.home.arpa:4222"), "nats://hub.home.arpa:4222")
+        XCTAssertThrowsError(try HubConnection(url: "nats://relay:s3cret@127.0.0.1:1", name: "test", timeoutMillis: 300)) { error in
+            XCTAssertFalse("\(error)".contains("s3cret"), "\(error)")
+        }
+    }
+
     func testAHubNobodyListensAtIsAClearError() throws {
         let server = try NATSServer()
         let url = server.url

@@ -1,0 +1,173 @@
+// A relay linked to a family hub (`CoreConfig.hubDevice`): the family's other devices run
+// relays of their own, and the hub (NATS JetStream) carries between them a child's
+// questions, each asking once, and the one decision on each asking: a guardian's answer,
+// the child's cancel, or its expiry. Decisions are proposed to the hub, where the first
+// one on a question's asking wins, and take effect on every relay, this one included,
+// as they come back from it in the hub's order. A request that proposes one (an answer,
+// a cancel) is answered once the decision is known.
+//
+// The core only says what to send (`Change.hubOutbound`, stored with the change that
+// made it, until the hub has it: `hubSent`) and takes what comes (`hubMessage`); the
+// reactor's bridge moves the messages.
+
+import RelayModel
+import RelayProtocol
+
+/// A request waiting for the hub's decision on the question it is about.
+struct HubWaiter {
+    let conn: ConnectionID
+    let id: String
+    let proposal: HubProposal
+}
+
+/// What a request of this relay proposes.
+enum HubProposal: Equatable {
+    case answer(guardian: String, choice: String)
+    case cancel
+}
+
+/// What `hubMessage` did with a message.
+public enum HubApplied: Equatable, Sendable {
+    case applied
+    /// Nothing to do: known already (this relay's own message coming back, a redelivery).
+    case known
+    /// Not for this relay, with why (a member it does not know, a subject it cannot read).
+    case ignored(String)
+}
+
+extension RelayCore {
+    var hubLinked: Bool { config.hubDevice != nil }
+
+    /// Keeps a message for the hub with this turn's changes.
+    func queueForHub(family: String, subject: String, messageID: String, body: JSONObject, firstOnSubject: Bool) {
+        lastHubOutbound += 1
+        let m = HubOutbound(
+            id: lastHubOutbound, family: family, subject: subject, messageID: messageID, body: body.encoded,
+            firstOnSubject: firstOnSubject)
+        hubOutbox[m.id] = m
+        persist(.hubOutbound(m))
+    }
+
+    /// The hub has stored (or, for a decision that came second, refused for good) the
+    /// outbox's message `id`.
+    public func hubSent(_ id: Int64) {
+        guard hubOutbox.removeValue(forKey: id) != nil else { return }
+        persist(.hubSent(id: id))
+    }
+
+    /// A question asked (or asked again) here, for the family's other devices.
+    func tellHubAsked(_ q: QuestionRecord) {
+        guard let device = config.hubDevice else { return }
+        let body: JSONObject = [
+            "child": .string(q.child), "attempt": .int(q.attempt), "createdAt": .int(q.createdAt.milliseconds),
+            "question": (try? JSON.parse(q.content.encoded)) ?? .null, "device": .string(device),
+        ]
+        queueForHub(
+            family: q.family, subject: HubNames.ask(family: q.family, question: q.id), messageID: "\(q.id)#\(q.attempt)",
+            body: body, firstOnSubject: false)
+    }
+
+    /// Proposes a decision on `q`'s asking for the request `r`, which is answered once the
+    /// hub's decision comes back.
+    func propose(_ proposal: HubProposal, on q: QuestionRecord, _ r: Request) -> ReplyFields {
+        let key = Self.hubKey(q)
+        hubWaiters[key, default: []].append(HubWaiter(conn: r.conn, id: r.id, proposal: proposal))
+        switch proposal {
+        case .answer(let guardian, let choice):
+            proposeDecision(
+                q, kind: "answer", id: "answer:\(guardian):\(choice)", ["member": .string(guardian), "choice": .string(choice)], now: r.now)
+        case .cancel:
+            proposeDecision(q, kind: "cancel", id: "cancel", ["member": .string(q.child)], now: r.now)
+        }
+        return .later
+    }
+
+    /// Proposes that `q`'s asking expired (its deadline passed by this relay's clock).
+    func proposeExpiry(_ q: QuestionRecord, now: Timestamp) {
+        proposeDecision(q, kind: "expire", id: "expire", [:], now: now)
+    }
+
+    private func proposeDecision(_ q: QuestionRecord, kind: String, id: String, _ fields: JSONObject, now: Timestamp) {
+        let messageID = "\(Self.hubKey(q)):\(id)"
+        guard hubProposed.insert(messageID).inserted else { return }  // proposed already in this run
+        var body: JSONObject = ["kind": .string(kind), "at": .int(now.milliseconds), "device": .string(config.hubDevice ?? "")]
+        for f in fields.fields { body[f.key] = f.value }
+        queueForHub(
+            family: q.family, subject: HubNames.decision(family: q.family, question: q.id, attempt: q.attempt),
+            messageID: messageID, body: body, firstOnSubject: true)
+    }
+
+    static func hubKey(_ q: QuestionRecord) -> String { "\(q.id)#\(q.attempt)" }
+
+    /// A message of the family's stream on the hub (this relay's own ones too, as they
+    /// come back): a question asked on a device, or the decision on an asking.
+    public func hubMessage(subject: String, body bytes: [UInt8], now: Timestamp) -> HubApplied {
+        guard let body = (try? JSON.parse(bytes))?.object else { return .ignored("\(subject): the body is not a JSON object") }
+        defer { flushDeferred() }
+        switch HubNames.parse(subject) {
+        case (let family, .ask(let question))?: return hubAsked(question, in: family, body, now: now)
+        case (let family, .decision(let question, let attempt))?:
+            return hubDecided(question, in: family, attempt: attempt, body, now: now)
+        case nil: return .ignored("\(subject) is not a subject this relay reads")
+        }
+    }
+
+    private func hubAsked(_ id: String, in family: String, _ body: JSONObject, now: Timestamp) -> HubApplied {
+        guard let childID = body["child"]?.string, let attempt = body["attempt"]?.int, let createdAt = body["createdAt"]?.int,
+            let question = body["question"], let content = QuestionContent(encoded: question.encoded), content.id == id
+        else { return .ignored("question \(id): the message lacks its child, attempt, time or question") }
+        // Only within the family whose stream it came on: nothing crosses families.
+        guard let child = members[childID], child.record.role == .child, !child.isRemoved, child.family.id == family else {
+            return .ignored("question \(id): \(childID) is not a child of \(family) on this relay")
+        }
+        let previous = questions[content.key]
+        if let previous {
+            guard previous.child == childID else { return .ignored("question \(id) is another child's here") }
+            guard attempt > previous.attempt, previous.status != .pending else { return .known }
+        }
+        let record = QuestionRecord(
+            content: content, child: childID, family: child.family.id, status: .pending, attempt: attempt,
+            createdAt: previous?.createdAt ?? Timestamp(milliseconds: createdAt), row: previous?.row ?? questions.newRow())
+        fileAsked(record, previous: previous, child: child, now: now)
+        return .applied
+    }
+
+    private func hubDecided(_ id: String, in family: String, attempt: Int64, _ body: JSONObject, now: Timestamp) -> HubApplied {
+        guard let key = QuestionID(id), let entry = questions.entry(key), entry.record.family == family else {
+            return .ignored("no question \(id) of \(family) here")
+        }
+        guard entry.record.attempt == attempt else { return .known }  // an asking this relay has left behind
+        var applied = HubApplied.known
+        if entry.record.status == .pending {
+            switch body["kind"]?.string {
+            case "answer":
+                guard let guardian = body["member"]?.string, let choice = body["choice"]?.string.flatMap(entry.record.content.choice)
+                else { return .ignored("question \(id): an answer without its guardian or one of the question's choices") }
+                applyAnswer(entry, guardian: guardian, choice: choice, now: now)
+            case "cancel": close(question: entry.record, reason: .cancelled, now: now)
+            case "expire": close(question: entry.record, reason: .expired, now: now)
+            default: return .ignored("question \(id): an unknown decision \(body["kind"]?.text ?? "")")
+            }
+            applied = .applied
+        }
+        let q = entry.record
+        for w in hubWaiters.removeValue(forKey: Self.hubKey(q)) ?? [] where connections[w.conn] != nil {
+            reply(w.conn, w.id, Result { () throws(RequestError) in try decided(q, for: w.proposal) })
+        }
+        return applied
+    }
+
+    /// The reply to a request that proposed `proposal`, now that `q`'s asking is decided.
+    private func decided(_ q: QuestionRecord, for proposal: HubProposal) throws(RequestError) -> ReplyFields {
+        switch (q.status, proposal) {
+        case (.answered, .answer(let guardian, let choice)):
+            guard let o = q.outcome, o.guardian == guardian, o.choice.id == choice else { throw alreadyAnswered(q) }
+            return ["questionId": .string(q.id), "status": "answered"]
+        case (.answered, .cancel): throw alreadyAnswered(q)
+        case (.cancelled, .cancel): return ["questionId": .string(q.id), "status": "cancelled"]
+        case (.cancelled, _): throw RequestError(.cancelled, "question \(q.id) was cancelled")
+        case (.expired, _): throw RequestError(.expired, "question \(q.id) expired before it was answered")
+        case (.pending, _): throw RequestError(.internal, "question \(q.id) is still pending")
+        }
+    }
+}

@@ -1,0 +1,238 @@
+// The bridge to a family hub (serve --hub): two threads of its own beside the loop. One
+// publishes the store's hub outbox in order (a message stays there until the hub has
+// it; the loop is told, and forgets it); the other reads each family's stream through a
+// durable consumer of this device and hands the messages to the loop, which acknowledges
+// each to the hub only once what it changed is committed. The hub deduplicates resends
+// by message id and hands again what was not acknowledged, so a kill of either side at
+// any moment loses nothing and repeats nothing the core has not seen (it ignores what it
+// knows).
+
+import CSystem
+import Foundation
+import Glibc
+import RelayHub
+import RelayModel
+import RelayStore
+
+final class HubBridge: @unchecked Sendable {
+    enum Incoming {
+        /// The outbox's message `id` is with the hub (or refused for good): it goes.
+        case sent(Int64)
+        /// A message of a family's stream.
+        case message(HubMessage)
+    }
+
+    let url: String
+    let device: String
+    private let outbox: HubOutboxReader
+    private let log: Log
+    /// The loop's end of the wake-up pipe.
+    let wakeFD: Int32
+    private let wakeWrite: Int32
+    private let condition = NSCondition()
+    private var incoming: [Incoming] = []
+    private var toAcknowledge: [HubMessage] = []
+    private var outboxChanged = true
+    private var stopping = false
+    private var connection: HubConnection?
+    private var streams: Set<String> = []
+    private var threads = 0
+
+    init(url: String, device: String, outbox: HubOutboxReader, log: Log) throws {
+        self.url = url
+        self.device = device
+        self.outbox = outbox
+        self.log = log
+        var fds: [Int32] = [-1, -1]
+        guard cs_pipe(&fds) == 0 else { throw ServerError("cannot create a pipe: \(String(cString: strerror(errno)))") }
+        (wakeFD, wakeWrite) = (fds[0], fds[1])
+    }
+
+    deinit {
+        Glibc.close(wakeFD)
+        Glibc.close(wakeWrite)
+    }
+
+    func start() {
+        threads = 2
+        let publishing = Thread { [self] in
+            publish()
+            ended()
+        }
+        publishing.name = "hub-out"
+        publishing.start()
+        let reading = Thread { [self] in
+            read()
+            ended()
+        }
+        reading.name = "hub-in"
+        reading.start()
+    }
+
+    /// Stops both threads and waits for them (a fetch under way ends within its timeout).
+    func stop() {
+        condition.lock()
+        stopping = true
+        condition.broadcast()
+        while threads > 0 { condition.wait() }
+        condition.unlock()
+    }
+
+    private func ended() {
+        condition.lock()
+        threads -= 1
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// A commit may have added to the outbox.
+    func noteOutboxChanged() {
+        condition.lock()
+        outboxChanged = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// What came since the last call, for the loop.
+    func take() -> [Incoming] {
+        var b = [UInt8](repeating: 0, count: 64)
+        while Glibc.read(wakeFD, &b, b.count) > 0 {}
+        condition.lock()
+        defer { condition.unlock() }
+        defer { incoming.removeAll() }
+        return incoming
+    }
+
+    /// Messages whose changes are committed: the hub may forget them for this device.
+    func acknowledge(_ messages: [HubMessage]) {
+        guard !messages.isEmpty else { return }
+        condition.lock()
+        toAcknowledge += messages
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    private func hand(_ items: [Incoming]) {
+        guard !items.isEmpty else { return }
+        condition.lock()
+        incoming += items
+        condition.unlock()
+        var b: UInt8 = 1
+        _ = Glibc.write(wakeWrite, &b, 1)
+    }
+
+    private var isStopping: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return stopping
+    }
+
+    /// The connection, made on first use and again after it could not be made (the link
+    /// itself reconnects by itself once made).
+    private func link() -> HubConnection? {
+        condition.lock()
+        defer { condition.unlock() }
+        if let connection { return connection }
+        do {
+            connection = try HubConnection(url: url, name: "permission-relay \(device)", timeoutMillis: 2000)
+            log(.info, "linked to the family hub at \(HubConnection.redacted(url)) as \(device)")
+        } catch {
+            log(.warning, "\(error); trying again")
+        }
+        return connection
+    }
+
+    /// Makes the family's stream on the hub unless this bridge did already.
+    private func ensureStream(_ family: String, on hub: HubConnection) throws(HubError) {
+        condition.lock()
+        let known = streams.contains(family)
+        condition.unlock()
+        guard !known else { return }
+        try hub.ensureStream(HubStream(name: HubNames.stream(family: family), subjects: [HubNames.all(family: family)]))
+        condition.lock()
+        streams.insert(family)
+        condition.unlock()
+    }
+
+    // MARK: - Out
+
+    private func publish() {
+        var after: Int64 = 0
+        var backoff = 0.25
+        while !isStopping {
+            condition.lock()
+            if !outboxChanged && !stopping { _ = condition.wait(until: Date().addingTimeInterval(1)) }
+            outboxChanged = false
+            condition.unlock()
+            // While the link is down, nothing is handed to it (the client would hold it
+            // and its acknowledgement would time out): the outbox keeps it meanwhile.
+            guard let hub = link(), hub.isConnected else {
+                pause(&backoff)
+                noteOutboxChanged()
+                continue
+            }
+            do {
+                while !isStopping {
+                    let batch = try outbox.messages(after: after, limit: 64)
+                    guard !batch.isEmpty else { break }
+                    var sent: [Incoming] = []
+                    for m in batch {
+                        try ensureStream(m.family, on: hub)
+                        let result = try hub.publish(m.subject, id: m.messageID, body: m.body, firstOnSubject: m.firstOnSubject)
+                        // A decision that came second is refused for good: the first one comes back to every device.
+                        if result == .notFirst { log(.debug, "\(m.messageID): another decision was first on the hub") }
+                        sent.append(.sent(m.id))
+                        after = m.id
+                    }
+                    hand(sent)
+                }
+                backoff = 0.25
+            } catch {
+                log(.warning, "could not send to the family hub: \(error); the outbox keeps it, trying again")
+                pause(&backoff)
+                noteOutboxChanged()
+            }
+        }
+    }
+
+    private func pause(_ backoff: inout Double) {
+        condition.lock()
+        if !stopping { _ = condition.wait(until: Date().addingTimeInterval(backoff)) }
+        condition.unlock()
+        backoff = min(backoff * 2, 1)
+    }
+
+    // MARK: - In
+
+    private func read() {
+        var consumers: [String: HubConsumer] = [:]
+        var backoff = 0.25
+        while !isStopping {
+            guard let hub = link(), hub.isConnected else {
+                pause(&backoff)
+                continue
+            }
+            do {
+                condition.lock()
+                let acks = toAcknowledge
+                toAcknowledge = []
+                condition.unlock()
+                for m in acks { try m.ack() }
+                for family in try outbox.families() where consumers[family] == nil {
+                    try ensureStream(family, on: hub)
+                    consumers[family] = try hub.consumer(
+                        stream: HubNames.stream(family: family), durable: "dev-" + device.replacingOccurrences(of: ".", with: "_"),
+                        filter: HubNames.all(family: family))
+                }
+                let wait = Int64(max(20, 200 / max(1, consumers.count)))
+                for (_, consumer) in consumers.sorted(by: { $0.key < $1.key }) {
+                    hand(try consumer.fetch(max: 64, timeoutMillis: wait).map { .message($0) })
+                }
+                if consumers.isEmpty { pause(&backoff) } else { backoff = 0.25 }
+            } catch {
+                log(.warning, "could not read from the family hub: \(error); trying again")
+                pause(&backoff)
+            }
+        }
+    }
+}

@@ -1,0 +1,131 @@
+// A family on two devices: a relay on each, linked through a real nats-server with
+// JetStream. A child asks on the tablet, a guardian answers on the laptop; two
+// guardians race from both; and nothing is lost to the hub being killed meanwhile.
+
+import Foundation
+import RelayProtocol
+import XCTest
+
+final class CrossDeviceTests: XCTestCase {
+    /// Relays on two "devices" linked through `hub`, each with the same family and members.
+    private func devices(_ hub: NATSServer) throws -> (tablet: RelayProcess, laptop: RelayProcess, tokens: [[String: String]]) {
+        let tablet = try RelayProcess(flags: ["--ask-rate-limit", "0", "--hub", hub.url, "--device", "tablet"])
+        let laptop = try RelayProcess(flags: ["--ask-rate-limit", "0", "--hub", hub.url, "--device", "laptop"])
+        try tablet.start()
+        try laptop.start()
+        return (tablet, laptop, [try tablet.provision(families: 1), try laptop.provision(families: 1)])
+    }
+
+    private func ask(_ child: Client) throws -> String {
+        let id = UUID().uuidString
+        let person: JSON = .object(["handle": .object(["value": "+1 555 0142", "kind": "phoneNumber"])])
+        let reply = try child.request([
+            "type": "ask",
+            "question": .object(["id": .string(id), "topic": .object(["kind": "communication", "personInformation": .array([person])])]),
+        ])
+        XCTAssertEqual(reply["type"]?.string, "ok", "\(reply)")
+        return id
+    }
+
+    func testAQuestionAskedOnTheTabletIsAnsweredOnTheLaptop() throws {
+        let hub = try NATSServer()
+        let (tablet, laptop, tokens) = try devices(hub)
+        let child = try tablet.connect()
+        _ = try child.hello("c0", tokens[0]["c0"]!, session: "app")
+        _ = try child.request(["type": "subscribe", "topics": ["communication"]])
+        let guardian = try laptop.connect()
+        _ = try guardian.hello("g0", tokens[1]["g0"]!)
+        let id = try ask(child)
+        let question = try guardian.event("question")
+        XCTAssertEqual(question["question"]?["id"]?.string, id, "the question crossed to the laptop")
+        let reply = try guardian.request(["type": "answer", "questionId": .string(id), "choice": "approve"])
+        XCTAssertEqual(reply["type"]?.string, "ok", "\(reply)")
+        let response = try child.event("response")
+        XCTAssertEqual(response["questionId"]?.string ?? response["question"]?["id"]?.string, id)
+        XCTAssertEqual(response["guardian"]?.string, "g0")
+        // Both relays hold the same answer.
+        for (relay, t) in [(tablet, tokens[0]), (laptop, tokens[1])] {
+            let g = try relay.connect()
+            _ = try g.hello("g0", t["g0"]!)
+            let history = try g.request(["type": "history"])["questions"]?.array ?? []
+            XCTAssertEqual(history.first?["status"]?.string, "answered")
+            XCTAssertEqual(history.first?["outcome"]?["choice"]?["id"]?.string, "approve")
+        }
+    }
+
+    func testTwoGuardiansRacingFromTwoDevicesGetOneAnswerBetweenThem() throws {
+        let hub = try NATSServer()
+        let (tablet, laptop, tokens) = try devices(hub)
+        let child = try tablet.connect()
+        _ = try child.hello("c0", tokens[0]["c0"]!)
+        let here = try tablet.connect()
+        _ = try here.hello("g0", tokens[0]["g0"]!)
+        let there = try laptop.connect()
+        _ = try there.hello("g0", tokens[1]["g0"]!)
+        let id = try ask(child)
+        _ = try here.event("question")
+        _ = try there.event("question")
+        try here.send(["type": "answer", "id": "h", "questionId": .string(id), "choice": "approve"])
+        try there.send(["type": "answer", "id": "t", "questionId": .string(id), "choice": "decline"])
+        let replies = [try here.reply("h"), try there.reply("t")]
+        XCTAssertEqual(replies.filter { $0["type"]?.string == "ok" }.count, 1, "\(replies)")
+        XCTAssertEqual(replies.filter { $0["code"]?.string == "alreadyAnswered" }.count, 1, "\(replies)")
+        let winner = replies[0]["type"]?.string == "ok" ? "approve" : "decline"
+        for (relay, t) in [(tablet, tokens[0]), (laptop, tokens[1])] {
+            let g = try relay.connect()
+            _ = try g.hello("g0", t["g0"]!)
+            let history = try g.request(["type": "history"])["questions"]?.array ?? []
+            XCTAssertEqual(history.first?["outcome"]?["choice"]?["id"]?.string, winner, "every device holds the winner")
+        }
+    }
+
+    func testAQuestionAskedWhileTheHubIsDownArrivesOnceItIsBack() throws {
+        let hub = try NATSServer()
+        let (tablet, laptop, tokens) = try devices(hub)
+        let child = try tablet.connect()
+        _ = try child.hello("c0", tokens[0]["c0"]!)
+        let guardian = try laptop.connect()
+        _ = try guardian.hello("g0", tokens[1]["g0"]!)
+        _ = try ask(child)  // links both relays' streams before the hub goes down
+        _ = try guardian.event("question")
+        hub.kill()
+        let id = try ask(child)  // stored on the tablet: its outbox keeps it
+        try hub.start()
+        let question = try guardian.event("question")
+        XCTAssertEqual(question["question"]?["id"]?.string, id)
+        XCTAssertEqual(try guardian.request(["type": "answer", "questionId": .string(id), "choice": "decline"])["type"]?.string, "ok")
+    }
+
+    /// The laptop's relay is killed as its guardian answers, the tablet's as the answer
+    /// comes back: started again, each finishes what it had, and the child is told once.
+    func testRelaysKilledAroundAnAnswerLoseNothingAndRepeatNothing() throws {
+        let hub = try NATSServer()
+        let (tablet, laptop, tokens) = try devices(hub)
+        var child = try tablet.connect()
+        _ = try child.hello("c0", tokens[0]["c0"]!, session: "app")
+        _ = try child.request(["type": "subscribe", "topics": ["communication"]])
+        var guardian = try laptop.connect()
+        _ = try guardian.hello("g0", tokens[1]["g0"]!)
+        let id = try ask(child)
+        _ = try guardian.event("question")
+        try guardian.send(["type": "answer", "id": "a", "questionId": .string(id), "choice": "approve"])
+        laptop.crash()
+        tablet.crash()
+        try laptop.start()
+        try tablet.start()
+        // The guardian resends (its reply never came): the one decision stands.
+        guardian = try laptop.connect()
+        _ = try guardian.hello("g0", tokens[1]["g0"]!)
+        XCTAssertEqual(try guardian.request(["type": "answer", "questionId": .string(id), "choice": "approve"])["type"]?.string, "ok")
+        child = try tablet.connect()
+        _ = try child.hello("c0", tokens[0]["c0"]!, session: "app", resume: 0)
+        let response = try child.event("response")
+        XCTAssertEqual(response["guardian"]?.string, "g0")
+        // A marker question after it: the next response the child gets is the marker's.
+        let marker = try ask(child)
+        _ = try guardian.event("question")
+        XCTAssertEqual(try guardian.request(["type": "answer", "questionId": .string(marker), "choice": "decline"])["type"]?.string, "ok")
+        let next = try child.event("response")
+        XCTAssertEqual(next["questionId"]?.string ?? next["question"]?["id"]?.string, marker, "the first response came once")
+    }
+}

@@ -1,0 +1,147 @@
+// A relay linked to a family hub: questions go out as they are asked, decisions are
+// proposed and take effect only as the hub hands them back, the first one winning,
+// and questions asked on other devices reach this relay's guardians.
+
+import Foundation
+import RelayCore
+import RelayModel
+import RelayProtocol
+import XCTest
+
+final class HubTests: XCTestCase {
+    private func linked() throws -> CoreHarness {
+        let h = try CoreHarness { $0.hubDevice = "laptop" }
+        h.standardFamilies()
+        return h
+    }
+
+    /// A message as another device's relay would have sent it.
+    private func message(_ subject: String, _ body: JSONObject) -> HubOutbound {
+        HubOutbound(id: 0, family: "fam", subject: subject, messageID: "", body: body.encoded, firstOnSubject: false)
+    }
+
+    func testAQuestionGoesToTheHubAndAnAnswerWaitsForTheHubsDecision() throws {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let q = h.question()
+        let id = q["id"]!.string!.uppercased()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        XCTAssertEqual(h.hubOutbox.map(\.subject), ["fam.fam.ask.\(id)"])
+        XCTAssertEqual(h.hubOutbox.first?.messageID, "\(id)#1")
+        _ = h.events(g, "question")
+        // The answer is proposed, not applied: no reply, no response yet.
+        h.send(g, ["type": "answer", "id": "a1", "questionId": .string(id), "choice": "approve"])
+        XCTAssertTrue(h.drain(g).isEmpty)
+        XCTAssertTrue(h.events(c, "response").isEmpty)
+        let decision = try XCTUnwrap(h.hubOutbox.last)
+        XCTAssertEqual(decision.subject, "fam.fam.dec.\(id).1")
+        XCTAssertTrue(decision.firstOnSubject)
+        XCTAssertEqual(decision.messageID, "\(id)#1:answer:g1:approve")
+        // A resend proposes nothing more; both wait.
+        h.send(g, ["type": "answer", "id": "a2", "questionId": .string(id), "choice": "approve"])
+        XCTAssertEqual(h.hubOutbox.count, 2)
+        // Back from the hub (first on its subject): it takes effect, and the requests are answered.
+        XCTAssertEqual(h.fromHub(h.hubOutbox[0]), .known, "the question's own message coming back")
+        XCTAssertEqual(h.fromHub(decision), .applied)
+        let replies = h.drain(g)
+        XCTAssertEqual(replies.filter { $0["type"]?.string == "ok" }.compactMap { $0["re"]?.string }, ["a1", "a2"])
+        XCTAssertEqual(replies.filter { $0["type"]?.string == "questionClosed" }.count, 1)
+        XCTAssertEqual(h.events(c, "response").first?["choice"]?["id"]?.string, "approve")
+        XCTAssertEqual(h.fromHub(decision), .known, "a redelivery changes nothing")
+        XCTAssertTrue(h.drain(c).isEmpty)
+        for m in h.hubOutbox { h.core.hubSent(m.id) }
+        h.pump()
+        XCTAssertEqual(h.hubOutbox, [], "what the hub stored leaves the outbox")
+    }
+
+    func testAnotherDevicesDecisionFirstOnTheHubWinsOverTheOneProposedHere() throws {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let q = h.question()
+        let id = q["id"]!.string!.uppercased()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        h.send(g, ["type": "answer", "id": "a1", "questionId": .string(id), "choice": "approve"])
+        h.send(c, ["type": "cancel", "id": "x1", "questionId": .string(id)])
+        XCTAssertEqual(h.hubOutbox.map(\.messageID), ["\(id)#1", "\(id)#1:answer:g1:approve", "\(id)#1:cancel"])
+        // A guardian on the desktop declined first.
+        h.fromHub(message("fam.fam.dec.\(id).1", ["kind": "answer", "member": "g9", "choice": "decline", "at": 1]))
+        let lost = h.drain(g).first { $0["re"]?.string == "a1" }
+        XCTAssertEqual(lost?["code"]?.string, "alreadyAnswered")
+        XCTAssertEqual(lost?["answeredBy"]?.string, "g9")
+        let child = h.drain(c)
+        XCTAssertEqual(child.first { $0["re"]?.string == "x1" }?["code"]?.string, "alreadyAnswered")
+        XCTAssertEqual(child.first { $0["type"]?.string == "response" }?["guardian"]?.string, "g9")
+    }
+
+    func testAQuestionAskedOnAnotherDeviceReachesTheGuardiansHereOnceEachAsking() throws {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let q = h.question()
+        let id = q["id"]!.string!.uppercased()
+        // As the tablet's relay sends it: the question in its canonical form.
+        let canonical = try JSON.parse(QuestionContent.validate(q, now: h.now).encoded)
+        let asked = message(
+            "fam.fam.ask.\(id)",
+            ["child": "c1", "attempt": 1, "createdAt": .int(h.now.milliseconds), "question": canonical, "device": "tablet"])
+        XCTAssertEqual(h.fromHub(asked), .applied)
+        XCTAssertEqual(h.events(g, "question").first?["question"]?["id"]?.string, id)
+        XCTAssertEqual(h.fromHub(asked), .known, "a redelivery asks nobody twice")
+        XCTAssertTrue(h.drain(g).isEmpty)
+        XCTAssertEqual(h.hubOutbox, [], "nothing to send back: the tablet told the hub")
+        // Cancelled on the tablet, then asked again there.
+        h.fromHub(message("fam.fam.dec.\(id).1", ["kind": "cancel", "member": "c1", "at": 2]))
+        XCTAssertEqual(h.events(g, "questionClosed").first?["reason"]?.string, "cancelled")
+        var again = asked
+        again.body = (["child": "c1", "attempt": 2, "createdAt": .int(h.now.milliseconds), "question": canonical] as JSONObject).encoded
+        XCTAssertEqual(h.fromHub(again), .applied)
+        XCTAssertEqual(h.events(g, "question").first?["question"]?["attempt"]?.int, 2)
+        // A child this relay does not know is not its business.
+        let other = try QuestionContent.validate(h.question(), now: h.now)
+        let stranger = message(
+            "fam.fam.ask.\(other.id)", ["child": "c7", "attempt": 1, "createdAt": 1, "question": try JSON.parse(other.encoded)])
+        guard case .ignored = h.fromHub(stranger) else { return XCTFail("a question of an unknown child is ignored") }
+        // Nor does a message on one family's stream reach another's guardians.
+        let crossing = message(
+            "fam.fam.ask.\(other.id)", ["child": "oc1", "attempt": 1, "createdAt": 1, "question": try JSON.parse(other.encoded)])
+        guard case .ignored = h.fromHub(crossing) else { return XCTFail("a child of another family is not asked about on fam's stream") }
+        let (og, _) = h.login("og1")
+        XCTAssertTrue(h.events(og, "question").isEmpty)
+    }
+
+    func testExpiryIsProposedToTheHubAndTakesEffectWhenItComesBack() throws {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let q = h.question(expiresIn: 60)
+        let id = q["id"]!.string!.uppercased()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        _ = h.drain(g)
+        h.advance(seconds: 61)
+        XCTAssertTrue(h.events(c, "questionClosed").isEmpty, "not expired until the hub says so")
+        let expire = try XCTUnwrap(h.hubOutbox.last)
+        XCTAssertEqual(expire.messageID, "\(id)#1:expire")
+        h.advance(seconds: 10)
+        XCTAssertEqual(h.hubOutbox.count, 2, "proposed once")
+        h.fromHub(expire)
+        XCTAssertEqual(h.events(c, "questionClosed").first?["reason"]?.string, "expired")
+        XCTAssertEqual(h.events(g, "questionClosed").first?["reason"]?.string, "expired")
+    }
+
+    func testTheOutboxOutlivesARestart() throws {
+        let h = try linked()
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        h.ok(c, ["type": "ask", "question": .object(h.question())])
+        h.ok(c, ["type": "ask", "question": .object(h.question())])
+        h.core.hubSent(h.hubOutbox[0].id)
+        h.pump()
+        let left = h.hubOutbox
+        XCTAssertEqual(left.count, 1)
+        try h.restart()
+        XCTAssertEqual(h.hubOutbox, left)
+        let (c2, _) = h.login("c1", subscribe: ["communication"])
+        h.ok(c2, ["type": "ask", "question": .object(h.question())])
+        XCTAssertEqual(h.hubOutbox.map(\.id), [left[0].id, left[0].id + 1], "ids go on after the restart")
+    }
+}
