@@ -152,7 +152,8 @@ public final class RelayCore {
             if let u = k.until { knownDeadlines.push((u, child, k.handle)) }
         }
         for m in s.hubOutbox { hubOutbox[m.id] = m }
-        lastHubOutbound = s.hubOutbox.map(\.id).max() ?? 0
+        // Never an id given before, also once its message is gone: the bridge reads on from the last it sent.
+        lastHubOutbound = max(s.lastHubOutbound, s.hubOutbox.map(\.id).max() ?? 0)
         for sess in s.sessions { members[sess.member]?.sessions[sess.name] = DurableSession(sess) }
         for (id, head) in s.heads { members[id]?.head = head }
         for m in members.values { m.prunedThrough = s.firstRetained[m.id].map { $0 - 1 } ?? m.head }
@@ -171,6 +172,7 @@ public final class RelayCore {
             if m.head > 0 { s.heads[m.id] = m.head }
         }
         s.hubOutbox = hubOutbox.values.sorted { $0.id < $1.id }
+        s.lastHubOutbound = lastHubOutbound
         return s.normalized
     }
 

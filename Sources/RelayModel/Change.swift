@@ -50,6 +50,9 @@ public struct StoreSnapshot: Sendable, Equatable {
     public var lastEventAt: Timestamp?
     /// Messages for the family hub that it has not stored yet, in order.
     public var hubOutbox: [HubOutbound] = []
+    /// The highest id a hub outbox message was ever given: new ones are given ids above it
+    /// (the bridge reads the outbox in order of ids, after the last it sent).
+    public var lastHubOutbound: Int64 = 0
 
     public init() {}
 
@@ -100,6 +103,7 @@ public struct StoreSnapshot: Sendable, Equatable {
             lastEventAt = max(lastEventAt ?? e.at, e.at)
         case .hubOutbound(let m):
             hubOutbox.append(m)
+            lastHubOutbound = max(lastHubOutbound, m.id)
         case .hubSent(let id):
             hubOutbox.removeAll { $0.id == id }
         }

@@ -172,6 +172,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         }
         for (member, rows) in t.rows where s.firstRetained[member] == nil { s.firstRetained[member] = rows.first?.first }
         s.hubOutbox = try Self.hubOutbox(after: 0, limit: .max, in: reader)
+        s.lastHubOutbound = try reader.scalar("SELECT value FROM settings WHERE key = 'lastHubOutbound'") ?? 0
         // Rows are in order of appending, and so of time.
         s.lastEventAt = try reader.scalar("SELECT at FROM events ORDER BY id DESC LIMIT 1").map(Timestamp.init(milliseconds:))
         return s
@@ -274,6 +275,9 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             try db.run(
                 "INSERT INTO hubOutbox(id, family, subject, messageID, body, firstOnSubject) VALUES(?,?,?,?,?,?)",
                 [.int(m.id), .text(m.family), .text(m.subject), .text(m.messageID), .blob(m.body), .int(m.firstOnSubject ? 1 : 0)])
+            try db.run(
+                "INSERT INTO settings(key, value) VALUES('lastHubOutbound', ?) ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
+                [.int(m.id)])
         case .hubSent(let id):
             try db.run("DELETE FROM hubOutbox WHERE id = ?", [.int(id)])
         case .event:
