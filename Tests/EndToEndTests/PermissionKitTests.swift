@@ -16,6 +16,16 @@ final class PermissionKitTests: XCTestCase {
         return c
     }
 
+    /// A relay with one family (`c0`, `g0`), where the child's app keeps its state, and the
+    /// guardian's center.
+    private func family() throws -> (relay: RelayProcess, tokens: [String: String], state: String, guardian: GuardianCenter) {
+        let relay = try RelayProcess()
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        return (relay, tokens, state, GuardianCenter(configuration: config(relay, "g0", tokens)))
+    }
+
     /// How long an ask took to fail with `notAvailable`, as it must with the relay down or hung.
     private func timeToFail(_ center: AskCenter, file: StaticString = #filePath, line: UInt = #line) async -> Duration {
         let started = ContinuousClock.now
@@ -331,11 +341,7 @@ final class PermissionKitTests: XCTestCase {
     }
 
     func testAResponseCountsAsProcessedOnlyOnceTheAppsLoopComesBackForTheNext() async throws {
-        let relay = try RelayProcess()
-        try relay.start()
-        let tokens = try relay.provision(families: 1)
-        let state = relay.dir.appendingPathComponent("child.state").path
-        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let (relay, tokens, state, guardian) = try family()
         let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         var seen = first.responses(for: CommunicationTopic.self).makeAsyncIterator()
         let handled = contact(), handling = contact()
@@ -372,11 +378,7 @@ final class PermissionKitTests: XCTestCase {
     }
 
     func testALoopLeftWithBreakSettlesWhatItWasHanded() async throws {
-        let relay = try RelayProcess()
-        try relay.start()
-        let tokens = try relay.provision(families: 1)
-        let state = relay.dir.appendingPathComponent("child.state").path
-        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let (relay, tokens, state, guardian) = try family()
         let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         let question = contact()
         try await first.ask(question)
@@ -392,11 +394,7 @@ final class PermissionKitTests: XCTestCase {
     /// Two loops over the same responses: one coming back for its next does not count the
     /// response as processed while the other still handles it.
     func testAResponseIsProcessedOnlyOnceEveryLoopThatTookItIsDone() async throws {
-        let relay = try RelayProcess()
-        try relay.start()
-        let tokens = try relay.provision(families: 1)
-        let state = relay.dir.appendingPathComponent("child.state").path
-        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let (relay, tokens, state, guardian) = try family()
         let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         var a = first.responses(for: CommunicationTopic.self).makeAsyncIterator()
         var b = first.responses(for: CommunicationTopic.self).makeAsyncIterator()
@@ -422,11 +420,7 @@ final class PermissionKitTests: XCTestCase {
     /// The center replays what closed while the app was away as soon as it is made; an app
     /// that asks for outcomes a moment later, and is killed while handling one, gets it again.
     func testAnOutcomeReplayedBeforeTheAppAskedForOutcomesWaitsForIt() async throws {
-        let relay = try RelayProcess()
-        try relay.start()
-        let tokens = try relay.provision(families: 1)
-        let state = relay.dir.appendingPathComponent("child.state").path
-        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let (relay, tokens, state, guardian) = try family()
         let question = contact()
         let asking = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         try await asking.ask(question)
