@@ -31,6 +31,10 @@ public enum HubApplied: Equatable, Sendable {
     case applied
     /// Nothing to do: known already (this relay's own message coming back, a redelivery).
     case known
+    /// A decision on an asking this relay has not been told of yet (the hub hands again
+    /// later what it handed before and was not acknowledged): kept until the asking comes,
+    /// and not to be acknowledged.
+    case held
     /// Not for this relay, with why (a member it does not know, a subject it cannot read).
     case ignored(String)
 }
@@ -63,7 +67,7 @@ extension RelayCore {
             "question": (try? JSON.parse(q.content.encoded)) ?? .null, "device": .string(device),
         ]
         queueForHub(
-            family: q.family, subject: HubNames.ask(family: q.family, question: q.id), messageID: "\(q.id)#\(q.attempt)",
+            family: q.family, subject: HubNames.ask(family: q.family, question: q.id), messageID: Self.hubKey(q),
             body: body, firstOnSubject: false)
     }
 
@@ -93,11 +97,13 @@ extension RelayCore {
         var body: JSONObject = ["kind": .string(kind), "at": .int(now.milliseconds), "device": .string(config.hubDevice ?? "")]
         for f in fields.fields { body[f.key] = f.value }
         queueForHub(
-            family: q.family, subject: HubNames.decision(family: q.family, question: q.id, attempt: q.attempt),
+            family: q.family, subject: HubNames.decision(family: q.family, question: q.id, asking: Self.asking(q)),
             messageID: messageID, body: body, firstOnSubject: true)
     }
 
-    static func hubKey(_ q: QuestionRecord) -> String { "\(q.id)#\(q.attempt)" }
+    static func asking(_ q: QuestionRecord) -> String { HubNames.asking(attempt: q.attempt, createdAt: q.createdAt) }
+
+    static func hubKey(_ q: QuestionRecord) -> String { "\(q.id)#\(asking(q))" }
 
     /// A message of the family's stream on the hub (this relay's own ones too, as they
     /// come back): a question asked on a device, or the decision on an asking.
@@ -106,8 +112,8 @@ extension RelayCore {
         defer { flushDeferred() }
         switch HubNames.parse(subject) {
         case (let family, .ask(let question))?: return hubAsked(question, in: family, body, now: now)
-        case (let family, .decision(let question, let attempt))?:
-            return hubDecided(question, in: family, attempt: attempt, body, now: now)
+        case (let family, .decision(let question, let asking))?:
+            return hubDecided(question, in: family, asking: asking, body, now: now)
         case nil: return .ignored("\(subject) is not a subject this relay reads")
         }
     }
@@ -121,31 +127,43 @@ extension RelayCore {
             return .ignored("question \(id): \(childID) is not a child of \(family) on this relay")
         }
         let previous = questions[content.key]
+        let asked = Timestamp(milliseconds: createdAt)
         if let previous {
             guard previous.child == childID else { return .ignored("question \(id) is another child's here") }
-            guard attempt > previous.attempt, previous.status != .pending else { return .known }
+            // The same asking again, or an older one: nothing new.
+            guard (previous.createdAt, previous.attempt) < (asked, attempt) else { return .known }
+            if previous.status == .pending { child.pendingQuestions -= 1 }  // left behind by the newer asking
         }
         let record = QuestionRecord(
-            content: content, child: childID, family: child.family.id, status: .pending, attempt: attempt,
-            createdAt: previous?.createdAt ?? Timestamp(milliseconds: createdAt), row: previous?.row ?? questions.newRow())
+            content: content, child: childID, family: child.family.id, status: .pending, attempt: attempt, createdAt: asked,
+            row: previous?.row ?? questions.newRow())
         fileAsked(record, previous: previous, child: child, now: now)
+        // A decision that came before it (the hub hands a message again only later).
+        if let early = hubEarly.removeValue(forKey: Self.hubKey(record)) {
+            _ = hubDecided(id, in: record.family, asking: Self.asking(record), early, now: now)
+        }
         return .applied
     }
 
-    private func hubDecided(_ id: String, in family: String, attempt: Int64, _ body: JSONObject, now: Timestamp) -> HubApplied {
-        guard let key = QuestionID(id), let entry = questions.entry(key), entry.record.family == family else {
-            return .ignored("no question \(id) of \(family) here")
+    private func hubDecided(_ id: String, in family: String, asking: String, _ body: JSONObject, now: Timestamp) -> HubApplied {
+        guard let key = QuestionID(id) else { return .ignored("\(id) is not a question id") }
+        guard let entry = questions.entry(key), entry.record.family == family, Self.asking(entry.record) == asking else {
+            if let q = questions[key], q.family == family, !Self.isNewer(asking, than: q) { return .known }  // left behind
+            // Its asking has not come yet: kept for it (in this run; unacknowledged, the hub hands it again).
+            hubEarly["\(id)#\(asking)"] = body
+            return .held
         }
-        guard entry.record.attempt == attempt else { return .known }  // an asking this relay has left behind
         var applied = HubApplied.known
         if entry.record.status == .pending {
+            // As decided, by the deciding device's clock, though never before the asking nor after now.
+            let at = min(now, max(entry.record.createdAt, body["at"]?.int.map(Timestamp.init(milliseconds:)) ?? now))
             switch body["kind"]?.string {
             case "answer":
                 guard let guardian = body["member"]?.string, let choice = body["choice"]?.string.flatMap(entry.record.content.choice)
                 else { return .ignored("question \(id): an answer without its guardian or one of the question's choices") }
-                applyAnswer(entry, guardian: guardian, choice: choice, now: now)
-            case "cancel": close(question: entry.record, reason: .cancelled, now: now)
-            case "expire": close(question: entry.record, reason: .expired, now: now)
+                applyAnswer(entry, guardian: guardian, choice: choice, now: at)
+            case "cancel": close(question: entry.record, reason: .cancelled, now: at)
+            case "expire": close(question: entry.record, reason: .expired, now: at)
             default: return .ignored("question \(id): an unknown decision \(body["kind"]?.text ?? "")")
             }
             applied = .applied
@@ -155,6 +173,22 @@ extension RelayCore {
             reply(w.conn, w.id, Result { () throws(RequestError) in try decided(q, for: w.proposal) })
         }
         return applied
+    }
+
+    /// Whether `asking` (of a decision) comes after `q`'s current asking.
+    private static func isNewer(_ asking: String, than q: QuestionRecord) -> Bool {
+        let parts = asking.split(separator: "-")
+        guard parts.count == 2, let attempt = Int64(parts[0]), let created = Int64(parts[1]) else { return false }
+        return (created, attempt) > (q.createdAt.milliseconds, q.attempt)
+    }
+
+    /// Forgets the requests of a connection that went away (they were proposals: the
+    /// decisions still come, for everyone).
+    func forgetHubWaiters(of conn: ConnectionID) {
+        for key in Array(hubWaiters.keys) {
+            hubWaiters[key]?.removeAll { $0.conn == conn }
+            if hubWaiters[key]?.isEmpty == true { hubWaiters[key] = nil }
+        }
     }
 
     /// The reply to a request that proposed `proposal`, now that `q`'s asking is decided.

@@ -124,6 +124,8 @@ public final class RelayCore {
     var lastHubOutbound: Int64 = 0
     var hubWaiters: [String: [HubWaiter]] = [:]
     var hubProposed: Set<String> = []
+    /// Decisions that came before their asking, by question and asking.
+    var hubEarly: [String: JSONObject] = [:]
 
     /// Builds the core with the state the store holds.
     public init(config: CoreConfig, snapshot s: StoreSnapshot, now: Timestamp) {
@@ -277,6 +279,7 @@ public final class RelayCore {
     private func forget(_ conn: ConnectionID) {
         guard let c = connections.removeValue(forKey: conn) else { return }
         replaying.remove(conn)
+        if !hubWaiters.isEmpty { forgetHubWaiters(of: conn) }
         c.session?.member?.live.removeAll { $0 === c }
         if let durable = c.session?.durable { durable.lastUse = nextSessionUse() }
     }

@@ -88,18 +88,20 @@ public final class HubConnection: @unchecked Sendable {
         let s = natsConnection_JetStream(&jetStream, connection, &jsOpts)
         guard s == NATS_OK else {
             natsConnection_Destroy(connection)
+            connection = nil  // deinit runs too
             throw HubError(s, jsErrCode(rawValue: 0), "the hub at \(shown) has no JetStream")
         }
     }
 
-    /// `url` without a user and password in it, for messages and logs.
+    /// `url` (one address, or several separated by commas) without a user and password,
+    /// for messages and logs.
     public static func redacted(_ url: String) -> String {
-        let parts = url.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false)
-        // "nats:", "", "user:password@host:port", the rest
-        guard parts.count >= 3, parts[1].isEmpty, let at = parts[2].lastIndex(of: "@") else { return url }
-        var shown = parts[0] + "//…" + parts[2][at...]
-        if parts.count == 4 { shown += "/" + parts[3] }
-        return String(shown)
+        url.split(separator: ",", omittingEmptySubsequences: false).map { address -> String in
+            guard let scheme = address.firstRange(of: "://"), let at = address.lastIndex(of: "@"), at > scheme.upperBound else {
+                return String(address)
+            }
+            return String(address[..<scheme.upperBound]) + "…" + String(address[at...])
+        }.joined(separator: ",")
     }
 
     deinit {

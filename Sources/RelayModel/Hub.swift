@@ -2,6 +2,8 @@
 // outbox, stored with the change that made them, kept until the hub has stored them),
 // and how the family's messages are named there.
 
+import RelayProtocol
+
 /// A message for the family hub.
 public struct HubOutbound: Sendable, Equatable {
     /// Its place in the outbox: given by the core, in order.
@@ -39,14 +41,18 @@ public enum HubNames {
     public static func ask(family: String, question: String) -> String { "fam.\(token(family)).ask.\(question)" }
 
     /// Where the one decision on an asking of a question goes: an answer, a cancel or an expiry.
-    public static func decision(family: String, question: String, attempt: Int64) -> String {
-        "fam.\(token(family)).dec.\(question).\(attempt)"
+    public static func decision(family: String, question: String, asking: String) -> String {
+        "fam.\(token(family)).dec.\(question).\(asking)"
     }
+
+    /// One asking of a question: its attempt and when the question was first asked (an
+    /// id forgotten and asked anew starts again at attempt 1, at another time).
+    public static func asking(attempt: Int64, createdAt: Timestamp) -> String { "\(attempt)-\(createdAt.milliseconds)" }
 
     /// What a subject of a family's stream names.
     public enum Subject: Equatable {
         case ask(question: String)
-        case decision(question: String, attempt: Int64)
+        case decision(question: String, asking: String)
     }
 
     /// The family and what the subject names.
@@ -56,9 +62,7 @@ public enum HubNames {
         let family = parts[1].replacingOccurrences(of: "~", with: ".")
         switch parts[2] {
         case "ask" where parts.count == 4: return (family, .ask(question: String(parts[3])))
-        case "dec" where parts.count == 5:
-            guard let attempt = Int64(parts[4]) else { return nil }
-            return (family, .decision(question: String(parts[3]), attempt: attempt))
+        case "dec" where parts.count == 5: return (family, .decision(question: String(parts[3]), asking: String(parts[4])))
         default: return nil
         }
     }

@@ -24,6 +24,8 @@ final class HubBridge: @unchecked Sendable {
 
     let url: String
     let device: String
+    /// How long the hub keeps a family's messages: the relays' retention.
+    let retentionSeconds: Int64
     private let outbox: HubOutboxReader
     private let log: Log
     /// The loop's end of the wake-up pipe.
@@ -35,12 +37,16 @@ final class HubBridge: @unchecked Sendable {
     private var outboxChanged = true
     private var stopping = false
     private var connection: HubConnection?
+    /// Held while a connection is being made (by one thread; the other waits), never
+    /// together with `condition`, which the loop takes.
+    private let linking = NSLock()
     private var streams: Set<String> = []
     private var threads = 0
 
-    init(url: String, device: String, outbox: HubOutboxReader, log: Log) throws {
+    init(url: String, device: String, retentionSeconds: Int64, outbox: HubOutboxReader, log: Log) throws {
         self.url = url
         self.device = device
+        self.retentionSeconds = retentionSeconds
         self.outbox = outbox
         self.log = log
         var fds: [Int32] = [-1, -1]
@@ -130,16 +136,23 @@ final class HubBridge: @unchecked Sendable {
     /// The connection, made on first use and again after it could not be made (the link
     /// itself reconnects by itself once made).
     private func link() -> HubConnection? {
+        linking.lock()
+        defer { linking.unlock() }
         condition.lock()
-        defer { condition.unlock() }
-        if let connection { return connection }
+        let made = connection
+        condition.unlock()
+        if let made { return made }
         do {
-            connection = try HubConnection(url: url, name: "permission-relay \(device)", timeoutMillis: 2000)
+            let c = try HubConnection(url: url, name: "permission-relay \(device)", timeoutMillis: 2000)
             log(.info, "linked to the family hub at \(HubConnection.redacted(url)) as \(device)")
+            condition.lock()
+            connection = c
+            condition.unlock()
+            return c
         } catch {
             log(.warning, "\(error); trying again")
+            return nil
         }
-        return connection
     }
 
     /// Makes the family's stream on the hub unless this bridge did already.
@@ -148,7 +161,9 @@ final class HubBridge: @unchecked Sendable {
         let known = streams.contains(family)
         condition.unlock()
         guard !known else { return }
-        try hub.ensureStream(HubStream(name: HubNames.stream(family: family), subjects: [HubNames.all(family: family)]))
+        var stream = HubStream(name: HubNames.stream(family: family), subjects: [HubNames.all(family: family)])
+        stream.maxAgeSeconds = retentionSeconds
+        try hub.ensureStream(stream)
         condition.lock()
         streams.insert(family)
         condition.unlock()
@@ -175,16 +190,24 @@ final class HubBridge: @unchecked Sendable {
                 while !isStopping {
                     let batch = try outbox.messages(after: after, limit: 64)
                     guard !batch.isEmpty else { break }
-                    var sent: [Incoming] = []
                     for m in batch {
-                        try ensureStream(m.family, on: hub)
-                        let result = try hub.publish(m.subject, id: m.messageID, body: m.body, firstOnSubject: m.firstOnSubject)
-                        // A decision that came second is refused for good: the first one comes back to every device.
-                        if result == .notFirst { log(.debug, "\(m.messageID): another decision was first on the hub") }
-                        sent.append(.sent(m.id))
+                        let result: Result<Published, HubError> = Result { () throws(HubError) in
+                            try ensureStream(m.family, on: hub)
+                            return try hub.publish(m.subject, id: m.messageID, body: m.body, firstOnSubject: m.firstOnSubject)
+                        }
+                        switch result {
+                        case .success(.notFirst):
+                            // A decision that came second: the first one comes back to every device.
+                            log(.debug, "\(m.messageID): another decision was first on the hub")
+                        case .success: break
+                        case .failure(let error) where error.isUnreachable: throw error
+                        case .failure(let error):
+                            // Refused for good (too large, say): it must not hold back what follows.
+                            log(.error, "the family hub refused \(m.subject): \(error); it stays on this device")
+                        }
+                        hand([.sent(m.id)])
                         after = m.id
                     }
-                    hand(sent)
                 }
                 backoff = 0.25
             } catch {
@@ -217,12 +240,22 @@ final class HubBridge: @unchecked Sendable {
                 let acks = toAcknowledge
                 toAcknowledge = []
                 condition.unlock()
-                for m in acks { try m.ack() }
+                for (i, m) in acks.enumerated() {
+                    do {
+                        try m.ack()
+                    } catch {
+                        condition.lock()  // the rest go again with the next try
+                        toAcknowledge = Array(acks[i...]) + toAcknowledge
+                        condition.unlock()
+                        throw error
+                    }
+                }
                 for family in try outbox.families() where consumers[family] == nil {
                     try ensureStream(family, on: hub)
+                    // The device's name in hex: no two names share a consumer (which would split the messages).
+                    let durable = "dev-" + device.utf8.map { String($0, radix: 16) }.joined()
                     consumers[family] = try hub.consumer(
-                        stream: HubNames.stream(family: family), durable: "dev-" + device.replacingOccurrences(of: ".", with: "_"),
-                        filter: HubNames.all(family: family))
+                        stream: HubNames.stream(family: family), durable: durable, filter: HubNames.all(family: family))
                 }
                 let wait = Int64(max(20, 200 / max(1, consumers.count)))
                 for (_, consumer) in consumers.sorted(by: { $0.key < $1.key }) {

@@ -220,7 +220,9 @@ public final class RelayServer {
         self.committer = try Committer(store: store)
         if let url = config.hubURL {
             guard let sqlite = store as? SQLiteStore else { throw ServerError("a family hub needs the SQLite store") }
-            bridge = try HubBridge(url: url, device: coreConfig.hubDevice ?? "", outbox: try sqlite.hubOutboxReader(), log: log)
+            bridge = try HubBridge(
+                url: url, device: coreConfig.hubDevice ?? "", retentionSeconds: coreConfig.retentionSeconds,
+                outbox: try sqlite.hubOutboxReader(), log: log)
         } else {
             bridge = nil
         }
@@ -483,8 +485,10 @@ public final class RelayServer {
             case .sent(let id):
                 relay.hubSent(id)
             case .message(let m):
-                if case .ignored(let why) = relay.hubMessage(subject: m.subject, body: m.body, now: now) {
-                    log(.info, "from the family hub: \(why)")
+                switch relay.hubMessage(subject: m.subject, body: m.body, now: now) {
+                case .held: continue  // not acknowledged: kept for its asking
+                case .ignored(let why): log(.info, "from the family hub: \(why)")
+                case .applied, .known: break
                 }
                 gathering.hubAcks.append(m)
             }

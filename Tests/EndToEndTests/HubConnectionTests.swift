@@ -97,6 +97,7 @@ final class HubConnectionTests: XCTestCase {
     func testAPasswordInTheHubsAddressIsNeverShown() throws {
         XCTAssertEqual(HubConnection.redacted("nats://relay:s3cret@hub.home.arpa:4222"), "nats://…@hub.home.arpa:4222")
         XCTAssertEqual(HubConnection.redacted("nats://hub.home.arpa:4222"), "nats://hub.home.arpa:4222")
+        XCTAssertEqual(HubConnection.redacted("nats://u:p/q@h1:4222,nats://u:p@h2:4222"), "nats://…@h1:4222,nats://…@h2:4222")
         XCTAssertThrowsError(try HubConnection(url: "nats://relay:s3cret@127.0.0.1:1", name: "test", timeoutMillis: 300)) { error in
             XCTAssertFalse("\(error)".contains("s3cret"), "\(error)")
         }

@@ -28,17 +28,18 @@ final class HubTests: XCTestCase {
         let q = h.question()
         let id = q["id"]!.string!.uppercased()
         h.ok(c, ["type": "ask", "question": .object(q)])
+        let asking = "1-\(h.now.milliseconds)"
         XCTAssertEqual(h.hubOutbox.map(\.subject), ["fam.fam.ask.\(id)"])
-        XCTAssertEqual(h.hubOutbox.first?.messageID, "\(id)#1")
+        XCTAssertEqual(h.hubOutbox.first?.messageID, "\(id)#\(asking)")
         _ = h.events(g, "question")
         // The answer is proposed, not applied: no reply, no response yet.
         h.send(g, ["type": "answer", "id": "a1", "questionId": .string(id), "choice": "approve"])
         XCTAssertTrue(h.drain(g).isEmpty)
         XCTAssertTrue(h.events(c, "response").isEmpty)
         let decision = try XCTUnwrap(h.hubOutbox.last)
-        XCTAssertEqual(decision.subject, "fam.fam.dec.\(id).1")
+        XCTAssertEqual(decision.subject, "fam.fam.dec.\(id).\(asking)")
         XCTAssertTrue(decision.firstOnSubject)
-        XCTAssertEqual(decision.messageID, "\(id)#1:answer:g1:approve")
+        XCTAssertEqual(decision.messageID, "\(id)#\(asking):answer:g1:approve")
         // A resend proposes nothing more; both wait.
         h.send(g, ["type": "answer", "id": "a2", "questionId": .string(id), "choice": "approve"])
         XCTAssertEqual(h.hubOutbox.count, 2)
@@ -65,9 +66,10 @@ final class HubTests: XCTestCase {
         h.ok(c, ["type": "ask", "question": .object(q)])
         h.send(g, ["type": "answer", "id": "a1", "questionId": .string(id), "choice": "approve"])
         h.send(c, ["type": "cancel", "id": "x1", "questionId": .string(id)])
-        XCTAssertEqual(h.hubOutbox.map(\.messageID), ["\(id)#1", "\(id)#1:answer:g1:approve", "\(id)#1:cancel"])
+        let asking = "\(id)#1-\(h.now.milliseconds)"
+        XCTAssertEqual(h.hubOutbox.map(\.messageID), [asking, "\(asking):answer:g1:approve", "\(asking):cancel"])
         // A guardian on the desktop declined first.
-        h.fromHub(message("fam.fam.dec.\(id).1", ["kind": "answer", "member": "g9", "choice": "decline", "at": 1]))
+        h.fromHub(message("fam.fam.dec.\(id).1-\(h.now.milliseconds)", ["kind": "answer", "member": "g9", "choice": "decline", "at": 1]))
         let lost = h.drain(g).first { $0["re"]?.string == "a1" }
         XCTAssertEqual(lost?["code"]?.string, "alreadyAnswered")
         XCTAssertEqual(lost?["answeredBy"]?.string, "g9")
@@ -92,7 +94,7 @@ final class HubTests: XCTestCase {
         XCTAssertTrue(h.drain(g).isEmpty)
         XCTAssertEqual(h.hubOutbox, [], "nothing to send back: the tablet told the hub")
         // Cancelled on the tablet, then asked again there.
-        h.fromHub(message("fam.fam.dec.\(id).1", ["kind": "cancel", "member": "c1", "at": 2]))
+        h.fromHub(message("fam.fam.dec.\(id).1-\(h.now.milliseconds)", ["kind": "cancel", "member": "c1", "at": 2]))
         XCTAssertEqual(h.events(g, "questionClosed").first?["reason"]?.string, "cancelled")
         var again = asked
         again.body = (["child": "c1", "attempt": 2, "createdAt": .int(h.now.milliseconds), "question": canonical] as JSONObject).encoded
@@ -122,7 +124,7 @@ final class HubTests: XCTestCase {
         h.advance(seconds: 61)
         XCTAssertTrue(h.events(c, "questionClosed").isEmpty, "not expired until the hub says so")
         let expire = try XCTUnwrap(h.hubOutbox.last)
-        XCTAssertEqual(expire.messageID, "\(id)#1:expire")
+        XCTAssertEqual(expire.messageID, "\(id)#1-\(h.now.milliseconds - 61_000):expire")
         h.advance(seconds: 10)
         XCTAssertEqual(h.hubOutbox.count, 2, "proposed once")
         h.fromHub(expire)
@@ -156,5 +158,76 @@ final class HubTests: XCTestCase {
             h.ok(c2, ["type": "ask", "question": .object(h.question())])
             XCTAssertEqual(h.hubOutbox.map(\.id), [left[0].id + 1], "ids go on after the restart")
         }
+    }
+
+    /// The hub hands a message again only after a while: a relay killed before it stored
+    /// an asking may get the decision on it first. It waits for the asking, unacknowledged.
+    func testADecisionBeforeItsAskingWaitsForIt() throws {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let q = h.question()
+        let content = try QuestionContent.validate(q, now: h.now)
+        let asking = "1-\(h.now.milliseconds)"
+        let decision = message(
+            "fam.fam.dec.\(content.id).\(asking)", ["kind": "answer", "member": "g2", "choice": "approve", "at": .int(h.now.milliseconds)])
+        XCTAssertEqual(h.fromHub(decision), .held)
+        let asked = message(
+            "fam.fam.ask.\(content.id)",
+            ["child": "c1", "attempt": 1, "createdAt": .int(h.now.milliseconds), "question": try JSON.parse(content.encoded)])
+        XCTAssertEqual(h.fromHub(asked), .applied)
+        XCTAssertEqual(h.events(c, "response").first?["guardian"]?.string, "g2", "decided as soon as its asking came")
+        XCTAssertEqual(h.events(g, "questionClosed").first?["by"]?.string, "g2")
+        XCTAssertEqual(h.fromHub(decision), .known, "handed again by the hub: nothing more")
+    }
+
+    /// A question id the relay forgot and the child asks anew is a new asking, with a
+    /// decision subject of its own (the old one holds the old decision for good).
+    func testAnIdAskedAnewAfterItWasForgottenIsANewAsking() throws {
+        let h = try CoreHarness {
+            $0.hubDevice = "laptop"
+            $0.maxQuestionsPerChild = 1
+        }
+        h.standardFamilies()
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let q = h.question()
+        let id = q["id"]!.string!.uppercased()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        let first = try XCTUnwrap(h.hubOutbox.first)
+        h.send(c, ["type": "cancel", "id": "x", "questionId": .string(id)])
+        h.fromHub(try XCTUnwrap(h.hubOutbox.last))
+        h.ok(c, ["type": "ask", "question": .object(h.question())])  // forgets the first
+        h.advance(seconds: 5)
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        let again = try XCTUnwrap(h.hubOutbox.last)
+        XCTAssertEqual(again.subject, first.subject)
+        XCTAssertNotEqual(again.messageID, first.messageID, "the hub must not drop it as a resend")
+        h.send(c, ["type": "cancel", "id": "y", "questionId": .string(id)])
+        let cancel = try XCTUnwrap(h.hubOutbox.last)
+        XCTAssertEqual(cancel.subject, "fam.fam.dec.\(id).1-\(h.now.milliseconds)")
+        h.fromHub(cancel)
+        XCTAssertEqual(h.drain(c).first { $0["re"]?.string == "y" }?["type"]?.string, "ok")
+    }
+
+    /// An answer takes effect as of when it was given on its device: a relay that hears of
+    /// it a day later does not start a timed approval afresh.
+    func testADecisionTakesEffectAsOfWhenItWasMade() throws {
+        let h = try linked()
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let choices: JSON = .array([
+            .object(["id": "hour", "title": "For an hour", "answer": "approval", "durationSeconds": 3600]),
+            .object(["id": "no", "title": "No", "answer": "denial"]),
+        ])
+        let q = h.question(expiresIn: 7 * 86400, choices: choices, defaultChoice: "no")
+        let id = q["id"]!.string!.uppercased()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        let asking = "1-\(h.now.milliseconds)"
+        let answeredAt = h.now.milliseconds + 60_000
+        h.advance(seconds: 86400)
+        h.fromHub(message("fam.fam.dec.\(id).\(asking)", ["kind": "answer", "member": "g2", "choice": "hour", "at": .int(answeredAt)]))
+        let response = try XCTUnwrap(h.events(c, "response").first)
+        XCTAssertEqual(response["answeredAt"]?.string, Timestamp(milliseconds: answeredAt).rfc3339)
+        let known = h.request(c, ["type": "knownHandles", "handles": [.object(["value": "+1 555 0100", "kind": "phoneNumber"])]])
+        XCTAssertEqual(known["known"]?.array?.count, 0, "the hour ran out long ago")
     }
 }
