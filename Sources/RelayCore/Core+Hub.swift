@@ -93,7 +93,7 @@ extension RelayCore {
 
     private func proposeDecision(_ q: QuestionRecord, kind: String, id: String, _ fields: JSONObject, now: Timestamp) {
         let messageID = "\(Self.hubKey(q)):\(id)"
-        guard hubProposed.insert(messageID).inserted else { return }  // proposed already in this run
+        guard hubProposed[Self.hubKey(q), default: []].insert(messageID).inserted else { return }  // proposed already in this run
         var body: JSONObject = ["kind": .string(kind), "at": .int(now.milliseconds), "device": .string(config.hubDevice ?? "")]
         for f in fields.fields { body[f.key] = f.value }
         queueForHub(
@@ -169,6 +169,7 @@ extension RelayCore {
             applied = .applied
         }
         let q = entry.record
+        if q.status != .pending { hubProposed[Self.hubKey(q)] = nil }
         for w in hubWaiters.removeValue(forKey: Self.hubKey(q)) ?? [] where connections[w.conn] != nil {
             reply(w.conn, w.id, Result { () throws(RequestError) in try decided(q, for: w.proposal) })
         }

@@ -118,12 +118,13 @@ public final class RelayCore {
     private var spareFrames: [[UInt8]] = []
     /// Events recorded while a request is handled, delivered after its reply.
     var deferred: [(to: Member, topic: TopicKind?, frame: [UInt8])] = []
-    // Linked to a hub: its outbox, the requests waiting for decisions (by question and
-    // asking), and the decisions proposed in this run.
+    // Linked to a hub: its outbox, and the requests waiting for decisions (by question
+    // and asking).
     var hubOutbox: [Int64: HubOutbound] = [:]
     var lastHubOutbound: Int64 = 0
     var hubWaiters: [String: [HubWaiter]] = [:]
-    var hubProposed: Set<String> = []
+    /// The decisions this relay proposed on each asking not decided yet, by message id.
+    var hubProposed: [String: Set<String>] = [:]
     /// Decisions that came before their asking, by question and asking.
     var hubEarly: [String: JSONObject] = [:]
 

@@ -16,18 +16,23 @@ final class HubTests: XCTestCase {
         return h
     }
 
+    /// A linked relay where c1 has asked a question: g1's and c1's connections, and its id.
+    private func asked(expiresIn: Double? = 3600) throws -> (CoreHarness, ConnectionID, ConnectionID, String) {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let q = h.question(expiresIn: expiresIn)
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        return (h, g, c, q["id"]!.string!.uppercased())
+    }
+
     /// A message as another device's relay would have sent it.
     private func message(_ subject: String, _ body: JSONObject) -> HubOutbound {
         HubOutbound(id: 0, family: "fam", subject: subject, messageID: "", body: body.encoded, firstOnSubject: false)
     }
 
     func testAQuestionGoesToTheHubAndAnAnswerWaitsForTheHubsDecision() throws {
-        let h = try linked()
-        let (g, _) = h.login("g1")
-        let (c, _) = h.login("c1", subscribe: ["communication"])
-        let q = h.question()
-        let id = q["id"]!.string!.uppercased()
-        h.ok(c, ["type": "ask", "question": .object(q)])
+        let (h, g, c, id) = try asked()
         let asking = "1-\(h.now.milliseconds)"
         XCTAssertEqual(h.hubOutbox.map(\.subject), ["fam.fam.ask.\(id)"])
         XCTAssertEqual(h.hubOutbox.first?.messageID, "\(id)#\(asking)")
@@ -58,12 +63,7 @@ final class HubTests: XCTestCase {
     }
 
     func testAnotherDevicesDecisionFirstOnTheHubWinsOverTheOneProposedHere() throws {
-        let h = try linked()
-        let (g, _) = h.login("g1")
-        let (c, _) = h.login("c1", subscribe: ["communication"])
-        let q = h.question()
-        let id = q["id"]!.string!.uppercased()
-        h.ok(c, ["type": "ask", "question": .object(q)])
+        let (h, g, c, id) = try asked()
         h.send(g, ["type": "answer", "id": "a1", "questionId": .string(id), "choice": "approve"])
         h.send(c, ["type": "cancel", "id": "x1", "questionId": .string(id)])
         let asking = "\(id)#1-\(h.now.milliseconds)"
@@ -114,12 +114,7 @@ final class HubTests: XCTestCase {
     }
 
     func testExpiryIsProposedToTheHubAndTakesEffectWhenItComesBack() throws {
-        let h = try linked()
-        let (g, _) = h.login("g1")
-        let (c, _) = h.login("c1", subscribe: ["communication"])
-        let q = h.question(expiresIn: 60)
-        let id = q["id"]!.string!.uppercased()
-        h.ok(c, ["type": "ask", "question": .object(q)])
+        let (h, g, c, id) = try asked(expiresIn: 60)
         _ = h.drain(g)
         h.advance(seconds: 61)
         XCTAssertTrue(h.events(c, "questionClosed").isEmpty, "not expired until the hub says so")
