@@ -103,7 +103,7 @@ extension RelayCore {
     /// admin connections, the one asking included, are left out.
     func status(_ r: Request) throws(RequestError) -> ReplyFields {
         let ofMembers = connections.values.filter { $0.session?.role != .admin }
-        return [
+        let counters: ReplyFields = [
             "connections": .int(Int64(ofMembers.count)),
             "sessions": .int(Int64(ofMembers.filter { $0.session != nil }.count)),
             "families": .int(Int64(families.count)),
@@ -112,6 +112,18 @@ extension RelayCore {
             "framesIn": .int(Int64(framesIn)),
             "framesOut": .int(Int64(framesOut)),
             "uptimeSeconds": .int((r.now.milliseconds - startedAt.milliseconds) / 1000),
+        ]
+        return counters.adding(hubStatus)
+    }
+
+    /// The link to the family hub, for `status`: none without one.
+    private var hubStatus: JSONObject {
+        guard let device = config.hubDevice else { return [:] }
+        return [
+            "hub": .object([
+                "device": .string(device), "connected": .bool(hubLink.connected), "outbox": .int(Int64(hubOutbox.count)),
+                "lastContact": hubLink.lastContact.map { .string($0.rfc3339) } ?? .null,
+            ])
         ]
     }
 }

@@ -127,6 +127,8 @@ public final class RelayCore {
     var hubProposed: [String: Set<String>] = [:]
     /// Decisions that came before their asking, by question and asking.
     var hubEarly: [String: JSONObject] = [:]
+    /// How the link to the hub stands, as the reactor last saw it (for `status`).
+    public var hubLink: (connected: Bool, lastContact: Timestamp?) = (false, nil)
 
     /// Builds the core with the state the store holds.
     public init(config: CoreConfig, snapshot s: StoreSnapshot, now: Timestamp) {
@@ -528,6 +530,15 @@ public final class RelayCore {
 
 /// An `ok` reply: its fields after `type` and `re`, or (for the requests sent most,
 /// written in place by `okFrame`) the whole frame.
+extension ReplyFields {
+    /// The same fields and `more` after them.
+    func adding(_ more: JSONObject) -> ReplyFields {
+        guard case .object(var o) = self else { return self }
+        for f in more.fields { o[f.key] = f.value }
+        return .object(o)
+    }
+}
+
 enum ReplyFields: ExpressibleByDictionaryLiteral {
     case object(JSONObject)
     case frame([UInt8])

@@ -91,6 +91,14 @@ final class HubBridge: @unchecked Sendable {
         condition.unlock()
     }
 
+    /// Whether the link to the hub is up now.
+    var isConnected: Bool {
+        condition.lock()
+        let c = connection
+        condition.unlock()
+        return c?.isConnected ?? false
+    }
+
     /// A commit may have added to the outbox.
     func noteOutboxChanged() {
         condition.lock()

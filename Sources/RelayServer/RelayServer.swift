@@ -480,7 +480,9 @@ public final class RelayServer {
     /// the families' streams, each acknowledged to the hub once what it changed is committed.
     private func takeFromHub(now: Timestamp) {
         guard let bridge else { return }
-        for item in bridge.take() {
+        let items = bridge.take()
+        if !items.isEmpty { relay.hubLink = (true, now) }
+        for item in items {
             switch item {
             case .sent(let id):
                 relay.hubSent(id)
@@ -890,6 +892,7 @@ public final class RelayServer {
         guard pruning == nil, Double(turnMillis - lastPrune) >= config.pruneIntervalSeconds * 1000 else { return }
         lastPrune = turnMillis
         checkDiskSpace()
+        if let bridge { relay.hubLink.connected = bridge.isConnected }
         relay.flushCursors()
         lastCursorFlush = turnMillis
         // Events appended within two cursor flushes may yet be acknowledged in the store: a

@@ -178,7 +178,10 @@ struct AdminCommand: Sendable {
             examples: ["permission-relay status", "permission-relay status --json"],
             request: { _, _ in ["type": "status"] },
             describe: { r in
-                r.fields.map { "\($0.key): \($0.value.text)" }.joined(separator: "\n")
+                r.fields.flatMap { f -> [String] in
+                    guard let inner = f.value.object else { return ["\(f.key): \(f.value.text)"] }
+                    return inner.fields.map { "\(f.key) \($0.key): \($0.value.string ?? $0.value.text)" }
+                }.joined(separator: "\n")
             }),
     ]
 }

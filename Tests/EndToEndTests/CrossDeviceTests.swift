@@ -88,8 +88,14 @@ final class CrossDeviceTests: XCTestCase {
         _ = try guardian.hello("g0", tokens[1]["g0"]!)
         _ = try ask(child)  // links both relays' streams before the hub goes down
         _ = try guardian.event("question")
+        let admin = try tablet.admin()
+        let linked = try admin.request(["type": "status"])["hub"]
+        XCTAssertEqual(linked?["device"]?.string, "tablet")
+        XCTAssertEqual(linked?["outbox"]?.int, 0)
+        XCTAssertNotNil(linked?["lastContact"]?.string)
         hub.kill()
         let id = try ask(child)  // stored on the tablet: its outbox keeps it
+        XCTAssertEqual(try admin.request(["type": "status"])["hub"]?["outbox"]?.int, 1, "the question waits in the outbox")
         try hub.start()
         let question = try guardian.event("question")
         XCTAssertEqual(question["question"]?["id"]?.string, id)
