@@ -262,8 +262,11 @@ final class HubBridge: @unchecked Sendable {
                     try ensureStream(family, on: hub)
                     // The device's name in hex: no two names share a consumer (which would split the messages).
                     let durable = "dev-" + device.utf8.map { String($0, radix: 16) }.joined()
+                    // What a relay killed before it stored (and acknowledged) comes again
+                    // 5 s later: its restart does not wait the default 30 s for it.
                     consumers[family] = try hub.consumer(
-                        stream: HubNames.stream(family: family), durable: durable, filter: HubNames.all(family: family))
+                        stream: HubNames.stream(family: family), durable: durable, filter: HubNames.all(family: family),
+                        redeliverAfterMillis: 5000)
                 }
                 let wait = Int64(max(20, 200 / max(1, consumers.count)))
                 for (_, consumer) in consumers.sorted(by: { $0.key < $1.key }) {

@@ -134,4 +134,88 @@ final class CrossDeviceTests: XCTestCase {
         let next = try child.event("response")
         XCTAssertEqual(next["questionId"]?.string ?? next["question"]?["id"]?.string, marker, "the first response came once")
     }
+
+    /// Thirty SIGKILLs spread over the hub and both relays, each between an ask and its
+    /// answer or right after the answer: every question is answered once, both relays
+    /// agree, and the child's stream holds one response per question, none twice.
+    func testThirtyKillsOverTheHubAndBothRelaysLoseNothingAndRepeatNothing() throws {
+        let hub = try NATSServer()
+        let (tablet, laptop, tokens) = try devices(hub)
+        /// Runs `body` on a fresh session until it goes through (a killed relay or hub
+        /// drops the connection or lets a request time out; requests are safe to repeat).
+        func until<T>(_ relay: RelayProcess, _ member: String, _ t: [String: String], _ body: (Client) throws -> T?) throws -> T {
+            for _ in 0..<50 {
+                if let c = try? relay.connect(), (try? c.hello(member, t[member]!))?["type"]?.string == "welcome",
+                    let done = try? body(c)
+                {
+                    return done
+                }
+            }
+            XCTFail("\(member) could not get through in 50 tries")
+            throw CancellationError()
+        }
+        let victims: [() throws -> Void] = [
+            {
+                hub.kill(); try hub.start()
+            },
+            {
+                tablet.crash(); try tablet.start()
+            },
+            {
+                laptop.crash(); try laptop.start()
+            },
+        ]
+        var asked: [String] = []
+        for round in 0..<15 {
+            let id = UUID().uuidString
+            let person: JSON = .object(["handle": .object(["value": .string("+1 555 02\(10 + round)"), "kind": "phoneNumber"])])
+            let ask: JSONObject = [
+                "type": "ask",
+                "question": .object([
+                    "id": .string(id), "topic": .object(["kind": "communication", "personInformation": .array([person])]),
+                ]),
+            ]
+            _ = try until(tablet, "c0", tokens[0]) { c in try c.request(ask)["type"]?.string == "ok" ? true : nil }
+            asked.append(id)
+            try victims[(2 * round) % 3]()
+            let answer: JSONObject = ["type": "answer", "questionId": .string(id), "choice": round % 2 == 0 ? "approve" : "decline"]
+            _ = try until(laptop, "g0", tokens[1]) { c -> Bool? in
+                var r = try c.request(answer)
+                if r["code"]?.string == "notFound" {
+                    // Not on the laptop yet: it comes through the hub.
+                    while try c.event("question")["question"]?["id"]?.string != id.uppercased() {}
+                    r = try c.request(answer)
+                }
+                return r["type"]?.string == "ok" || r["code"]?.string == "alreadyAnswered" ? true : nil
+            }
+            try victims[(2 * round + 1) % 3]()
+        }
+        // Every question answered, on both relays alike (the last decisions may still be on
+        // their way: each comes to the guardian as a questionClosed).
+        for (relay, t) in [(tablet, tokens[0]), (laptop, tokens[1])] {
+            let g = try relay.connect()
+            _ = try g.hello("g0", t["g0"]!)
+            let list = try g.request(["type": "history", "limit": 100])["questions"]?.array ?? []
+            var open = Set(asked.map { $0.uppercased() })
+            for q in list where q["status"]?.string == "answered" { open.remove(q["id"]?.string ?? "") }
+            while !open.isEmpty, let closed = try? g.event("questionClosed") {
+                XCTAssertEqual(closed["reason"]?.string, "answered")
+                open.remove(closed["questionId"]?.string ?? "")
+            }
+            XCTAssertEqual(open, [], "every question answered")
+        }
+        // The child's stream, replayed from its start to a session that follows responses:
+        // one response per question.
+        let subscribing = try tablet.connect()
+        _ = try subscribing.hello("c0", tokens[0]["c0"]!, session: "replay")
+        _ = try subscribing.request(["type": "subscribe", "topics": ["communication"]])
+        let child = try tablet.connect()
+        _ = try child.hello("c0", tokens[0]["c0"]!, session: "replay", resume: 0)
+        var responses: [String] = []
+        while responses.count < asked.count {
+            let r = try child.event("response")
+            responses.append(r["questionId"]?.string ?? r["question"]?["id"]?.string ?? "")
+        }
+        XCTAssertEqual(responses.sorted(), asked.map { $0.uppercased() }.sorted(), "each question's response once")
+    }
 }
