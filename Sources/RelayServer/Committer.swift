@@ -26,9 +26,8 @@ final class Committer: @unchecked Sendable {
     }
 
     private let store: RelayStore
-    /// The loop's end of the wake-up pipe: readable once an outcome waits.
-    let wakeFD: Int32
-    private let wakeWrite: Int32
+    /// Wakes the loop once something waits for it.
+    let wakeup: WakePipe
     // Guarded by `condition`.
     private let condition = NSCondition()
     private var jobs: [Job] = []
@@ -39,15 +38,8 @@ final class Committer: @unchecked Sendable {
 
     init(store: RelayStore) throws {
         self.store = store
-        var fds: [Int32] = [-1, -1]
-        guard cs_pipe(&fds) == 0 else { throw ServerError("cannot create a pipe: \(String(cString: strerror(errno)))") }
-        (wakeFD, wakeWrite) = (fds[0], fds[1])
+        wakeup = try WakePipe()
         Thread { [self] in run() }.start()
-    }
-
-    deinit {
-        Glibc.close(wakeFD)
-        Glibc.close(wakeWrite)
     }
 
     /// Queues a job; its outcome comes back through `takeOutcomes`, in order.
@@ -60,8 +52,7 @@ final class Committer: @unchecked Sendable {
 
     /// The outcomes of the jobs done since the last call, in order.
     func takeOutcomes() -> [Outcome] {
-        var drained = [UInt8](repeating: 0, count: 64)
-        while Glibc.read(wakeFD, &drained, drained.count) > 0 {}
+        wakeup.drain()
         condition.lock()
         defer { condition.unlock() }
         let done = outcomes
@@ -115,8 +106,7 @@ final class Committer: @unchecked Sendable {
             busy = false
             outcomes.append(outcome)
             condition.broadcast()
-            var b: UInt8 = 1
-            _ = Glibc.write(wakeWrite, &b, 1)
+            wakeup.wake()
         }
         running = false
         condition.broadcast()

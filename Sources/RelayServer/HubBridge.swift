@@ -7,7 +7,6 @@
 // any moment loses nothing and repeats nothing the core has not seen (it ignores what it
 // knows).
 
-import CSystem
 import Foundation
 import Glibc
 import RelayHub
@@ -28,9 +27,8 @@ final class HubBridge: @unchecked Sendable {
     let retentionSeconds: Int64
     private let outbox: HubOutboxReader
     private let log: Log
-    /// The loop's end of the wake-up pipe.
-    let wakeFD: Int32
-    private let wakeWrite: Int32
+    /// Wakes the loop once something waits for it.
+    let wakeup: WakePipe
     private let condition = NSCondition()
     private var incoming: [Incoming] = []
     private var toAcknowledge: [HubMessage] = []
@@ -49,14 +47,7 @@ final class HubBridge: @unchecked Sendable {
         self.retentionSeconds = retentionSeconds
         self.outbox = outbox
         self.log = log
-        var fds: [Int32] = [-1, -1]
-        guard cs_pipe(&fds) == 0 else { throw ServerError("cannot create a pipe: \(String(cString: strerror(errno)))") }
-        (wakeFD, wakeWrite) = (fds[0], fds[1])
-    }
-
-    deinit {
-        Glibc.close(wakeFD)
-        Glibc.close(wakeWrite)
+        wakeup = try WakePipe()
     }
 
     func start() {
@@ -109,8 +100,7 @@ final class HubBridge: @unchecked Sendable {
 
     /// What came since the last call, for the loop.
     func take() -> [Incoming] {
-        var b = [UInt8](repeating: 0, count: 64)
-        while Glibc.read(wakeFD, &b, b.count) > 0 {}
+        wakeup.drain()
         condition.lock()
         defer { condition.unlock() }
         defer { incoming.removeAll() }
@@ -131,8 +121,7 @@ final class HubBridge: @unchecked Sendable {
         condition.lock()
         incoming += items
         condition.unlock()
-        var b: UInt8 = 1
-        _ = Glibc.write(wakeWrite, &b, 1)
+        wakeup.wake()
     }
 
     private var isStopping: Bool {

@@ -266,9 +266,9 @@ public final class RelayServer {
         if config.handleSignals { cs_route_signals(signalPipe[1]) }
         cs_epoll_ctl(epfd, 0, listenFD, cs_epollin, Self.listenToken)
         cs_epoll_ctl(epfd, 0, signalPipe[0], cs_epollin, Self.signalToken)
-        cs_epoll_ctl(epfd, 0, committer.wakeFD, cs_epollin, Self.committerToken)
+        cs_epoll_ctl(epfd, 0, committer.wakeup.readFD, cs_epollin, Self.committerToken)
         if let bridge {
-            cs_epoll_ctl(epfd, 0, bridge.wakeFD, cs_epollin, Self.hubToken)
+            cs_epoll_ctl(epfd, 0, bridge.wakeup.readFD, cs_epollin, Self.hubToken)
             bridge.start()
         }
         spareFD = Self.openSpare()
