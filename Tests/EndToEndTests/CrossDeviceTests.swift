@@ -43,6 +43,8 @@ final class CrossDeviceTests: XCTestCase {
         let response = try child.event("response")
         XCTAssertEqual(response["questionId"]?.string ?? response["question"]?["id"]?.string, id)
         XCTAssertEqual(response["guardian"]?.string, "g0")
+        // The decision came to the tablet from the hub: its status says when it last heard from it.
+        XCTAssertNotNil(try tablet.admin().request(["type": "status"])["hub"]?["lastContact"]?.string)
         // Both relays hold the same answer.
         for (relay, t) in [(tablet, tokens[0]), (laptop, tokens[1])] {
             let g = try relay.connect()
@@ -89,13 +91,11 @@ final class CrossDeviceTests: XCTestCase {
         _ = try ask(child)  // links both relays' streams before the hub goes down
         _ = try guardian.event("question")
         let admin = try tablet.admin()
-        let linked = try admin.request(["type": "status"])["hub"]
-        XCTAssertEqual(linked?["device"]?.string, "tablet")
-        XCTAssertEqual(linked?["outbox"]?.int, 0)
-        XCTAssertNotNil(linked?["lastContact"]?.string)
         hub.kill()
         let id = try ask(child)  // stored on the tablet: its outbox keeps it
-        XCTAssertEqual(try admin.request(["type": "status"])["hub"]?["outbox"]?.int, 1, "the question waits in the outbox")
+        let linked = try admin.request(["type": "status"])["hub"]
+        XCTAssertEqual(linked?["device"]?.string, "tablet")
+        XCTAssertGreaterThanOrEqual(linked?["outbox"]?.int ?? 0, 1, "the question waits in the outbox")
         try hub.start()
         let question = try guardian.event("question")
         XCTAssertEqual(question["question"]?["id"]?.string, id)
