@@ -54,8 +54,7 @@ extension RelayCore {
         if role == .guardian {
             // A new guardian learns of every question of the family pending now (§6).
             for child in f.children {
-                for id in child.questionOrder {
-                    guard let q = questions[id], q.status == .pending else { continue }
+                for q in heldQuestions(of: child) where q.status == .pending {
                     appendEvent(to: m, topic: nil, type: "question", ["question": questionJSON(q)], now: r.now)
                 }
             }
@@ -79,9 +78,7 @@ extension RelayCore {
             m.family.guardians.removeAll { $0 === m }
         } else {
             m.family.children.removeAll { $0 === m }
-            for qid in m.questionOrder {
-                if let q = questions[qid], q.status == .pending { close(question: q, reason: .cancelled, now: r.now) }
-            }
+            for q in heldQuestions(of: m) where q.status == .pending { close(question: q, reason: .cancelled, now: r.now) }
         }
         return ["member": .string(id)]
     }

@@ -28,14 +28,14 @@ extension RelayCore {
             throw RequestError(.badRequest, "\"question\" must be an object")
         }
         // A resend is answered before its question is validated again (§12).
-        let previous = q["id"]?.string.flatMap(QuestionID.init).flatMap { questions[$0] }
+        let previous = try q["id"]?.string.flatMap(QuestionID.init).flatMap { id throws(RequestError) in try question(id) }
         if let resent = resent(previous, by: r.member) { return resent }
         return try file(QuestionContent.validate(q, now: r.now), previous: previous, r)
     }
 
     /// An ask whose question was read straight from the frame's bytes (`QuestionContent.readAsk`).
     func ask(_ content: QuestionContent, _ r: Request) throws(RequestError) -> ReplyFields {
-        let previous = questions[content.key]
+        let previous = try question(content.key)
         if let resent = resent(previous, by: r.member) { return resent }
         return try file(content, previous: previous, r)
     }
@@ -114,14 +114,12 @@ extension RelayCore {
 
     /// Holds a question asked (by the child here, or on another device) and tells the guardians.
     func fileAsked(_ record: QuestionRecord, previous: QuestionRecord?, child: Member, now: Timestamp) {
-        if previous == nil {
+        if questions.entry(record.key) == nil {
             questions.insert(record)
-            child.questionOrder.append(record.key)
+            child.held.insert(record.key)
         } else {
             questions.save(record)
         }
-        child.questionBytes += record.content.encoded.count - (previous?.content.encoded.count ?? 0)
-        forgetOldQuestions(of: child)
         child.pendingQuestions += 1
         if let e = record.content.expiration { addDeadline(e, of: record.key) }
         appendEvent(to: child.family.guardians, topic: nil, type: "question", capacity: record.content.encoded.count + 240, now: now) {
@@ -134,7 +132,7 @@ extension RelayCore {
 
     func cancel(_ r: Request) throws(RequestError) -> ReplyFields {
         let raw = try r.string("questionId")
-        guard let key = QuestionID(raw), var q = questions[key], q.child == r.member.id else {
+        guard let key = QuestionID(raw), var q = try question(key), q.child == r.member.id else {
             throw RequestError(.notFound, "no question \(raw) of yours")
         }
         let id = q.id
@@ -163,7 +161,7 @@ extension RelayCore {
             }
             filter = st
         }
-        return try page(r.member.questionOrder, newestFirst: true, r) { filter == nil || $0.status == filter }
+        return try page(of: [r.member], status: filter, newestFirst: true, limit: Self.questionsPerReply, r)
     }
 
     func limits(_ r: Request) throws(RequestError) -> ReplyFields {
@@ -176,21 +174,6 @@ extension RelayCore {
     }
 
     // MARK: - Shared by several requests
-
-    /// Keeps at most `maxQuestionsPerChild` questions of a child, and their contents within
-    /// `maxQuestionBytesPerChild`, by forgetting the oldest finished ones (a resend of a
-    /// forgotten id is taken as a new question).
-    private func forgetOldQuestions(of child: Member) {
-        let (maxCount, maxBytes) = (config.maxQuestionsPerChild, config.maxQuestionBytesPerChild)
-        let forgotten = child.questionOrder.forgetOldest(while: { $0 > maxCount || child.questionBytes > maxBytes }) { key in
-            guard let entry = questions.entry(key), entry.record.status != .pending else { return false }
-            child.questionBytes -= entry.record.content.encoded.count
-            return true
-        }
-        for key in forgotten {
-            if let q = questions.removeValue(forKey: key) { persist(.forgetQuestion(q)) }
-        }
-    }
 
     /// The question as a value, for replies that list or embed questions: one rendering
     /// serves events and replies alike.

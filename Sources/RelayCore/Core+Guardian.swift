@@ -15,19 +15,21 @@ extension RelayCore {
 
     func answer(_ key: QuestionID, choice choiceID: String, _ r: Request) throws(RequestError) -> ReplyFields {
         let family = r.member.family
-        guard let entry = questions.entry(key), entry.record.family == family.id else {
+        guard let q = try question(key), q.family == family.id else {
             throw RequestError(.notFound, "no question \(key) in your family")
         }
-        switch entry.record.status {
+        switch q.status {
         case .answered:
-            if let o = entry.record.outcome, o.guardian == r.member.id, o.choice.id == choiceID {
+            if let o = q.outcome, o.guardian == r.member.id, o.choice.id == choiceID {
                 return ["questionId": .string(key.description), "status": "answered"]
             }
-            throw alreadyAnswered(entry.record)
+            throw alreadyAnswered(q)
         case .expired: throw RequestError(.expired, "question \(key) expired before it was answered")
         case .cancelled: throw RequestError(.cancelled, "question \(key) was cancelled")
         case .pending: break
         }
+        // A pending question is always held.
+        guard let entry = questions.entry(key) else { throw RequestError(.internal, "question \(key) is pending but not held") }
         let content = entry.record.content
         guard let choice = content.choice(choiceID) else {
             throw RequestError(
@@ -66,7 +68,7 @@ extension RelayCore {
 
     func pending(_ r: Request) throws(RequestError) -> ReplyFields {
         let children = try childrenInScope(r)
-        return try page(children.lazy.flatMap(\.questionOrder), newestFirst: false, r) { $0.status == .pending }
+        return try page(of: children, status: .pending, newestFirst: false, r)
     }
 
     func history(_ r: Request) throws(RequestError) -> ReplyFields {
@@ -78,7 +80,7 @@ extension RelayCore {
             guard let n = v.int, n > 0 else { throw RequestError(.badRequest, "\"limit\" must be a positive integer") }
             limit = Int(min(n, 10_000))
         }
-        return try page(children.lazy.flatMap(\.questionOrder), newestFirst: true, limit: limit, r) { _ in true }
+        return try page(of: children, status: nil, newestFirst: true, limit: limit, r)
     }
 
     func setLimits(_ r: Request) throws(RequestError) -> ReplyFields {

@@ -126,7 +126,8 @@ extension RelayCore {
         guard let child = members[childID], child.record.role == .child, !child.isRemoved, child.family.id == family else {
             return .ignored("question \(id): \(childID) is not a child of \(family) on this relay")
         }
-        let previous = questions[content.key]
+        let previous: QuestionRecord?
+        do { previous = try self.question(content.key) } catch { return .held }  // unreadable now: handed again
         let asked = Timestamp(milliseconds: createdAt)
         if let previous {
             guard previous.child == childID else { return .ignored("question \(id) is another child's here") }
@@ -148,7 +149,9 @@ extension RelayCore {
     private func hubDecided(_ id: String, in family: String, asking: String, _ body: JSONObject, now: Timestamp) -> HubApplied {
         guard let key = QuestionID(id) else { return .ignored("\(id) is not a question id") }
         guard let entry = questions.entry(key), entry.record.family == family, Self.asking(entry.record) == asking else {
-            if let q = questions[key], q.family == family, !Self.isNewer(asking, than: q) { return .known }  // left behind
+            let stored: QuestionRecord?
+            do { stored = try question(key) } catch { return .held }  // unreadable now: handed again
+            if let q = stored, q.family == family, !Self.isNewer(asking, than: q) { return .known }  // left behind
             // Its asking has not come yet: kept for it (in this run; unacknowledged, the hub hands it again).
             hubEarly["\(id)#\(asking)"] = body
             return .held

@@ -22,10 +22,8 @@ final class Member {
     var live: [Connection] = []
 
     // A child's questions and contacts (empty for a guardian).
-    /// Question ids in order of first ask.
-    var questionOrder = QuestionOrder()
-    /// The size of its remembered questions' contents, in bytes.
-    var questionBytes = 0
+    /// The ids of its questions the core holds (`RelayCore.questions`).
+    var held: Set<QuestionID> = []
     var pendingQuestions = 0
     var known: [NormalizedHandle: KnownHandleRecord] = [:]
     var askBucket: TokenBucket?

@@ -7,15 +7,6 @@
 import RelayProtocol
 import RelayModel
 
-/// Where a question stands in a list: by when it was first asked, ties in the order the
-/// relay took them.
-struct PageKey: Comparable {
-    let createdAt: Int64
-    let order: Int64
-
-    static func < (a: PageKey, b: PageKey) -> Bool { (a.createdAt, a.order) < (b.createdAt, b.order) }
-}
-
 /// The last question a reply held, as the `next` that the following request gives as
 /// `after`: `<milliseconds>:<question id>`.
 struct PageCursor {
@@ -36,29 +27,48 @@ struct PageCursor {
 }
 
 extension RelayCore {
-    /// The reply to a list request: the questions of `keys` that `include` takes, in order
-    /// (`newestFirst`, else oldest first), from after the request's `after`, at most `limit`
-    /// and as many as fit in the reply budget (always one); when more remain, `more` and
-    /// the `next` to ask for them with.
+    /// Questions of a child's `questions` list one reply holds at most: the list is read
+    /// from the store, and a child may have thousands.
+    static let questionsPerReply = 1000
+
+    /// The reply to a list request: the questions of `children` (only those with `status`
+    /// when given) in order (`newestFirst`, else oldest first), from after the request's
+    /// `after`, at most `limit` and as many as fit in the reply budget (always one); when
+    /// more remain, `more` and the `next` to ask for them with. Pending questions are all
+    /// held; the others are read from the archive, where a held one's record stands in for
+    /// a stored one (it may be newer).
     func page(
-        _ keys: some Sequence<QuestionID>, newestFirst: Bool, limit: Int = .max, _ r: Request,
-        where include: (QuestionRecord) -> Bool
+        of children: [Member], status: QuestionStatus?, newestFirst: Bool, limit: Int = .max, _ r: Request
     ) throws(RequestError) -> ReplyFields {
-        var list: [(key: PageKey, entry: QuestionTable.Entry)] = []
-        for id in keys {
-            guard let entry = questions.entry(id), include(entry.record) else { continue }
-            list.append((PageKey(createdAt: entry.record.createdAt.milliseconds, order: entry.order), entry))
-        }
-        list.sort { newestFirst ? $0.key > $1.key : $0.key < $1.key }
-        if let after = try r.optionalString("after") {
-            guard let cursor = PageCursor(text: after) else {
+        var after: QuestionPlace?
+        if let text = try r.optionalString("after") {
+            guard let cursor = PageCursor(text: text) else {
                 throw RequestError(.badRequest, "\"after\" must be the \"next\" of an earlier reply of this list")
             }
-            // A question no longer remembered stands after every other asked in its millisecond.
-            let at = PageKey(
-                createdAt: cursor.createdAt, order: questions.entry(cursor.id)?.order ?? (newestFirst ? .min : .max))
-            list.removeAll { newestFirst ? $0.key >= at : $0.key <= at }
+            // A question no longer stored stands after every other asked in its millisecond.
+            let row = try question(cursor.id)?.row ?? (newestFirst ? .min : .max)
+            after = QuestionPlace(createdAt: cursor.createdAt, row: row)
         }
+        func inOrder(_ a: QuestionPlace, _ b: QuestionPlace) -> Bool { newestFirst ? a > b : a < b }
+        var list: [QuestionRecord] = []
+        for child in children {
+            for key in child.held {
+                guard let q = questions[key], status == nil || q.status == status else { continue }
+                if let after, !inOrder(after, QuestionPlace(q)) { continue }
+                list.append(q)
+            }
+            guard status != .pending else { continue }
+            // Enough to fill the page even where held questions stand in for stored ones.
+            let wanted = min(limit, 100_000) + child.held.count + 1
+            let stored: [QuestionRecord]
+            do {
+                stored = try archive.questions(of: child.id, status: status, newestFirst: newestFirst, after: after, limit: wanted)
+            } catch {
+                throw RequestError(.busy, "could not read \(child.id)'s questions from the store (\(error)); try again")
+            }
+            list += stored.lazy.filter { !child.held.contains($0.key) }
+        }
+        list.sort { inOrder(QuestionPlace($0), QuestionPlace($1)) }
         // Written straight into the reply, each question spliced from its stored bytes: a page
         // parsed back into values and encoded again held every client up for tens of ms.
         var held = 0
@@ -67,16 +77,16 @@ extension RelayCore {
             out.appendJSONKey("questions")
             out.append(UInt8(ascii: "["))
             let start = out.count
-            for (_, entry) in list.prefix(limit) {
+            for q in list.prefix(limit) {
                 let before = out.count
                 if held > 0 { out.append(UInt8(ascii: ",")) }
-                appendQuestion(entry.record, to: &out)
+                appendQuestion(q, to: &out)
                 guard held == 0 || out.count - start <= config.listReplyBytes else {
                     out.removeSubrange(before...)
                     break
                 }
                 held += 1
-                last = entry.record
+                last = q
             }
             out.append(UInt8(ascii: "]"))
             guard held < list.count, let last else { return }

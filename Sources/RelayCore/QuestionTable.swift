@@ -1,8 +1,8 @@
-// Every question the relay remembers, by id. Each record sits in an entry of its own:
-// the table grows with every question asked, and a growing dictionary moves all its
-// values each time it doubles — whole records (some 170 bytes each, most of that time
-// spent faulting in the new pages) where an entry is one pointer. An answer changes its
-// question through the entry it looked up, without a second lookup.
+// The questions the core holds, by id: the pending ones, and finished ones until what
+// finished them is committed (then the store has them: `QuestionArchive`). Each record
+// sits in an entry of its own: a growing dictionary moves all its values each time it
+// doubles — whole records where an entry is one pointer. An answer changes its question
+// through the entry it looked up, without a second lookup.
 //
 // The entries are spread over many small dictionaries rather than one: a dictionary
 // doubles all at once, rehashing every id it holds within one loop turn, which holds
@@ -15,19 +15,14 @@ import RelayModel
 struct QuestionTable {
     final class Entry {
         var record: QuestionRecord
-        /// Where the question stands in the order of first asks (since the relay started:
-        /// it loads its questions in that order).
-        let order: Int64
+        /// The batch of changes (`RelayCore.takes`) that stores the question's latest change.
+        var storedIn: Int64 = 0
 
-        init(_ record: QuestionRecord, order: Int64) {
-            self.record = record
-            self.order = order
-        }
+        init(_ record: QuestionRecord) { self.record = record }
     }
 
     private static let shardBits = 8
     private var shards = [[QuestionID: Entry]](repeating: [:], count: 1 << shardBits)
-    private var asked: Int64 = 0
     /// The highest row given to a question (`QuestionRecord.row`) or held by the store.
     private var lastRow: Int64 = 0
 
@@ -48,13 +43,12 @@ struct QuestionTable {
 
     /// Holds the record of a question asked for the first time (one lookup fewer than `save`).
     mutating func insert(_ record: QuestionRecord) {
-        asked += 1
-        shards[Self.shard(record.key)][record.key] = Entry(record, order: asked)
+        shards[Self.shard(record.key)][record.key] = Entry(record)
     }
 
-    /// Forgets the question `key`; returns its record.
-    mutating func removeValue(forKey key: QuestionID) -> QuestionRecord? {
-        shards[Self.shard(key)].removeValue(forKey: key)?.record
+    /// Lets the question `key` go.
+    mutating func removeValue(forKey key: QuestionID) {
+        shards[Self.shard(key)].removeValue(forKey: key)
     }
 
     /// A row for a question asked for the first time: above every row given or stored.

@@ -62,13 +62,6 @@ public struct CoreConfig: Sendable {
     public var replayBatch = 512
     /// Bytes replayed per step, about; keep it well under the reactor's output limit.
     public var replayBudgetBytes = 256 * 1024
-    /// Questions remembered per child; past it the oldest finished ones are forgotten, so a
-    /// child that asks and cancels forever cannot grow the relay without bound.
-    public var maxQuestionsPerChild = 10_000
-    /// The size of the questions remembered per child (their contents, avatars included),
-    /// kept under this the same way: a child that asks and cancels questions with large
-    /// avatars cannot fill the relay's memory and disk with them either.
-    public var maxQuestionBytesPerChild = 64 << 20
     /// Durable sessions remembered per member; a new one past it makes the relay forget the
     /// least recently used one that is not open, so a member that names a new session on
     /// every connection cannot grow the relay without bound. 0: no limit.
@@ -97,8 +90,16 @@ public final class RelayCore {
     // Identity, and each member's streams, sessions, questions and contacts.
     var families: [String: Family] = [:]
     var members: [String: Member] = [:]
-    // Questions, all of them (a child's in order of asking are in its `Member`).
+    // The questions held (a child's ids are also in its `Member`); the others are read
+    // from the archive.
     var questions = QuestionTable()
+    let archive: any QuestionArchive
+    /// How many times the changes were taken: a change made now goes with take `takes + 1`.
+    public private(set) var takes: Int64 = 0
+    /// Finished questions, with the take that stores their finishing change: once that
+    /// take is committed, the archive has them and they go (`committed(throughTake:)`).
+    var settling: [(key: QuestionID, take: Int64)] = []
+    var settled = 0
     /// Sessions whose cursor an ack moved since the last `flushCursors`.
     var dirtySessions: [DurableSession] = []
     /// Counts the openings and closings of durable sessions, to tell which was used last.
@@ -130,26 +131,23 @@ public final class RelayCore {
     /// How the link to the hub stands, as the reactor last saw it (for `status`).
     public var hubLink: (connected: Bool, lastContact: Timestamp?) = (false, nil)
 
-    /// Builds the core with the state the store holds.
-    public init(config: CoreConfig, snapshot s: StoreSnapshot, now: Timestamp) {
+    /// Builds the core with the live state the store holds (`snapshot`); what is finished
+    /// it reads from `archive` when a request needs it.
+    public init(config: CoreConfig, snapshot s: StoreSnapshot, archive: any QuestionArchive, now: Timestamp) {
         self.config = config
+        self.archive = archive
         self.startedAt = now
         self.eventClock = max(now, s.lastEventAt ?? now)
         for f in s.families { families[f] = Family(id: f) }
         for m in s.members { add(Member(m, family: family(m.family))) }
         questions.reserveCapacity(s.questions.count)
         questions.noteRows(upTo: s.lastQuestionRow)
-        // The store reads them in order of asking, so this sort rarely moves anything.
-        let inOrder = zip(s.questions, s.questions.dropFirst()).allSatisfy { $0.createdAt <= $1.createdAt }
-        for q in inOrder ? s.questions : s.questions.sorted(by: { $0.createdAt < $1.createdAt }) {
+        for q in s.questions where q.status == .pending {
             questions.save(q)
             guard let child = members[q.child] else { continue }
-            child.questionOrder.append(q.key)
-            child.questionBytes += q.content.encoded.count
-            if q.status == .pending {
-                child.pendingQuestions += 1
-                if let e = q.content.expiration { questionDeadlines.push((e, q.key)) }
-            }
+            child.held.insert(q.key)
+            child.pendingQuestions += 1
+            if let e = q.content.expiration { questionDeadlines.push((e, q.key)) }
         }
         for k in s.knownHandles {
             guard let child = members[k.child] else { continue }
@@ -170,7 +168,7 @@ public final class RelayCore {
         var s = StoreSnapshot()
         s.families = Array(families.keys)
         s.members = members.values.map(\.record)
-        s.questions = questions.records
+        s.questions = questions.records.filter { $0.status == .pending }
         for m in members.values {
             s.knownHandles += m.known.values
             s.sessions += m.sessions.values.map(\.record)
@@ -182,13 +180,54 @@ public final class RelayCore {
     }
 
     /// Records a change to store with this turn's.
-    func persist(_ change: Change) { changes.append(change) }
+    func persist(_ change: Change) {
+        switch change {
+        case .question(let q), .questionState(let q):
+            questions.entry(q.key)?.storedIn = takes + 1
+            if q.status != .pending { settling.append((q.key, takes + 1)) }
+        default: break
+        }
+        changes.append(change)
+    }
 
     /// The changes made since the last call, for the reactor to commit before it sends
-    /// anything the core has output meanwhile.
+    /// anything the core has output meanwhile. They are take number `takes` (after the call).
     public func takeChanges() -> [Change] {
         defer { changes.removeAll(keepingCapacity: true) }
+        takes += 1
         return changes
+    }
+
+    /// The changes of every take up to `take` are committed: the finished questions they
+    /// stored are the archive's now, and the core lets them go.
+    public func committed(throughTake take: Int64) {
+        while settled < settling.count, settling[settled].take <= take {
+            let key = settling[settled].key
+            settled += 1
+            // Re-asked since, or finished again in a later take: not yet.
+            guard let entry = questions.entry(key), entry.record.status != .pending, entry.storedIn <= take else { continue }
+            questions.removeValue(forKey: key)
+            members[entry.record.child]?.held.remove(key)
+        }
+        if settled > 1024 && settled * 2 > settling.count {
+            settling.removeFirst(settled)
+            settled = 0
+        }
+    }
+
+    /// The question `key`, held or stored.
+    func question(_ key: QuestionID) throws(RequestError) -> QuestionRecord? {
+        if let entry = questions.entry(key) { return entry.record }
+        do {
+            return try archive.question(key)
+        } catch {
+            throw RequestError(.busy, "could not read question \(key) from the store (\(error)); try again")
+        }
+    }
+
+    /// The questions of `child` held, in order of first asking.
+    func heldQuestions(of child: Member) -> [QuestionRecord] {
+        child.held.compactMap { questions[$0] }.sorted { $0.row < $1.row }
     }
 
     /// Whether changes wait for `takeChanges`.

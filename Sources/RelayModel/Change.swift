@@ -14,8 +14,6 @@ public enum Change: Sendable, Equatable {
     case question(QuestionRecord)
     /// A stored question's status, attempt and outcome changed (its content did not).
     case questionState(QuestionRecord)
-    /// A question forgotten.
-    case forgetQuestion(QuestionRecord)
     case knownHandle(KnownHandleRecord)
     case unknownHandle(child: String, handle: NormalizedHandle)
     /// A durable session made, or its cursor or topics changed.
@@ -32,11 +30,12 @@ public enum Change: Sendable, Equatable {
     case hubSent(id: Int64)
 }
 
-/// Everything the core keeps in memory, as loaded at start.
+/// Everything the core keeps in memory, as loaded at start: what is live. Finished
+/// questions stay in the store only (`QuestionArchive`).
 public struct StoreSnapshot: Sendable, Equatable {
     public var families: [String] = []
     public var members: [MemberRecord] = []
-    /// In order of their rows (of first asking).
+    /// The pending questions, in order of their rows (of first asking).
     public var questions: [QuestionRecord] = []
     public var knownHandles: [KnownHandleRecord] = []
     public var sessions: [SessionRecord] = []
@@ -67,7 +66,7 @@ public struct StoreSnapshot: Sendable, Equatable {
         return s
     }
 
-    /// Applies one change, as a store that keeps every event would.
+    /// Applies one change to what is live, as a store that keeps every event would.
     public mutating func apply(_ change: Change) {
         switch change {
         case .family(let id):
@@ -75,16 +74,19 @@ public struct StoreSnapshot: Sendable, Equatable {
         case .member(let m):
             if let i = members.firstIndex(where: { $0.id == m.id }) { members[i] = m } else { members.append(m) }
         case .question(let q):
-            if let i = questions.firstIndex(where: { $0.row == q.row }) { questions[i] = q } else { questions.append(q) }
+            questions.removeAll { $0.row == q.row }
+            if q.status == .pending {
+                questions.append(q)
+                questions.sort { $0.row < $1.row }
+            }
             lastQuestionRow = max(lastQuestionRow, q.row)
         case .questionState(let q):
             if let i = questions.firstIndex(where: { $0.row == q.row }) {
                 questions[i].status = q.status
                 questions[i].attempt = q.attempt
                 questions[i].outcome = q.outcome
+                if q.status != .pending { questions.remove(at: i) }
             }
-        case .forgetQuestion(let q):
-            questions.removeAll { $0.row == q.row }
         case .knownHandle(let k):
             knownHandles.removeAll { $0.child == k.child && $0.handle == k.handle }
             knownHandles.append(k)

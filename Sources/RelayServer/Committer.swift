@@ -15,7 +15,8 @@ import RelayStore
 final class Committer: @unchecked Sendable {
     enum Job {
         case commit([Change])
-        case prune(olderThan: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, limit: Int)
+        /// A step of pruning events, and of forgetting questions past `questionsKept`.
+        case prune(olderThan: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, questionsKept: QuestionsKept, limit: Int)
     }
 
     enum Outcome {
@@ -94,10 +95,11 @@ final class Committer: @unchecked Sendable {
                 } catch {
                     outcome = .commitFailed(error)
                 }
-            case .prune(let cutoff, let acknowledged, let settled, let limit):
+            case .prune(let cutoff, let acknowledged, let settled, let questionsKept, let limit):
                 do {
-                    outcome = .pruned(
-                        try store.prune(olderThan: cutoff, acknowledged: acknowledged, settledThrough: settled, limit: limit))
+                    var step = try store.prune(olderThan: cutoff, acknowledged: acknowledged, settledThrough: settled, limit: limit)
+                    if try store.maintainQuestions(keeping: questionsKept, limit: limit) { step.more = true }
+                    outcome = .pruned(step)
                 } catch {
                     outcome = .pruneFailed(error)
                 }

@@ -38,8 +38,11 @@ public struct ServerConfig: Sendable {
     public var maxMemberOutputBytes = 64 << 20
     /// Unsent bytes all connections may hold together, likewise.
     public var maxTotalOutputBytes = 512 << 20
-    /// How often retained events are pruned.
+    /// How often retained events are pruned (and the oldest finished questions of the
+    /// children past `questionsKept` forgotten).
     public var pruneIntervalSeconds = 1.0
+    /// What the store keeps of each child's questions.
+    public var questionsKept = QuestionsKept()
     /// How often cursors moved by acks are written (they may be stored lazily: after a
     /// crash a session may get again what it acknowledged since, never less).
     public var cursorFlushSeconds = 1.0
@@ -167,6 +170,8 @@ public final class RelayServer {
     /// Turns' changes and what they send, waiting for one commit.
     private struct Batch {
         var changes: [Change] = []
+        /// The core's last take of changes in it (`RelayCore.takes`).
+        var take: Int64 = 0
         var outputs: [CoreOutput] = []
         /// Messages from the hub whose changes are in this batch (or an earlier one): the
         /// hub is told they are handled once it is committed.
@@ -216,7 +221,7 @@ public final class RelayServer {
         self.coreConfig = coreConfig
         self.store = store
         self.log = log
-        self.relay = RelayCore(config: coreConfig, snapshot: try store.load(), now: config.wallClock())
+        self.relay = RelayCore(config: coreConfig, snapshot: try store.load(), archive: store, now: config.wallClock())
         self.committer = try Committer(store: store)
         if let url = config.hubURL {
             guard let sqlite = store as? SQLiteStore else { throw ServerError("a family hub needs the SQLite store") }
@@ -424,6 +429,7 @@ public final class RelayServer {
             return
         }
         gathering.changes += changes
+        gathering.take = relay.takes
         relay.drainOutputs { gathering.outputs.append($0) }
         submit()
     }
@@ -463,13 +469,16 @@ public final class RelayServer {
             pruneInFlight = true
             lastPruneStep = turnMillis
             committer.submit(
-                .prune(olderThan: pass.cutoff, acknowledged: pass.acknowledged, settledThrough: pass.settled, limit: Self.pruneStepRows))
+                .prune(
+                    olderThan: pass.cutoff, acknowledged: pass.acknowledged, settledThrough: pass.settled,
+                    questionsKept: config.questionsKept, limit: Self.pruneStepRows))
         }
     }
 
     /// A committed batch: its frames are sent, the hub told its messages are handled, and
     /// the bridge woken for what it may have added to the outbox.
     private func release(_ batch: Batch) {
+        relay.committed(throughTake: batch.take)
         dispatch(batch.outputs)
         guard let bridge else { return }
         bridge.acknowledge(batch.hubAcks)
@@ -518,7 +527,9 @@ public final class RelayServer {
             case .pruneFailed(let error):
                 pruneInFlight = false
                 pruning = nil
-                log(.warning, "could not prune old events (tried again in \(Int(config.pruneIntervalSeconds)) s): \(error)")
+                log(
+                    .warning,
+                    "could not prune old events or forget old questions (tried again in \(Int(config.pruneIntervalSeconds)) s): \(error)")
             }
         }
         submit()
@@ -581,7 +592,7 @@ public final class RelayServer {
             closeNow(id)
         }
         do {
-            relay = RelayCore(config: coreConfig, snapshot: try store.load(), now: config.wallClock())
+            relay = RelayCore(config: coreConfig, snapshot: try store.load(), archive: store, now: config.wallClock())
         } catch {
             log(.error, "could not reload the store: \(error); stopping")
             stopping = true

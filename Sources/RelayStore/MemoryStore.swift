@@ -1,5 +1,6 @@
 // An in-memory store for fast core and server tests: the same contract as the SQLite
-// store, nothing durable. A commit is `StoreSnapshot.apply` of its changes.
+// store, nothing durable. A commit is `StoreSnapshot.apply` of its changes, and every
+// question is kept by row for the archive's reads.
 
 import RelayModel
 import RelayProtocol
@@ -9,6 +10,8 @@ public final class MemoryStore: RelayStore, Sendable {
     private struct State {
         var snapshot = StoreSnapshot()
         var streams: [String: [EventRecord]] = [:]
+        /// Every question stored, finished ones too, by row.
+        var questions: [Int64: QuestionRecord] = [:]
         var commits = 0
     }
 
@@ -26,7 +29,15 @@ public final class MemoryStore: RelayStore, Sendable {
         state.withLock { s in
             for c in changes {
                 s.snapshot.apply(c)
-                if case .event(let e) = c { s.streams[e.member, default: []].append(e) }
+                switch c {
+                case .event(let e): s.streams[e.member, default: []].append(e)
+                case .question(let q): s.questions[q.row] = q
+                case .questionState(let q):
+                    s.questions[q.row]?.status = q.status
+                    s.questions[q.row]?.attempt = q.attempt
+                    s.questions[q.row]?.outcome = q.outcome
+                default: break
+                }
             }
             s.commits += 1
         }
@@ -57,6 +68,36 @@ public final class MemoryStore: RelayStore, Sendable {
                 through[member] = last.seq
             }
             return PruneStep(through: through, more: budget <= 0)
+        }
+    }
+
+    public func question(_ id: QuestionID) throws -> QuestionRecord? {
+        state.withLock { $0.questions.values.first { $0.key == id } }
+    }
+
+    public func questions(of child: String, status: QuestionStatus?, newestFirst: Bool, after: QuestionPlace?, limit: Int)
+        throws -> [QuestionRecord]
+    {
+        let all = state.withLock { $0.questions.values.filter { $0.child == child && (status == nil || $0.status == status) } }
+        let sorted = all.sorted { newestFirst ? QuestionPlace($0) > QuestionPlace($1) : QuestionPlace($0) < QuestionPlace($1) }
+        guard let after else { return Array(sorted.prefix(limit)) }
+        return Array(sorted.lazy.filter { newestFirst ? QuestionPlace($0) < after : QuestionPlace($0) > after }.prefix(limit))
+    }
+
+    public func maintainQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
+        state.withLock { s in
+            var budget = limit
+            for child in Set(s.questions.values.map(\.child)).sorted() {
+                var mine = s.questions.values.filter { $0.child == child }.sorted { QuestionPlace($0) < QuestionPlace($1) }
+                var (count, bytes) = (mine.count, mine.reduce(0) { $0 + $1.content.encoded.count })
+                while count > limits.count || bytes > limits.bytes, let i = mine.firstIndex(where: { $0.status != .pending }) {
+                    guard budget > 0 else { return true }
+                    let q = mine.remove(at: i)
+                    s.questions[q.row] = nil
+                    (count, bytes, budget) = (count - 1, bytes - q.content.encoded.count, budget - 1)
+                }
+            }
+            return false
         }
     }
 }

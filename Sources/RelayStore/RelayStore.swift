@@ -1,13 +1,15 @@
-// The store protocol. The core never calls it: it emits its changes (`Change`), and the
-// reactor commits each loop turn's changes in one transaction before it sends anything
-// of that turn (group commit, wire contract §9), and serves replays from what is stored.
+// The store protocol. The core never writes through it: it emits its changes (`Change`),
+// and the reactor commits each loop turn's changes in one transaction before it sends
+// anything of that turn (group commit, wire contract §9), and serves replays from what is
+// stored. The core reads finished questions back through its `QuestionArchive` side.
 
 import RelayModel
 import RelayProtocol
 
-/// Persistence for the relay's state and event streams. `commit` and `prune` are called
-/// from one thread (the store's writer), `load` and `events` from another (the loop).
-public protocol RelayStore: AnyObject, Sendable {
+/// Persistence for the relay's state and event streams. `commit`, `prune` and
+/// `maintainQuestions` are called from one thread (the store's writer), `load`, `events` and
+/// the archive's reads from another (the loop).
+public protocol RelayStore: QuestionArchive, Sendable {
     /// Reads everything the core keeps in memory.
     func load() throws -> StoreSnapshot
 
@@ -32,6 +34,27 @@ public protocol RelayStore: AnyObject, Sendable {
     /// yet). Each call does a bounded step (`limit`: events, or rows of them where a store
     /// keeps several in one); call again while it says there is `more`.
     func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, limit: Int) throws -> PruneStep
+
+    /// Forgets the oldest finished questions of each child that holds more than
+    /// `limits.count` questions, or whose questions' contents take more than `limits.bytes`,
+    /// until it is within both (pending questions are never forgotten; a resend of a
+    /// forgotten id is a new question), and does a bounded step of any other upkeep of its
+    /// questions (SQLite: adding the newest to its lookup tables, after which they may be
+    /// forgotten). Forgets at most `limit` questions a call; returns whether more is due.
+    func maintainQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool
+}
+
+/// What a store keeps of each child's questions.
+public struct QuestionsKept: Sendable, Equatable {
+    /// Questions kept per child.
+    public var count: Int
+    /// Bytes of their contents (avatars included) kept per child.
+    public var bytes: Int
+
+    public init(count: Int = 10_000, bytes: Int = 64 << 20) {
+        self.count = count
+        self.bytes = bytes
+    }
 }
 
 /// What one pruning step did.

@@ -64,6 +64,10 @@ final class SQLiteDatabase {
         try run(statement: try prepared(sql), args, row: row)
     }
 
+    /// Thrown by a row's closure: the rows it wanted are read, the rest need not be.
+    struct StopRows: Error {}
+    static let stop = StopRows()
+
     private func run(statement stmt: OpaquePointer, _ args: [SQLValue], row: ((Row) throws -> Void)?) throws {
         // Every run binds all of a statement's parameters (checked), so none need clearing.
         precondition(Int(sqlite3_bind_parameter_count(stmt)) == args.count, "a statement run with the wrong number of values")
@@ -81,7 +85,7 @@ final class SQLiteDatabase {
                 let rc = sqlite3_step(stmt)
                 if rc == SQLITE_DONE { return }
                 guard rc == SQLITE_ROW else { throw error(rc) }
-                try row?(Row(stmt: stmt))
+                do { try row?(Row(stmt: stmt)) } catch is StopRows { return }
             }
         }
         let idx = Int32(i + 1)

@@ -138,5 +138,54 @@ extension SQLiteStore {
             """,
             nil
         ),
+        (
+            // Finished questions stay in the store only (QuestionArchive): read by id, by
+            // child in list order, and the pending ones at start. The id and child lookups
+            // are tables of their own, filled in bulk (SQLiteStore+Questions.swift): an index
+            // on client-chosen ids, kept up at every commit, wrote a page of it per question
+            // asked. Each child's count and bytes are tallied as rows change, so that its
+            // oldest finished questions can be forgotten without counting them.
+            "finished questions read back on demand",
+            """
+            CREATE INDEX questionsPending ON questions(key) WHERE status = 'pending';
+            CREATE TABLE questionIDs(high INTEGER NOT NULL, low INTEGER NOT NULL, key INTEGER NOT NULL,
+                PRIMARY KEY(high, low)) WITHOUT ROWID;
+            CREATE TABLE questionPlaces(child TEXT NOT NULL, createdAt INTEGER NOT NULL, key INTEGER NOT NULL,
+                PRIMARY KEY(child, createdAt, key)) WITHOUT ROWID;
+            INSERT INTO questionPlaces(child, createdAt, key) SELECT child, createdAt, key FROM questions;
+            INSERT OR REPLACE INTO settings(key, value) SELECT 'questionsIndexedThrough', coalesce(max(key), 0) FROM questions;
+            CREATE TABLE questionTally(child TEXT PRIMARY KEY, count INTEGER NOT NULL, bytes INTEGER NOT NULL) WITHOUT ROWID;
+            INSERT INTO questionTally(child, count, bytes)
+                SELECT child, count(*), sum(length(CAST(content AS BLOB))) FROM questions GROUP BY child;
+            CREATE TRIGGER questionInserted AFTER INSERT ON questions BEGIN
+                INSERT INTO questionTally(child, count, bytes) VALUES(new.child, 1, length(CAST(new.content AS BLOB)))
+                    ON CONFLICT(child) DO UPDATE SET count = count + 1, bytes = bytes + excluded.bytes;
+            END;
+            CREATE TRIGGER questionDeleted AFTER DELETE ON questions BEGIN
+                UPDATE questionTally SET count = count - 1, bytes = bytes - length(CAST(old.content AS BLOB))
+                    WHERE child = old.child;
+                DELETE FROM questionPlaces WHERE child = old.child AND createdAt = old.createdAt AND key = old.key;
+            END;
+            CREATE TRIGGER questionContentChanged AFTER UPDATE OF content ON questions BEGIN
+                UPDATE questionTally SET bytes = bytes + length(CAST(new.content AS BLOB)) - length(CAST(old.content AS BLOB))
+                    WHERE child = new.child;
+            END;
+            CREATE TRIGGER questionAskedAnew AFTER UPDATE OF createdAt ON questions WHEN new.createdAt != old.createdAt BEGIN
+                UPDATE questionPlaces SET createdAt = new.createdAt
+                    WHERE child = old.child AND createdAt = old.createdAt AND key = old.key;
+            END;
+            """,
+            { db in
+                // An id as its 128 bits, two integers (SQLite's are signed: the same bits).
+                var ids: [(Int64, Int64, Int64)] = []
+                try db.run("SELECT id, key FROM questions ORDER BY key") { r in
+                    guard let id = QuestionID(r.text(0)) else { return }
+                    ids.append((Int64(bitPattern: id.high), Int64(bitPattern: id.low), r.int(1)))
+                }
+                for (high, low, key) in ids {
+                    try db.run("INSERT OR REPLACE INTO questionIDs(high, low, key) VALUES(?, ?, ?)", [.int(high), .int(low), .int(key)])
+                }
+            }
+        ),
     ]
 }

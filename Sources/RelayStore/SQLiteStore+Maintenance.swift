@@ -142,6 +142,52 @@ extension SQLiteStore {
                 findings.append("question \(id) is pending, but its child \(child) was removed")
             }
         }
+        // The lookup tables hold every question up to their mark, and nothing else (but entries
+        // of the lookup by id whose question was forgotten, until a sweep drops them).
+        let mark = try db.scalar("SELECT value FROM settings WHERE key = 'questionsIndexedThrough'") ?? 0
+        var ids: [Int64: (high: Int64, low: Int64)] = [:]
+        try db.run("SELECT high, low, key FROM questionIDs") { r in ids[r.int(2)] = (r.int(0), r.int(1)) }
+        var (unlisted, stray) = (Int64(0), Int64(0))
+        try db.run("SELECT id, key FROM questions") { r in
+            let listed = ids.removeValue(forKey: r.int(1))
+            guard let id = QuestionID(r.text(0)).map(idColumns), let listed else {
+                if r.int(1) <= mark { unlisted += 1 }
+                return
+            }
+            if listed != id { stray += 1 }
+        }
+        for (count, what) in [
+            (unlisted, "stored questions are missing from the lookup by id"),
+            (stray, "entries of the lookup by id lead to another question"),
+            (
+                try db.scalar(
+                    "SELECT count(*) FROM questions q WHERE q.key <= ? AND NOT EXISTS (SELECT 1 FROM questionPlaces p WHERE p.child = q.child AND p.createdAt = q.createdAt AND p.key = q.key)",
+                    [.int(mark)]) ?? 0, "stored questions are missing from the lookup by child"
+            ),
+            (
+                try db.scalar(
+                    "SELECT count(*) FROM questionPlaces p WHERE NOT EXISTS (SELECT 1 FROM questions q WHERE q.key = p.key AND q.child = p.child AND q.createdAt = p.createdAt)"
+                ) ?? 0, "entries of the lookup by child lead to no question"
+            ),
+        ] where count > 0 {
+            findings.append("\(count) \(what) (questions up to row \(mark) must be in it)")
+        }
+        // The tally the forgetting of old questions goes by (the schema's triggers keep it).
+        var tally: [String: (count: Int64, bytes: Int64)] = [:]
+        try db.run("SELECT child, count, bytes FROM questionTally WHERE count != 0 OR bytes != 0") { r in
+            tally[r.text(0)] = (r.int(1), r.int(2))
+        }
+        try db.run("SELECT child, count(*), sum(length(CAST(content AS BLOB))) FROM questions GROUP BY child") { r in
+            let (child, count, bytes) = (r.text(0), r.int(1), r.int(2))
+            let held = tally.removeValue(forKey: child) ?? (0, 0)
+            if held != (count, bytes) {
+                findings.append(
+                    "the question tally of \(child) says \(held.count) questions of \(held.bytes) bytes; it has \(count) of \(bytes)")
+            }
+        }
+        for (child, held) in tally {
+            findings.append("the question tally of \(child) says \(held.count) questions of \(held.bytes) bytes; it has none")
+        }
         return findings
     }
 

@@ -43,7 +43,7 @@ extension SQLiteStore {
                 }
             }
         }
-        let before = try load()
+        let before = try load(allQuestions: true)
         var after = before
         after.apply(legacy: changes)
         try db.transaction {
@@ -65,6 +65,8 @@ extension SQLiteStore {
                     [.text(member), .int(head)])
             }
             try noteQuestionRow(after.lastQuestionRow)
+            // The questions were written again, outside the lookup tables: a pass adds them all.
+            try db.exec("DELETE FROM questionIDs; INSERT OR REPLACE INTO settings(key, value) VALUES('questionsIndexedThrough', 0)")
             try db.run(
                 "INSERT OR REPLACE INTO settings(key, value) VALUES('journalGeneration', ?)",
                 [.int(unapplied.last?.generation ?? applied)])

@@ -40,12 +40,26 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     let tail = Mutex(EventTail())
     /// The build's `secure_delete` (Debian's: on), which every change but pruning keeps.
     let secureDelete: String
+    /// The questions not in the lookup tables yet (see SQLiteStore+Questions.swift).
+    let questionTail = Mutex(QuestionTail())
+    // The upkeep of the questions' lookup tables under way, the writer's thread's alone:
+    // an indexing pass; a forgetting pass's rows and how many are deleted; and where the
+    // sweep of the lookup by id stopped.
+    var indexPass: QuestionIndexPass?
+    var forgetPass: [Int64]?
+    var forgotten = 0
+    var sweptThrough: (Int64, Int64)?
+    /// How long a question stays listed in memory, at most, before a pass adds it to the
+    /// lookup tables (given a pruning pass to run it).
+    let questionIndexSeconds: Double
 
     /// Opens (creating if needed) the database at `path` and brings its schema up to date;
     /// journals left by relays before this one are folded in and removed. `maxPageCount`
     /// caps the database's size at as many pages (tests fill the "disk" with it).
-    public init(path: String, sync: SyncMode = .normal, maxPageCount: Int? = nil) throws {
+    /// `questionIndexSeconds`: see the property.
+    public init(path: String, sync: SyncMode = .normal, maxPageCount: Int? = nil, questionIndexSeconds: Double = 10) throws {
         self.path = path
+        self.questionIndexSeconds = questionIndexSeconds
         try Self.refuseEmptiedDatabase(path)
         db = try SQLiteDatabase(path: path)
         try db.exec("PRAGMA busy_timeout = 5000")
@@ -66,6 +80,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try loadTail()  // the fold reads the streams' heads
         try foldLegacyJournals(sync: sync)
         try loadTail()
+        try loadQuestionTail()
         // The WAL file now exists; with full sync its directory entry is made durable too.
         if sync == .full { try Self.syncDirectory(of: path) }
     }
@@ -118,7 +133,11 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
 
     // MARK: - Reading
 
-    public func load() throws -> StoreSnapshot {
+    public func load() throws -> StoreSnapshot { try load(allQuestions: false) }
+
+    /// What `load` reads, with every stored question when `allQuestions` (the fold of
+    /// journals rewrites them all).
+    func load(allQuestions: Bool) throws -> StoreSnapshot {
         // One snapshot of every table, whatever the writer commits meanwhile.
         try reader.exec("BEGIN")
         defer { try? reader.exec("COMMIT") }
@@ -131,24 +150,14 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                     id: r.text(0), family: r.text(1), role: role, tokenHash: r.blob(3), removed: r.int(4) != 0,
                     limitsEnabled: r.int(5) != 0, unixUID: r.isNull(6) ? nil : UInt32(truncatingIfNeeded: r.int(6))))
         }
-        try reader.run("SELECT child, family, status, attempt, createdAt, content, outcome, key FROM questions ORDER BY key") { r in
-            guard let content = QuestionContent(encoded: r.blob(5)), let status = QuestionStatus(rawValue: r.text(2)) else {
-                throw Self.unreadable("question", String(r.text(5).prefix(80)))
-            }
-            var outcome: Outcome?
-            if !r.isNull(6) {
-                guard let o = try? JSON.parse(r.text(6)), let choice = o["choice"].flatMap(Choice.init(json:)),
-                    let guardian = o["guardian"]?.string, let at = o["answeredAt"]?.int
-                else { throw Self.unreadable("outcome of question", content.id) }
-                outcome = Outcome(choice: choice, guardian: guardian, answeredAt: Timestamp(milliseconds: at))
-            }
-            s.questions.append(
-                QuestionRecord(
-                    content: content, child: r.text(0), family: r.text(1), status: status, attempt: r.int(3),
-                    createdAt: Timestamp(milliseconds: r.int(4)), outcome: outcome, row: r.int(7)))
+        // Only what is live: the finished questions are read back when a request needs them.
+        let which = allQuestions ? "" : "WHERE q.status = 'pending'"
+        try reader.run(dynamic: "SELECT \(Self.questionColumns) FROM questions q \(which) ORDER BY q.key") {
+            s.questions.append(try Self.question(from: $0))
         }
         s.lastQuestionRow = max(
-            s.questions.last?.row ?? 0, try reader.scalar("SELECT value FROM settings WHERE key = 'lastQuestionRow'") ?? 0)
+            try reader.scalar("SELECT max(key) FROM questions") ?? 0,
+            try reader.scalar("SELECT value FROM settings WHERE key = 'lastQuestionRow'") ?? 0)
         try reader.run("SELECT child, kind, value, permanent, until, actions FROM knownHandles") { r in
             guard let kind = HandleKind(rawValue: r.text(1)), let actions = (try? JSON.parse(r.text(5)))?.array else {
                 throw Self.unreadable("known handle of", r.text(0))
@@ -200,7 +209,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         Set(stored.split(separator: ",").compactMap { TopicKind(rawValue: String($0)) })
     }
 
-    private static func unreadable(_ what: String, _ which: String) -> SQLiteError {
+    static func unreadable(_ what: String, _ which: String) -> SQLiteError {
         SQLiteError(code: 11, message: "a stored \(what) \(which) cannot be read")  // SQLITE_CORRUPT: the data is damaged
     }
 
@@ -210,6 +219,9 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         guard !changes.isEmpty else { return }
         var rows: [(member: String, row: EventTail.Row)] = []
         try db.transaction { rows = try commitInTransaction(changes) }
+        questionTail.withLock { t in
+            for case .question(let q) in changes { t.note(q) }
+        }
         guard !rows.isEmpty else { return }
         tail.withLock { t in
             for (member, row) in rows { t.append(member, row) }
@@ -239,8 +251,14 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                     .int(m.limitsEnabled ? 1 : 0), m.unixUID.map { .int(Int64($0)) } ?? .null,
                 ])
         case .question(let q):
+            // An upsert, not a replace: the tally's triggers see an update as one.
             try db.run(
-                "INSERT OR REPLACE INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)",
+                """
+                INSERT INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)
+                ON CONFLICT(key) DO UPDATE SET id = excluded.id, child = excluded.child, family = excluded.family,
+                    status = excluded.status, attempt = excluded.attempt, createdAt = excluded.createdAt,
+                    content = excluded.content, outcome = excluded.outcome
+                """,
                 [
                     .int(q.row), .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
                     .int(q.createdAt.milliseconds), .utf8(q.content.encoded), Self.stored(q.outcome),
@@ -249,9 +267,6 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             try db.run(
                 "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE key = ?",
                 [.text(q.status.rawValue), .int(q.attempt), Self.stored(q.outcome), .int(q.row)])
-        case .forgetQuestion(let q):
-            try db.run("DELETE FROM questions WHERE key = ?", [.int(q.row)])
-            try noteQuestionRow(q.row)
         case .knownHandle(let k):
             try db.run(
                 "INSERT OR REPLACE INTO knownHandles(child, kind, value, permanent, until, actions) VALUES(?,?,?,?,?,?)",

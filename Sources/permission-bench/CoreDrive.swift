@@ -29,6 +29,7 @@ final class CoreDrive {
     private let store: SQLiteStore
     private var lastCursorFlush = Timestamp(milliseconds: 0)
     private let core: RelayCore
+    private let questionsKept: QuestionsKept
     private let frames = BenchFrames(avatarBytes: 0)
     /// The highest event seq each connection has been sent, acked at its next turn.
     private var seen: [ConnectionID: Int] = [:]
@@ -48,9 +49,9 @@ final class CoreDrive {
         var config = CoreConfig()
         config.askRateLimit = 0
         config.maxPendingPerChild = 0
-        config.maxQuestionsPerChild = maxQuestionsPerChild
+        questionsKept = QuestionsKept(count: maxQuestionsPerChild)
         config.relayUID = getuid()
-        core = RelayCore(config: config, snapshot: try store.load(), now: .now())
+        core = RelayCore(config: config, snapshot: try store.load(), archive: store, now: .now())
 
         core.connected(Self.admin, peerUID: getuid())
         try request(Self.admin, ["type": "hello", "protocol": 1, "admin": true])
@@ -85,18 +86,22 @@ final class CoreDrive {
         }
     }
 
-    /// Flushes cursors when the relay would (once a second),
-    /// commits, and takes the frames sent, noting seqs and errors (and returning the frames
-    /// when `keeping`).
+    /// Flushes cursors and forgets questions past the limits when the relay would (once a
+    /// second), commits, and takes the frames sent, noting seqs and errors (and returning
+    /// the frames when `keeping`).
     @discardableResult
     private func turn(keeping: Bool = false) -> [[UInt8]] {
         let now = Timestamp.now()
         if now.milliseconds - lastCursorFlush.milliseconds >= 1000 {
             core.flushCursors()
             lastCursorFlush = now
+            maintainQuestions()
         }
         if core.hasChanges {
-            do { try store.commit(core.takeChanges()) } catch { errors += 1 }
+            do {
+                try store.commit(core.takeChanges())
+                core.committed(throughTake: core.takes)
+            } catch { errors += 1 }
         }
         var sent: [[UInt8]] = []
         core.drainOutputs { output in
@@ -139,6 +144,9 @@ final class CoreDrive {
         }
         do { try store.checkpoint() } catch { errors += 1 }
         let elapsed = Double(now() - t0) / 1e9, cpu = processCPUSeconds() - cpu0
+        // As the relay's next pruning passes would, once the questions are in the lookup tables.
+        do { try store.indexQuestions() } catch { errors += 1 }
+        maintainQuestions()
         var kept = 0
         do {
             try request(child(0), ["type": "questions", "id": "q"])
@@ -161,6 +169,12 @@ final class CoreDrive {
             }
         }
         turn()
+    }
+
+    private func maintainQuestions() {
+        do {
+            while try store.maintainQuestions(keeping: questionsKept, limit: 1000) {}
+        } catch { errors += 1 }
     }
 
     private func ackSeen(_ conn: ConnectionID, _ at: Timestamp) {

@@ -69,23 +69,29 @@ enum Extras {
 
     /// Fills a store with `events` retained events and `pending` pending questions, then
     /// times a relay's start on it (until its socket listens).
-    static func startup(events: Int, pending: Int) throws -> Double {
+    /// Starts a relay over a prefilled store (`prefill`); returns how long it took to listen
+    /// and its resident memory then.
+    static func startup(events: Int, pending: Int, children: Int?, answered: Int) throws -> (seconds: Double, rssBytes: Int) {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("permission-bench-prefill-\(getpid())")
         try Servers.makeDirectory(dir)
         defer { Servers.removeDirectory(dir) }
         let data = dir.appendingPathComponent("data")
         try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
-        try prefill(path: data.appendingPathComponent("relay.db").path, events: events, pending: pending)
+        try prefill(
+            path: data.appendingPathComponent("relay.db").path, events: events, pending: pending, children: children,
+            answered: answered)
         let (relay, seconds) = try BenchRelay.start(data: data.path)
+        let rss = rssBytes(pid: relay.process.processIdentifier)
         relay.stop()
-        return seconds
+        return (seconds, rss)
     }
 
-    /// Writes families of one child and one guardian, `pending` questions spread over the
-    /// children and `events` question events spread over the guardians, straight into the store.
-    static func prefill(path: String, events: Int, pending: Int) throws {
+    /// Writes `children` families of one child and one guardian (default: one per 100
+    /// pending questions), `pending` and `answered` questions spread over the children and
+    /// `events` question events spread over the guardians, straight into the store.
+    static func prefill(path: String, events: Int, pending: Int, children: Int?, answered: Int) throws {
         let store = try SQLiteStore(path: path)
-        let families = max(1, pending / 100)
+        let families = max(1, children ?? pending / 100)
         let now = Timestamp(milliseconds: Int64(Date().timeIntervalSince1970 * 1000))
         func question(_ id: String) throws -> QuestionContent {
             let q: JSONObject = [
@@ -104,16 +110,20 @@ enum Extras {
             changes.append(.member(MemberRecord(id: "pc\(f)", family: "p\(f)", role: .child, tokenHash: [0])))
             changes.append(.member(MemberRecord(id: "pg\(f)", family: "p\(f)", role: .guardian, tokenHash: [0])))
         }
-        for i in 0..<pending {
+        let outcome = Outcome(choice: .approve, guardian: "pg0", answeredAt: now)
+        for i in 0..<(answered + pending) {
             let c = try question(String(format: "%08X-0000-4000-8000-%012X", i / 100, i))
+            let pending = i >= answered
             changes.append(
                 .question(
                     QuestionRecord(
-                        content: c, child: "pc\(i % families)", family: "p\(i % families)", status: .pending, attempt: 1,
-                        createdAt: now, row: Int64(i + 1))))
+                        content: c, child: "pc\(i % families)", family: "p\(i % families)", status: pending ? .pending : .answered,
+                        attempt: 1, createdAt: now, outcome: pending ? nil : outcome, row: Int64(i + 1))))
             if changes.count >= 10_000 {
                 try store.commit(changes)
                 changes.removeAll(keepingCapacity: true)
+                // As a relay's pruning passes would, which also keeps the list in memory short.
+                if i % 500_000 < 10_000 { try store.indexQuestions() }
             }
         }
         let frame = (["type": "question", "seq": 1, "question": .object(content.json)] as JSONObject).frame
@@ -128,6 +138,7 @@ enum Extras {
             }
         }
         try store.commit(changes)
+        try store.indexQuestions()  // as a relay's pruning passes would have
         try store.checkpoint()  // as a relay leaves its store when it stops
     }
 

@@ -16,7 +16,7 @@ let usage = """
 
     USAGE: permission-bench [options]
            permission-bench idle [--connections N]
-           permission-bench startup [--events N] [--pending N]
+           permission-bench startup [--events N] [--pending N] [--answered N] [--children N]
            permission-bench core [--families F] [--window W] [--rounds N] [--sync normal|full]
                                  [--max-questions-per-child N]
 
@@ -65,12 +65,13 @@ let usage = """
 
     idle: relay memory per idle authenticated session (RSS growth over N sessions, default 10000).
     startup: time until a relay listens over a store prefilled with N retained events
-    (default 1000000) and N pending questions (default 100000).
+    (default 1000000), N pending questions (default 100000) and N answered ones (default 0),
+    spread over N children (default: one per 100 pending questions); and its memory then.
     core: the relay's core and store driven in-process, without sockets, for N rounds of W
     cycles per family (defaults: F 100, W 8, N 10); prints their CPU per cycle. Under
     valgrind --tool=callgrind its instruction counts repeat from run to run. With
     --max-questions-per-child below N×W, later rounds measure a relay at that limit,
-    which forgets a child's oldest finished question at each ask.
+    which forgets each child's oldest finished questions in its pruning passes.
       -h, --help                 Show this help.
       --version                  Print the version.
 
@@ -84,6 +85,7 @@ let usage = """
       permission-bench --families 100 --window 1 --runs 5 --compare /tmp/main/permission-relay
       permission-bench idle --connections 10000
       permission-bench startup
+      permission-bench startup --children 10000 --answered 10000000 --pending 10000 --events 0
       valgrind --tool=callgrind permission-bench core --families 100 --window 8 --rounds 10
     """
 
@@ -491,14 +493,21 @@ Servers.exit(
             return 0
         }
         if args.first == "startup" {
-            let a = try Arguments(Array(args.dropFirst()), valueFlags: ["--events", "--pending"], switchFlags: ["--json"])
+            let a = try Arguments(
+                Array(args.dropFirst()), valueFlags: ["--events", "--pending", "--children", "--answered"], switchFlags: ["--json"])
             let events = try a.int("--events", default: 1_000_000), pending = try a.int("--pending", default: 100_000)
-            if !a.has("--json") { printErr("prefilling \(events) events and \(pending) pending questions…") }
-            let seconds = try Extras.startup(events: events, pending: pending)
+            let children = try a.value("--children").map { _ in try a.int("--children", default: 1, min: 1) }
+            let answered = try a.int("--answered", default: 0)
+            let what = "\(events) events, \(pending) pending and \(answered) answered questions"
+            if !a.has("--json") { printErr("prefilling \(what)…") }
+            let r = try Extras.startup(events: events, pending: pending, children: children, answered: answered)
             printOut(
                 a.has("--json")
-                    ? JSON.object(["events": .int(Int64(events)), "pending": .int(Int64(pending)), "startupSeconds": .double(seconds)]).text
-                    : "relay start-up over \(events) events and \(pending) pending questions: \(fmt(seconds, 2)) s")
+                    ? JSON.object([
+                        "events": .int(Int64(events)), "pending": .int(Int64(pending)), "answered": .int(Int64(answered)),
+                        "startupSeconds": .double(r.seconds), "rssBytes": .int(Int64(r.rssBytes)),
+                    ]).text
+                    : "relay start-up over \(what): \(fmt(r.seconds, 2)) s, RSS \(r.rssBytes >> 20) MiB")
             return 0
         }
         if args.first == "core" {
@@ -515,7 +524,7 @@ Servers.exit(
             let dir = FileManager.default.temporaryDirectory.appendingPathComponent("permission-bench-core-\(getpid())")
             try Servers.makeDirectory(dir)
             defer { Servers.removeDirectory(dir) }
-            let keep = try a.int("--max-questions-per-child", default: CoreConfig().maxQuestionsPerChild, min: 1)
+            let keep = try a.int("--max-questions-per-child", default: QuestionsKept().count, min: 1)
             let r = try CoreDrive(families: f, window: w, directory: dir.path, sync: sync, maxQuestionsPerChild: keep).run(
                 rounds: try a.int("--rounds", default: 10, min: 1))
             let cpu = r.cpuSeconds / Double(r.cycles) * 1e6

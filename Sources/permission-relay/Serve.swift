@@ -43,9 +43,9 @@ enum Serve {
           --max-total-output-bytes N       Unsent bytes of all connections together, likewise
                                            (default: 536870912)
           --retention-seconds N            Keep events this long (default: 604800, 7 days)
-          --max-questions-per-child N      Questions remembered per child; the oldest finished
-                                           ones are forgotten past it (default: 10000)
-          --max-question-bytes-per-child N Size of the questions remembered per child, avatars
+          --max-questions-per-child N      Questions kept on disk per child; past it the oldest
+                                           finished ones are forgotten (default: 10000)
+          --max-question-bytes-per-child N Size of the questions kept on disk per child, avatars
                                            included; past it the oldest finished ones are
                                            forgotten (default: 67108864, 64 MiB)
           --max-sessions-per-member N      Durable sessions remembered per member; past it the
@@ -105,15 +105,15 @@ enum Serve {
         core.maxPendingPerChild = try a.int("--max-pending-per-child", default: core.maxPendingPerChild)
         core.askRateLimit = try a.double("--ask-rate-limit", default: core.askRateLimit)
         core.retentionSeconds = Int64(try a.int("--retention-seconds", default: Int(core.retentionSeconds), min: 1))
-        core.maxQuestionsPerChild = try a.int("--max-questions-per-child", default: core.maxQuestionsPerChild, min: 1)
-        core.maxQuestionBytesPerChild = try a.int(
-            "--max-question-bytes-per-child", default: core.maxQuestionBytesPerChild, min: 1)
         core.maxSessionsPerMember = try a.int("--max-sessions-per-member", default: core.maxSessionsPerMember, min: 0)
         core.maxKnownHandlesPerChild = try a.int(
             "--max-known-handles-per-child", default: core.maxKnownHandlesPerChild, min: 0)
         core.relayUID = getuid()
         var server = ServerConfig(socketPath: socket)
         server.inheritedListener = inherited?.fd
+        server.questionsKept.count = try a.int("--max-questions-per-child", default: server.questionsKept.count, min: 1)
+        server.questionsKept.bytes = try a.int(
+            "--max-question-bytes-per-child", default: server.questionsKept.bytes, min: 1)
         if let hub = a.value("--hub") ?? ProcessInfo.processInfo.environment["PERMISSION_RELAY_HUB"].flatMap({ $0.isEmpty ? nil : $0 }) {
             guard hub.hasPrefix("nats://") || hub.hasPrefix("tls://") else {
                 throw CLIError.usage("--hub must be a NATS address, such as nats://hub.home.arpa:4222")

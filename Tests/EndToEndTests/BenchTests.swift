@@ -189,7 +189,7 @@ final class BenchTests: XCTestCase {
         XCTAssertEqual(line["questionsKeptByFirstChild"]?.int, 8, "every question remembered below the limit")
     }
 
-    /// With a lower limit the later rounds measure a relay that forgets a question at each ask.
+    /// With a lower limit the later rounds measure a relay that forgets questions as it runs.
     func testTheCoreAloneCanRunAtTheQuestionLimit() throws {
         let p = try ProgramRun(
             "permission-bench", ["core", "--families", "2", "--window", "2", "--rounds", "4", "--max-questions-per-child", "3", "--json"],
@@ -263,9 +263,13 @@ final class BenchExtrasTests: XCTestCase {
         XCTAssertEqual(i["connections"]?.int, 200)
         XCTAssertNotNil(i["relayBytesPerIdleConnection"]?.number)
 
-        let startup = try ProgramRun("permission-bench", ["startup", "--events", "3000", "--pending", "300", "--json"], env: [:])
+        let startup = try ProgramRun(
+            "permission-bench", ["startup", "--events", "3000", "--pending", "300", "--answered", "900", "--children", "7", "--json"],
+            env: [:])
         let s = try JSON.parse(startup.nextLine() ?? "")
         XCTAssertEqual(startup.finish(), 0)
         XCTAssertGreaterThan(s["startupSeconds"]?.number ?? 0, 0)
+        XCTAssertEqual(s["answered"]?.int, 900)
+        XCTAssertGreaterThan(s["rssBytes"]?.int ?? 0, 1 << 20)
     }
 }

@@ -6,6 +6,51 @@ import RelayProtocol
 import XCTest
 
 final class CrashTests: XCTestCase {
+    /// Finished questions live on disk only: after a kill, each is read back for what
+    /// names it (a resend, a re-ask, an answer) and for the lists, which stay whole.
+    func testFinishedQuestionsAreReadBackFromDiskAfterAKill() throws {
+        let relay = try RelayProcess(flags: ["--ask-rate-limit", "0"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        var child = try relay.connect()
+        _ = try child.hello("c0", tokens["c0"]!)
+        var guardian = try relay.connect()
+        _ = try guardian.hello("g0", tokens["g0"]!)
+        let asked = (0..<12).map { _ in question() }
+        for q in asked { XCTAssertEqual(try child.request(["type": "ask", "question": q])["type"]?.string, "ok") }
+        for q in asked[0..<8] {
+            XCTAssertEqual(try guardian.request(["type": "answer", "questionId": q["id"]!, "choice": "approve"])["type"]?.string, "ok")
+        }
+        for q in asked[8..<10] { XCTAssertEqual(try child.request(["type": "cancel", "questionId": q["id"]!])["type"]?.string, "ok") }
+        relay.crash()
+        try relay.start()
+        child = try relay.connect()
+        _ = try child.hello("c0", tokens["c0"]!)
+        guardian = try relay.connect()
+        _ = try guardian.hello("g0", tokens["g0"]!)
+
+        let resent = try child.request(["type": "ask", "question": asked[2]])
+        XCTAssertEqual(resent["status"]?.string, "answered", "\(resent)")
+        XCTAssertEqual(resent["response"]?["choice"]?["id"]?.string, "approve")
+        XCTAssertEqual(try child.request(["type": "ask", "question": asked[9]])["attempt"]?.int, 2)
+        let again = try guardian.request(["type": "answer", "questionId": asked[5]["id"]!, "choice": "approve"])
+        XCTAssertEqual(again["type"]?.string, "ok", "the same answer again: \(again)")
+        let other = try child.request(["type": "cancel", "questionId": asked[5]["id"]!])
+        XCTAssertEqual(other["code"]?.string, "alreadyAnswered", "\(other)")
+        XCTAssertEqual(try child.request(["type": "questions", "status": "answered"])["questions"]?.array?.count, 8)
+        XCTAssertEqual(try guardian.request(["type": "pending"])["questions"]?.array?.count, 3)
+        var listed: [String] = []
+        var after: JSON?
+        repeat {
+            var request: JSONObject = ["type": "history", "limit": 5]
+            request["after"] = after
+            let page = try guardian.request(request)
+            listed += page["questions"]?.array?.compactMap { $0["id"]?.string } ?? []
+            after = page["next"]
+        } while after != nil && listed.count < 100
+        XCTAssertEqual(listed, asked.reversed().map { $0["id"]!.string!.uppercased() }, "every question once, newest first")
+    }
+
     func testKillInTheMiddleOfTrafficLosesNothingAcknowledged() throws {
         let relay = try RelayProcess(flags: ["--ask-rate-limit", "0"])
         try relay.start()

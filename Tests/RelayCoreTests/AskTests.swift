@@ -228,12 +228,13 @@ final class AskTests: XCTestCase {
     /// is asked again; rows are never given twice, across restarts and forgotten questions.
     func testEveryQuestionGetsARowOfItsOwnThatItKeeps() throws {
         let store = MemoryStore()
-        let h = try CoreHarness(store: store) { $0.maxQuestionsPerChild = 2 }
+        let h = try CoreHarness(store: store, kept: QuestionsKept(count: 2))
         h.standardFamilies()
         var (c, _) = h.login("c1")
         var (g, _) = h.login("g1")
         func rows() throws -> [String: Int64] {
-            Dictionary(uniqueKeysWithValues: try store.load().questions.map { ($0.id, $0.row) })
+            let stored = try store.questions(of: "c1", status: nil, newestFirst: true, after: nil, limit: 99)
+            return Dictionary(uniqueKeysWithValues: stored.map { ($0.id, $0.row) })
         }
         let (a, b, third): (JSONObject, JSONObject, JSONObject) = (h.question(), h.question(), h.question())
         let (idA, idB, idThird) = (a["id"]!.string!, b["id"]!.string!, third["id"]!.string!)

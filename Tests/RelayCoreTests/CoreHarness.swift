@@ -18,23 +18,29 @@ final class CoreHarness {
     var inbox: [ConnectionID: [JSONObject]] = [:]
     var closed: [ConnectionID: CloseReason] = [:]
     var tokens: [String: String] = [:]
+    /// What the store keeps of each child's questions, as the relay's pruning passes
+    /// enforce it (here after every commit); nil keeps everything.
+    let kept: QuestionsKept?
 
     static let uid: UInt32 = 1000
 
-    init(store: RelayStore = MemoryStore(), configure: (inout CoreConfig) -> Void = { _ in }) throws {
+    init(
+        store: RelayStore = MemoryStore(), kept: QuestionsKept? = nil, configure: (inout CoreConfig) -> Void = { _ in }
+    ) throws {
+        self.kept = kept
         var c = CoreConfig()
         c.relayUID = Self.uid
         c.askRateLimit = 0
         configure(&c)
         self.config = c
         self.store = store
-        self.core = RelayCore(config: c, snapshot: try store.load(), now: now)
+        self.core = RelayCore(config: c, snapshot: try store.load(), archive: store, now: now)
     }
 
     /// A relay restart over the same store.
     func restart() throws {
         try store.commit(core.takeChanges())
-        core = RelayCore(config: config, snapshot: try store.load(), now: now)
+        core = RelayCore(config: config, snapshot: try store.load(), archive: store, now: now)
         inbox = [:]
     }
 
@@ -63,6 +69,8 @@ final class CoreHarness {
             if let broken = core.continueReplay(conn, stored: stored, limit: config.replayBatch) { XCTFail(broken) }
         }
         try! store.commit(core.takeChanges())
+        core.committed(throughTake: core.takes)
+        if let kept { while try! store.maintainQuestions(keeping: kept, limit: 100) {} }
         assertStoreHoldsTheCoresState()
         for o in core.takeOutputs() {
             switch o {

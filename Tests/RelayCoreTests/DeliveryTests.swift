@@ -337,10 +337,9 @@ final class SQLiteTurnTests: XCTestCase {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("turns-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
-        let h = try CoreHarness(store: try SQLiteStore(path: dir.appendingPathComponent("relay.db").path)) {
-            $0.maxQuestionsPerChild = 3
-            $0.maxSessionsPerMember = 2
-        }
+        // Its questions added to the lookup tables, and the oldest forgotten, after every turn.
+        let store = try SQLiteStore(path: dir.appendingPathComponent("relay.db").path, questionIndexSeconds: 0)
+        let h = try CoreHarness(store: store, kept: QuestionsKept(count: 3)) { $0.maxSessionsPerMember = 2 }
         h.standardFamilies()
         let (c, _) = h.login("c1", session: "app", subscribe: ["communication"])
         let (g, _) = h.login("g1", session: "tab")
@@ -369,5 +368,8 @@ final class SQLiteTurnTests: XCTestCase {
         try h.restart()
         let (g2, _) = h.login("g1")
         XCTAssertEqual(h.ok(g2, ["type": "pending"])["questions"]?.array?.count, 3)
+        let (c2, _) = h.login("c1")
+        XCTAssertEqual(h.ok(c2, ["type": "questions"])["questions"]?.array?.count, 3, "its two finished ones forgotten")
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: dir.appendingPathComponent("relay.db").path), [])
     }
 }

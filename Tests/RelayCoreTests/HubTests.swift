@@ -179,10 +179,7 @@ final class HubTests: XCTestCase {
     /// A question id the relay forgot and the child asks anew is a new asking, with a
     /// decision subject of its own (the old one holds the old decision for good).
     func testAnIdAskedAnewAfterItWasForgottenIsANewAsking() throws {
-        let h = try CoreHarness {
-            $0.hubDevice = "laptop"
-            $0.maxQuestionsPerChild = 1
-        }
+        let h = try CoreHarness(kept: QuestionsKept(count: 1)) { $0.hubDevice = "laptop" }
         h.standardFamilies()
         let (c, _) = h.login("c1", subscribe: ["communication"])
         let q = h.question()

@@ -76,8 +76,10 @@ final class SQLiteStoreTests: XCTestCase {
         answered.outcome = Outcome(choice: .approve, guardian: "g1", answeredAt: Timestamp(milliseconds: 10))
         let next = try StoreContractTests.question(row: s.lastQuestionRow + 1)
         try store.commit([.questionState(answered), .question(next)])
-        s = try SQLiteStore(path: path).load()
+        s = try SQLiteStore(path: path).load(allQuestions: true)
         XCTAssertEqual(s.questions, [answered, next])
+        XCTAssertEqual(try store.load().questions, [next], "only what is live loads")
+        XCTAssertEqual(try store.question(answered.key), answered)
     }
 
     /// A data directory written by the relay that kept journals (killed while they held
@@ -90,7 +92,8 @@ final class SQLiteStoreTests: XCTestCase {
         }
         let store = try SQLiteStore(path: path)
         for n in 0..<2 { XCTAssertFalse(FileManager.default.fileExists(atPath: "\(path)-changes.\(n)"), "journal \(n) removed") }
-        let s = try store.load()
+        let s = try store.load(allQuestions: true)
+        XCTAssertEqual(try store.load().questions.map(\.row), [3, 5], "only what is live loads")
         XCTAssertEqual(s.families, ["smiths"])
         XCTAssertEqual(Set(s.members.map(\.id)), ["gwen", "alex", "kim"])
         XCTAssertEqual(s.members.first { $0.id == "kim" }?.limitsEnabled, false)
@@ -104,7 +107,7 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(s.knownHandles.map(\.handle.value), ["+15550000001"], "the approval of question 1")
         XCTAssertEqual(Set(s.sessions.map(\.name)), ["laptop", "tablet"])
         XCTAssertTrue(try SQLiteStore.check(databaseAt: path).isEmpty)
-        XCTAssertEqual(try SQLiteStore(path: path).load(), s, "opened again, the same")
+        XCTAssertEqual(try SQLiteStore(path: path).load(allQuestions: true), s, "opened again, the same")
     }
 
     func testAJournalWithADamagedHeaderStopsTheStart() throws {
@@ -207,6 +210,37 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertThrowsError(try SQLiteStore.restore(backup: path + ".replaced-wal", to: path), "not a backup")
     }
 
+    /// Questions stored since the last indexing pass are listed in memory: found by id and
+    /// by child before the pass, after it, and after a restart in between.
+    func testQuestionsAreFoundBeforeAndAfterTheyAreIndexedAndAcrossARestart() throws {
+        var store = try SQLiteStore(path: path, questionIndexSeconds: 3600)
+        var asked = try (1...5).map { try StoreContractTests.question(row: $0) }
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        try store.commit(asked.map { .question($0) })
+        func assertFound(_ when: String) throws {
+            for q in asked { XCTAssertEqual(try store.question(q.key), q, when) }
+            let listed = try store.questions(of: "c1", status: nil, newestFirst: true, after: nil, limit: 9)
+            XCTAssertEqual(listed.map(\.row), asked.sorted { QuestionPlace($0) > QuestionPlace($1) }.map(\.row), when)
+            XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [], when)
+        }
+        try assertFound("listed")
+        store = try SQLiteStore(path: path, questionIndexSeconds: 3600)
+        XCTAssertEqual(store.questionTail.withLock { $0.entries.count }, 5, "listed again at start")
+        try assertFound("listed after a restart")
+        try store.indexQuestions()
+        XCTAssertEqual(store.questionTail.withLock { $0.entries.count }, 0)
+        try assertFound("indexed")
+        // Asked anew under a later time (as a newer asking from another device is): its place moves.
+        asked[1].createdAt = Timestamp(milliseconds: 100)
+        asked[1].attempt = 2
+        try store.commit([.question(asked[1])])
+        try assertFound("asked anew")
+        exec("DELETE FROM questionIDs WHERE key = 3")
+        XCTAssertEqual(
+            try SQLiteStore.check(databaseAt: path),
+            ["1 stored questions are missing from the lookup by id (questions up to row 5 must be in it)"])
+    }
+
     func testCheckFindsHolesCursorsPastTheHeadAndStrayQuestions() throws {
         let store = try SQLiteStore(path: path)
         try store.commit(StoreContractTests.turns()[0])
@@ -217,8 +251,10 @@ final class SQLiteStoreTests: XCTestCase {
             .question(try StoreContractTests.question(child: "nobody", row: 10)),
         ])
         exec("DELETE FROM events WHERE member = 'g1' AND firstSeq = 4")
+        exec("UPDATE questionTally SET count = count + 2 WHERE child = 'c1'")
         let findings = try SQLiteStore.check(databaseAt: path)
-        XCTAssertEqual(findings.count, 3, "\(findings)")
+        XCTAssertEqual(findings.count, 4, "\(findings)")
+        XCTAssertTrue(findings.contains { $0.contains("the question tally of c1 says 5 questions") }, "\(findings)")
         XCTAssertTrue(findings.contains { $0.contains("g1's events 1…6 have 1 missing") }, "\(findings)")
         XCTAssertTrue(findings.contains { $0.contains("cursor 40") }, "\(findings)")
         XCTAssertTrue(findings.contains { $0.contains("asked by nobody") }, "\(findings)")

@@ -29,7 +29,8 @@ final class StoreContractTests: XCTestCase {
         let path = tempDir().appendingPathComponent("relay.db").path
         return [
             ("memory", memory, { memory }),
-            ("sqlite", try SQLiteStore(path: path), { try SQLiteStore(path: path) }),
+            // Questions added to its lookup tables at the first chance (a relay waits 10 s).
+            ("sqlite", try SQLiteStore(path: path, questionIndexSeconds: 0), { try SQLiteStore(path: path, questionIndexSeconds: 0) }),
         ]
     }
 
@@ -61,14 +62,14 @@ final class StoreContractTests: XCTestCase {
 
     /// Turns of every kind of change.
     static func turns() throws -> [[Change]] {
-        var answered = try question(row: 1)
-        let forgotten = try question(row: 2), pending = try question(row: 3)
+        var answered = try question(row: 1), cancelled = try question(row: 2)
+        let pending = try question(row: 3)
         let h = NormalizedHandle(kind: .phoneNumber, rawValue: "+1 555 1")!
         let timed = NormalizedHandle(kind: .emailAddress, rawValue: "Kim@Example.com")!
         var child = MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1, 2])
         let first: [Change] = [
             .family("fam"), .member(child), .member(MemberRecord(id: "g1", family: "fam", role: .guardian, tokenHash: [3])),
-            .question(answered), .question(forgotten), .question(pending), .event(event("g1", 1)), .event(event("g1", 2)),
+            .question(answered), .question(cancelled), .question(pending), .event(event("g1", 1)), .event(event("g1", 2)),
             .session(SessionRecord(member: "g1", name: "tab", cursor: 0, topics: [])),
             .session(SessionRecord(member: "g1", name: "old", cursor: 0, topics: [])),
             .session(SessionRecord(member: "c1", name: "pad", cursor: 0, topics: [.communication])),
@@ -76,9 +77,10 @@ final class StoreContractTests: XCTestCase {
         ]
         answered.status = .answered
         answered.outcome = Outcome(choice: .approve, guardian: "g1", answeredAt: Timestamp(milliseconds: 7))
+        cancelled.status = .cancelled
         child.limitsEnabled = false
         let second: [Change] = [
-            .questionState(answered), .forgetQuestion(forgotten), .member(child),
+            .questionState(answered), .questionState(cancelled), .member(child),
             .knownHandle(KnownHandleRecord(child: "c1", handle: h, permanent: true, until: nil, actions: ["message", "audioCall"])),
             .unknownHandle(child: "c1", handle: timed), .event(event("c1", 1, at: 7, topic: .communication)),
             .session(SessionRecord(member: "g1", name: "tab", cursor: 2, topics: [])), .dropSession(member: "g1", name: "old"),
@@ -98,13 +100,82 @@ final class StoreContractTests: XCTestCase {
                 XCTAssertEqual(loaded.questions.map(\.row), expected.questions.map(\.row), name)
             }
             let s = try reopen().load()
-            XCTAssertEqual(s.questions.map(\.status), [.answered, .pending], name)
-            XCTAssertEqual(s.questions.first?.outcome?.guardian, "g1", name)
+            XCTAssertEqual(s.questions.map(\.row), [3], "\(name): only what is live loads")
+            let stored = try reopen()
+            let answered = try XCTUnwrap(stored.questions(of: "c1", status: .answered, newestFirst: true, after: nil, limit: 9).first)
+            XCTAssertEqual(answered.outcome?.guardian, "g1", name)
+            XCTAssertEqual(try stored.question(answered.key), answered, name)
+            XCTAssertEqual(try stored.question(answered.key)?.row, 1, name)
             XCTAssertEqual(s.heads, ["g1": 2, "c1": 1], name)
             XCTAssertEqual(s.firstRetained, ["g1": 1, "c1": 1], name)
             XCTAssertEqual(s.lastEventAt, Timestamp(milliseconds: 7), name)
-            XCTAssertGreaterThanOrEqual(s.lastQuestionRow, 3, "\(name): a forgotten question's row is never given again")
+            XCTAssertEqual(s.lastQuestionRow, 3, name)
             XCTAssertEqual(try store.events(member: "c1", after: 0, limit: 10).first?.topic, .communication, name)
+        }
+    }
+
+    /// Questions of `child`, one per row, asked at `at(row)`, finished unless `pending` says not.
+    private static func asked(
+        _ rows: ClosedRange<Int64>, child: String = "c1", at: (Int64) -> Int64 = { $0 }, avatar: Int = 0,
+        pending: (Int64) -> Bool = { _ in false }
+    ) throws -> [QuestionRecord] {
+        try rows.map { row in
+            var q = try question(child: child, row: row, avatar: avatar)
+            q.createdAt = Timestamp(milliseconds: at(row))
+            if !pending(row) { q.status = row % 2 == 0 ? .cancelled : .expired }
+            return q
+        }
+    }
+
+    func testStoredQuestionsReadByIdAndInListOrderFromAPlace() throws {
+        for (name, store, _) in try stores() {
+            // Rows 1–6 asked in three milliseconds (ties go by row); another child's between them.
+            let mine = try Self.asked(1...6, at: { ($0 + 1) / 2 }, pending: { $0 == 5 })
+            let theirs = try Self.asked(7...8, child: "c2")
+            try store.commit((mine + theirs).map { .question($0) })
+            func rows(_ status: QuestionStatus? = nil, newestFirst: Bool, after: QuestionPlace? = nil, limit: Int = 99) throws
+                -> [Int64]
+            {
+                try store.questions(of: "c1", status: status, newestFirst: newestFirst, after: after, limit: limit).map(\.row)
+            }
+            XCTAssertEqual(try rows(newestFirst: true), [6, 5, 4, 3, 2, 1], name)
+            XCTAssertEqual(try rows(newestFirst: false), [1, 2, 3, 4, 5, 6], name)
+            XCTAssertEqual(try rows(newestFirst: true, after: QuestionPlace(mine[3]), limit: 2), [3, 2], name)
+            XCTAssertEqual(try rows(newestFirst: false, after: QuestionPlace(mine[2])), [4, 5, 6], name)
+            XCTAssertEqual(try rows(.cancelled, newestFirst: true), [6, 4, 2], name)
+            XCTAssertEqual(try rows(.pending, newestFirst: false), [5], name)
+            XCTAssertEqual(try store.question(theirs[1].key), theirs[1], name)
+            XCTAssertEqual(try store.question(theirs[1].key)?.row, 8, name)
+            XCTAssertNil(try store.question(try Self.question(row: 99).key), name)
+        }
+    }
+
+    func testEachChildKeepsItsNewestQuestionsWithinTheLimitsPendingOnesAlways() throws {
+        for (name, store, reopen) in try stores() {
+            // c1: 10 questions, the oldest two pending; c2: 3, within any limit here.
+            try store.commit(try Self.asked(1...10, pending: { $0 <= 2 }).map { .question($0) })
+            try store.commit(try Self.asked(11...13, child: "c2").map { .question($0) })
+            // Bounded steps (3 questions a call), until it says no more are due.
+            func maintain(_ kept: QuestionsKept) throws {
+                var calls = 0
+                while try store.maintainQuestions(keeping: kept, limit: 3) {
+                    calls += 1
+                    XCTAssertLessThan(calls, 40, "\(name): it must end")
+                }
+            }
+            try maintain(QuestionsKept(count: 5))
+            XCTAssertEqual(
+                try store.questions(of: "c1", status: nil, newestFirst: false, after: nil, limit: 99).map(\.row), [1, 2, 8, 9, 10], name)
+            XCTAssertEqual(try store.questions(of: "c2", status: nil, newestFirst: false, after: nil, limit: 99).count, 3, name)
+            XCTAssertNil(try store.question(try XCTUnwrap(Self.asked(3...3).first).key), name)
+            // By size: questions with 3 KB avatars, at most 10 KB of them kept.
+            try store.commit(try Self.asked(14...17, child: "c3", avatar: 3000).map { .question($0) })
+            try maintain(QuestionsKept(count: 100, bytes: 10_000))
+            XCTAssertEqual(
+                try store.questions(of: "c3", status: nil, newestFirst: false, after: nil, limit: 99).map(\.row), [16, 17], name)
+            // A re-asked question in place of a forgotten one counts again (and its row stays given).
+            try store.commit([.question(try Self.question(child: "c2", row: 13))])
+            XCTAssertEqual(try reopen().load().lastQuestionRow, 17, name)
         }
     }
 

@@ -1,0 +1,344 @@
+// The questions the core does not keep in memory (QuestionArchive), read on the loop's
+// connection; and, on the writer's, the upkeep of the tables that find them.
+//
+// Questions are found by id (`questionIDs`) and by child in list order (`questionPlaces`),
+// tables filled in bulk rather than at each commit: ids are chosen by clients, so an
+// index kept up at every commit wrote a page of it per question asked. A question stored
+// above the mark (`QuestionTail.indexedThrough`) is listed in memory instead, from its
+// commit until an indexing pass has added it: a pass takes every listed question up to
+// the newest, sorted, in steps of a thousand, so that each step writes only the pages of
+// its stretch of each table and each page is written about once a pass. The schema's
+// triggers keep the tables right when a question goes or is asked anew under another time.
+
+import Glibc
+import RelayModel
+import RelayProtocol
+
+/// The stored questions that are not in the lookup tables yet. Changed by the writer after
+/// each commit and indexing step, read by the loop.
+struct QuestionTail: Sendable {
+    struct Entry: Sendable {
+        let row: Int64
+        let id: QuestionID
+        let child: String
+        var createdAt: Int64
+    }
+    /// Every question row up to it is in the lookup tables (or gone); every one above it is listed.
+    var indexedThrough: Int64 = 0
+    /// In order of their rows (given in order; a question asked anew keeps its row).
+    var entries: [Entry] = []
+    var byID: [QuestionID: Int64] = [:]
+    /// When the last pass ended (monotonic milliseconds).
+    var lastPass: Int64 = 0
+
+    mutating func note(_ q: QuestionRecord) {
+        guard q.row > indexedThrough else { return }
+        let entry = Entry(row: q.row, id: q.key, child: q.child, createdAt: q.createdAt.milliseconds)
+        byID[q.key] = q.row
+        // Nearly always a new row, above every listed one.
+        guard let last = entries.last, q.row <= last.row else { return entries.append(entry) }
+        let i = position(of: q.row)
+        if i < entries.count && entries[i].row == q.row { entries[i] = entry } else { entries.insert(entry, at: i) }
+    }
+
+    /// Where `row` is listed, or would be.
+    private func position(of row: Int64) -> Int {
+        var (lo, hi) = (0, entries.count)
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if entries[mid].row < row { lo = mid + 1 } else { hi = mid }
+        }
+        return lo
+    }
+
+    /// Where `row` is listed.
+    func index(of row: Int64) -> Int? {
+        let i = position(of: row)
+        return i < entries.count && entries[i].row == row ? i : nil
+    }
+
+    /// The listed rows of `child`.
+    func rows(of child: String) -> [Int64] { entries.lazy.filter { $0.child == child }.map(\.row) }
+
+    /// Forgets the listed rows up to `mark`: they are in the lookup tables now.
+    mutating func trim(through mark: Int64) {
+        indexedThrough = max(indexedThrough, mark)
+        let gone = entries.prefix { $0.row <= mark }
+        for e in gone where byID[e.id] == e.row { byID[e.id] = nil }
+        entries.removeFirst(gone.count)
+    }
+}
+
+/// An indexing pass under way (the writer's alone): the listed questions up to `through`,
+/// sorted by each table's key, and how far it has come.
+struct QuestionIndexPass {
+    let through: Int64
+    let ids: [(high: Int64, low: Int64, row: Int64)]
+    let places: [Int64]
+    var done = 0
+
+    /// Entries of each table one step adds: a step holds commits up for a few milliseconds.
+    static let step = 1024
+
+    init(_ tail: QuestionTail) {
+        through = tail.entries.last?.row ?? tail.indexedThrough
+        ids = tail.entries.map { e in
+            let id = SQLiteStore.idColumns(e.id)
+            return (id.high, id.low, e.row)
+        }.sorted { ($0.high, $0.low) < ($1.high, $1.low) }
+        // By child, each child's in order of rows (given in order of asking, so of time too).
+        let byChild = Dictionary(grouping: tail.entries.lazy.map { ($0.child, $0.row) }, by: \.0)
+        places = byChild.keys.sorted().flatMap { byChild[$0]!.map(\.1) }
+    }
+
+    var finished: Bool { done >= ids.count }
+}
+
+extension SQLiteStore {
+    /// The columns `question(from:)` reads, in order.
+    static let questionColumns = "q.child, q.family, q.status, q.attempt, q.createdAt, q.content, q.outcome, q.key"
+
+    /// A question from a row of `questionColumns`.
+    static func question(from r: Row) throws -> QuestionRecord {
+        guard let content = QuestionContent(encoded: r.blob(5)), let status = QuestionStatus(rawValue: r.text(2)) else {
+            throw unreadable("question", String(r.text(5).prefix(80)))
+        }
+        var outcome: Outcome?
+        if !r.isNull(6) {
+            guard let o = try? JSON.parse(r.text(6)), let choice = o["choice"].flatMap(Choice.init(json:)),
+                let guardian = o["guardian"]?.string, let at = o["answeredAt"]?.int
+            else { throw unreadable("outcome of question", content.id) }
+            outcome = Outcome(choice: choice, guardian: guardian, answeredAt: Timestamp(milliseconds: at))
+        }
+        return QuestionRecord(
+            content: content, child: r.text(0), family: r.text(1), status: status, attempt: r.int(3),
+            createdAt: Timestamp(milliseconds: r.int(4)), outcome: outcome, row: r.int(7))
+    }
+
+    /// Lists the rows above the mark: what `QuestionTail` holds.
+    func loadQuestionTail() throws {
+        var t = QuestionTail()
+        t.indexedThrough = try db.scalar("SELECT value FROM settings WHERE key = 'questionsIndexedThrough'") ?? 0
+        t.lastPass = Self.monotonicMillis()
+        try db.run("SELECT id, child, createdAt, key FROM questions WHERE key > ? ORDER BY key", [.int(t.indexedThrough)]) { r in
+            guard let id = QuestionID(r.text(0)) else { throw Self.unreadable("question id", r.text(0)) }
+            t.entries.append(QuestionTail.Entry(row: r.int(3), id: id, child: r.text(1), createdAt: r.int(2)))
+            t.byID[id] = r.int(3)
+        }
+        questionTail.withLock { $0 = t }
+    }
+
+    private static let questionByRow = "SELECT \(questionColumns) FROM questions q WHERE q.key = ?"
+    private static let questionByID =
+        "SELECT \(questionColumns) FROM questionIDs i JOIN questions q ON q.key = i.key WHERE i.high = ? AND i.low = ?"
+
+    private func question(row: Int64) throws -> QuestionRecord? {
+        var found: QuestionRecord?
+        try reader.run(dynamic: Self.questionByRow, [.int(row)]) { found = try Self.question(from: $0) }
+        return found
+    }
+
+    public func question(_ id: QuestionID) throws -> QuestionRecord? {
+        if let row = questionTail.withLock({ $0.byID[id] }) { return try question(row: row) }
+        let key = Self.idColumns(id)
+        var found: QuestionRecord?
+        try reader.run(dynamic: Self.questionByID, [.int(key.high), .int(key.low)]) { found = try Self.question(from: $0) }
+        return found
+    }
+
+    public func questions(of child: String, status: QuestionStatus?, newestFirst: Bool, after: QuestionPlace?, limit: Int)
+        throws -> [QuestionRecord]
+    {
+        func inOrder(_ a: QuestionPlace, _ b: QuestionPlace) -> Bool { newestFirst ? a > b : a < b }
+        let place = after ?? QuestionPlace(createdAt: newestFirst ? .max : .min, row: newestFirst ? .max : .min)
+        let (beyond, order) = newestFirst ? ("<", "DESC") : (">", "ASC")
+        var sql = """
+            SELECT \(Self.questionColumns) FROM questionPlaces p JOIN questions q ON q.key = p.key
+            WHERE p.child = ? AND (p.createdAt, p.key) \(beyond) (?, ?)
+            """
+        var args: [SQLValue] = [.text(child), .int(place.createdAt), .int(place.row)]
+        if let status {
+            sql += " AND q.status = ?"
+            args.append(.text(status.rawValue))
+        }
+        sql += " ORDER BY p.createdAt \(order), p.key \(order) LIMIT ?"
+        args.append(.int(Int64(min(limit, Int(Int32.max)))))
+        var out: [QuestionRecord] = []
+        try reader.run(dynamic: sql, args) { out.append(try Self.question(from: $0)) }
+        // The child's rows not in the lookup tables yet (or added by a pass under way).
+        let listed = questionTail.withLock { $0.rows(of: child) }
+        guard !listed.isEmpty else { return out }
+        let found = Set(out.map(\.row))
+        for row in listed where !found.contains(row) {
+            guard let q = try question(row: row), status == nil || q.status == status, inOrder(place, QuestionPlace(q)) else {
+                continue
+            }
+            out.append(q)
+        }
+        out.sort { inOrder(QuestionPlace($0), QuestionPlace($1)) }
+        return Array(out.prefix(limit))
+    }
+
+    public func maintainQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
+        let indexing = try indexQuestionsStep(force: false)
+        return try forgetQuestions(beyond: limits, limit: limit) || indexing
+    }
+
+    /// Adds every listed question to the lookup tables, in one pass of all its steps.
+    public func indexQuestions() throws {
+        while try indexQuestionsStep(force: true) {}
+    }
+
+    /// One step of an indexing pass; starts a pass when enough questions are listed (or
+    /// some have been for `questionIndexSeconds`, or `force`). Returns whether a pass is
+    /// under way.
+    func indexQuestionsStep(force: Bool) throws -> Bool {
+        let now = Self.monotonicMillis()
+        // The tail changes only in commits and here, never two at once (the writer's jobs, or a
+        // commit the loop makes while the writer is idle): it is copied out and back, and the
+        // loop's reads never wait for a sort or a trim.
+        if indexPass == nil {
+            let t = questionTail.withLock { $0 }
+            if !t.entries.isEmpty,
+                force || t.entries.count >= Self.questionIndexBatch || Double(now - t.lastPass) >= questionIndexSeconds * 1000
+            {
+                indexPass = QuestionIndexPass(t)
+            }
+        }
+        guard var pass = indexPass else { return false }
+        let stretch = pass.done..<min(pass.done + QuestionIndexPass.step, pass.ids.count)
+        // Places in the same share of their sorted list as the ids, each as listed now (asked
+        // anew since the pass began, a question's time may have moved).
+        let share = { (i: Int) in i * pass.places.count / max(pass.ids.count, 1) }
+        let places = questionTail.withLock { t in
+            pass.places[share(stretch.lowerBound)..<share(stretch.upperBound)].compactMap { t.index(of: $0).map { t.entries[$0] } }
+        }
+        try db.transaction {
+            for e in places {
+                try db.run(
+                    "INSERT OR IGNORE INTO questionPlaces(child, createdAt, key) VALUES(?, ?, ?)",
+                    [.text(e.child), .int(e.createdAt), .int(e.row)])
+            }
+            for e in pass.ids[stretch] {
+                try db.run("INSERT OR REPLACE INTO questionIDs(high, low, key) VALUES(?, ?, ?)", [.int(e.high), .int(e.low), .int(e.row)])
+            }
+            if stretch.upperBound == pass.ids.count {
+                try db.run(
+                    "INSERT OR REPLACE INTO settings(key, value) VALUES('questionsIndexedThrough', ?)", [.int(pass.through)])
+            }
+        }
+        pass.done = stretch.upperBound
+        guard pass.finished else {
+            indexPass = pass
+            return true
+        }
+        indexPass = nil
+        var t = questionTail.withLock { $0 }
+        t.trim(through: pass.through)
+        t.lastPass = now
+        questionTail.withLock { $0 = t }
+        return false
+    }
+
+    /// Listed questions past which a pass starts at once.
+    static let questionIndexBatch = 50_000
+
+    /// One step of forgetting the oldest finished questions of the children past `limits`,
+    /// among those in the lookup tables; returns whether more are due. A pass chooses them
+    /// all, then deletes them in order of rows (the oldest rows, near one another) at most
+    /// `limit` a step. Their entries in the lookup by id are left: an id whose row is gone
+    /// is not found, and a sweep drops such entries in order of ids, a stretch with each
+    /// step, rather than a page of that table written for each one.
+    private func forgetQuestions(beyond limits: QuestionsKept, limit: Int) throws -> Bool {
+        if forgetPass == nil {
+            forgetPass = try questionsToForget(beyond: limits)
+            if forgetPass == nil { return false }
+        }
+        guard let rows = forgetPass else { return false }
+        let step = rows[forgotten...].prefix(min(limit, Self.forgetStep))
+        try db.exec("PRAGMA secure_delete = FAST")
+        defer { try? db.exec("PRAGMA secure_delete = \(secureDelete)") }
+        try db.transaction {
+            // Each row's place and tally go with it (the schema's triggers).
+            for row in step { try db.run("DELETE FROM questions WHERE key = ?", [.int(row)]) }
+            // Rows are never given twice, also once their question is gone.
+            if let top = step.max() { try noteQuestionRow(top) }
+        }
+        forgotten = step.endIndex
+        if forgotten == rows.count { (forgetPass, forgotten) = (nil, 0) }
+        try sweepQuestionIDs(limit: 4 * step.count)
+        return forgetPass != nil
+    }
+
+    /// Questions one forgetting step deletes at most: a step holds commits up for a few
+    /// milliseconds.
+    static let forgetStep = 256
+    /// Questions one forgetting pass chooses at most: with a pass a second, how fast the
+    /// relay forgets, so that forgetting never takes the writer from commits and pruning.
+    static let forgetPassRows = 8192
+
+    /// The rows to forget for every child past `limits`, in order; nil when none is due.
+    private func questionsToForget(beyond limits: QuestionsKept) throws -> [Int64]? {
+        var over: [(child: String, count: Int64, bytes: Int64)] = []
+        try db.run(
+            "SELECT child, count, bytes FROM questionTally WHERE count > ? OR bytes > ?",
+            [.int(Int64(limits.count)), .int(Int64(limits.bytes))]
+        ) { r in over.append((r.text(0), r.int(1), r.int(2))) }
+        guard !over.isEmpty else { return nil }
+        let mark = questionTail.withLock { $0.indexedThrough }
+        var rows: [Int64] = []
+        // A bounded share each (a pass reads what it chooses); what is left comes in the next.
+        let share = max(64, Self.forgetPassRows / over.count)
+        for var child in over {
+            var taken = 0
+            // The oldest first, by first asking; pending ones stay.
+            try db.run(
+                """
+                SELECT p.key, length(CAST(q.content AS BLOB)) FROM questionPlaces p JOIN questions q ON q.key = p.key
+                WHERE p.child = ? AND p.key <= ? AND q.status != 'pending' ORDER BY p.createdAt, p.key
+                """, [.text(child.child), .int(mark)]
+            ) { r in
+                guard taken < share, child.count > limits.count || child.bytes > limits.bytes else { throw SQLiteDatabase.stop }
+                taken += 1
+                rows.append(r.int(0))
+                child.count -= 1
+                child.bytes -= r.int(1)
+            }
+        }
+        return rows.isEmpty ? nil : rows.sorted()
+    }
+
+    /// Drops the entries of the lookup by id whose question is gone, the next `limit` of
+    /// the table in order (from where the last sweep stopped, around again at its end).
+    private func sweepQuestionIDs(limit: Int) throws {
+        var stale: [(Int64, Int64)] = []
+        var last: (Int64, Int64)?
+        let from = sweptThrough ?? (.min, .min)
+        try db.run(
+            """
+            SELECT i.high, i.low, q.key IS NULL FROM questionIDs i LEFT JOIN questions q ON q.key = i.key
+            WHERE (i.high, i.low) > (?, ?) ORDER BY i.high, i.low LIMIT ?
+            """, [.int(from.0), .int(from.1), .int(Int64(limit))]
+        ) { r in
+            last = (r.int(0), r.int(1))
+            if r.int(2) != 0 { stale.append((r.int(0), r.int(1))) }
+        }
+        sweptThrough = last
+        guard !stale.isEmpty else { return }
+        try db.transaction {
+            for (high, low) in stale { try db.run("DELETE FROM questionIDs WHERE high = ? AND low = ?", [.int(high), .int(low)]) }
+        }
+    }
+
+    /// An id as the lookup table keys it: its 128 bits as two integers (SQLite's are signed:
+    /// the same bits).
+    static func idColumns(_ id: QuestionID) -> (high: Int64, low: Int64) {
+        (Int64(bitPattern: id.high), Int64(bitPattern: id.low))
+    }
+
+    static func monotonicMillis() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+    }
+}
