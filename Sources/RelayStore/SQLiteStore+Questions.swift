@@ -259,8 +259,9 @@ extension SQLiteStore {
         try db.exec("PRAGMA secure_delete = FAST")
         defer { try? db.exec("PRAGMA secure_delete = \(secureDelete)") }
         try db.transaction {
-            // Each row's place and tally go with it (the schema's triggers).
-            for row in step { try db.run("DELETE FROM questions WHERE key = ?", [.int(row)]) }
+            // Each row's place and tally go with it (the schema's triggers). A question asked
+            // again since the pass chose it is pending again: it stays.
+            for row in step { try db.run("DELETE FROM questions WHERE key = ? AND status != 'pending'", [.int(row)]) }
             // Rows are never given twice, also once their question is gone.
             if let top = step.max() { try noteQuestionRow(top) }
         }

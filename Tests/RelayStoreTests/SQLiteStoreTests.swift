@@ -241,6 +241,28 @@ final class SQLiteStoreTests: XCTestCase {
             ["1 stored questions are missing from the lookup by id (questions up to row 5 must be in it)"])
     }
 
+    /// A forgetting pass chooses its questions first and deletes them in steps: one asked
+    /// again in between is pending again, and stays.
+    func testAQuestionAskedAgainWhileAForgettingPassRunsIsNotForgotten() throws {
+        let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        var asked = try (Int64(1)...300).map { row in
+            var q = try StoreContractTests.question(row: row)
+            q.status = .cancelled
+            return q
+        }
+        try store.commit(asked.map { .question($0) })
+        try store.indexQuestions()
+        XCTAssertTrue(try store.maintainQuestions(keeping: QuestionsKept(count: 10), limit: 1000), "more than one step")
+        asked[279].status = .pending
+        asked[279].attempt = 2
+        try store.commit([.question(asked[279])])
+        while try store.maintainQuestions(keeping: QuestionsKept(count: 10), limit: 1000) {}
+        XCTAssertEqual(try store.question(asked[279].key)?.status, .pending)
+        XCTAssertEqual(try store.load().questions.map(\.row), [280])
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+    }
+
     func testCheckFindsHolesCursorsPastTheHeadAndStrayQuestions() throws {
         let store = try SQLiteStore(path: path)
         try store.commit(StoreContractTests.turns()[0])
