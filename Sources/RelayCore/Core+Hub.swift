@@ -151,7 +151,11 @@ extension RelayCore {
         guard let entry = questions.entry(key), entry.record.family == family, Self.asking(entry.record) == asking else {
             let stored: QuestionRecord?
             do { stored = try question(key) } catch { return .held }  // unreadable now: handed again
-            if let q = stored, q.family == family, !Self.isNewer(asking, than: q) { return .known }  // left behind
+            if let q = stored, q.family == family, !Self.isNewer(asking, than: q) {  // left behind
+                // Decided and let go since (a removed child's question): requests that wait on it get their reply.
+                if Self.asking(q) == asking && q.status != .pending { answerWaiters(on: q) }
+                return .known
+            }
             // Its asking has not come yet: kept for it (in this run; unacknowledged, the hub hands it again).
             hubEarly["\(id)#\(asking)"] = body
             return .held
@@ -171,12 +175,16 @@ extension RelayCore {
             }
             applied = .applied
         }
-        let q = entry.record
-        if q.status != .pending { hubProposed[Self.hubKey(q)] = nil }
+        if entry.record.status != .pending { answerWaiters(on: entry.record) }
+        return applied
+    }
+
+    /// Replies to the requests that proposed a decision on `q`'s asking, now decided.
+    private func answerWaiters(on q: QuestionRecord) {
+        hubProposed[Self.hubKey(q)] = nil
         for w in hubWaiters.removeValue(forKey: Self.hubKey(q)) ?? [] where connections[w.conn] != nil {
             reply(w.conn, w.id, Result { () throws(RequestError) in try decided(q, for: w.proposal) })
         }
-        return applied
     }
 
     /// Whether `asking` (of a decision) comes after `q`'s current asking.

@@ -7,23 +7,27 @@
 import RelayProtocol
 import RelayModel
 
-/// The last question a reply held, as the `next` that the following request gives as
-/// `after`: `<milliseconds>:<question id>`.
-struct PageCursor {
-    let createdAt: Int64
-    let id: QuestionID
-
-    init(createdAt: Int64, id: QuestionID) {
-        (self.createdAt, self.id) = (createdAt, id)
-    }
+/// The place of the last question a reply held, as the `next` that the following request
+/// gives as `after`: `<milliseconds>:<row>`. The place itself, not the question: that one
+/// may be forgotten before the next page is asked for. (Relays before kept
+/// `<milliseconds>:<question id>`, which is still taken.)
+enum PageCursor {
+    case place(QuestionPlace)
+    case question(createdAt: Int64, id: QuestionID)
 
     init?(text: String) {
         let parts = text.split(separator: ":", maxSplits: 1)
-        guard parts.count == 2, let at = Int64(parts[0]), let id = QuestionID(String(parts[1])) else { return nil }
-        (createdAt, self.id) = (at, id)
+        guard parts.count == 2, let at = Int64(parts[0]) else { return nil }
+        if let row = Int64(parts[1]) {
+            self = .place(QuestionPlace(createdAt: at, row: row))
+        } else if let id = QuestionID(String(parts[1])) {
+            self = .question(createdAt: at, id: id)
+        } else {
+            return nil
+        }
     }
 
-    var text: String { "\(createdAt):\(id)" }
+    static func text(_ place: QuestionPlace) -> String { "\(place.createdAt):\(place.row)" }
 }
 
 extension RelayCore {
@@ -42,12 +46,13 @@ extension RelayCore {
     ) throws(RequestError) -> ReplyFields {
         var after: QuestionPlace?
         if let text = try r.optionalString("after") {
-            guard let cursor = PageCursor(text: text) else {
-                throw RequestError(.badRequest, "\"after\" must be the \"next\" of an earlier reply of this list")
+            switch PageCursor(text: text) {
+            case .place(let place)?: after = place
+            case .question(let createdAt, let id)?:
+                // A question no longer stored stands after every other asked in its millisecond.
+                after = QuestionPlace(createdAt: createdAt, row: try question(id)?.row ?? (newestFirst ? .min : .max))
+            case nil: throw RequestError(.badRequest, "\"after\" must be the \"next\" of an earlier reply of this list")
             }
-            // A question no longer stored stands after every other asked in its millisecond.
-            let row = try question(cursor.id)?.row ?? (newestFirst ? .min : .max)
-            after = QuestionPlace(createdAt: cursor.createdAt, row: row)
         }
         func inOrder(_ a: QuestionPlace, _ b: QuestionPlace) -> Bool { newestFirst ? a > b : a < b }
         var list: [QuestionRecord] = []
@@ -92,7 +97,7 @@ extension RelayCore {
             guard held < list.count, let last else { return }
             out.appendJSONKey("more")
             out.append(literal: "true")
-            out.appendJSONField("next", PageCursor(createdAt: last.createdAt.milliseconds, id: last.key).text)
+            out.appendJSONField("next", PageCursor.text(QuestionPlace(last)))
         }
         return .frame(frame)
     }

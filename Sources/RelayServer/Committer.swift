@@ -23,7 +23,9 @@ final class Committer: @unchecked Sendable {
         case committed
         case commitFailed(any Error)
         case pruned(PruneStep)
-        case pruneFailed(any Error)
+        /// A pruning step failed, or the questions' upkeep after it (`done`: what the
+        /// pruning step did drop, which the core must learn of all the same).
+        case pruneFailed(any Error, done: PruneStep?)
     }
 
     private let store: RelayStore
@@ -96,12 +98,14 @@ final class Committer: @unchecked Sendable {
                     outcome = .commitFailed(error)
                 }
             case .prune(let cutoff, let acknowledged, let settled, let questionsKept, let limit):
+                var done: PruneStep?
                 do {
                     var step = try store.prune(olderThan: cutoff, acknowledged: acknowledged, settledThrough: settled, limit: limit)
+                    done = step
                     if try store.maintainQuestions(keeping: questionsKept, limit: limit) { step.more = true }
                     outcome = .pruned(step)
                 } catch {
-                    outcome = .pruneFailed(error)
+                    outcome = .pruneFailed(error, done: done)
                 }
             }
             condition.lock()

@@ -524,9 +524,10 @@ public final class RelayServer {
                 }
                 guard pruning != nil else { continue }
                 if step.more { pruneWanted = true } else { pruning = nil }
-            case .pruneFailed(let error):
+            case .pruneFailed(let error, let done):
                 pruneInFlight = false
                 pruning = nil
+                for (member, seq) in done?.through ?? [:] { relay.eventsDropped(member: member, through: seq) }
                 log(
                     .warning,
                     "could not prune old events or forget old questions (tried again in \(Int(config.pruneIntervalSeconds)) s): \(error)")

@@ -151,6 +151,9 @@ extension SQLiteStore {
     {
         func inOrder(_ a: QuestionPlace, _ b: QuestionPlace) -> Bool { newestFirst ? a > b : a < b }
         let place = after ?? QuestionPlace(createdAt: newestFirst ? .max : .min, row: newestFirst ? .max : .min)
+        // The listed rows first: a pass that ends between the two reads has its rows in the
+        // tables by then (it trims the list only once they are committed there).
+        let listed = questionTail.withLock { $0.rows(of: child) }
         let (beyond, order) = newestFirst ? ("<", "DESC") : (">", "ASC")
         var sql = """
             SELECT \(Self.questionColumns) FROM questionPlaces p JOIN questions q ON q.key = p.key
@@ -166,7 +169,6 @@ extension SQLiteStore {
         var out: [QuestionRecord] = []
         try reader.run(dynamic: sql, args) { out.append(try Self.question(from: $0)) }
         // The child's rows not in the lookup tables yet (or added by a pass under way).
-        let listed = questionTail.withLock { $0.rows(of: child) }
         guard !listed.isEmpty else { return out }
         let found = Set(out.map(\.row))
         for row in listed where !found.contains(row) {

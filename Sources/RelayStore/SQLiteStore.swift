@@ -263,6 +263,17 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                     .int(q.row), .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
                     .int(q.createdAt.milliseconds), .utf8(q.content.encoded), Self.stored(q.outcome),
                 ])
+            // A row at or below the mark is not listed for a pass: it is found by the lookup
+            // tables, which may have lost it if a forgetting step deleted it before this
+            // commit stored it again (asked again: rare, so written each time).
+            if q.row <= questionTail.withLock({ $0.indexedThrough }) {
+                let id = Self.idColumns(q.key)
+                try db.run(
+                    "INSERT OR IGNORE INTO questionPlaces(child, createdAt, key) VALUES(?, ?, ?)",
+                    [.text(q.child), .int(q.createdAt.milliseconds), .int(q.row)])
+                try db.run(
+                    "INSERT OR REPLACE INTO questionIDs(high, low, key) VALUES(?, ?, ?)", [.int(id.high), .int(id.low), .int(q.row)])
+            }
         case .questionState(let q):
             try db.run(
                 "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE key = ?",

@@ -99,6 +99,24 @@ final class ArchiveTests: XCTestCase {
         XCTAssertEqual(h.ok(c, ["type": "ask", "question": .object(q)])["status"]?.string, "answered", "and read back")
     }
 
+    /// A list's next page comes after the place where the last one ended, also once the
+    /// question there was forgotten: nothing asked in the same millisecond is skipped.
+    func testAPageAfterAForgottenQuestionSkipsNothing() throws {
+        let h = try CoreHarness(kept: QuestionsKept(count: 1)) { $0.listReplyBytes = 1 }
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        let x = h.question(), y = h.question()
+        h.ok(c, ["type": "ask", "question": .object(x)])
+        h.ok(c, ["type": "ask", "question": .object(y)])  // the same millisecond
+        let first = h.ok(g, ["type": "pending", "child": "c1"])
+        let next = try XCTUnwrap(first["next"])
+        h.ok(g, ["type": "answer", "questionId": x["id"]!, "choice": "approve"])
+        XCTAssertNil(try h.store.question(try XCTUnwrap(QuestionID(x["id"]!.string!))), "forgotten")
+        let second = h.ok(g, ["type": "pending", "child": "c1", "after": next])
+        XCTAssertEqual(second["questions"]?.array?.map { $0["id"]?.string }, [y["id"]!.string!.uppercased()])
+    }
+
     /// A store that cannot be read gets a clear `busy`, and nothing changes.
     func testAnUnreadableStoreIsBusyNotAnAnswer() throws {
         let store = FlakyStore()

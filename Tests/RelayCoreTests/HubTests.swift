@@ -3,7 +3,7 @@
 // and questions asked on other devices reach this relay's guardians.
 
 import Foundation
-import RelayCore
+@testable import RelayCore
 import RelayModel
 import RelayProtocol
 import RelayStore
@@ -174,6 +174,26 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(h.events(c, "response").first?["guardian"]?.string, "g2", "decided as soon as its asking came")
         XCTAssertEqual(h.events(g, "questionClosed").first?["by"]?.string, "g2")
         XCTAssertEqual(h.fromHub(decision), .known, "handed again by the hub: nothing more")
+    }
+
+    /// A guardian's answer proposed to the hub, then its question cancelled here (its child
+    /// removed), committed and let go: when the proposal comes back, the request is answered.
+    func testAProposalWaitingWhenItsQuestionIsLetGoGetsItsReply() throws {
+        let h = try CoreHarness { $0.hubDevice = "laptop" }
+        h.standardFamilies()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        let id = q["id"]!.string!.uppercased()
+        h.send(g, ["type": "answer", "id": "a1", "questionId": .string(id), "choice": "approve"])
+        let proposal = try XCTUnwrap(h.hubOutbox.last)
+        h.ok(h.admin(), ["type": "removeMember", "member": "c1"])
+        XCTAssertEqual(h.core.questions.count, 0, "cancelled, committed and let go")
+        _ = h.drain(g)
+        h.fromHub(proposal)
+        let reply = h.drain(g).first { $0["re"]?.string == "a1" }
+        XCTAssertEqual(reply?["code"]?.string, "cancelled", "\(String(describing: reply))")
     }
 
     /// A question id the relay forgot and the child asks anew is a new asking, with a

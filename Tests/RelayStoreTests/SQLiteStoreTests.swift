@@ -8,6 +8,7 @@ import Foundation
 import RelayModel
 import RelayProtocol
 @testable import RelayStore
+import Synchronization
 import XCTest
 
 final class SQLiteStoreTests: XCTestCase {
@@ -261,6 +262,66 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try store.question(asked[279].key)?.status, .pending)
         XCTAssertEqual(try store.load().questions.map(\.row), [280])
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+    }
+
+    /// The other order: a forgetting step deletes a finished row, then a commit stores it
+    /// again (the core had read it and asked it anew): it is found again, and listed.
+    func testARowStoredAgainAfterAForgettingStepDeletedItIsInTheLookupTables() throws {
+        let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        var asked = try (Int64(1)...6).map { row in
+            var q = try StoreContractTests.question(row: row)
+            q.status = .cancelled
+            return q
+        }
+        try store.commit(asked.map { .question($0) })
+        try store.indexQuestions()
+        let kept = QuestionsKept(count: 2)
+        XCTAssertTrue(try store.maintainQuestions(keeping: kept, limit: 1))  // chooses rows 1–4, deletes 1
+        XCTAssertEqual(try store.question(asked[1].key)?.row, 2, "what the loop read")
+        XCTAssertTrue(try store.maintainQuestions(keeping: kept, limit: 1))  // deletes 2
+        asked[1].status = .pending
+        asked[1].attempt = 2
+        try store.commit([.question(asked[1])])
+        XCTAssertEqual(try store.load().questions.map(\.row), [2])
+        XCTAssertEqual(try store.question(asked[1].key)?.status, .pending)
+        XCTAssertEqual(try store.questions(of: "c1", status: .pending, newestFirst: true, after: nil, limit: 99).map(\.row), [2])
+        while try store.maintainQuestions(keeping: kept, limit: 1) {}
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+    }
+
+    /// A list read while indexing passes end: the last step commits the tables, then the
+    /// list in memory is trimmed; a read between must still find every question. A race,
+    /// so run many times over (the writer pauses between its steps, as pruning steps do).
+    func testAListReadWhileIndexingPassesEndMissesNoQuestion() throws {
+        let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        try store.commit(try (Int64(1)...300).map { .question(try StoreContractTests.question(row: $0)) })
+        try store.indexQuestions()
+        final class Progress: Sendable {
+            let stored = Mutex<Int64>(300)
+            let done = Mutex(false)
+        }
+        let progress = Progress()
+        let writer = Thread {
+            for row in Int64(301)...450 {
+                try! store.commit([.question(try! StoreContractTests.question(row: row))])
+                progress.stored.withLock { $0 = row }
+                usleep(2000)
+                try! store.indexQuestions()
+                usleep(2000)
+            }
+            progress.done.withLock { $0 = true }
+        }
+        writer.start()
+        var (reads, misses) = (0, 0)
+        while !progress.done.withLock({ $0 }) {
+            let before = progress.stored.withLock { $0 }
+            let n = try store.questions(of: "c1", status: nil, newestFirst: true, after: nil, limit: 100_000).count
+            reads += 1
+            if n < before { misses += 1 }
+        }
+        XCTAssertEqual(misses, 0, "\(misses) of \(reads) reads missed questions stored before they began")
     }
 
     func testCheckFindsHolesCursorsPastTheHeadAndStrayQuestions() throws {
