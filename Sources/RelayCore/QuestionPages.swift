@@ -30,7 +30,77 @@ enum PageCursor {
     static func text(_ place: QuestionPlace) -> String { "\(place.createdAt):\(place.row)" }
 }
 
+/// One child's stored questions in list order, read from the archive a chunk at a time.
+private struct StoredList {
+    let child: Member
+    var chunk: [QuestionRecord] = []
+    var next = 0
+    /// Where the last chunk ended: the next one is read from after it.
+    var after: QuestionPlace?
+    var exhausted = false
+}
+
 extension RelayCore {
+    /// Questions read from the archive at a time, per child, while a page is filled.
+    static let pageChunk = 64
+
+    /// A page's questions in list order, merged from the held ones and each child's stored
+    /// ones (a held record standing in for a stored one): as many as `limit` and about
+    /// the reply budget take; and whether the list goes on past them. The stored ones are
+    /// read a chunk at a time, only as far as the page goes: a child's whole history,
+    /// avatars and all, is never read for one page.
+    private func candidates(
+        of children: [Member], status: QuestionStatus?, newestFirst: Bool, after: QuestionPlace?, limit: Int
+    ) throws(RequestError) -> (questions: [QuestionRecord], more: Bool) {
+        func inOrder(_ a: QuestionPlace, _ b: QuestionPlace) -> Bool { newestFirst ? a > b : a < b }
+        var held: [QuestionRecord] = []
+        for child in children {
+            for key in child.held {
+                guard let q = questions[key], status == nil || q.status == status else { continue }
+                if let after, !inOrder(after, QuestionPlace(q)) { continue }
+                held.append(q)
+            }
+        }
+        held.sort { inOrder(QuestionPlace($0), QuestionPlace($1)) }
+        // Pending questions are all held.
+        var stored = status == .pending ? [] : children.map { StoredList(child: $0, after: after) }
+        var nextHeld = 0
+        var out: [QuestionRecord] = []
+        var bytes = 0
+        while true {
+            var best: QuestionRecord?
+            var from = -1  // which stored list, or -1: the held ones
+            if nextHeld < held.count { best = held[nextHeld] }
+            for i in stored.indices {
+                while stored[i].next == stored[i].chunk.count && !stored[i].exhausted { try readChunk(&stored[i], status, newestFirst) }
+                guard stored[i].next < stored[i].chunk.count else { continue }
+                let q = stored[i].chunk[stored[i].next]
+                if best.map({ inOrder(QuestionPlace(q), QuestionPlace($0)) }) ?? true { (best, from) = (q, i) }
+            }
+            guard let q = best else { return (out, false) }
+            // Full: by the limit, or by about the budget (the reply checks it exactly).
+            if out.count >= limit || (!out.isEmpty && bytes > config.listReplyBytes) { return (out, true) }
+            if from < 0 { nextHeld += 1 } else { stored[from].next += 1 }
+            out.append(q)
+            bytes += q.content.encoded.count + 200
+        }
+    }
+
+    /// The next chunk of a child's stored questions, without those the core holds.
+    private func readChunk(_ list: inout StoredList, _ status: QuestionStatus?, _ newestFirst: Bool) throws(RequestError) {
+        let read: [QuestionRecord]
+        do {
+            read = try archive.questions(
+                of: list.child.id, status: status, newestFirst: newestFirst, after: list.after, limit: Self.pageChunk)
+        } catch {
+            throw RequestError(.busy, "could not read \(list.child.id)'s questions from the store (\(error)); try again")
+        }
+        list.exhausted = read.count < Self.pageChunk
+        list.after = read.last.map(QuestionPlace.init) ?? list.after
+        list.chunk = read.filter { !list.child.held.contains($0.key) }
+        list.next = 0
+    }
+
     /// Questions of a child's `questions` list one reply holds at most: the list is read
     /// from the store, and a child may have thousands.
     static let questionsPerReply = 1000
@@ -54,26 +124,7 @@ extension RelayCore {
             case nil: throw RequestError(.badRequest, "\"after\" must be the \"next\" of an earlier reply of this list")
             }
         }
-        func inOrder(_ a: QuestionPlace, _ b: QuestionPlace) -> Bool { newestFirst ? a > b : a < b }
-        var list: [QuestionRecord] = []
-        for child in children {
-            for key in child.held {
-                guard let q = questions[key], status == nil || q.status == status else { continue }
-                if let after, !inOrder(after, QuestionPlace(q)) { continue }
-                list.append(q)
-            }
-            guard status != .pending else { continue }
-            // Enough to fill the page even where held questions stand in for stored ones.
-            let wanted = min(limit, 100_000) + child.held.count + 1
-            let stored: [QuestionRecord]
-            do {
-                stored = try archive.questions(of: child.id, status: status, newestFirst: newestFirst, after: after, limit: wanted)
-            } catch {
-                throw RequestError(.busy, "could not read \(child.id)'s questions from the store (\(error)); try again")
-            }
-            list += stored.lazy.filter { !child.held.contains($0.key) }
-        }
-        list.sort { inOrder(QuestionPlace($0), QuestionPlace($1)) }
+        let (list, more) = try candidates(of: children, status: status, newestFirst: newestFirst, after: after, limit: limit)
         // Written straight into the reply, each question spliced from its stored bytes: a page
         // parsed back into values and encoded again held every client up for tens of ms.
         var held = 0
@@ -94,7 +145,7 @@ extension RelayCore {
                 last = q
             }
             out.append(UInt8(ascii: "]"))
-            guard held < list.count, let last else { return }
+            guard held < list.count || more, let last else { return }
             out.appendJSONKey("more")
             out.append(literal: "true")
             out.appendJSONField("next", PageCursor.text(QuestionPlace(last)))

@@ -2,6 +2,7 @@
 // finished them is committed. Everything else is read back from the store, here the
 // in-memory one (the harness commits every turn, so nothing finished stays held).
 
+import Foundation
 @testable import RelayCore
 import RelayModel
 import RelayProtocol
@@ -117,6 +118,33 @@ final class ArchiveTests: XCTestCase {
         XCTAssertEqual(second["questions"]?.array?.map { $0["id"]?.string }, [y["id"]!.string!.uppercased()])
     }
 
+    /// A page of a long history reads only about what it holds from the store, not every
+    /// question up to its limit (each may carry an avatar of 256 KiB).
+    func testAPageReadsOnlyWhatItHolds() throws {
+        let store = FlakyStore()
+        let h = try CoreHarness(store: store) { $0.listReplyBytes = 100_000 }
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let avatar = Data(repeating: 7, count: 20_000).base64EncodedString()
+        for _ in 0..<300 {
+            var q = h.question()
+            q["topic"] = .object([
+                "kind": "communication",
+                "personInformation": [
+                    .object(["handle": .object(["value": "+1 555 0100", "kind": "phoneNumber"]), "avatarImage": .string(avatar)])
+                ],
+            ])
+            h.ok(c, ["type": "ask", "question": .object(q)])
+            h.ok(c, ["type": "cancel", "questionId": q["id"]!])
+        }
+        let (g, _) = h.login("g1")
+        store.listed.withLock { $0 = 0 }
+        let page = h.ok(g, ["type": "history", "child": "c1", "limit": 300])
+        XCTAssertEqual(page["questions"]?.array?.count, 3, "about 100 KB of 27 KB questions")
+        XCTAssertEqual(page["more"]?.bool, true)
+        XCTAssertLessThanOrEqual(store.listed.withLock { $0 }, 64, "one chunk read, not 300 questions")
+    }
+
     /// A store that cannot be read gets a clear `busy`, and nothing changes.
     func testAnUnreadableStoreIsBusyNotAnAnswer() throws {
         let store = FlakyStore()
@@ -136,10 +164,12 @@ final class ArchiveTests: XCTestCase {
     }
 }
 
-/// The in-memory store, whose question reads fail while `failing`.
+/// The in-memory store, whose question reads fail while `failing`, and which counts the
+/// questions its lists gave.
 final class FlakyStore: RelayStore {
     let inner = MemoryStore()
     let failing = Mutex(false)
+    let listed = Mutex(0)
 
     private func check() throws {
         if failing.withLock({ $0 }) { throw StoreError("disk I/O error") }
@@ -165,6 +195,8 @@ final class FlakyStore: RelayStore {
         -> [QuestionRecord]
     {
         try check()
-        return try inner.questions(of: child, status: status, newestFirst: newestFirst, after: after, limit: limit)
+        let page = try inner.questions(of: child, status: status, newestFirst: newestFirst, after: after, limit: limit)
+        listed.withLock { $0 += page.count }
+        return page
     }
 }
