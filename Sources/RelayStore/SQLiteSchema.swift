@@ -176,11 +176,10 @@ extension SQLiteStore {
             END;
             """,
             { db in
-                // An id as its 128 bits, two integers (SQLite's are signed: the same bits).
                 var ids: [(Int64, Int64, Int64)] = []
                 try db.run("SELECT id, key FROM questions ORDER BY key") { r in
-                    guard let id = QuestionID(r.text(0)) else { return }
-                    ids.append((Int64(bitPattern: id.high), Int64(bitPattern: id.low), r.int(1)))
+                    guard let id = QuestionID(r.text(0)).map(SQLiteStore.idColumns) else { return }
+                    ids.append((id.high, id.low, r.int(1)))
                 }
                 for (high, low, key) in ids {
                     try db.run("INSERT OR REPLACE INTO questionIDs(high, low, key) VALUES(?, ?, ?)", [.int(high), .int(low), .int(key)])

@@ -232,14 +232,16 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     @discardableResult
     func commitInTransaction(_ changes: [Change]) throws -> [(member: String, row: EventTail.Row)] {
         var events: [EventRecord] = []
+        let questionsMark = questionTail.withLock { $0.indexedThrough }  // once a commit, not a question
         for c in changes {
-            if case .event(let e) = c { events.append(e) } else { try write(c) }
+            if case .event(let e) = c { events.append(e) } else { try write(c, questionsMark: questionsMark) }
         }
         let (stored, next) = tail.withLock { ($0.stored, $0.nextRow) }
         return try Self.insert(events, into: db, firstID: next) { stored[$0] ?? 0 }
     }
 
-    private func write(_ change: Change) throws {
+    /// Writes one change; `questionsMark` is the lookup tables' mark (`QuestionTail`).
+    private func write(_ change: Change, questionsMark: Int64) throws {
         switch change {
         case .family(let id):
             try db.run("INSERT OR IGNORE INTO families(id) VALUES(?)", [.text(id)])
@@ -266,7 +268,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             // A row at or below the mark is not listed for a pass: it is found by the lookup
             // tables, which may have lost it if a forgetting step deleted it before this
             // commit stored it again (asked again: rare, so written each time).
-            if q.row <= questionTail.withLock({ $0.indexedThrough }) {
+            if q.row <= questionsMark {
                 let id = Self.idColumns(q.key)
                 try db.run(
                     "INSERT OR IGNORE INTO questionPlaces(child, createdAt, key) VALUES(?, ?, ?)",

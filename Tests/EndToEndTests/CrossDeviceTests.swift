@@ -16,6 +16,19 @@ final class CrossDeviceTests: XCTestCase {
         return (tablet, laptop, [try tablet.provision(families: 1), try laptop.provision(families: 1)])
     }
 
+    /// The child on the tablet (session "app", subscribed to communication) and the
+    /// guardian on the laptop, said hello.
+    private func connect(_ tablet: RelayProcess, _ laptop: RelayProcess, _ tokens: [[String: String]]) throws -> (
+        child: Client, guardian: Client
+    ) {
+        let child = try tablet.connect()
+        _ = try child.hello("c0", tokens[0]["c0"]!, session: "app")
+        _ = try child.request(["type": "subscribe", "topics": ["communication"]])
+        let guardian = try laptop.connect()
+        _ = try guardian.hello("g0", tokens[1]["g0"]!)
+        return (child, guardian)
+    }
+
     private func ask(_ child: Client) throws -> String {
         let id = UUID().uuidString
         let person: JSON = .object(["handle": .object(["value": "+1 555 0142", "kind": "phoneNumber"])])
@@ -30,11 +43,7 @@ final class CrossDeviceTests: XCTestCase {
     func testAQuestionAskedOnTheTabletIsAnsweredOnTheLaptop() throws {
         let hub = try NATSServer()
         let (tablet, laptop, tokens) = try devices(hub)
-        let child = try tablet.connect()
-        _ = try child.hello("c0", tokens[0]["c0"]!, session: "app")
-        _ = try child.request(["type": "subscribe", "topics": ["communication"]])
-        let guardian = try laptop.connect()
-        _ = try guardian.hello("g0", tokens[1]["g0"]!)
+        let (child, guardian) = try connect(tablet, laptop, tokens)
         let id = try ask(child)
         let question = try guardian.event("question")
         XCTAssertEqual(question["question"]?["id"]?.string, id, "the question crossed to the laptop")
@@ -107,11 +116,7 @@ final class CrossDeviceTests: XCTestCase {
     func testRelaysKilledAroundAnAnswerLoseNothingAndRepeatNothing() throws {
         let hub = try NATSServer()
         let (tablet, laptop, tokens) = try devices(hub)
-        var child = try tablet.connect()
-        _ = try child.hello("c0", tokens[0]["c0"]!, session: "app")
-        _ = try child.request(["type": "subscribe", "topics": ["communication"]])
-        var guardian = try laptop.connect()
-        _ = try guardian.hello("g0", tokens[1]["g0"]!)
+        var (child, guardian) = try connect(tablet, laptop, tokens)
         let id = try ask(child)
         _ = try guardian.event("question")
         try guardian.send(["type": "answer", "id": "a", "questionId": .string(id), "choice": "approve"])

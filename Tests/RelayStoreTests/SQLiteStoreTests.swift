@@ -242,18 +242,25 @@ final class SQLiteStoreTests: XCTestCase {
             ["1 stored questions are missing from the lookup by id (questions up to row 5 must be in it)"])
     }
 
-    /// A forgetting pass chooses its questions first and deletes them in steps: one asked
-    /// again in between is pending again, and stays.
-    func testAQuestionAskedAgainWhileAForgettingPassRunsIsNotForgotten() throws {
+    /// A store (its questions added to the lookup tables at the first chance) with child c1
+    /// and, from row 1, `count` cancelled questions of it, in the lookup tables.
+    private func storeWithCancelledQuestions(_ count: Int64) throws -> (SQLiteStore, [QuestionRecord]) {
         let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
         try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
-        var asked = try (Int64(1)...300).map { row in
+        let asked = try (Int64(1)...count).map { row in
             var q = try StoreContractTests.question(row: row)
             q.status = .cancelled
             return q
         }
         try store.commit(asked.map { .question($0) })
         try store.indexQuestions()
+        return (store, asked)
+    }
+
+    /// A forgetting pass chooses its questions first and deletes them in steps: one asked
+    /// again in between is pending again, and stays.
+    func testAQuestionAskedAgainWhileAForgettingPassRunsIsNotForgotten() throws {
+        var (store, asked) = try storeWithCancelledQuestions(300)
         XCTAssertTrue(try store.maintainQuestions(keeping: QuestionsKept(count: 10), limit: 1000), "more than one step")
         asked[279].status = .pending
         asked[279].attempt = 2
@@ -267,15 +274,7 @@ final class SQLiteStoreTests: XCTestCase {
     /// The other order: a forgetting step deletes a finished row, then a commit stores it
     /// again (the core had read it and asked it anew): it is found again, and listed.
     func testARowStoredAgainAfterAForgettingStepDeletedItIsInTheLookupTables() throws {
-        let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
-        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
-        var asked = try (Int64(1)...6).map { row in
-            var q = try StoreContractTests.question(row: row)
-            q.status = .cancelled
-            return q
-        }
-        try store.commit(asked.map { .question($0) })
-        try store.indexQuestions()
+        var (store, asked) = try storeWithCancelledQuestions(6)
         let kept = QuestionsKept(count: 2)
         XCTAssertTrue(try store.maintainQuestions(keeping: kept, limit: 1))  // chooses rows 1–4, deletes 1
         XCTAssertEqual(try store.question(asked[1].key)?.row, 2, "what the loop read")
