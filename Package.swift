@@ -38,14 +38,14 @@ let package = Package(
             name: "RelayServer", dependencies: ["RelayProtocol", "RelayModel", "RelayStore", "RelayCore", "RelayHub", "CSystem"],
             swiftSettings: relayLoop),
         // the link to a family hub: NATS JetStream through libnats.
-        .target(name: "RelayHub", dependencies: ["CNATS"]),
+        .target(name: "RelayHub", dependencies: ["CNATS", "CCrypto"]),
         // the client library with Apple's PermissionKit names.
         .target(name: "PermissionKit", dependencies: ["RelayProtocol", "CSystem"]),
         // argument parsing and exit codes shared by the programs.
         .target(name: "CLISupport"),
         .executableTarget(
             name: "permission-relay",
-            dependencies: ["RelayServer", "RelayCore", "RelayModel", "RelayStore", "RelayProtocol", "CSystem", "CLISupport"]),
+            dependencies: ["RelayServer", "RelayCore", "RelayModel", "RelayStore", "RelayProtocol", "RelayHub", "CSystem", "CLISupport"]),
         .target(name: "ClientCommands", dependencies: ["PermissionKit", "CLISupport", "RelayProtocol", "CSystem"]),
         .executableTarget(name: "permission-child", dependencies: ["PermissionKit", "CLISupport", "ClientCommands", "RelayProtocol"]),
         .executableTarget(
@@ -64,7 +64,9 @@ let package = Package(
         .testTarget(name: "RelayCoreTests", dependencies: ["RelayCore", "RelayModel", "RelayStore", "RelayProtocol"]),
         .testTarget(
             name: "RelayServerTests", dependencies: ["RelayServer", "RelayCore", "RelayModel", "RelayStore", "RelayProtocol", "CSystem"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["RelayProtocol", "RelayServer", "RelayHub", "CSystem", "PermissionKit"]),
+        .testTarget(
+            name: "EndToEndTests", dependencies: ["RelayProtocol", "RelayModel", "RelayServer", "RelayHub", "CSystem", "PermissionKit"]),
+        .testTarget(name: "RelayHubTests", dependencies: ["RelayHub"]),
         .testTarget(name: "PermissionKitTests", dependencies: ["PermissionKit", "RelayProtocol", "CSystem"]),
         .testTarget(name: "permission-benchTests", dependencies: ["permission-bench", "RelayProtocol"]),
     ],

@@ -39,7 +39,7 @@ extension RelayCore {
             _ = questionDeadlines.pop()
             guard let q = questions[top.id], q.status == .pending, let e = q.content.expiration, e <= now else { continue }
             // Linked to a hub, the first decision there wins: an answer may have come first.
-            if hubLinked { proposeExpiry(q, now: now) } else { close(question: q, reason: .expired, now: now) }
+            if hubLinked(q.family) { proposeExpiry(q, now: now) } else { close(question: q, reason: .expired, now: now) }
         }
         // Handles one approval made known together run out together: one event per child says so.
         var lapsed: [(child: Member, handles: [NormalizedHandle])] = []

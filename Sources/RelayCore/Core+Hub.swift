@@ -40,7 +40,8 @@ public enum HubApplied: Equatable, Sendable {
 }
 
 extension RelayCore {
-    var hubLinked: Bool { config.hubDevice != nil }
+    /// Whether `family`'s decisions go through the hub.
+    func hubLinked(_ family: String) -> Bool { config.hubDevice != nil && config.hubFamilies?.contains(family) != false }
 
     /// Keeps a message for the hub with this turn's changes.
     func queueForHub(family: String, subject: String, messageID: String, body: JSONObject, firstOnSubject: Bool) {
@@ -61,7 +62,7 @@ extension RelayCore {
 
     /// A question asked (or asked again) here, for the family's other devices.
     func tellHubAsked(_ q: QuestionRecord) {
-        guard let device = config.hubDevice else { return }
+        guard let device = config.hubDevice, hubLinked(q.family) else { return }
         let body: JSONObject = [
             "child": .string(q.child), "attempt": .int(q.attempt), "createdAt": .int(q.createdAt.milliseconds),
             "question": (try? JSON.parse(q.content.encoded)) ?? .null, "device": .string(device),
@@ -110,7 +111,9 @@ extension RelayCore {
     public func hubMessage(subject: String, body bytes: [UInt8], now: Timestamp) -> HubApplied {
         guard let body = (try? JSON.parse(bytes))?.object else { return .ignored("\(subject): the body is not a JSON object") }
         defer { flushDeferred() }
-        switch HubNames.parse(subject) {
+        let parsed = HubNames.parse(subject)
+        if let family = parsed?.family, !hubLinked(family) { return .ignored("\(subject): family \(family) is not linked to the hub here") }
+        switch parsed {
         case (let family, .ask(let question))?: return hubAsked(question, in: family, body, now: now)
         case (let family, .decision(let question, let asking))?:
             return hubDecided(question, in: family, asking: asking, body, now: now)

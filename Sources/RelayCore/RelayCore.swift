@@ -73,6 +73,8 @@ public struct CoreConfig: Sendable {
     /// This device's name when the relay is linked to a family hub (see Core+Hub.swift):
     /// decisions then go through the hub, where the first one wins for every device.
     public var hubDevice: String?
+    /// The families linked to the hub (a device's credentials are for one family); nil: all.
+    public var hubFamilies: Set<String>?
 
     public init() {}
 }

@@ -27,6 +27,11 @@ public struct HubError: Error, Sendable, CustomStringConvertible {
         message = "\(what): \(detail)"
     }
 
+    /// The hub does not trust these credentials (a device removed, or paired elsewhere).
+    public var isRefused: Bool {
+        status == Int32(bitPattern: NATS_CONNECTION_AUTH_FAILED.rawValue) || message.contains("Authorization Violation")
+    }
+
     /// The link is down or the hub did not answer in time: a later try may succeed.
     public var isUnreachable: Bool {
         [NATS_TIMEOUT, NATS_NO_RESPONDERS, NATS_CONNECTION_CLOSED, NATS_NO_SERVER, NATS_STALE_CONNECTION, NATS_CONNECTION_DISCONNECTED]
@@ -65,10 +70,11 @@ public final class HubConnection: @unchecked Sendable {
     /// How long a request to the hub may take.
     let timeoutMillis: Int64
 
-    /// Connects to `url` (`nats://host:port`); `name` is how the hub lists this client.
-    /// Once connected, a lost link is retried for ever in the background; requests made
-    /// meanwhile fail with an error that `isUnreachable`.
-    public init(url: String, name: String, timeoutMillis: Int64 = 5000) throws(HubError) {
+    /// Connects to `url` (`nats://host:port`); `name` is how the hub lists this client,
+    /// `credentials` the NATS credentials file it proves who it is with (a hub in operator
+    /// mode). Once connected, a lost link is retried for ever in the background; requests
+    /// made meanwhile fail with an error that `isUnreachable`.
+    public init(url: String, name: String, credentials: String? = nil, timeoutMillis: Int64 = 5000) throws(HubError) {
         self.timeoutMillis = timeoutMillis
         var opts: OpaquePointer?
         try Self.check(natsOptions_Create(&opts), "cannot set up a connection")
@@ -81,6 +87,9 @@ public final class HubConnection: @unchecked Sendable {
         // A link that died silently is noticed within three pings.
         try Self.check(natsOptions_SetPingInterval(opts, 5000), "cannot set pings")
         try Self.check(natsOptions_SetTimeout(opts, timeoutMillis), "cannot set the timeout")
+        if let credentials {
+            try Self.check(natsOptions_SetUserCredentialsFromFiles(opts, credentials, nil), "cannot use the credentials \(credentials)")
+        }
         try Self.check(natsConnection_Connect(&connection, opts), "cannot connect to the hub at \(shown)")
         var jsOpts = jsOptions()
         jsOptions_Init(&jsOpts)
@@ -111,6 +120,9 @@ public final class HubConnection: @unchecked Sendable {
 
     /// Whether the link is up now.
     public var isConnected: Bool { natsConnection_Status(connection) == NATS_CONN_STATUS_CONNECTED }
+
+    /// Whether the link is closed for good (libnats gives up after the hub refused it).
+    public var isClosed: Bool { natsConnection_IsClosed(connection) }
 
     /// Makes `stream` unless the hub has it.
     public func ensureStream(_ stream: HubStream) throws(HubError) {
@@ -174,6 +186,16 @@ public final class HubConnection: @unchecked Sendable {
         return a.Duplicate ? .duplicate(a.Sequence) : .stored(a.Sequence)
     }
 
+    /// A plain NATS request (no JetStream): the reply's body.
+    public func request(_ subject: String, body: [UInt8]) throws(HubError) -> [UInt8] {
+        var reply: OpaquePointer?
+        let s = body.withUnsafeBytes { natsConnection_Request(&reply, connection, subject, $0.baseAddress, Int32($0.count), timeoutMillis) }
+        try Self.check(s, "no answer from the hub to \(subject)")
+        defer { natsMsg_Destroy(reply) }
+        let n = Int(natsMsg_GetDataLength(reply))
+        return n == 0 ? [] : Array(UnsafeRawBufferPointer(start: natsMsg_GetData(reply), count: n))
+    }
+
     /// The last message on `subject` in `stream`, or nil when there is none.
     public func lastMessage(stream: String, subject: String) throws(HubError) -> HubMessage? {
         var msg: OpaquePointer?
@@ -181,7 +203,7 @@ public final class HubConnection: @unchecked Sendable {
         let s = js_GetLastMsg(&msg, jetStream, stream, subject, nil, &code)
         if s == NATS_NOT_FOUND || code == JSNoMessageFoundErr { return nil }
         try Self.check(s, code, "cannot read the last message on \(subject)")
-        return HubMessage(msg!, acknowledgeable: false)
+        return HubMessage(msg!, acknowledgeable: false, owner: self)
     }
 
     /// A durable pull consumer of `stream`'s messages on `filter` (a subject, wildcards
@@ -203,7 +225,7 @@ public final class HubConnection: @unchecked Sendable {
             return js_PullSubscribe(&subscription, jetStream, filter, durable, nil, &subOptions, &code)
         }
         try Self.check(s, code, "cannot read \(filter) from \(stream) as \(durable)")
-        return HubConsumer(subscription!, timeoutMillis: timeoutMillis)
+        return HubConsumer(subscription!, timeoutMillis: timeoutMillis, connection: self)
     }
 
     static func check(_ s: natsStatus, _ what: @autoclosure () -> String) throws(HubError) {
@@ -219,10 +241,13 @@ public final class HubConnection: @unchecked Sendable {
 public final class HubConsumer: @unchecked Sendable {
     private let subscription: OpaquePointer
     private let timeoutMillis: Int64
+    /// libnats' subscription lives inside its connection: kept until the subscription goes.
+    private let connection: HubConnection
 
-    init(_ subscription: OpaquePointer, timeoutMillis: Int64) {
+    init(_ subscription: OpaquePointer, timeoutMillis: Int64, connection: HubConnection) {
         self.subscription = subscription
         self.timeoutMillis = timeoutMillis
+        self.connection = connection
     }
 
     deinit { natsSubscription_Destroy(subscription) }
@@ -238,7 +263,7 @@ public final class HubConsumer: @unchecked Sendable {
         var out: [HubMessage] = []
         for i in 0..<Int(list.Count) {
             if let m = list.Msgs[i] {
-                out.append(HubMessage(m, acknowledgeable: true))
+                out.append(HubMessage(m, acknowledgeable: true, owner: self))
                 list.Msgs[i] = nil  // owned by the HubMessage now
             }
         }
@@ -259,8 +284,13 @@ public final class HubMessage: @unchecked Sendable {
     public private(set) var deliveries: UInt64 = 0
     public private(set) var storedAtNanos: Int64 = 0
 
-    init(_ msg: OpaquePointer, acknowledgeable: Bool) {
+    /// What the message was read through (a consumer, a connection): its acknowledgement
+    /// goes through that connection, which must outlive it.
+    private let owner: AnyObject
+
+    init(_ msg: OpaquePointer, acknowledgeable: Bool, owner: AnyObject) {
         self.msg = msg
+        self.owner = owner
         self.acknowledgeable = acknowledgeable
         subject = String(cString: natsMsg_GetSubject(msg))
         let n = Int(natsMsg_GetDataLength(msg))

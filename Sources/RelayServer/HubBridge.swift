@@ -22,7 +22,10 @@ final class HubBridge: @unchecked Sendable {
     }
 
     let url: String
+    let credentials: String?
     let device: String
+    /// The families linked (nil: all the store knows).
+    let families: Set<String>?
     /// How long the hub keeps a family's messages: the relays' retention.
     let retentionSeconds: Int64
     private let outbox: HubOutboxReader
@@ -39,11 +42,18 @@ final class HubBridge: @unchecked Sendable {
     /// together with `condition`, which the loop takes.
     private let linking = NSLock()
     private var streams: Set<String> = []
+    /// The hub refused this device's credentials at the last try (guarded by `linking`).
+    private var refused = false
     private var threads = 0
 
-    init(url: String, device: String, retentionSeconds: Int64, outbox: HubOutboxReader, log: Log) throws {
+    init(
+        url: String, credentials: String?, device: String, families: Set<String>?, retentionSeconds: Int64, outbox: HubOutboxReader,
+        log: Log
+    ) throws {
         self.url = url
+        self.credentials = credentials
         self.device = device
+        self.families = families
         self.retentionSeconds = retentionSeconds
         self.outbox = outbox
         self.log = log
@@ -138,14 +148,25 @@ final class HubBridge: @unchecked Sendable {
         condition.lock()
         let made = connection
         condition.unlock()
-        if let made { return made }
+        if let made, !made.isClosed { return made }
         do {
-            let c = try HubConnection(url: url, name: "permission-relay \(device)", timeoutMillis: 2000)
+            let c = try HubConnection(url: url, name: "permission-relay \(device)", credentials: credentials, timeoutMillis: 2000)
             log(.info, "linked to the family hub at \(HubConnection.redacted(url)) as \(device)")
+            refused = false
             condition.lock()
             connection = c
             condition.unlock()
             return c
+        } catch  where error.isRefused {
+            // Said once: a removed device keeps serving its own apps, and tries again quietly.
+            if !refused {
+                log(
+                    .error,
+                    "the family hub does not trust this device (\(error)): if it was removed, pair it again"
+                        + " (permission-relay device add, then device join); meanwhile what it must send waits here")
+            }
+            refused = true
+            return nil
         } catch {
             log(.warning, "\(error); trying again")
             return nil
@@ -226,11 +247,17 @@ final class HubBridge: @unchecked Sendable {
 
     private func read() {
         var consumers: [String: HubConsumer] = [:]
+        var consumersOf: ObjectIdentifier?
         var backoff = 0.25
         while !isStopping {
             guard let hub = link(), hub.isConnected else {
                 pause(&backoff)
                 continue
+            }
+            // A connection made anew (the last one closed for good) reads through consumers of its own.
+            if consumersOf != ObjectIdentifier(hub) {
+                consumers = [:]
+                consumersOf = ObjectIdentifier(hub)
             }
             do {
                 condition.lock()
@@ -247,10 +274,9 @@ final class HubBridge: @unchecked Sendable {
                         throw error
                     }
                 }
-                for family in try outbox.families() where consumers[family] == nil {
+                for family in try outbox.families() where consumers[family] == nil && families?.contains(family) != false {
                     try ensureStream(family, on: hub)
-                    // The device's name in hex: no two names share a consumer (which would split the messages).
-                    let durable = "dev-" + device.utf8.map { String($0, radix: 16) }.joined()
+                    let durable = HubNames.consumer(device: device)
                     // What a relay killed before it stored (and acknowledged) comes again
                     // 5 s later: its restart does not wait the default 30 s for it.
                     consumers[family] = try hub.consumer(

@@ -28,6 +28,9 @@ public struct ServerConfig: Sendable {
     /// The family hub to link to (`nats://HOST:PORT`), if any; this device's name is
     /// `CoreConfig.hubDevice`.
     public var hubURL: String?
+    /// The NATS credentials file this device proves who it is with, for a hub where each
+    /// family is an account of its own (`permission-relay device join` writes it).
+    public var hubCredentials: String?
     public var maxConnections = 4096
     public var handshakeTimeoutSeconds = 5.0
     /// Unsent bytes a connection may hold before it is dropped as a slow consumer.
@@ -226,7 +229,8 @@ public final class RelayServer {
         if let url = config.hubURL {
             guard let sqlite = store as? SQLiteStore else { throw ServerError("a family hub needs the SQLite store") }
             bridge = try HubBridge(
-                url: url, device: coreConfig.hubDevice ?? "", retentionSeconds: coreConfig.retentionSeconds,
+                url: url, credentials: config.hubCredentials, device: coreConfig.hubDevice ?? "", families: coreConfig.hubFamilies,
+                retentionSeconds: coreConfig.retentionSeconds,
                 outbox: try sqlite.hubOutboxReader(), log: log)
         } else {
             bridge = nil

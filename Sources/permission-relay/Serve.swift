@@ -6,6 +6,7 @@ import CSystem
 import Foundation
 import Glibc
 import RelayCore
+import RelayHub
 import RelayProtocol
 import RelayServer
 import RelayStore
@@ -65,7 +66,9 @@ enum Serve {
                                            decision there wins everywhere (default:
                                            $PERMISSION_RELAY_HUB, which keeps a password out of
                                            the process list)
-          --device NAME                    This device's name on the hub (default: the host name)
+          --device NAME                    This device's name on the hub (default: the name it was
+                                           paired as with `permission-relay device join`, else
+                                           the host name)
           --log-level LEVEL                debug, info, warning or error (default: info)
           -h, --help                       Show this help.
 
@@ -118,12 +121,10 @@ enum Serve {
             guard hub.hasPrefix("nats://") || hub.hasPrefix("tls://") else {
                 throw CLIError.usage("--hub must be a NATS address, such as nats://hub.home.arpa:4222")
             }
-            let device = a.value("--device") ?? ProcessInfo.processInfo.hostName
-            guard Identifier.isValid(device) else {
+            if let device = a.value("--device"), !Identifier.isValid(device) {
                 throw CLIError.usage("--device must be 1 to 64 letters, digits, '.', '_' or '-'")
             }
             server.hubURL = hub
-            core.hubDevice = device
         } else if a.value("--device") != nil {
             throw CLIError.usage("--device names this device on a hub: it goes with --hub")
         }
@@ -149,6 +150,7 @@ enum Serve {
         umask(0o077)  // the socket and the database (with its WAL) are private to this user
         let data = try Paths.makePrivateDirectory(dataOption)
         server.dataDirectory = data
+        if server.hubURL != nil { try linkDevice(data: data, named: a.value("--device"), &server, &core) }
         try Paths.checkStoreFiles(in: data)
         if inherited == nil { try Paths.makePrivateDirectory((socket as NSString).deletingLastPathComponent) }
         let lock = try lockDataDirectory(data)
@@ -189,6 +191,33 @@ enum Serve {
             log(.warning, "could not move the WAL into relay.db (what was committed is in relay.db-wal, kept): \(error)")
         }
         exit(0)
+    }
+
+    /// This device on the hub: as paired (`device join` wrote its credentials into the data
+    /// directory: its name and one family), else named by --device or the host name, for a
+    /// hub open to the devices that reach it.
+    static func linkDevice(data: String, named: String?, _ server: inout ServerConfig, _ core: inout CoreConfig) throws {
+        let path = HubPaths.credentials(data: data)
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            core.hubDevice = named ?? ProcessInfo.processInfo.hostName
+            guard Identifier.isValid(core.hubDevice ?? "") else {
+                throw CLIError.usage("the host name is not a device name: give one with --device NAME")
+            }
+            return
+        }
+        let jwt: HubJWT
+        do {
+            jwt = try HubCredentials.jwt(in: text)
+        } catch {
+            throw CLIError.failure("\(path) is damaged (\(error)): pair this device again (permission-relay device add)")
+        }
+        guard let family = jwt.family else { throw CLIError.failure("\(path) names no family: pair this device again") }
+        if let named, named != jwt.name {
+            throw CLIError.usage("this device was paired as \(jwt.name) (\(path)): --device must be that name, or be left out")
+        }
+        core.hubDevice = jwt.name
+        core.hubFamilies = [family]
+        server.hubCredentials = path
     }
 
     /// Takes an exclusive lock on DATA/relay.lock so two relays never share a store.

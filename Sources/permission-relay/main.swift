@@ -19,6 +19,8 @@ let overview = """
       backup DEST                             Copy the store into one file while the relay runs
       restore BACKUP                          Put a backup in place (the relay stopped)
       check                                   Check the store for damage
+      hub init [DIR]                          Make a family hub's keys and configuration
+      device key|add|join|remove|list         Pair devices with their family on the hub
 
     Run `permission-relay <command> --help` for a command's options (`member --help`
     lists the member commands), and `permission-relay --version` for the version.
@@ -34,15 +36,20 @@ let args = Array(CommandLine.arguments.dropFirst())
 let named = args.first == "help" ? Array(args.dropFirst()) : args
 let admin = AdminCommand.all.first { Array(named.prefix($0.words.count)) == $0.words }
 let storeCommand = StoreCommand.all.first { $0.name == named.first }
+let hubCommand = HubCommand.all.first { Array(named.prefix($0.words.count)) == $0.words }
 /// A group of commands named without one of them (`member`, `member --help`).
 let group = admin == nil ? CommandGroup.all.first { $0.word == named.first } : nil
 /// The usage of the command being run, shown with --help.
-let usage = named.first == "serve" ? Serve.usage : admin?.usage ?? storeCommand?.usage ?? group?.usage ?? overview
+let usage =
+    named.first == "serve"
+    ? Serve.usage
+    : admin?.usage ?? storeCommand?.usage ?? hubCommand?.usage ?? group?.usage ?? named.first.flatMap(HubCommand.groupUsage)
+        ?? overview
 
 exit(
     runMain(program: "permission-relay") {
         guard let first = args.first else {
-            throw CLIError.usage("no command given: serve, family, member, token, limits, status, backup, restore or check")
+            throw CLIError.usage("no command given: serve, family, member, token, limits, status, backup, restore, check, hub or device")
         }
         if args.contains("-h") || args.contains("--help") || first == "help" {
             printOut(usage)
@@ -52,10 +59,14 @@ exit(
             try Serve.run(Array(args.dropFirst()))
         } else if let storeCommand {
             try storeCommand.run(Array(args.dropFirst()))
+        } else if let hubCommand {
+            try hubCommand.run(Array(args.dropFirst(hubCommand.words.count)))
         } else if let admin {
             try admin.run(Array(args.dropFirst(admin.words.count)))
         } else if let group {
             throw group.unknown(Array(args.dropFirst()))
+        } else if first == "hub" || first == "device" {
+            throw HubCommand.unknown(first, Array(args.dropFirst()))
         } else {
             throw CLIError.usage("unknown command \"\(args.prefix(2).joined(separator: " "))\"")
         }

@@ -11,8 +11,10 @@ final class NATSServer {
 
     var url: String { "nats://127.0.0.1:\(port)" }
 
-    /// Starts a server; skips the test when nats-server is not installed.
-    init() throws {
+    /// Starts a server; skips the test when nats-server is not installed. `configuration`
+    /// makes the server's configuration file from its port and store directory (a hub in
+    /// operator mode); without it, the server is open to any client.
+    init(configuration: ((_ port: Int, _ store: URL) throws -> String)? = nil) throws {
         guard let executable = Self.executable() else {
             throw XCTSkip("nats-server is not installed (apt-get install nats-server; .ci/run installs it)")
         }
@@ -20,10 +22,14 @@ final class NATSServer {
         port = try Self.freePort()
         storeDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("nats-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: storeDirectory, withIntermediateDirectories: true)
+        arguments =
+            try configuration.map { ["-c", try $0(port, storeDirectory)] }
+            ?? ["-js", "-a", "127.0.0.1", "-p", "\(port)", "-sd", storeDirectory.path]
         try start()
     }
 
     private let executable: String
+    private var arguments: [String] = []
 
     deinit {
         kill()
@@ -34,7 +40,7 @@ final class NATSServer {
     func start() throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: executable)
-        p.arguments = ["-js", "-a", "127.0.0.1", "-p", "\(port)", "-sd", storeDirectory.path]
+        p.arguments = arguments
         let log = Pipe()
         p.standardError = log
         p.standardOutput = FileHandle.nullDevice

@@ -1,0 +1,200 @@
+// The hub owner's keys, kept as NATS's own files in one private directory: the
+// operator's, the system account's (the hub's administration), and for each family its
+// account and the JWTs of its devices. A device's seed is never here: the device makes
+// it, and only its public key comes to be signed.
+//
+//   hub.conf                    nats-server's configuration (operator mode)
+//   operator.nk, operator.jwt   the operator
+//   system.nk, system.jwt       the system account; admin.creds, its user
+//   families/<family hex>/account.nk, account.jwt, devices/<device>.jwt
+
+import Foundation
+import Glibc
+
+public struct HubKeys: Sendable {
+    public let directory: String
+    let operatorKey: NKey
+    let operatorJWT: HubJWT
+    let systemJWT: HubJWT
+
+    /// Where the owner's administration credentials are (the system account's user).
+    public var adminCredentials: String { directory + "/admin.creds" }
+
+    /// Makes a new hub's keys in `directory` (which must not hold any) and its server
+    /// configuration, listening on `listen` (`HOST:PORT`), storing under `storeDirectory`.
+    public static func create(in directory: String, listen: String, storeDirectory: String) throws -> HubKeys {
+        guard !FileManager.default.fileExists(atPath: directory + "/operator.nk") else {
+            throw NKeyError("\(directory) already holds a hub's keys; use them, or choose another directory")
+        }
+        try makePrivateDirectory(directory)
+        let now = Int64(Date().timeIntervalSince1970)
+        let operatorKey = try NKey.generate(.operator_)
+        let system = try NKey.generate(.account)
+        let admin = try NKey.generate(.user)
+        let operatorJWT = try HubJWT.sign(
+            subject: operatorKey.publicKey, name: "permission-hub", nats: HubJWT.operatorClaims(systemAccount: system.publicKey),
+            by: operatorKey, issuedAt: now)
+        let systemJWT = try HubJWT.sign(
+            subject: system.publicKey, name: "SYS", nats: HubJWT.accountClaims(jetStream: false, revoked: [:]), by: operatorKey,
+            issuedAt: now)
+        let adminJWT = try HubJWT.sign(subject: admin.publicKey, name: "admin", nats: HubJWT.adminClaims(), by: system, issuedAt: now)
+        try writePrivate(directory + "/operator.nk", operatorKey.seed + "\n")
+        try writePrivate(directory + "/operator.jwt", operatorJWT.text + "\n")
+        try writePrivate(directory + "/system.nk", system.seed + "\n")
+        try writePrivate(directory + "/system.jwt", systemJWT.text + "\n")
+        try writePrivate(directory + "/admin.creds", HubCredentials.text(jwt: adminJWT, seed: admin))
+        let config = """
+            # nats-server's configuration for a family hub (made by permission-relay hub init).
+            # Operator mode: each family is an account of its own, each device a user of it.
+            listen: "\(listen)"
+            operator: "\(directory)/operator.jwt"
+            system_account: \(system.publicKey)
+            resolver: {
+                type: full
+                dir: "\(directory)/accounts"
+                allow_delete: false
+                interval: "2m"
+            }
+            resolver_preload: {
+                \(system.publicKey): "\(systemJWT.text)"
+            }
+            jetstream: {
+                store_dir: "\(storeDirectory)"
+            }
+
+            """
+        try writePrivate(directory + "/hub.conf", config)
+        return try HubKeys(directory: directory)
+    }
+
+    /// The keys of the hub whose owner's directory is `directory`.
+    public init(directory: String) throws {
+        self.directory = directory
+        guard FileManager.default.fileExists(atPath: directory + "/operator.nk") else {
+            throw NKeyError("\(directory) holds no hub's keys (make them with `permission-relay hub init \(directory)`)")
+        }
+        operatorKey = try NKey(seed: try Self.read(directory + "/operator.nk"))
+        operatorJWT = try HubJWT(try Self.read(directory + "/operator.jwt"))
+        systemJWT = try HubJWT(try Self.read(directory + "/system.jwt"))
+    }
+
+    /// The family's account, made (here, not yet on the hub) if it has none.
+    public func account(of family: String) throws -> (key: NKey, jwt: HubJWT) {
+        let folder = familyDirectory(family)
+        if FileManager.default.fileExists(atPath: folder + "/account.nk") {
+            return (try NKey(seed: try Self.read(folder + "/account.nk")), try HubJWT(try Self.read(folder + "/account.jwt")))
+        }
+        try Self.makePrivateDirectory(folder + "/devices")
+        let key = try NKey.generate(.account)
+        let jwt = try signAccount(key.publicKey, family: family, revoked: [:])
+        try Self.writePrivate(folder + "/account.nk", key.seed + "\n")
+        try Self.writePrivate(folder + "/account.jwt", jwt.text + "\n")
+        return (key, jwt)
+    }
+
+    /// Signs a device of `family` whose public key is `devicePublicKey`: the JWT that
+    /// device joins with. A device removed before is trusted again.
+    public func addDevice(_ name: String, publicKey devicePublicKey: String, family: String, names: HubFamilyNames) throws -> (
+        device: HubJWT, account: HubJWT
+    ) {
+        guard NKey.isPublicKey(devicePublicKey, of: .user) else {
+            throw NKeyError("\(devicePublicKey) is not a device's key (`permission-relay device key` on the device prints it: U…)")
+        }
+        var (key, account) = try account(of: family)
+        // A revocation holds back every JWT of the key issued until then: a key added
+        // again is trusted only once it is gone.
+        if account.revocations[devicePublicKey] != nil {
+            account = try signAccount(key.publicKey, family: family, revoked: account.revocations.filter { $0.key != devicePublicKey })
+            try Self.writePrivate(familyDirectory(family) + "/account.jwt", account.text + "\n")
+        }
+        let device = try HubJWT.sign(
+            subject: devicePublicKey, name: name, nats: HubJWT.deviceClaims(family: family, names: names), by: key,
+            issuedAt: Int64(Date().timeIntervalSince1970))
+        try Self.writePrivate(familyDirectory(family) + "/devices/\(name).jwt", device.text + "\n")
+        return (device, account)
+    }
+
+    /// Stops trusting a device of `family`: its key is revoked in the family's account
+    /// (which the hub must then be given: `HubAdmin.push`).
+    public func removeDevice(_ name: String, family: String) throws -> HubJWT {
+        let path = familyDirectory(family) + "/devices/\(name).jwt"
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw NKeyError("family \(family) has no device \(name) (`permission-relay device list` shows its devices)")
+        }
+        let device = try HubJWT(try Self.read(path))
+        let (key, account) = try account(of: family)
+        var revoked = account.revocations
+        revoked[device.subject] = Int64(Date().timeIntervalSince1970)
+        let updated = try signAccount(key.publicKey, family: family, revoked: revoked)
+        try Self.writePrivate(familyDirectory(family) + "/account.jwt", updated.text + "\n")
+        return updated
+    }
+
+    /// A family's devices: name, public key, when added, and whether removed.
+    public func devices(of family: String) throws -> [(name: String, publicKey: String, added: Int64, removed: Bool)] {
+        let folder = familyDirectory(family) + "/devices"
+        guard let files = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
+        let revoked = try account(of: family).jwt.revocations
+        return try files.filter { $0.hasSuffix(".jwt") }.sorted().map { file in
+            let jwt = try HubJWT(try Self.read(folder + "/" + file))
+            let removed = revoked[jwt.subject].map { $0 >= jwt.issuedAt } ?? false
+            return (jwt.name, jwt.subject, jwt.issuedAt, removed)
+        }
+    }
+
+    private func signAccount(_ publicKey: String, family: String, revoked: [String: Int64]) throws -> HubJWT {
+        // The hub keeps an account's newest JWT by the second it was signed in, and a
+        // claim from the future is suspect: a second signing waits for the next second.
+        let previous = (try? HubJWT(try Self.read(familyDirectory(family) + "/account.jwt")))?.issuedAt ?? 0
+        var now = Date().timeIntervalSince1970
+        if Int64(now) <= previous {
+            Thread.sleep(forTimeInterval: Double(previous + 1) - now)
+            now = Date().timeIntervalSince1970
+        }
+        return try HubJWT.sign(
+            subject: publicKey, name: family, nats: HubJWT.accountClaims(jetStream: true, revoked: revoked), by: operatorKey,
+            issuedAt: max(Int64(now), previous + 1))
+    }
+
+    private func familyDirectory(_ family: String) -> String { directory + "/families/" + HubJWT.hex(family) }
+
+    static func read(_ path: String) throws -> String {
+        do {
+            return try String(contentsOfFile: path, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        } catch {
+            throw NKeyError("cannot read \(path): \(error.localizedDescription)")
+        }
+    }
+
+    /// Writes a file only its owner may read, whole or not at all (a key, credentials).
+    public static func writePrivate(_ path: String, _ text: String) throws {
+        let temporary = path + ".new"
+        unlink(temporary)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        let bytes = Array(text.utf8)
+        guard fd >= 0 else { throw NKeyError("cannot write \(path): \(String(cString: strerror(errno)))") }
+        let written = write(fd, bytes, bytes.count) == bytes.count && fsync(fd) == 0
+        close(fd)
+        guard written, rename(temporary, path) == 0 else { throw NKeyError("cannot write \(path): \(String(cString: strerror(errno)))") }
+    }
+
+    static func makePrivateDirectory(_ path: String) throws {
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw NKeyError("cannot make \(path): \(error.localizedDescription)")
+        }
+    }
+}
+
+extension HubConnection {
+    /// Gives the hub a family's account as signed now (made, or with devices revoked):
+    /// the hub applies it at once, cutting off a revoked device's connections.
+    public func push(account: HubJWT) throws {
+        let reply = try request("$SYS.REQ.CLAIMS.UPDATE", body: Array(account.text.utf8))
+        let answer = try? JSONSerialization.jsonObject(with: Data(reply)) as? [String: Any]
+        if let error = answer?["error"] as? [String: Any] {
+            throw NKeyError("the hub refused the family's account: \(error["description"] ?? error)")
+        }
+    }
+}

@@ -1,0 +1,125 @@
+// A hub in operator mode, against a real nats-server: each family an account of its own
+// that no other family's device can read or write, each device a user signed by its
+// family, and a device removed cut off at once.
+
+import Foundation
+@testable import RelayHub
+import RelayModel
+import XCTest
+
+final class HubAccountsTests: XCTestCase {
+    private var keysDirectory = ""
+
+    override func setUpWithError() throws {
+        keysDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("hub-keys-\(UUID().uuidString.prefix(8))").path
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(atPath: keysDirectory)
+    }
+
+    /// A hub whose keys are made in `keysDirectory`.
+    private func startHub() throws -> (NATSServer, HubKeys) {
+        var keys: HubKeys?
+        let server = try NATSServer { port, store in
+            keys = try HubKeys.create(in: self.keysDirectory, listen: "127.0.0.1:\(port)", storeDirectory: store.path)
+            return self.keysDirectory + "/hub.conf"
+        }
+        return (server, try XCTUnwrap(keys))
+    }
+
+    private func names(_ family: String, _ device: String) -> HubFamilyNames {
+        HubFamilyNames(
+            stream: HubNames.stream(family: family), subjects: HubNames.all(family: family), consumer: HubNames.consumer(device: device))
+    }
+
+    /// Pairs a new device of `family` (its seed made here, as on the device) and returns the
+    /// path of its credentials file.
+    private func pair(_ device: String, of family: String, keys: HubKeys, admin: HubConnection) throws -> String {
+        let seed = try NKey.generate(.user)
+        let (jwt, account) = try keys.addDevice(device, publicKey: seed.publicKey, family: family, names: names(family, device))
+        try admin.push(account: account)
+        let path = keysDirectory + "/\(device).creds"
+        try HubCredentials.text(jwt: jwt, seed: seed).write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    private func stream(of family: String) -> HubStream {
+        HubStream(name: HubNames.stream(family: family), subjects: [HubNames.all(family: family)])
+    }
+
+    func testADeviceReachesOnlyItsOwnFamily() throws {
+        let (server, keys) = try startHub()
+        let admin = try HubConnection(url: server.url, name: "admin", credentials: keys.adminCredentials, timeoutMillis: 2000)
+        let tablet = try HubConnection(
+            url: server.url, name: "tablet", credentials: try pair("tablet", of: "smiths", keys: keys, admin: admin), timeoutMillis: 2000)
+        // What the hub refuses a client is dropped without an answer: short waits.
+        let laptop = try HubConnection(
+            url: server.url, name: "laptop", credentials: try pair("laptop", of: "jones", keys: keys, admin: admin), timeoutMillis: 500)
+        try tablet.ensureStream(stream(of: "smiths"))
+        try laptop.ensureStream(stream(of: "jones"))
+        XCTAssertEqual(try tablet.publish(HubNames.ask(family: "smiths", question: "Q1"), id: "Q1", body: [1]), .stored(1))
+
+        // The Jones laptop can neither write the Smiths' subjects nor read their stream.
+        XCTAssertThrowsError(try laptop.publish(HubNames.ask(family: "smiths", question: "Q2"), id: "Q2", body: [2]))
+        XCTAssertThrowsError(
+            try laptop.lastMessage(stream: HubNames.stream(family: "smiths"), subject: HubNames.ask(family: "smiths", question: "Q1")))
+        XCTAssertThrowsError(
+            try laptop.consumer(
+                stream: HubNames.stream(family: "smiths"), durable: HubNames.consumer(device: "laptop"),
+                filter: HubNames.all(family: "smiths")))
+        XCTAssertThrowsError(try laptop.ensureStream(stream(of: "smiths")), "it cannot make the Smiths' stream in its own account either")
+
+        // The tablet reads what it wrote, through its own consumer only.
+        let consumer = try tablet.consumer(
+            stream: HubNames.stream(family: "smiths"), durable: HubNames.consumer(device: "tablet"), filter: HubNames.all(family: "smiths"))
+        XCTAssertEqual(try consumer.fetch(max: 10, timeoutMillis: 2000).map(\.body), [[1]])
+        XCTAssertThrowsError(
+            try tablet.consumer(
+                stream: HubNames.stream(family: "smiths"), durable: HubNames.consumer(device: "phone"),
+                filter: HubNames.all(family: "smiths")),
+            "another device's consumer is not the tablet's to read")
+    }
+
+    func testOnlySignedDevicesConnect() throws {
+        let (server, keys) = try startHub()
+        XCTAssertThrowsError(try HubConnection(url: server.url, name: "anonymous", timeoutMillis: 2000))
+        // A key the family never signed, with a JWT signed by a stranger's account.
+        let stranger = try NKey.generate(.account)
+        let seed = try NKey.generate(.user)
+        let forged = try HubJWT.sign(
+            subject: seed.publicKey, name: "forged", nats: HubJWT.deviceClaims(family: "smiths", names: names("smiths", "forged")),
+            by: stranger,
+            issuedAt: Int64(Date().timeIntervalSince1970))
+        let path = keysDirectory + "/forged.creds"
+        try HubCredentials.text(jwt: forged, seed: seed).write(toFile: path, atomically: true, encoding: .utf8)
+        XCTAssertThrowsError(try HubConnection(url: server.url, name: "forged", credentials: path, timeoutMillis: 2000))
+        _ = keys
+    }
+
+    func testARemovedDeviceIsCutOffAtOnce() throws {
+        let (server, keys) = try startHub()
+        let admin = try HubConnection(url: server.url, name: "admin", credentials: keys.adminCredentials, timeoutMillis: 2000)
+        let credentials = try pair("tablet", of: "smiths", keys: keys, admin: admin)
+        let tablet = try HubConnection(url: server.url, name: "tablet", credentials: credentials, timeoutMillis: 2000)
+        try tablet.ensureStream(stream(of: "smiths"))
+        XCTAssertEqual(try tablet.publish(HubNames.ask(family: "smiths", question: "Q1"), id: "Q1", body: [1]), .stored(1))
+        XCTAssertEqual(try keys.devices(of: "smiths").map(\.removed), [false])
+
+        try admin.push(account: try keys.removeDevice("tablet", family: "smiths"))
+        XCTAssertEqual(try keys.devices(of: "smiths").map(\.removed), [true])
+        XCTAssertThrowsError(try tablet.publish(HubNames.ask(family: "smiths", question: "Q2"), id: "Q2", body: [2]))
+        XCTAssertFalse(tablet.isConnected)
+        XCTAssertThrowsError(try HubConnection(url: server.url, name: "tablet", credentials: credentials, timeoutMillis: 2000))
+
+        // Added again (a new JWT for the same key), it is trusted again.
+        let seed = try NKey(
+            seed: try String(contentsOfFile: credentials, encoding: .utf8).split(separator: "\n").first { $0.hasPrefix("SU") }.map(
+                String.init) ?? "")
+        let (jwt, account) = try keys.addDevice("tablet", publicKey: seed.publicKey, family: "smiths", names: names("smiths", "tablet"))
+        try admin.push(account: account)
+        try HubCredentials.text(jwt: jwt, seed: seed).write(toFile: credentials, atomically: true, encoding: .utf8)
+        let again = try HubConnection(url: server.url, name: "tablet", credentials: credentials, timeoutMillis: 2000)
+        XCTAssertEqual(try again.publish(HubNames.ask(family: "smiths", question: "Q2"), id: "Q2", body: [2]), .stored(2))
+    }
+}

@@ -1,0 +1,109 @@
+// Devices paired with their family on a hub in operator mode, as a user does it with the
+// release binary: `hub init`, `device key` on the tablet, `device add` where the hub's
+// keys are, `device join` on the tablet; then a question crosses, and `device remove`
+// cuts the tablet off.
+
+import Foundation
+import RelayProtocol
+import XCTest
+
+final class PairedDevicesTests: XCTestCase {
+    private var dir = ""
+
+    override func setUpWithError() throws {
+        dir = FileManager.default.temporaryDirectory.appendingPathComponent("paired-\(UUID().uuidString.prefix(8))").path
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    /// Runs `permission-relay ARGS`; fails the test unless it exits 0. Returns its output.
+    @discardableResult
+    private func relay(_ args: [String], file: StaticString = #filePath, line: UInt = #line) -> String {
+        let (status, output) = runToEnd(process([relayBinary] + args, environment: ["PATH": "/usr/bin:/bin"]))
+        XCTAssertEqual(status, 0, "permission-relay \(args.joined(separator: " ")): \(output)", file: file, line: line)
+        return output
+    }
+
+    func testAPairedTabletAndLaptopShareAFamilyUntilTheTabletIsRemoved() throws {
+        let keys = dir + "/hub-keys"
+        let hub = try NATSServer { port, store in
+            self.relay(["hub", "init", keys, "--listen", "127.0.0.1:\(port)", "--store", store.path])
+            return keys + "/hub.conf"
+        }
+        let tablet = try RelayProcess(flags: ["--ask-rate-limit", "0", "--hub", hub.url])
+        let laptop = try RelayProcess(flags: ["--ask-rate-limit", "0", "--hub", hub.url])
+
+        // The tablet makes its key; the owner signs it; the tablet joins with the token.
+        let key = relay(["device", "key", "--data", tablet.data]).trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertTrue(key.hasPrefix("U") && key.count == 56, key)
+        XCTAssertEqual(relay(["device", "key", "--data", tablet.data]).trimmingCharacters(in: .whitespacesAndNewlines), key, "made once")
+        let added = relay(["device", "add", "tablet", key, "--family", "f0", "--hub", hub.url, "--keys", keys])
+        let token = try XCTUnwrap(added.split(separator: " ").last { $0.hasPrefix("ey") }).trimmingCharacters(in: .whitespacesAndNewlines)
+        let (refused, why) = runToEnd(process([relayBinary, "device", "join", token, "--data", laptop.data], environment: [:]))
+        XCTAssertEqual(refused, 1, "another device cannot take the tablet's token")
+        XCTAssertTrue(why.contains("this device's key is"), why)
+        relay(["device", "join", token, "--data", tablet.data])
+        // The laptop is where the keys are: it pairs itself.
+        relay(["device", "add", "laptop", "--family", "f0", "--hub", hub.url, "--keys", keys, "--data", laptop.data])
+        let listed = relay(["device", "list", "--family", "f0", "--keys", keys])
+        XCTAssertTrue(listed.contains("laptop\tpaired") && listed.contains("tablet\tpaired"), listed)
+
+        try tablet.start()
+        try laptop.start()
+        let tokens = [try tablet.provision(families: 1), try laptop.provision(families: 1)]
+        let child = try tablet.connect()
+        _ = try child.hello("c0", tokens[0]["c0"]!, session: "app")
+        _ = try child.request(["type": "subscribe", "topics": ["communication"]])
+        let guardian = try laptop.connect()
+        _ = try guardian.hello("g0", tokens[1]["g0"]!)
+        let id = UUID().uuidString
+        XCTAssertEqual(try child.request(["type": "ask", "question": question(id)])["type"]?.string, "ok")
+        XCTAssertEqual(try guardian.event("question")["question"]?["id"]?.string, id, "the question crossed to the laptop")
+        XCTAssertEqual(try guardian.request(["type": "answer", "questionId": .string(id), "choice": "approve"])["type"]?.string, "ok")
+        XCTAssertEqual(try child.event("response")["guardian"]?.string, "g0")
+        XCTAssertEqual(try tablet.admin().request(["type": "status"])["hub"]?["device"]?.string, "tablet", "named as paired")
+
+        // Removed, the tablet is cut off: its link goes down and stays down, and what it
+        // asks waits in its outbox.
+        relay(["device", "remove", "tablet", "--family", "f0", "--hub", hub.url, "--keys", keys])
+        XCTAssertTrue(relay(["device", "list", "--family", "f0", "--keys", keys]).contains("tablet\tremoved"))
+        let admin = try tablet.admin()
+        let deadline = Date().addingTimeInterval(20)
+        while try admin.request(["type": "status"])["hub"]?["connected"]?.bool != false {
+            guard Date() < deadline else { return XCTFail("the removed tablet is still linked after 20 s") }
+            usleep(50_000)
+        }
+        let waiting = UUID().uuidString
+        XCTAssertEqual(try child.request(["type": "ask", "question": question(waiting)])["type"]?.string, "ok")
+        XCTAssertEqual(try admin.request(["type": "status"])["hub"]?["outbox"]?.int, 1)
+        XCTAssertEqual(try admin.request(["type": "status"])["hub"]?["connected"]?.bool, false)
+
+        // Paired again, it links again without a restart, and what waited goes out.
+        let again = relay(["device", "add", "tablet", key, "--family", "f0", "--hub", hub.url, "--keys", keys])
+        relay([
+            "device", "join",
+            try XCTUnwrap(again.split(separator: " ").last { $0.hasPrefix("ey") }).trimmingCharacters(in: .whitespacesAndNewlines),
+            "--data", tablet.data,
+        ])
+        XCTAssertEqual(try guardian.event("question")["question"]?["id"]?.string, waiting)
+    }
+
+    func testDeviceCommandsSayWhatIsMissing() throws {
+        let (status, output) = runToEnd(
+            process(
+                [relayBinary, "device", "add", "tablet", "--family", "f0", "--hub", "nats://127.0.0.1:1", "--keys", dir + "/none"],
+                environment: [:]))
+        XCTAssertEqual(status, 1)
+        XCTAssertTrue(output.contains("holds no hub's keys") && output.contains("hub init"), output)
+        let (usage, text) = runToEnd(process([relayBinary, "device", "add", "tablet"], environment: [:]))
+        XCTAssertEqual(usage, 64)
+        XCTAssertTrue(text.contains("--family"), text)
+        let (unknown, said) = runToEnd(process([relayBinary, "device", "pair"], environment: [:]))
+        XCTAssertEqual(unknown, 64)
+        XCTAssertTrue(said.contains("device commands: key, add, join, remove, list"), said)
+        let (_, help) = runToEnd(process([relayBinary, "device", "--help"], environment: [:]))
+        XCTAssertTrue(help.contains("device add"), help)
+    }
+}
