@@ -47,6 +47,9 @@ struct LoadResult {
 
 final class LoadGenerator {
     let socket: String
+    /// Where the guardians connect: `socket`, or another device's relay linked to the
+    /// same hub (the cross-device point).
+    let guardianSocket: String
     let families: Int
     let window: Int
     let guardians: Int
@@ -88,8 +91,11 @@ final class LoadGenerator {
     /// The server's pid, from the first connection's peer credentials.
     private(set) var serverPID: Int32?
 
-    init(socket: String, families: Int, window: Int, guardians: Int = 1, avatarBytes: Int, baseline: Bool) {
+    init(
+        socket: String, guardianSocket: String? = nil, families: Int, window: Int, guardians: Int = 1, avatarBytes: Int, baseline: Bool
+    ) {
         self.socket = socket
+        self.guardianSocket = guardianSocket ?? socket
         self.families = families
         self.window = window
         self.guardians = guardians
@@ -103,17 +109,18 @@ final class LoadGenerator {
         ["c\(f)\(name)"] + (0..<guardians).map { $0 == 0 ? "g\(f)\(name)" : "g\(f)\(name)-\($0)" }
     }
 
-    /// Connects and says hello for every family (provisioning them on a relay).
+    /// Connects and says hello for every family (provisioning them on each relay, with
+    /// the same ids on both devices).
     func connect() throws {
-        var tokens: [String: String] = [:]
-        if !baseline {
-            let admin = try BlockingConnection(path: socket)
+        var tokens: [String: [String: String]] = [:]  // by socket, then member
+        for relay in Set([socket, guardianSocket]) where !baseline {
+            let admin = try BlockingConnection(path: relay)
             _ = try admin.request(["type": "hello", "protocol": 1, "admin": true])
             for f in 0..<families {
                 _ = try admin.request(["type": "createFamily", "family": .string("b\(f)\(name)")])
                 for m in members(of: f) {
                     let role = m.hasPrefix("c") ? "child" : "guardian"
-                    tokens[m] = try admin.request([
+                    tokens[relay, default: [:]][m] = try admin.request([
                         "type": "addMember", "family": .string("b\(f)\(name)"), "member": .string(m), "role": .string(role),
                     ])["token"]?.string
                 }
@@ -121,11 +128,12 @@ final class LoadGenerator {
         }
         for f in 0..<families {
             for (k, member) in members(of: f).enumerated() {
-                let fd = cs_connect_unix(socket)
-                guard fd >= 0 else { throw ServerError("cannot connect to \(socket)") }
+                let relay = member.hasPrefix("c") ? socket : guardianSocket
+                let fd = cs_connect_unix(relay)
+                guard fd >= 0 else { throw ServerError("cannot connect to \(relay)") }
                 if serverPID == nil, case let p = cs_peer_pid(fd), p > 0 { serverPID = Int32(p) }
                 var hello: JSONObject = ["type": "hello", "id": "h", "protocol": 1, "member": .string(member), "session": "bench"]
-                hello["token"] = tokens[member].map(JSON.string)
+                hello["token"] = tokens[relay]?[member].map(JSON.string)
                 loop.add(fd)
                 loop.queue(fd, hello.frame)
                 makeRoom(for: fd)

@@ -48,6 +48,10 @@ let usage = """
                                  of the baseline, each run's order alternating; the ratio is
                                  this relay's rate over that one's (scripts/compare.sh builds
                                  a git revision and runs this)
+      --cross-device             Measure a family on two devices: the children on one relay,
+                                 the guardians on another, linked through a hub (nats-server
+                                 -js on a loopback port), against one relay in the same run
+                                 (the server's CPU and RSS: both relays and the hub)
       --json                     One JSON object per grid point
       --svg FILE                 Also draw the latency distributions of every run
       --trace FILE               Also write every measured cycle as a CSV row: point, server,
@@ -251,14 +255,14 @@ enum Servers {
 }
 
 /// Starts a server process (a path, or a name beside this program) and waits for the line
-/// that says it listens.
-func startServer(_ executable: String, _ args: [String], readyWord: String) throws -> Process {
+/// that says it listens (on its stderr, with `onStderr`: nats-server's log).
+func startServer(_ executable: String, _ args: [String], readyWord: String, onStderr: Bool = false) throws -> Process {
     let p = Process()
     p.executableURL = executable.contains("/") ? URL(fileURLWithPath: executable) : bin.appendingPathComponent(executable)
     p.arguments = args
     let out = Pipe()
-    p.standardOutput = out
-    p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+    p.standardOutput = onStderr ? FileHandle(forWritingAtPath: "/dev/null") : out
+    p.standardError = onStderr ? out : FileHandle(forWritingAtPath: "/dev/null")
     try Servers.start(p)
     var seen = ""
     while !seen.contains(readyWord) {
@@ -266,7 +270,35 @@ func startServer(_ executable: String, _ args: [String], readyWord: String) thro
         if chunk.isEmpty { throw CLIError.failure("\(executable) exited before it was ready") }
         seen += String(decoding: chunk, as: UTF8.self)
     }
+    // Keep reading what it says after, so that it never blocks on a full pipe.
+    let handle = out.fileHandleForReading
+    Thread { while !handle.availableData.isEmpty {} }.start()
     return p
+}
+
+/// nats-server, for the cross-device point's hub.
+func natsServer() throws -> String {
+    let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
+    guard
+        let found = (path.split(separator: ":").map(String.init) + ["/usr/sbin", "/usr/bin"]).map({ $0 + "/nats-server" })
+            .first(where: FileManager.default.isExecutableFile(atPath:))
+    else { throw CLIError.failure("--cross-device needs nats-server (apt-get install nats-server)") }
+    return found
+}
+
+/// A loopback TCP port free now (the kernel's pick for a socket bound to port 0).
+func freeLoopbackPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+    }
+    guard bound else { throw CLIError.failure("no free loopback port for the hub") }
+    return Int(UInt16(bigEndian: address.sin_port))
 }
 
 /// The fields of /proc/PID/stat after the command's name (which may hold spaces), from its
@@ -297,6 +329,15 @@ struct ProcessCPU {
         self.system = system
     }
 
+    /// The sum over `pids`.
+    init(pids: [Int32]) {
+        for pid in pids {
+            let one = ProcessCPU(pid: pid)
+            user += one.user
+            system += one.system
+        }
+    }
+
     static func - (a: ProcessCPU, b: ProcessCPU) -> ProcessCPU { ProcessCPU(user: a.user - b.user, system: a.system - b.system) }
 }
 
@@ -307,9 +348,14 @@ func rssBytes(pid: Int32) -> Int {
     return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
 }
 
-func measure(_ point: Point, socket: String, pid: Int32?, baseline: Bool, a: Arguments) throws -> Figures {
+/// `others`: more processes whose CPU and memory count as the server's (the other
+/// device's relay and the hub, for the cross-device point, whose guardians connect to
+/// `guardianSocket`).
+func measure(
+    _ point: Point, socket: String, guardianSocket: String? = nil, pid: Int32?, others: [Int32] = [], baseline: Bool, a: Arguments
+) throws -> Figures {
     let gen = LoadGenerator(
-        socket: socket, families: point.families, window: point.window, guardians: point.guardians,
+        socket: socket, guardianSocket: guardianSocket, families: point.families, window: point.window, guardians: point.guardians,
         avatarBytes: try a.int("--avatar-bytes", default: 0), baseline: baseline)
     gen.timesParts = a.value("--trace") != nil
     try gen.connect()
@@ -322,17 +368,17 @@ func measure(_ point: Point, socket: String, pid: Int32?, baseline: Bool, a: Arg
             guard let every else { return }
             let sorted = latencies.sorted()
             let p50 = Summary.percentile(0.5, ofSorted: sorted), p99 = Summary.percentile(0.99, ofSorted: sorted)
-            let rss = pid.map { " · RSS \(rssBytes(pid: $0) >> 20) MiB" } ?? ""
+            let rss = pid.map { " · RSS \(([$0] + others).map(rssBytes).reduce(0, +) >> 20) MiB" } ?? ""
             printErr(
                 "  \(baseline ? "baseline" : "relay") at \(String(format: "%g", at)) s: \(Int(Double(sorted.count) / every)) cycles/s"
                     + " · p50 \(Int(p50)) µs · p99 \(Int(p99)) µs (\(String(format: "%.1f", p50 > 0 ? p99 / p50 : 0))× p50)\(rss)")
         }
     ) {
-        if let pid { cpuStart = ProcessCPU(pid: pid) }
+        if let pid { cpuStart = ProcessCPU(pids: [pid] + others) }
     }
     // Unknown, not zero, when no server process is found.
-    let cpu = pid.map { ProcessCPU(pid: $0) - cpuStart } ?? ProcessCPU(user: .nan, system: .nan)
-    let rss = pid.map(rssBytes) ?? 0
+    let cpu = pid.map { ProcessCPU(pids: [$0] + others) - cpuStart } ?? ProcessCPU(user: .nan, system: .nan)
+    let rss = pid.map { ([$0] + others).map(rssBytes).reduce(0, +) } ?? 0
     result.lost = gen.drain(timeout: 10)
     return Figures(result: result, serverCPU: cpu, serverRSSBytes: rss)
 }
@@ -359,6 +405,39 @@ func runPoint(_ point: Point, _ a: Arguments, run: Int, compared: String?) throw
             ], readyWord: "listening")
         defer { Servers.stop(relay) }
         return try measure(point, socket: socket, pid: relay.processIdentifier, baseline: false, a: a)
+    }
+    if a.has("--cross-device") {
+        func twoDevices() throws -> Figures {
+            let hubDirectory = dir.appendingPathComponent("hub")
+            let port = try freeLoopbackPort()
+            let hub = try startServer(
+                try natsServer(), ["-js", "-a", "127.0.0.1", "-p", "\(port)", "-sd", hubDirectory.path], readyWord: "Server is ready",
+                onStderr: true)
+            defer { Servers.stop(hub) }
+            var relays: [Process] = []
+            defer { relays.forEach(Servers.stop) }
+            for device in ["tablet", "laptop"] {
+                relays.append(
+                    try startServer(
+                        "permission-relay",
+                        [
+                            "serve", "--socket", dir.appendingPathComponent("\(device).sock").path, "--data",
+                            dir.appendingPathComponent("\(device)-data").path, "--ask-rate-limit", "0", "--max-pending-per-child", "0",
+                            "--max-connections", "100000", "--sync", a.value("--sync") ?? "normal", "--hub", "nats://127.0.0.1:\(port)",
+                            "--device", device,
+                        ], readyWord: "listening"))
+            }
+            return try measure(
+                point, socket: dir.appendingPathComponent("tablet.sock").path,
+                guardianSocket: dir.appendingPathComponent("laptop.sock").path,
+                pid: relays[0].processIdentifier, others: [relays[1].processIdentifier, hub.processIdentifier], baseline: false, a: a)
+        }
+        if run % 2 == 0 {
+            let one = try measureRelay("permission-relay", "r")
+            return (try twoDevices(), one)
+        }
+        let two = try twoDevices()
+        return (two, try measureRelay("permission-relay", "r"))
     }
     if let other = compared {
         if run % 2 == 0 {
@@ -411,11 +490,12 @@ final class CycleTrace {
 
 func fmt(_ v: Double, _ digits: Int = 0) -> String { v.isNaN ? "-" : String(format: "%.\(digits)f", v) }
 
-/// Prints a point's figures (medians when there were several runs) beside those of the
-/// baseline, or of the relay compared, named `otherName`; `ratio` is the median of the runs'
-/// ratios of the relay's cycles per second to the other's.
+/// Prints a point's figures (medians when there were several runs), named `relayName`,
+/// beside those of the baseline, or of the relay compared, named `otherName`; `ratio` is the
+/// median of the runs' ratios of the relay's cycles per second to the other's.
 func report(
-    _ point: Point, _ r: Summary, _ b: Summary?, otherName: String, replying: Bool, ratio: Double?, runs: Int, json: Bool
+    _ point: Point, _ r: Summary, _ b: Summary?, relayName: String = "relay", otherName: String, replying: Bool, ratio: Double?,
+    runs: Int, json: Bool
 ) {
     if json {
         var o: JSONObject = [
@@ -423,7 +503,7 @@ func report(
             "runs": .int(Int64(runs)),
         ]
         if replying { o["baselineReplying"] = true }
-        for (name, f) in [("relay", Optional(r)), (otherName, b)] {
+        for (name, f) in [(relayName, Optional(r)), (otherName, b)] {
             guard let f else { continue }
             var side: JSONObject = [
                 "cyclesPerSecond": .double(f.cyclesPerSecond), "p50Micros": .double(f.p50), "p90Micros": .double(f.p90),
@@ -439,7 +519,9 @@ func report(
                 }
                 side["partsMicros"] = .object(parts)
             }
-            o[name] = .object(side)
+            // "one relay" → "oneRelay"
+            let words = name.split(separator: " ")
+            o[(words.prefix(1) + words.dropFirst().map { $0.prefix(1).uppercased() + $0.dropFirst() }).joined()] = .object(side)
         }
         if let ratio { o["ratio"] = .double(ratio) }
         printOut(JSON.object(o).text)
@@ -460,12 +542,12 @@ func report(
         "          "
             + ["cycles/s", "p50 µs", "p90 µs", "p99 µs", "max µs", "cpu µs", "sys %", "gen µs", "RSS MiB", "err/lost"]
             .map { String(repeating: " ", count: max(0, 10 - $0.count)) + $0 }.joined())
-    printOut(row("relay", r))
+    printOut(row(relayName, r))
     if let b, let ratio {
         printOut(row(otherName, b))
         printOut("ratio     cycles/s \(fmt(ratio * 100))% of \(otherName)'s; p50 \(fmt(r.p50 / b.p50, 2))× \(otherName)'s")
     }
-    for (name, f) in [("relay", Optional(r)), (otherName, b)] {
+    for (name, f) in [(relayName, Optional(r)), (otherName, b)] {
         guard let f, let p50 = f.partsP50, let p99 = f.partsP99 else { continue }
         func part(_ k: KeyPath<CycleParts, Double>) -> String { "\(fmt(p50[keyPath: k])) / \(fmt(p99[keyPath: k]))" }
         printOut(
@@ -552,7 +634,7 @@ Servers.exit(
                 "--every",
                 "--socket", "--svg", "--trace", "--compare", "--baseline",
             ],
-            switchFlags: ["--json"])
+            switchFlags: ["--json", "--cross-device"])
         // Checked before any server starts (they are read again where used).
         guard ["normal", "full"].contains(a.value("--sync") ?? "normal") else { throw CLIError.usage("--sync must be normal or full") }
         guard ["plain", "replying"].contains(a.value("--baseline") ?? "plain") else {
@@ -592,7 +674,11 @@ Servers.exit(
         if a.value("--baseline") != nil && (compared != nil || a.value("--socket") != nil) {
             throw CLIError.usage("--baseline goes without --compare and --socket, which measure no baseline")
         }
-        let otherName = compared == nil ? "baseline" : "compared"
+        if a.has("--cross-device") && (compared != nil || a.value("--socket") != nil || a.value("--baseline") != nil) {
+            throw CLIError.usage("--cross-device measures against one relay: it goes without --compare, --socket and --baseline")
+        }
+        if a.has("--cross-device") { _ = try natsServer() }
+        let otherName = a.has("--cross-device") ? "one relay" : compared == nil ? "baseline" : "compared"
         let replying = a.value("--baseline") == "replying"
         let guardians = try a.int("--guardians", default: 1, min: 1)
         for i in points.indices { points[i].guardians = guardians }
@@ -620,7 +706,8 @@ Servers.exit(
             }
             let relay = Summary(medianOf: relayRuns)
             report(
-                p, relay, baseRuns.isEmpty ? nil : Summary(medianOf: baseRuns), otherName: otherName, replying: replying,
+                p, relay, baseRuns.isEmpty ? nil : Summary(medianOf: baseRuns), relayName: a.has("--cross-device") ? "devices" : "relay",
+                otherName: otherName, replying: replying,
                 ratio: ratios.isEmpty ? nil : median(ratios), runs: runs, json: a.has("--json"))
             series.append(("relay \(p.label)", relayMicros))
             if !baseMicros.isEmpty { series.append(("\(otherName) \(p.label)", baseMicros)) }

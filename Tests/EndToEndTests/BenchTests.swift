@@ -11,11 +11,11 @@ final class BenchTests: XCTestCase {
     /// baseline, or the relay compared) completed cycles without errors or losses; returns the
     /// point's JSON line.
     @discardableResult
-    private func runCleanly(_ options: [String], other: String = "baseline") throws -> JSON {
+    private func runCleanly(_ options: [String], relay: String = "relay", other: String = "baseline") throws -> JSON {
         let p = try ProgramRun("permission-bench", options + ["--duration", "0.5", "--warmup", "0.1", "--json"], env: [:])
         let line = try JSON.parse(p.nextLine() ?? "")
         XCTAssertEqual(p.finish(), 0)
-        for side in ["relay", other] {
+        for side in [relay, other] {
             XCTAssertGreaterThan(line[side]?["cycles"]?.int ?? 0, 0, side)
             XCTAssertEqual(line[side]?["errors"]?.int, 0, side)
             XCTAssertEqual(line[side]?["lost"]?.int, 0, "\(side): every question answered, every response matched")
@@ -32,6 +32,17 @@ final class BenchTests: XCTestCase {
         let line = try runCleanly(["--families", "3", "--window", "2", "--runs", "2"])
         XCTAssertEqual(line["runs"]?.int, 2, "the figures are the medians of two runs")
         XCTAssertNil(line["relay"]?["partsMicros"], "a cycle's parts are timed only for a trace")
+    }
+
+    /// Children on one relay, guardians on another, linked through a real hub: every cycle
+    /// crosses it twice, and is measured against one relay in the same run.
+    func testTheCrossDevicePointCompletesEveryCycleThroughTheHub() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/sbin/nats-server") else {
+            throw XCTSkip("nats-server is not installed (apt-get install nats-server; .ci/run installs it)")
+        }
+        let line = try runCleanly(
+            ["--cross-device", "--families", "3", "--window", "2", "--runs", "2"], relay: "devices", other: "oneRelay")
+        XCTAssertEqual(line["runs"]?.int, 2)
     }
 
     /// Every guardian gets each question and exactly one answers it: a second answer would
