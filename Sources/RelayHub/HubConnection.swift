@@ -7,6 +7,7 @@
 // libnats reconnects by itself, forever, and is safe to use from several threads.
 
 import CNATS
+import Foundation
 import Glibc
 
 /// A failure of the hub or of the link to it, with libnats' text and JetStream's code.
@@ -17,6 +18,12 @@ public struct HubError: Error, Sendable, CustomStringConvertible {
     public let code: Int32
     public let message: String
     public var description: String { code != 0 ? "\(message) (JetStream error \(code))" : message }
+
+    init(_ s: natsStatus, _ code: jsErrCode, text: String) {
+        status = Int32(bitPattern: s.rawValue)
+        self.code = Int32(bitPattern: code.rawValue)
+        message = text
+    }
 
     init(_ s: natsStatus, _ code: jsErrCode = jsErrCode(rawValue: 0), _ what: String) {
         status = Int32(bitPattern: s.rawValue)
@@ -64,9 +71,27 @@ public struct HubStream: Sendable {
     }
 }
 
+/// A message to publish: see `HubConnection.publish(_:id:body:headers:firstOnSubject:)`.
+public struct HubPublication: Sendable {
+    public var subject: String
+    public var id: String
+    public var body: [UInt8]
+    public var firstOnSubject: Bool
+
+    public init(subject: String, id: String, body: [UInt8], firstOnSubject: Bool) {
+        self.subject = subject
+        self.id = id
+        self.body = body
+        self.firstOnSubject = firstOnSubject
+    }
+}
+
 public final class HubConnection: @unchecked Sendable {
     private var connection: OpaquePointer?
     private var jetStream: OpaquePointer?
+    /// What the hub said of each message published by `publish(_:)`, by id, as libnats
+    /// hands it over on its own thread.
+    private let outcomes = PublishOutcomes()
     /// How long a request to the hub may take.
     let timeoutMillis: Int64
 
@@ -94,6 +119,12 @@ public final class HubConnection: @unchecked Sendable {
         var jsOpts = jsOptions()
         jsOptions_Init(&jsOpts)
         jsOpts.Wait = timeoutMillis
+        jsOpts.PublishAsync.MaxPending = 1024
+        jsOpts.PublishAsync.AckHandlerClosure = Unmanaged.passUnretained(outcomes).toOpaque()
+        jsOpts.PublishAsync.AckHandler = { _, msg, ack, failure, closure in
+            Unmanaged<PublishOutcomes>.fromOpaque(closure!).takeUnretainedValue().record(msg, ack, failure)
+            natsMsg_Destroy(msg)
+        }
         let s = natsConnection_JetStream(&jetStream, connection, &jsOpts)
         guard s == NATS_OK else {
             natsConnection_Destroy(connection)
@@ -194,6 +225,45 @@ public final class HubConnection: @unchecked Sendable {
         defer { natsMsg_Destroy(reply) }
         let n = Int(natsMsg_GetDataLength(reply))
         return n == 0 ? [] : Array(UnsafeRawBufferPointer(start: natsMsg_GetData(reply), count: n))
+    }
+
+    /// Publishes `messages` one after the other without waiting for each: the hub stores
+    /// them in order. Returns each one's outcome, in order, once all are known or the
+    /// connection's timeout has passed (those not known by then are `isUnreachable`).
+    public func publish(_ messages: [HubPublication]) -> [Result<Published, HubError>] {
+        outcomes.reset()
+        var failed: [String: HubError] = [:]
+        for m in messages {
+            var msg: OpaquePointer?
+            let created = m.body.withUnsafeBytes { natsMsg_Create(&msg, m.subject, nil, $0.baseAddress, Int32($0.count)) }
+            guard created == NATS_OK else {
+                failed[m.id] = HubError(created, jsErrCode(rawValue: 0), "cannot make a message for \(m.subject)")
+                continue
+            }
+            var options = jsPubOptions()
+            jsPubOptions_Init(&options)
+            options.ExpectNoMessage = m.firstOnSubject
+            let s = m.id.withCString { id in
+                options.MsgId = id
+                return js_PublishMsgAsync(jetStream, &msg, &options)
+            }
+            natsMsg_Destroy(msg)  // nil (a no-op) once libnats took it
+            if s != NATS_OK { failed[m.id] = HubError(s, jsErrCode(rawValue: 0), "cannot send \(m.subject)") }
+        }
+        var wait = jsPubOptions()
+        jsPubOptions_Init(&wait)
+        wait.MaxWait = timeoutMillis
+        if js_PublishAsyncComplete(jetStream, &wait) != NATS_OK {
+            // Those still unanswered are taken back: an answer coming later is dropped.
+            var pending = natsMsgList()
+            if js_PublishAsyncGetPendingList(&pending, jetStream) == NATS_OK { natsMsgList_Destroy(&pending) }
+        }
+        let known = outcomes.take()
+        return messages.map { m in
+            if let error = failed[m.id] { return .failure(error) }
+            return known[m.id]
+                ?? .failure(HubError(NATS_TIMEOUT, jsErrCode(rawValue: 0), text: "the hub did not acknowledge \(m.subject) in time"))
+        }
     }
 
     /// The last message on `subject` in `stream`, or nil when there is none.
@@ -315,11 +385,41 @@ public final class HubMessage: @unchecked Sendable {
     }
 
     /// Tells the hub this message is handled (stored where it had to go): it is not handed
-    /// again. Waits for the hub to confirm.
+    /// again. Does not wait for the hub to confirm: an acknowledgement lost on the way
+    /// only means the message is handed again, and its second coming changes nothing.
     public func ack() throws(HubError) {
         guard acknowledgeable else { return }
-        var code = jsErrCode(rawValue: 0)
-        try HubConnection.check(natsMsg_AckSync(msg, nil, &code), code, "the hub did not take the acknowledgement of \(subject)")
+        try HubConnection.check(natsMsg_Ack(msg, nil), "cannot acknowledge \(subject) to the hub")
+    }
+}
+
+/// The outcomes of messages published without waiting, by their id (libnats' thread
+/// records, the publishing thread takes).
+private final class PublishOutcomes: @unchecked Sendable {
+    private let lock = NSLock()
+    private var byID: [String: Result<Published, HubError>] = [:]
+
+    func reset() { lock.withLock { byID = [:] } }
+
+    func take() -> [String: Result<Published, HubError>] { lock.withLock { byID } }
+
+    func record(_ msg: OpaquePointer?, _ ack: UnsafeMutablePointer<jsPubAck>?, _ failure: UnsafeMutablePointer<jsPubAckErr>?) {
+        var value: UnsafePointer<CChar>?
+        guard natsMsgHeader_Get(msg, "Nats-Msg-Id", &value) == NATS_OK, let value else { return }
+        let id = String(cString: value)
+        let subject = msg.map { String(cString: natsMsg_GetSubject($0)) } ?? ""
+        let outcome: Result<Published, HubError>
+        if let a = ack?.pointee {
+            outcome = .success(a.Duplicate ? .duplicate(a.Sequence) : .stored(a.Sequence))
+        } else if let f = failure?.pointee, f.ErrCode == JSStreamWrongLastSequenceErr {
+            outcome = .success(.notFirst)
+        } else {
+            let f = failure?.pointee
+            let text = f?.ErrText.map { String(cString: $0) } ?? "no answer"
+            outcome = .failure(
+                HubError(f?.Err ?? NATS_ERR, f?.ErrCode ?? jsErrCode(rawValue: 0), text: "the hub did not store \(subject): \(text)"))
+        }
+        lock.withLock { byID[id] = outcome }
     }
 }
 

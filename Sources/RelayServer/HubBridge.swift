@@ -206,13 +206,18 @@ final class HubBridge: @unchecked Sendable {
             }
             do {
                 while !isStopping {
-                    let batch = try outbox.messages(after: after, limit: 64)
+                    let batch = try outbox.messages(after: after, limit: 256)
                     guard !batch.isEmpty else { break }
-                    for m in batch {
-                        let result: Result<Published, HubError> = Result { () throws(HubError) in
-                            try ensureStream(m.family, on: hub)
-                            return try hub.publish(m.subject, id: m.messageID, body: m.body, firstOnSubject: m.firstOnSubject)
-                        }
+                    for family in Set(batch.map(\.family)) { try ensureStream(family, on: hub) }
+                    // Sent together, answered together: the hub stores them in order.
+                    let results = hub.publish(
+                        batch.map {
+                            HubPublication(subject: $0.subject, id: $0.messageID, body: $0.body, firstOnSubject: $0.firstOnSubject)
+                        })
+                    var sent: [Incoming] = []
+                    // Handed in order up to the first the hub may not have: it and those after go again.
+                    defer { hand(sent) }
+                    for (m, result) in zip(batch, results) {
                         switch result {
                         case .success(.notFirst):
                             // A decision that came second: the first one comes back to every device.
@@ -223,7 +228,7 @@ final class HubBridge: @unchecked Sendable {
                             // Refused for good (too large, say): it must not hold back what follows.
                             log(.error, "the family hub refused \(m.subject): \(error); it stays on this device")
                         }
-                        hand([.sent(m.id)])
+                        sent.append(.sent(m.id))
                         after = m.id
                     }
                 }

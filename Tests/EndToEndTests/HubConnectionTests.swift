@@ -94,6 +94,30 @@ final class HubConnectionTests: XCTestCase {
         XCTAssertEqual(bodies, (1...51).map { [UInt8($0)] }, "every acknowledged publish, in order, once")
     }
 
+    func testABatchSentWithoutWaitingIsStoredInOrderWithEachOutcome() throws {
+        let server = try NATSServer()
+        let hub = try connected(server)
+        let decision = "fam.smiths.m.alex.dec.Q1"
+        let results = hub.publish([
+            HubPublication(subject: "fam.smiths.m.alex.req.Q1", id: "Q1", body: [1], firstOnSubject: false),
+            HubPublication(subject: decision, id: "sam-approve", body: [2], firstOnSubject: true),
+            HubPublication(subject: decision, id: "kim-decline", body: [3], firstOnSubject: true),
+            HubPublication(subject: "fam.smiths.m.alex.req.Q2", id: "Q2", body: [4], firstOnSubject: false),
+        ])
+        XCTAssertEqual(try results.map { try $0.get() }, [.stored(1), .stored(2), .notFirst, .stored(3)])
+        let again = hub.publish([HubPublication(subject: "fam.smiths.m.alex.req.Q2", id: "Q2", body: [4], firstOnSubject: false)])
+        XCTAssertEqual(try again.first?.get(), .duplicate(3))
+
+        server.kill()
+        let unanswered = hub.publish(
+            (5...7).map { HubPublication(subject: "fam.smiths.m.alex.req.Q\($0)", id: "Q\($0)", body: [UInt8($0)], firstOnSubject: false) })
+        XCTAssertEqual(unanswered.count, 3)
+        for r in unanswered {
+            guard case .failure(let error) = r else { return XCTFail("stored by a hub that was killed: \(r)") }
+            XCTAssertTrue(error.isUnreachable, "\(error)")
+        }
+    }
+
     func testAPasswordInTheHubsAddressIsNeverShown() throws {
         XCTAssertEqual(HubConnection.redacted("nats://relay:s3cret@hub.home.arpa:4222"), "nats://…@hub.home.arpa:4222")
         XCTAssertEqual(HubConnection.redacted("nats://hub.home.arpa:4222"), "nats://hub.home.arpa:4222")
