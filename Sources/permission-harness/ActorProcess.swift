@@ -65,15 +65,18 @@ final class ActorProcess: @unchecked Sendable {
         return inbox.filter(match)
     }
 
-    /// Sends a command and waits for its reply.
-    func call(_ cmd: JSONObject, timeout: Double) -> JSONObject? {
+    /// Sends a command; returns the number its reply will carry.
+    func send(_ cmd: JSONObject) -> Int {
         var c = cmd
         let n = next
         next += 1
         c["n"] = .int(Int64(n))
         input.fileHandleForWriting.write(Data((JSON.object(c).text + "\n").utf8))
-        return take(timeout: timeout) { $0["reply"]?.int == Int64(n) }
+        return n
     }
+
+    /// Waits for the reply to the command numbered `n`.
+    func reply(to n: Int, timeout: Double) -> JSONObject? { take(timeout: timeout) { $0["reply"]?.int == Int64(n) } }
 
     /// Closes stdin (the actor records what it processed and exits) and waits.
     func stop() {

@@ -1,6 +1,7 @@
-// Runs one scenario file: its own relay (or a running one), its families, one OS
-// process per actor, and its steps in order, printing a timeline. A failing step says
-// what was expected and what came instead, and ends the scenario.
+// Runs one scenario file: its own relay (or a running one; or one relay per device,
+// linked through a hub), its families, one OS process per actor, and its steps in
+// order, printing a timeline. A failing step says what was expected and what came
+// instead, and ends the scenario.
 
 import CLISupport
 import Foundation
@@ -12,19 +13,33 @@ struct ScenarioFailure: Error, CustomStringConvertible {
     let description: String
 }
 
+/// One device's relay: its socket, data directory and process, and its link to the hub.
+struct DeviceRelay {
+    let socket: String
+    let data: String
+    var process: Process?
+    var link: LinkProxy?
+}
+
 final class ScenarioRun {
     let file: String
     /// The relay to start (nil with a running relay at `socket`).
     let relayExecutable: URL?
     let externalSocket: String?
     private var dir: URL
-    private var relay: Process?
-    private var socket: String
+    /// The relays by device: one, named "", unless the scenario names devices.
+    private var relays: [String: DeviceRelay] = [:]
+    /// Each member's device.
+    private var deviceOf: [String: String] = [:]
+    private var hub: HubServer?
     private var relayFlags: [String] = ["--ask-rate-limit", "0"]
+    /// Each member's token on its device's relay.
     private var tokens: [String: String] = [:]
     private var roles: [String: String] = [:]
     private var actors: [String: ActorProcess] = [:]
     private var ids: [String: String] = [:]
+    /// By actor: requests sent with `"reply": "later"` (reply number, what, when), oldest first.
+    private var laterReplies: [String: [(n: Int, text: String, sent: Date)]] = [:]
     private let started = Date()
     private let suffix: String
     private(set) var name = ""
@@ -34,13 +49,15 @@ final class ScenarioRun {
         relayExecutable = relay
         externalSocket = socket
         dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("harness-\(UUID().uuidString.prefix(8))")
-        self.socket = socket ?? dir.appendingPathComponent("relay.sock").path
+        relays[""] = DeviceRelay(
+            socket: socket ?? dir.appendingPathComponent("relay.sock").path, data: dir.appendingPathComponent("data").path)
         suffix = socket == nil ? "" : "-" + UUID().uuidString.prefix(6).lowercased()
     }
 
     deinit {
         for a in actors.values { a.kill() }
-        if let r = relay, r.isRunning { kill(r.processIdentifier, SIGKILL) }
+        for r in relays.values { if let p = r.process, p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+        hub?.kill()
         try? FileManager.default.removeItem(at: dir)
     }
 
@@ -68,8 +85,9 @@ final class ScenarioRun {
         name = s["name"]?.string ?? name
         if let flags = s["relayFlags"]?.array { relayFlags = flags.compactMap(\.string) }
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        if externalSocket == nil { try startRelay() }
-        try provision(s["families"]?.object ?? [:])
+        if let devices = s["devices"]?.object { try setUpDevices(devices) }
+        if externalSocket == nil { for device in relays.keys.sorted() { try startRelay(device) } }
+        for device in relays.keys.sorted() { try provision(s["families"]?.object ?? [:], on: device) }
         for (i, step) in (s["steps"]?.array ?? []).enumerated() {
             guard let step = step.object, let what = step["do"]?.string else {
                 throw ScenarioFailure(description: "step \(i + 1) has no \"do\"")
@@ -86,13 +104,47 @@ final class ScenarioRun {
 
     // MARK: - Relay and families
 
-    private func startRelay() throws {
-        guard externalSocket == nil, let relayExecutable else {
+    /// `"devices": {"tablet": ["alex"], "laptop": ["sam"]}`: a relay per device, each
+    /// member on one, linked through a hub.
+    private func setUpDevices(_ devices: JSONObject) throws {
+        guard externalSocket == nil else {
+            throw ScenarioFailure(description: "a scenario with devices runs its own relays (run without --socket)")
+        }
+        let hub = try HubServer(directory: dir)
+        self.hub = hub
+        relays = [:]
+        for (device, members) in devices.fields.map({ ($0.key, $0.value) }) {
+            guard !device.isEmpty, let members = members.array?.compactMap(\.string) else {
+                throw ScenarioFailure(description: "\"devices\" maps each device's name to its members, such as {\"tablet\": [\"alex\"]}")
+            }
+            relays[device] = DeviceRelay(
+                socket: dir.appendingPathComponent("\(device).sock").path, data: dir.appendingPathComponent("\(device)-data").path,
+                link: try LinkProxy(to: hub.port))
+            for m in members { deviceOf[m] = device }
+        }
+        log("harness", "hub on port \(hub.port); devices \(JSON.object(devices).text)")
+    }
+
+    /// The device a step names (`"device"`), or the only one.
+    private func device(_ step: JSONObject) throws -> String {
+        if let named = step["device"]?.string {
+            guard relays[named] != nil else { throw ScenarioFailure(description: "no device \(named) in the scenario") }
+            return named
+        }
+        guard relays.count == 1, let only = relays.keys.first else {
+            throw ScenarioFailure(description: "which device? name one: \(relays.keys.sorted().joined(separator: ", "))")
+        }
+        return only
+    }
+
+    private func startRelay(_ device: String) throws {
+        guard externalSocket == nil, let relayExecutable, let r = relays[device] else {
             throw ScenarioFailure(description: "this step needs the harness's own relay (run without --socket)")
         }
         let p = Process()
         p.executableURL = relayExecutable
-        p.arguments = ["serve", "--socket", socket, "--data", dir.appendingPathComponent("data").path] + relayFlags
+        p.arguments = ["serve", "--socket", r.socket, "--data", r.data] + relayFlags
+        if let link = r.link { p.arguments! += ["--hub", "nats://127.0.0.1:\(link.port)", "--device", device] }
         let out = Pipe()
         p.standardOutput = out
         p.standardError = FileHandle(forWritingAtPath: "/dev/null")
@@ -103,11 +155,12 @@ final class ScenarioRun {
             if chunk.isEmpty { throw ScenarioFailure(description: "the relay did not start") }
             seen += String(decoding: chunk, as: UTF8.self)
         }
-        relay = p
+        relays[device]?.process = p
     }
 
-    private func provision(_ families: JSONObject) throws {
-        let admin = try BlockingConnection(path: socket)
+    /// Makes the families on `device`'s relay; each member's token is that of its own device.
+    private func provision(_ families: JSONObject, on device: String) throws {
+        let admin = try BlockingConnection(path: relays[device]!.socket)
         admin.setTimeout(seconds: 10)
         _ = try admin.request(["type": "hello", "protocol": 1, "admin": true])
         for (family, spec) in families.fields.map({ ($0.key, $0.value) }) {
@@ -120,11 +173,11 @@ final class ScenarioRun {
                     guard let t = r["token"]?.string else {
                         throw ScenarioFailure(description: "could not add \(m): \(JSON.object(r).text)")
                     }
-                    tokens[m] = t
+                    if (deviceOf[m] ?? "") == device { tokens[m] = t }
                     roles[m] = role
                 }
             }
-            log("harness", "family \(family): \(spec.text)")
+            log("harness", "family \(family)\(device.isEmpty ? "" : " on \(device)"): \(spec.text)")
         }
     }
 
@@ -135,8 +188,8 @@ final class ScenarioRun {
         if let a = actors[name], a.process.isRunning { return a }
         let parts = name.split(separator: "@", maxSplits: 1).map(String.init)
         let member = parts[0]
-        guard let token = tokens[member], let role = roles[member] else {
-            throw ScenarioFailure(description: "no member \(member) in the scenario's families")
+        guard let token = tokens[member], let role = roles[member], let socket = relays[deviceOf[member] ?? ""]?.socket else {
+            throw ScenarioFailure(description: "no member \(member) in the scenario's families\(relays.count > 1 ? " and devices" : "")")
         }
         let a = try ActorProcess(
             name: name, executable: harnessExecutable,
@@ -208,6 +261,13 @@ final class ScenarioRun {
                 step, timeout)
         case "history", "pending", "questions":
             try call(who, what, ["op": .string(what)], step, timeout)
+        case "await-reply":
+            guard var waiting = laterReplies[who], !waiting.isEmpty else {
+                throw ScenarioFailure(description: "\(who) has no request sent with \"reply\": \"later\"")
+            }
+            let (n, text, sent) = waiting.removeFirst()
+            laterReplies[who] = waiting
+            try checkReply(who, try actor(who), n, text, step, timeout, since: sent)
         case "await":
             let event = step["event"]?.string ?? ""
             let sym = step["id"]?.string
@@ -237,16 +297,27 @@ final class ScenarioRun {
             }
             log(who, "no \(event) \(sym ?? "") within \(window) s, as expected")
         case "kill-relay":
-            guard let r = relay else {
+            let device = try device(step)
+            guard let r = relays[device]?.process else {
                 throw ScenarioFailure(description: "this step needs the harness's own relay (run without --socket)")
             }
             kill(r.processIdentifier, SIGKILL)
             r.waitUntilExit()
-            log("harness", "relay killed (SIGKILL)")
+            log("harness", "relay\(device.isEmpty ? "" : " on \(device)") killed (SIGKILL)")
         case "start-relay":
             let t0 = Date()
-            try startRelay()
-            log("harness", "relay started  (\(ms(since: t0)))")
+            let device = try device(step)
+            try startRelay(device)
+            log("harness", "relay\(device.isEmpty ? "" : " on \(device)") started  (\(ms(since: t0)))")
+        case "kill-hub", "start-hub":
+            guard let hub else { throw ScenarioFailure(description: "\(what) needs a scenario with \"devices\"") }
+            if what == "kill-hub" { hub.kill() } else { try hub.start() }
+            log("harness", what == "kill-hub" ? "hub killed (SIGKILL)" : "hub started")
+        case "cut-link", "restore-link":
+            let device = try device(step)
+            guard let link = relays[device]?.link else { throw ScenarioFailure(description: "\(what) needs a scenario with \"devices\"") }
+            link.setCut(what == "cut-link")
+            log("harness", "link of \(device) to the hub \(what == "cut-link" ? "cut" : "restored")")
         case "stop-actor":
             actors.removeValue(forKey: who)?.stop()
             log(who, "stopped")
@@ -265,11 +336,24 @@ final class ScenarioRun {
         }
     }
 
-    /// Sends a command and checks its reply against the step's `expect` (default: ok).
+    /// Sends a command and checks its reply against the step's `expect` (default: ok); with
+    /// `"reply": "later"`, only sends it: an `await-reply` step checks its reply.
     private func call(_ who: String, _ text: String, _ cmd: JSONObject, _ step: JSONObject, _ timeout: Double) throws {
-        let t0 = Date()
         let a = try actor(who)
-        guard let reply = a.call(cmd, timeout: timeout).map(plain) else {
+        let n = a.send(cmd)
+        if step["reply"]?.string == "later" {
+            laterReplies[who, default: []].append((n, text, Date()))
+            log(who, "\(text) → sent (its reply awaited later)")
+            return
+        }
+        try checkReply(who, a, n, text, step, timeout, since: Date())
+    }
+
+    /// The reply to command `n` of `who`, checked against the step's `expect`.
+    private func checkReply(
+        _ who: String, _ a: ActorProcess, _ n: Int, _ text: String, _ step: JSONObject, _ timeout: Double, since t0: Date
+    ) throws {
+        guard let reply = a.reply(to: n, timeout: timeout).map(plain) else {
             throw ScenarioFailure(description: "\(who): no reply to \(text) within \(timeout) s")
         }
         let outcome = reply["ok"]?.bool == true ? "ok" : "error \(reply["code"]?.string ?? "?")"

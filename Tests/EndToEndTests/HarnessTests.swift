@@ -10,7 +10,7 @@ final class HarnessTests: XCTestCase {
         let scenarios = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(
             "Scenarios")
         let files = try FileManager.default.contentsOfDirectory(atPath: scenarios.path).filter { $0.hasSuffix(".json") }.sorted()
-        XCTAssertGreaterThanOrEqual(files.count, 18)
+        XCTAssertGreaterThanOrEqual(files.count, 23)
         let junit = FileManager.default.temporaryDirectory.appendingPathComponent("harness-\(UUID().uuidString).xml")
         defer { try? FileManager.default.removeItem(at: junit) }
         let run = try ProgramRun(
@@ -67,20 +67,26 @@ final class HarnessTests: XCTestCase {
         let missing = dir.appendingPathComponent("missing.json")
         let typo = dir.appendingPathComponent("typo.json")
         try Data(#"{"steps": [{"do": "sleep", "seconds": "2"}]}"#.utf8).write(to: typo)
-        let run = try ProgramRun("permission-harness", ["run", missing.path, cut.path, list.path, dir.path, typo.path], env: [:])
+        let unnamed = dir.appendingPathComponent("unnamed.json")
+        try Data(#"{"devices": {"tablet": ["c"], "laptop": ["g"]}, "steps": [{"do": "kill-relay"}]}"#.utf8).write(to: unnamed)
+        let hubless = dir.appendingPathComponent("hubless.json")
+        try Data(#"{"steps": [{"do": "cut-link"}]}"#.utf8).write(to: hubless)
+        let run = try ProgramRun(
+            "permission-harness", ["run", missing.path, cut.path, list.path, dir.path, typo.path, unnamed.path, hubless.path], env: [:])
         var lines: [String] = []
         while let l = run.nextLine() { lines.append(l) }
         XCTAssertEqual(run.finish(), 1)
         let failures = lines.filter { $0.contains("FAIL") }
-        XCTAssertEqual(failures.count, 5, "\(lines)")
+        XCTAssertEqual(failures.count, 7, "\(lines)")
         let reasons = [
             "no such file", "is not valid JSON: unexpected end of input", "is not a JSON object", "it is a directory",
-            #"step 1 (sleep): "seconds" must be a number of seconds"#,
+            #"step 1 (sleep): "seconds" must be a number of seconds"#, "step 1 (kill-relay): which device? name one: laptop, tablet",
+            #"step 1 (cut-link): cut-link needs a scenario with "devices""#,
         ]
         for (line, why) in zip(failures, reasons) {
             XCTAssertTrue(line.contains(why), "\(line) should say \(why)")
         }
-        XCTAssertEqual(lines.last, "0 passed, 5 failed")
+        XCTAssertEqual(lines.last, "0 passed, 7 failed")
     }
 
     func testScenariosAgainstARunningRelay() throws {
