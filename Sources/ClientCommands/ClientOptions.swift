@@ -213,6 +213,32 @@ public func reportConnectionTrouble(
     }
 }
 
+/// What a program says when the family's other devices are out of reach (the relay is
+/// linked to a family hub it cannot reach now), so that a wait is not taken for a
+/// guardian's: `thing` is what waits ("the question", "the answer").
+public func waitingForDevices(_ thing: String) -> String {
+    "waiting for the family's other devices: the hub is out of reach from this device, and \(thing) goes out when it is back"
+}
+
+/// While `watched` runs: says on stderr (`program: …`) when the family's other devices
+/// are out of reach, and when they are reachable again, looking every `every` (a link has
+/// no event of its own for clients). Ends when cancelled.
+public func reportFamilyLink(
+    program: String, _ thing: String, every: Duration = .seconds(2), _ link: @escaping @Sendable () async throws -> FamilyLink?
+) -> Task<Void, Never> {
+    Task {
+        var down = false
+        while !Task.isCancelled {
+            if let l = try? await link() {
+                if !l.connected && !down { printErr("\(program): \(waitingForDevices(thing))") }
+                if l.connected && down { printErr("\(program): the family's other devices are reachable again") }
+                down = !l.connected
+            }
+            try? await Task.sleep(for: every)
+        }
+    }
+}
+
 /// Ends the program on SIGINT, SIGTERM or SIGHUP with status 128 + the signal (130, 143,
 /// 129), as shells report a program a signal stopped, once `cleanup` (given the signal) has
 /// run: a long-running command records what it processed, an interrupted wait says what

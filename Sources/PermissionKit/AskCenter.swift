@@ -329,6 +329,10 @@ public final class AskCenter: Sendable {
         }
     }
 
+    /// How this child's family reaches its other devices: nil when all of it is on this
+    /// relay, else whether the hub is reachable now (a question waits here while it is not).
+    public func familyLink() async throws -> FamilyLink? { try await FamilyLink.read(session) }
+
     /// Whether this child's communication limits are on.
     public func limitsEnabled() async throws -> Bool {
         try await call(["type": "limits"])["enabled"]?.bool ?? true

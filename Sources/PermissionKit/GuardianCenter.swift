@@ -222,6 +222,10 @@ public final class GuardianCenter: Sendable {
         for finish in open { finish() }
     }
 
+    /// How this guardian's family reaches its other devices: nil when all of it is on this
+    /// relay, else whether the hub is reachable now (an answer waits for it while it is not).
+    public func familyLink() async throws -> FamilyLink? { try await FamilyLink.read(session) }
+
     func call(_ req: JSONObject) async throws -> JSONObject { try await session.call(req) }
 
     /// One event of the guardian's stream, recorded as processed before the app's streams

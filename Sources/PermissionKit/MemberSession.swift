@@ -3,6 +3,7 @@
 // relay errors into `RelayError` and an unreachable relay into `AskError.notAvailable`,
 // keeping the full reason of the last failure.
 
+import Foundation
 import RelayProtocol
 import Synchronization
 
@@ -115,4 +116,30 @@ final class MemberSession: Sendable {
     }
 
     func close() async { await connection?.closeAndWait() }
+}
+
+/// How the member's family reaches its other devices (an extension of the protocol: a
+/// relay linked to a family hub; see protocol.md, `familyLink`).
+public struct FamilyLink: Sendable, Equatable {
+    /// Whether the link to the hub is up now. While it is down, questions asked here and
+    /// answers given here wait on this device: a delay is the hub's, not a guardian's.
+    public let connected: Bool
+    /// The family's messages waiting on this device for the hub.
+    public let waiting: Int
+    /// When this device last heard from the hub, if ever since it started.
+    public let lastContact: Date?
+
+    /// The link, or nil when the family is on this device alone (or the relay is older).
+    static func read(_ session: MemberSession) async throws -> FamilyLink? {
+        let r: JSONObject
+        do {
+            r = try await session.call(["type": "familyLink"])
+        } catch let e as RelayError where e.code == "unknownType" {
+            return nil
+        }
+        guard r["linked"]?.bool == true else { return nil }
+        return FamilyLink(
+            connected: r["connected"]?.bool ?? false, waiting: Int(r["waiting"]?.int ?? 0),
+            lastContact: r["lastContact"]?.string.flatMap(Date.init(rfc3339:)))
+    }
 }

@@ -43,6 +43,19 @@ extension RelayCore {
     /// Whether `family`'s decisions go through the hub.
     func hubLinked(_ family: String) -> Bool { config.hubDevice != nil && config.hubFamilies?.contains(family) != false }
 
+    /// `familyLink`: whether the member's family reaches its other devices through a hub
+    /// here, whether the link is up, and how many of the family's messages wait for it: a
+    /// client tells its user why a question or an answer is not through yet.
+    func familyLink(_ r: Request) -> ReplyFields {
+        let family = r.member.record.family
+        guard hubLinked(family) else { return ["linked": false] }
+        return [
+            "linked": true, "connected": .bool(hubLink.connected),
+            "waiting": .int(Int64(hubOutbox.values.reduce(0) { $0 + ($1.family == family ? 1 : 0) })),
+            "lastContact": hubLink.lastContact.map { .string($0.rfc3339) } ?? .null,
+        ]
+    }
+
     /// Keeps a message for the hub with this turn's changes.
     func queueForHub(family: String, subject: String, messageID: String, body: JSONObject, firstOnSubject: Bool) {
         lastHubOutbound += 1

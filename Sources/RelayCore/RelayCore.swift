@@ -561,6 +561,7 @@ public final class RelayCore {
             try c.changeKnownHandles(r, add: false)
         },
         "history": Handler(roles: [.guardian]) { c, r throws(RequestError) in try c.history(r) },
+        "familyLink": Handler(roles: [.child, .guardian]) { c, r throws(RequestError) in c.familyLink(r) },
         "createFamily": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.createFamily(r) },
         "addMember": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.addMember(r) },
         "removeMember": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.removeMember(r) },

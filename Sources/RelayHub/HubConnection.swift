@@ -95,11 +95,18 @@ public final class HubConnection: @unchecked Sendable {
     /// How long a request to the hub may take.
     let timeoutMillis: Int64
 
+    /// Told when the link goes down or comes back (on libnats' thread); released after the
+    /// connection, whose callbacks hold it.
+    private var linkWatch: Unmanaged<LinkWatch>?
+
     /// Connects to `url` (`nats://host:port`); `name` is how the hub lists this client,
     /// `credentials` the NATS credentials file it proves who it is with (a hub in operator
     /// mode). Once connected, a lost link is retried for ever in the background; requests
-    /// made meanwhile fail with an error that `isUnreachable`.
-    public init(url: String, name: String, credentials: String? = nil, timeoutMillis: Int64 = 5000) throws(HubError) {
+    /// made meanwhile fail with an error that `isUnreachable`. `onLinkChange` is called (on
+    /// a thread of libnats) when the link goes down, comes back, or closes for good.
+    public init(
+        url: String, name: String, credentials: String? = nil, timeoutMillis: Int64 = 5000, onLinkChange: (@Sendable () -> Void)? = nil
+    ) throws(HubError) {
         self.timeoutMillis = timeoutMillis
         var opts: OpaquePointer?
         try Self.check(natsOptions_Create(&opts), "cannot set up a connection")
@@ -114,6 +121,14 @@ public final class HubConnection: @unchecked Sendable {
         try Self.check(natsOptions_SetTimeout(opts, timeoutMillis), "cannot set the timeout")
         if let credentials {
             try Self.check(natsOptions_SetUserCredentialsFromFiles(opts, credentials, nil), "cannot use the credentials \(credentials)")
+        }
+        if let onLinkChange {
+            let watch = Unmanaged.passRetained(LinkWatch(onLinkChange))
+            linkWatch = watch
+            let changed: natsConnectionHandler = { _, closure in Unmanaged<LinkWatch>.fromOpaque(closure!).takeUnretainedValue().changed() }
+            for set in [natsOptions_SetDisconnectedCB, natsOptions_SetReconnectedCB, natsOptions_SetClosedCB] {
+                try Self.check(set(opts, changed, watch.toOpaque()), "cannot watch the link")
+            }
         }
         try Self.check(natsConnection_Connect(&connection, opts), "cannot connect to the hub at \(shown)")
         var jsOpts = jsOptions()
@@ -147,6 +162,7 @@ public final class HubConnection: @unchecked Sendable {
     deinit {
         jsCtx_Destroy(jetStream)
         natsConnection_Destroy(connection)
+        linkWatch?.release()
     }
 
     /// Whether the link is up now.
@@ -391,6 +407,11 @@ public final class HubMessage: @unchecked Sendable {
         guard acknowledgeable else { return }
         try HubConnection.check(natsMsg_Ack(msg, nil), "cannot acknowledge \(subject) to the hub")
     }
+}
+
+private final class LinkWatch: Sendable {
+    let changed: @Sendable () -> Void
+    init(_ changed: @escaping @Sendable () -> Void) { self.changed = changed }
 }
 
 /// The outcomes of messages published without waiting, by their id (libnats' thread

@@ -150,12 +150,15 @@ final class HubBridge: @unchecked Sendable {
         condition.unlock()
         if let made, !made.isClosed { return made }
         do {
-            let c = try HubConnection(url: url, name: "permission-relay \(device)", credentials: credentials, timeoutMillis: 2000)
+            let c = try HubConnection(
+                url: url, name: "permission-relay \(device)", credentials: credentials, timeoutMillis: 2000,
+                onLinkChange: { [wakeup] in wakeup.wake() })
             log(.info, "linked to the family hub at \(HubConnection.redacted(url)) as \(device)")
             refused = false
             condition.lock()
             connection = c
             condition.unlock()
+            wakeup.wake()  // the loop learns the link is up
             return c
         } catch  where error.isRefused {
             // Said once: a removed device keeps serving its own apps, and tries again quietly.

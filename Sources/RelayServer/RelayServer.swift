@@ -494,6 +494,8 @@ public final class RelayServer {
     private func takeFromHub(now: Timestamp) {
         guard let bridge else { return }
         let items = bridge.take()
+        // Woken also when the link goes down or comes back.
+        relay.hubLink.connected = bridge.isConnected
         if !items.isEmpty { relay.hubLink = (true, now) }
         for item in items {
             switch item {

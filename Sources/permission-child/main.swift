@@ -164,12 +164,16 @@ func send<T: QuestionTopic>(
         }
         let r = try await submitting(q, center: center, json: json)
         guard let r else { return Exit.limitsOff }
+        let link = r.status == "pending" ? try? await center.familyLink() : nil
+        let held = link?.connected == false
+        var o: JSONObject = [
+            "questionId": .string(r.questionID.uuidString), "status": .string(r.status), "attempt": .int(Int64(r.attempt)),
+            "allKnown": .bool(r.allKnown),
+        ]
+        if held { o["waitingForDevices"] = true }
         printOut(
-            json
-                ? line([
-                    "questionId": .string(r.questionID.uuidString), "status": .string(r.status), "attempt": .int(Int64(r.attempt)),
-                    "allKnown": .bool(r.allKnown),
-                ]) : "asked \(r.questionID) (\(r.status), attempt \(r.attempt)\(r.allKnown ? ", every handle already known" : ""))")
+            json ? line(o) : "asked \(r.questionID) (\(r.status), attempt \(r.attempt)\(r.allKnown ? ", every handle already known" : ""))")
+        if held && !json { printErr("permission-child: \(waitingForDevices("the question"))") }
         return 0
     }
     // The wait is on an ephemeral session (a `watch` keeps the durable one): what a
@@ -180,6 +184,8 @@ func send<T: QuestionTopic>(
     let states = center.connectionStates()
     let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-child") { center.connectionError }
     defer { notices.cancel() }
+    let link = reportFamilyLink(program: "permission-child", "the question") { try await center.familyLink() }
+    defer { link.cancel() }
     if let existing {
         waiting.set(id)
         printErr(

@@ -191,7 +191,23 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter, _ term
     case "answer":
         let p = try a.expectPositionals(["ID", "CHOICE"])
         guard let id = UUID(uuidString: p[0]) else { throw CLIError.usage("ID must be a question id (a UUID)") }
-        try await center.answer(id, with: p[1])
+        // An answer waits for the family hub when the family is on several devices: if it
+        // takes a while, say whether that is why.
+        let notice = Task {
+            try? await Task.sleep(for: .seconds(1))
+            guard !Task.isCancelled, let link = try? await center.familyLink(), !link.connected else { return }
+            printErr("permission-guardian: \(waitingForDevices("the answer"))")
+        }
+        defer { notice.cancel() }
+        do {
+            try await center.answer(id, with: p[1])
+        } catch {
+            guard let link = try? await center.familyLink(), !link.connected else { throw error }
+            throw CLIError.failure(
+                "\(error); the hub is out of reach from this device: the answer is kept here and counts once the hub has it,"
+                    + " unless another guardian's reached it first (`permission-guardian pending` shows whether the question is still open)"
+            )
+        }
         printOut(
             json
                 ? line(["questionId": .string(id.uuidString), "choice": .string(p[1]), "status": "answered"])

@@ -111,6 +111,52 @@ final class CrossDeviceTests: XCTestCase {
         XCTAssertEqual(try guardian.request(["type": "answer", "questionId": .string(id), "choice": "decline"])["type"]?.string, "ok")
     }
 
+    /// With the hub out of reach, the child's program says its question waits for the
+    /// family's other devices, and the guardian's says so of its answer, which completes
+    /// once the hub is back.
+    func testTheProgramsSayWhenTheyWaitForTheFamilysOtherDevices() throws {
+        let hub = try NATSServer()
+        let (tablet, laptop, tokens) = try devices(hub)
+        let (child, guardian) = try connect(tablet, laptop, tokens)
+        let crossed = try ask(child)
+        _ = try guardian.event("question")
+        func env(_ relay: RelayProcess) -> [String: String] {
+            ["PERMISSION_RELAY_SOCKET": relay.socket, "PERMISSION_STATE_DIR": relay.dir.appendingPathComponent("state").path]
+        }
+        let asChild = ["--member", "c0", "--token", tokens[0]["c0"]!]
+        let linked = try ProgramRun("permission-child", ["ask", "+1 555 0178", "--json"] + asChild, env: env(tablet))
+        XCTAssertEqual(try JSON.parse(linked.nextLine() ?? "")["waitingForDevices"], nil, "the hub is reachable")
+        XCTAssertEqual(linked.finish(), 0)
+
+        hub.kill()
+        // Each relay hears from libnats that the link is down: the programs report what their relay knows.
+        for relay in [tablet, laptop] {
+            let admin = try relay.admin()
+            let deadline = Date().addingTimeInterval(10)
+            while try admin.request(["type": "status"])["hub"]?["connected"]?.bool != false {
+                guard Date() < deadline else { return XCTFail("the relay still says it is linked 10 s after the hub was killed") }
+                usleep(20_000)
+            }
+        }
+        let json = try ProgramRun("permission-child", ["ask", "+1 555 0177", "--json"] + asChild, env: env(tablet))
+        XCTAssertEqual(try JSON.parse(json.nextLine() ?? "")["waitingForDevices"]?.bool, true)
+        XCTAssertEqual(json.finish(), 0)
+        let text = try ProgramRun("permission-child", ["ask", "+1 555 0176"] + asChild, env: env(tablet), stderrInLines: true)
+        XCTAssertNotNil(text.nextLine(containing: "waiting for the family's other devices"))
+        XCTAssertEqual(text.finish(), 0)
+
+        let answer = try ProgramRun(
+            "permission-guardian", ["answer", crossed, "approve", "--member", "g0", "--token", tokens[1]["g0"]!], env: env(laptop),
+            stderrInLines: true)
+        let stop = answer.stopAfter(seconds: 60)
+        defer { stop.cancel() }
+        XCTAssertNotNil(answer.nextLine(containing: "waiting for the family's other devices: the hub is out of reach"), "\(answer.lines)")
+        try hub.start()
+        XCTAssertNotNil(answer.nextLine(containing: "answered \(crossed) with approve"))
+        XCTAssertEqual(answer.finish(), 0)
+        XCTAssertEqual(try child.event("response")["guardian"]?.string, "g0")
+    }
+
     /// The laptop's relay is killed as its guardian answers, the tablet's as the answer
     /// comes back: started again, each finishes what it had, and the child is told once.
     func testRelaysKilledAroundAnAnswerLoseNothingAndRepeatNothing() throws {

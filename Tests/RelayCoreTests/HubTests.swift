@@ -31,6 +31,24 @@ final class HubTests: XCTestCase {
         HubOutbound(id: 0, family: "fam", subject: subject, messageID: "", body: body.encoded, firstOnSubject: false)
     }
 
+    func testFamilyLinkSaysWhetherTheHubIsReachableAndWhatWaitsForIt() throws {
+        let (h, g, c, _) = try asked()
+        XCTAssertEqual(h.ok(c, ["type": "familyLink"])["connected"]?.bool, false, "no word from the hub yet")
+        XCTAssertEqual(h.ok(g, ["type": "familyLink"])["waiting"]?.int, 1, "the question waits in the outbox")
+        h.core.hubLink = (true, h.now)
+        let up = h.ok(g, ["type": "familyLink"])
+        XCTAssertEqual(up["linked"]?.bool, true)
+        XCTAssertEqual(up["connected"]?.bool, true)
+        XCTAssertEqual(up["lastContact"]?.string, h.now.rfc3339)
+        for m in h.hubOutbox { h.core.hubSent(m.id) }
+        XCTAssertEqual(h.ok(c, ["type": "familyLink"])["waiting"]?.int, 0)
+
+        let alone = try CoreHarness()
+        alone.standardFamilies()
+        let (child, _) = alone.login("c1")
+        XCTAssertEqual(alone.ok(child, ["type": "familyLink"])["linked"]?.bool, false, "a family on one relay")
+    }
+
     func testAQuestionGoesToTheHubAndAnAnswerWaitsForTheHubsDecision() throws {
         let (h, g, c, id) = try asked()
         let asking = "1-\(h.now.milliseconds)"
