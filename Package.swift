@@ -65,10 +65,12 @@ let package = Package(
         .testTarget(
             name: "RelayServerTests", dependencies: ["RelayServer", "RelayCore", "RelayModel", "RelayStore", "RelayProtocol", "CSystem"]),
         .testTarget(
-            name: "EndToEndTests", dependencies: ["RelayProtocol", "RelayModel", "RelayServer", "RelayHub", "CSystem", "PermissionKit"]),
+            name: "EndToEndTests",
+            dependencies: ["RelayProtocol", "RelayModel", "RelayServer", "RelayStore", "RelayHub", "CSystem", "PermissionKit"]),
         .testTarget(name: "RelayHubTests", dependencies: ["RelayHub"]),
         .testTarget(name: "PermissionKitTests", dependencies: ["PermissionKit", "RelayProtocol", "CSystem"]),
         .testTarget(name: "permission-benchTests", dependencies: ["permission-bench", "RelayProtocol"]),
+        .testTarget(name: "permission-harnessTests", dependencies: ["permission-harness"]),
     ],
     swiftLanguageModes: [.v6]
 )

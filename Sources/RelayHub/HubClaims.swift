@@ -51,18 +51,24 @@ public struct HubJWT: Sendable {
         revocations = (nats["revocations"] as? [String: Any] ?? [:]).compactMapValues { ($0 as? NSNumber)?.int64Value }
     }
 
+    /// How much of the hub's disk one family may use (its stream: questions and decisions
+    /// for the relays' retention window).
+    static let familyDiskBytes = 1 << 30
+
     /// The operator: the hub's owner, who vouches for every family's account.
     static func operatorClaims(systemAccount: String) -> [String: Any] {
         ["system_account": systemAccount, "type": "operator", "version": 2]
     }
 
-    /// A family's account (or the hub's system account): no limits but the hub's, its own
-    /// JetStream, and the devices it no longer trusts (`revoked`: key → since when).
+    /// A family's account (with JetStream: one stream on disk, of at most
+    /// `familyDiskBytes`, and a consumer per device), or the hub's system account
+    /// (without); and the devices it no longer trusts (`revoked`: key → since when). The
+    /// limits keep one family's devices from filling the hub for every other family.
     static func accountClaims(jetStream: Bool, revoked: [String: Int64]) -> [String: Any] {
-        let storage = jetStream ? -1 : 0
         let limits: [String: Any] = [
             "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": true, "conn": -1, "leaf": -1,
-            "mem_storage": storage, "disk_storage": storage, "streams": storage, "consumer": storage,
+            "mem_storage": 0, "disk_storage": jetStream ? familyDiskBytes : 0, "streams": jetStream ? 1 : 0,
+            "consumer": jetStream ? 64 : 0,
         ]
         var claims: [String: Any] = ["limits": limits, "type": "account", "version": 2, "default_permissions": ["pub": [:], "sub": [:]]]
         if !revoked.isEmpty { claims["revocations"] = revoked }

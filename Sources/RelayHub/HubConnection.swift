@@ -9,6 +9,7 @@
 import CNATS
 import Foundation
 import Glibc
+import Synchronization
 
 /// A failure of the hub or of the link to it, with libnats' text and JetStream's code.
 public struct HubError: Error, Sendable, CustomStringConvertible {
@@ -95,9 +96,10 @@ public final class HubConnection: @unchecked Sendable {
     /// How long a request to the hub may take.
     let timeoutMillis: Int64
 
-    /// Told when the link goes down or comes back (on libnats' thread); released after the
-    /// connection, whose callbacks hold it.
-    private var linkWatch: Unmanaged<LinkWatch>?
+    /// Told when the link goes down or comes back (on libnats' thread). libnats may call it
+    /// after the connection is destroyed (its callbacks are queued to a thread of its own):
+    /// it is disarmed then, and never freed (a few bytes a connection made).
+    private var linkWatch: LinkWatch?
 
     /// Connects to `url` (`nats://host:port`); `name` is how the hub lists this client,
     /// `credentials` the NATS credentials file it proves who it is with (a hub in operator
@@ -123,11 +125,12 @@ public final class HubConnection: @unchecked Sendable {
             try Self.check(natsOptions_SetUserCredentialsFromFiles(opts, credentials, nil), "cannot use the credentials \(credentials)")
         }
         if let onLinkChange {
-            let watch = Unmanaged.passRetained(LinkWatch(onLinkChange))
+            let watch = LinkWatch(onLinkChange)
             linkWatch = watch
             let changed: natsConnectionHandler = { _, closure in Unmanaged<LinkWatch>.fromOpaque(closure!).takeUnretainedValue().changed() }
+            let pointer = Unmanaged.passRetained(watch).toOpaque()  // for libnats, for ever
             for set in [natsOptions_SetDisconnectedCB, natsOptions_SetReconnectedCB, natsOptions_SetClosedCB] {
-                try Self.check(set(opts, changed, watch.toOpaque()), "cannot watch the link")
+                try Self.check(set(opts, changed, pointer), "cannot watch the link")
             }
         }
         try Self.check(natsConnection_Connect(&connection, opts), "cannot connect to the hub at \(shown)")
@@ -161,8 +164,8 @@ public final class HubConnection: @unchecked Sendable {
 
     deinit {
         jsCtx_Destroy(jetStream)
+        linkWatch?.disarm()
         natsConnection_Destroy(connection)
-        linkWatch?.release()
     }
 
     /// Whether the link is up now.
@@ -410,8 +413,13 @@ public final class HubMessage: @unchecked Sendable {
 }
 
 private final class LinkWatch: Sendable {
-    let changed: @Sendable () -> Void
-    init(_ changed: @escaping @Sendable () -> Void) { self.changed = changed }
+    private let action: Mutex<(@Sendable () -> Void)?>
+    init(_ action: @escaping @Sendable () -> Void) { self.action = Mutex(action) }
+
+    /// Runs the action, unless disarmed (under the lock: a disarm waits for a call under way).
+    func changed() { action.withLock { $0?() } }
+
+    func disarm() { action.withLock { $0 = nil } }
 }
 
 /// The outcomes of messages published without waiting, by their id (libnats' thread

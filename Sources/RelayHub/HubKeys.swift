@@ -26,7 +26,11 @@ public struct HubKeys: Sendable {
         guard !FileManager.default.fileExists(atPath: directory + "/operator.nk") else {
             throw NKeyError("\(directory) already holds a hub's keys; use them, or choose another directory")
         }
+        if let present = try? FileManager.default.contentsOfDirectory(atPath: directory), !present.isEmpty {
+            throw NKeyError("\(directory) is not empty: the hub's keys go into a directory of their own; choose a new one")
+        }
         try makePrivateDirectory(directory)
+        chmod(directory, 0o700)  // one made before (empty) keeps its mode otherwise
         let now = Int64(Date().timeIntervalSince1970)
         let operatorKey = try NKey.generate(.operator_)
         let system = try NKey.generate(.account)
@@ -93,30 +97,41 @@ public struct HubKeys: Sendable {
     }
 
     /// Signs a device of `family` whose public key is `devicePublicKey`: the JWT that
-    /// device joins with. A device removed before is trusted again.
-    public func addDevice(_ name: String, publicKey devicePublicKey: String, family: String, names: HubFamilyNames) throws -> (
-        device: HubJWT, account: HubJWT
-    ) {
+    /// device joins with. The family's account, as it must now be, is handed to `push`
+    /// (which gives it to the hub) before anything is kept here: a failed push changes
+    /// nothing. A key removed before is trusted again; a key the name was given before
+    /// (a device reset, or replaced) is revoked: one name, one device.
+    public func addDevice(
+        _ name: String, publicKey devicePublicKey: String, family: String, names: HubFamilyNames, push: (HubJWT) throws -> Void
+    ) throws -> HubJWT {
         guard NKey.isPublicKey(devicePublicKey, of: .user) else {
             throw NKeyError("\(devicePublicKey) is not a device's key (`permission-relay device key` on the device prints it: U…)")
         }
-        var (key, account) = try account(of: family)
+        if let other = try devices(of: family).first(where: { $0.publicKey == devicePublicKey && $0.name != name && !$0.removed }) {
+            throw NKeyError("this key is paired as \(other.name) of family \(family) already; remove that device first, or use its name")
+        }
+        let (key, account) = try account(of: family)
         // A revocation holds back every JWT of the key issued until then: a key added
         // again is trusted only once it is gone.
-        if account.revocations[devicePublicKey] != nil {
-            account = try signAccount(key.publicKey, family: family, revoked: account.revocations.filter { $0.key != devicePublicKey })
-            try Self.writePrivate(familyDirectory(family) + "/account.jwt", account.text + "\n")
+        var revoked = account.revocations
+        revoked[devicePublicKey] = nil
+        let path = familyDirectory(family) + "/devices/\(name).jwt"
+        if let before = try? HubJWT(try Self.read(path)), before.subject != devicePublicKey {
+            revoked[before.subject] = Int64(Date().timeIntervalSince1970)
         }
+        let updated = revoked == account.revocations ? account : try signAccount(key.publicKey, family: family, revoked: revoked)
         let device = try HubJWT.sign(
             subject: devicePublicKey, name: name, nats: HubJWT.deviceClaims(family: family, names: names), by: key,
             issuedAt: Int64(Date().timeIntervalSince1970))
-        try Self.writePrivate(familyDirectory(family) + "/devices/\(name).jwt", device.text + "\n")
-        return (device, account)
+        try push(updated)  // the first device makes the family's account on the hub
+        try Self.writePrivate(familyDirectory(family) + "/account.jwt", updated.text + "\n")
+        try Self.writePrivate(path, device.text + "\n")
+        return device
     }
 
-    /// Stops trusting a device of `family`: its key is revoked in the family's account
-    /// (which the hub must then be given: `HubAdmin.push`).
-    public func removeDevice(_ name: String, family: String) throws -> HubJWT {
+    /// Stops trusting a device of `family`: its key is revoked in the family's account,
+    /// handed to `push` (which gives it to the hub) before anything is kept here.
+    public func removeDevice(_ name: String, family: String, push: (HubJWT) throws -> Void) throws {
         let path = familyDirectory(family) + "/devices/\(name).jwt"
         guard FileManager.default.fileExists(atPath: path) else {
             throw NKeyError("family \(family) has no device \(name) (`permission-relay device list` shows its devices)")
@@ -126,8 +141,8 @@ public struct HubKeys: Sendable {
         var revoked = account.revocations
         revoked[device.subject] = Int64(Date().timeIntervalSince1970)
         let updated = try signAccount(key.publicKey, family: family, revoked: revoked)
+        try push(updated)
         try Self.writePrivate(familyDirectory(family) + "/account.jwt", updated.text + "\n")
-        return updated
     }
 
     /// A family's devices: name, public key, when added, and whether removed.

@@ -20,6 +20,12 @@ public struct QuestionID: Hashable, Sendable, CustomStringConvertible {
     public let high: UInt64
     public let low: UInt64
 
+    /// The id of these 128 bits (as the store keeps them).
+    public init(high: UInt64, low: UInt64) {
+        self.high = high
+        self.low = low
+    }
+
     /// Reads a UUID string (8-4-4-4-12 hex digits, either case); nil if it is not one.
     public init?(_ s: String) {
         guard let id = s.withUTF8Bytes(Self.init(utf8:)) else { return nil }

@@ -272,16 +272,12 @@ final class HubBridge: @unchecked Sendable {
                 let acks = toAcknowledge
                 toAcknowledge = []
                 condition.unlock()
-                for (i, m) in acks.enumerated() {
-                    do {
-                        try m.ack()
-                    } catch {
-                        condition.lock()  // the rest go again with the next try
-                        toAcknowledge = Array(acks[i...]) + toAcknowledge
-                        condition.unlock()
-                        throw error
-                    }
-                }
+                // An acknowledgement that cannot go (the link down, or the connection it
+                // came through closed for good) is not kept: the hub hands the message
+                // again, and its second coming changes nothing.
+                var unsent = 0
+                for m in acks where (try? m.ack()) == nil { unsent += 1 }
+                if unsent > 0 { log(.debug, "\(unsent) acknowledgements to the hub could not go; those messages come again") }
                 for family in try outbox.families() where consumers[family] == nil && families?.contains(family) != false {
                     try ensureStream(family, on: hub)
                     let durable = HubNames.consumer(device: device)

@@ -42,6 +42,9 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     let secureDelete: String
     /// The questions not in the lookup tables yet (see SQLiteStore+Questions.swift).
     let questionTail = Mutex(QuestionTail())
+    /// Which question ids may be stored (StoredQuestionIDs.swift): filled at each commit,
+    /// and with what was stored before by a thread of its own, which ends with the store.
+    let storedIDs: StoredIDsScan
     // The upkeep of the questions' lookup tables under way, the writer's thread's alone:
     // an indexing pass; a forgetting pass's rows and how many are deleted; and where the
     // sweep of the lookup by id stopped.
@@ -75,15 +78,19 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try db.exec("PRAGMA cache_size = -32768")
         secureDelete = try db.text("PRAGMA secure_delete") ?? "0"
         try Self.migrate(db)
+        storedIDs = StoredIDsScan(expected: Int(try db.scalar("SELECT max(key) FROM questions") ?? 0))
         reader = try SQLiteDatabase(path: path)
         try reader.exec("PRAGMA busy_timeout = 5000")
         try loadTail()  // the fold reads the streams' heads
         try foldLegacyJournals(sync: sync)
         try loadTail()
         try loadQuestionTail()
+        storedIDs.start(path: path)
         // The WAL file now exists; with full sync its directory entry is made durable too.
         if sync == .full { try Self.syncDirectory(of: path) }
     }
+
+    deinit { storedIDs.cancel() }
 
     /// Moves everything the WAL holds into the database file and empties the WAL.
     public func checkpoint() throws {
@@ -221,6 +228,10 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try db.transaction { rows = try commitInTransaction(changes) }
         questionTail.withLock { t in
             for case .question(let q) in changes { t.note(q) }
+        }
+        // Before the core lets go of a question it has just stored (once this returns).
+        storedIDs.ids.withLock { ids in
+            for case .question(let q) in changes { ids.insert(q.key) }
         }
         guard !rows.isEmpty else { return }
         tail.withLock { t in

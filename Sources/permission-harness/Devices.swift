@@ -73,9 +73,11 @@ final class LinkProxy: @unchecked Sendable {
         Thread { [self] in accepting() }.start()
     }
 
-    deinit {
+    /// Stops the proxy: its listener and every connection through it. (Its accepting
+    /// thread holds it until then.)
+    func close() {
         shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
+        Glibc.close(listener)
         setCut(true)
     }
 
@@ -101,8 +103,8 @@ final class LinkProxy: @unchecked Sendable {
                 return true
             }
             guard admitted else {
-                close(client)
-                if server >= 0 { close(server) }
+                Glibc.close(client)
+                if server >= 0 { Glibc.close(server) }
                 continue
             }
             Thread { [self] in pump(from: client, to: server) }.start()
@@ -114,14 +116,15 @@ final class LinkProxy: @unchecked Sendable {
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
             let n = read(from, &buffer, buffer.count)
-            guard n > 0, write(to, buffer, n) == n else { break }
+            // MSG_NOSIGNAL: a peer gone (the link cut) is an error here, not a SIGPIPE.
+            guard n > 0, send(to, buffer, n, Int32(MSG_NOSIGNAL)) == n else { break }
         }
         // One side ended: end both; the descriptors close once both pumps are done.
         shutdown(from, Int32(SHUT_RDWR))
         shutdown(to, Int32(SHUT_RDWR))
         lock.withLock {
-            if open.remove(from) == nil { close(from) }
-            if open.remove(to) == nil { close(to) }
+            if open.remove(from) == nil { Glibc.close(from) }
+            if open.remove(to) == nil { Glibc.close(to) }
         }
     }
 }

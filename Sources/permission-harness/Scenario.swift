@@ -56,7 +56,10 @@ final class ScenarioRun {
 
     deinit {
         for a in actors.values { a.kill() }
-        for r in relays.values { if let p = r.process, p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+        for r in relays.values {
+            if let p = r.process, p.isRunning { kill(p.processIdentifier, SIGKILL) }
+            r.link?.close()
+        }
         hub?.kill()
         try? FileManager.default.removeItem(at: dir)
     }

@@ -145,10 +145,12 @@ struct HubCommand: Sendable {
             let own = p.count == 1 ? try HubPaths.deviceKey(data: data) : nil
             let names = HubFamilyNames(
                 stream: HubNames.stream(family: family), subjects: HubNames.all(family: family), consumer: HubNames.consumer(device: name))
-            let (device, account) = try failure {
-                try keys.addDevice(name, publicKey: own?.publicKey ?? p[1], family: family, names: names)
+            let hub = try hubURL(a)
+            let device = try failure {
+                try keys.addDevice(name, publicKey: own?.publicKey ?? p[1], family: family, names: names) { account in
+                    try push(account, to: hub, keys, then: "\(name) is not paired")
+                }
             }
-            try push(account, a, keys)
             if let own {
                 try HubPaths.join(device, key: own, data: data)
                 printOut("paired this device as \(name) of family \(family); start its relay with --hub")
@@ -214,7 +216,12 @@ struct HubCommand: Sendable {
             let name = try a.expectPositionals(["NAME"])[0]
             let family = try familyOption(a)
             let keys = try failure { try HubKeys(directory: a.value("--keys") ?? HubPaths.defaultKeys) }
-            try push(try failure { try keys.removeDevice(name, family: family) }, a, keys)
+            let hub = try hubURL(a)
+            try failure {
+                try keys.removeDevice(name, family: family) { account in
+                    try push(account, to: hub, keys, then: "the hub still trusts \(name)")
+                }
+            }
             printOut("removed \(name) from family \(family): the hub no longer trusts it")
         })
 
@@ -256,12 +263,22 @@ struct HubCommand: Sendable {
     }
 
     /// Gives the hub the family's account as now signed.
-    private static func push(_ account: HubJWT, _ a: Arguments, _ keys: HubKeys) throws {
+    private static func hubURL(_ a: Arguments) throws -> String {
         guard let url = a.value("--hub") ?? ProcessInfo.processInfo.environment["PERMISSION_RELAY_HUB"].flatMap({ $0.isEmpty ? nil : $0 })
         else { throw CLIError.usage("--hub URL is required (or $PERMISSION_RELAY_HUB): the hub must be told") }
-        try failure {
+        return url
+    }
+
+    /// Gives the hub the family's account as now signed; a failure says that nothing
+    /// changed (`unchanged`: what that means for the device) and what to do.
+    private static func push(_ account: HubJWT, to url: String, _ keys: HubKeys, then unchanged: String) throws {
+        do {
             let hub = try HubConnection(url: url, name: "permission-relay admin", credentials: keys.adminCredentials, timeoutMillis: 5000)
             try hub.push(account: account)
+        } catch {
+            throw CLIError.failure(
+                "the hub could not be told (\(error)); nothing changed and \(unchanged): run the command again once the hub at"
+                    + " \(HubConnection.redacted(url)) is reachable")
         }
     }
 

@@ -35,11 +35,17 @@ final class HubAccountsTests: XCTestCase {
 
     /// Pairs a new device of `family` (its seed made here, as on the device) and returns the
     /// path of its credentials file.
-    private func pair(_ device: String, of family: String, keys: HubKeys, admin: HubConnection) throws -> String {
-        let seed = try NKey.generate(.user)
-        let (jwt, account) = try keys.addDevice(device, publicKey: seed.publicKey, family: family, names: names(family, device))
-        try admin.push(account: account)
-        let path = keysDirectory + "/\(device).creds"
+    /// `seed`: the device's key (default: a new one); `failing`: the hub cannot be told.
+    private func pair(
+        _ device: String, of family: String, keys: HubKeys, admin: HubConnection, seed given: NKey? = nil, failing: Bool = false
+    ) throws -> String {
+        struct Unreachable: Error {}
+        let seed = try given ?? NKey.generate(.user)
+        let jwt = try keys.addDevice(device, publicKey: seed.publicKey, family: family, names: names(family, device)) {
+            if failing { throw Unreachable() }
+            try admin.push(account: $0)
+        }
+        let path = keysDirectory + "/\(device)-\(seed.publicKey.prefix(8)).creds"
         try HubCredentials.text(jwt: jwt, seed: seed).write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
@@ -106,7 +112,7 @@ final class HubAccountsTests: XCTestCase {
         XCTAssertEqual(try tablet.publish(HubNames.ask(family: "smiths", question: "Q1"), id: "Q1", body: [1]), .stored(1))
         XCTAssertEqual(try keys.devices(of: "smiths").map(\.removed), [false])
 
-        try admin.push(account: try keys.removeDevice("tablet", family: "smiths"))
+        try keys.removeDevice("tablet", family: "smiths") { try admin.push(account: $0) }
         XCTAssertEqual(try keys.devices(of: "smiths").map(\.removed), [true])
         XCTAssertThrowsError(try tablet.publish(HubNames.ask(family: "smiths", question: "Q2"), id: "Q2", body: [2]))
         XCTAssertFalse(tablet.isConnected)
@@ -116,10 +122,44 @@ final class HubAccountsTests: XCTestCase {
         let seed = try NKey(
             seed: try String(contentsOfFile: credentials, encoding: .utf8).split(separator: "\n").first { $0.hasPrefix("SU") }.map(
                 String.init) ?? "")
-        let (jwt, account) = try keys.addDevice("tablet", publicKey: seed.publicKey, family: "smiths", names: names("smiths", "tablet"))
-        try admin.push(account: account)
-        try HubCredentials.text(jwt: jwt, seed: seed).write(toFile: credentials, atomically: true, encoding: .utf8)
-        let again = try HubConnection(url: server.url, name: "tablet", credentials: credentials, timeoutMillis: 2000)
+        let again = try HubConnection(
+            url: server.url, name: "tablet", credentials: try pair("tablet", of: "smiths", keys: keys, admin: admin, seed: seed),
+            timeoutMillis: 2000)
         XCTAssertEqual(try again.publish(HubNames.ask(family: "smiths", question: "Q2"), id: "Q2", body: [2]), .stored(2))
+    }
+
+    /// A name paired again with another key (a tablet reset) is one device: the key it had
+    /// is cut off then, and removing the device cuts off the key it has.
+    func testANamePairedWithANewKeyCutsOffTheOldOne() throws {
+        let (server, keys) = try startHub()
+        let admin = try HubConnection(url: server.url, name: "admin", credentials: keys.adminCredentials, timeoutMillis: 2000)
+        let old = try pair("tablet", of: "smiths", keys: keys, admin: admin)
+        let new = try pair("tablet", of: "smiths", keys: keys, admin: admin)
+        XCTAssertEqual(try keys.devices(of: "smiths").map(\.name), ["tablet"])
+        XCTAssertThrowsError(try HubConnection(url: server.url, name: "old", credentials: old, timeoutMillis: 2000), "the old key")
+        XCTAssertTrue(try HubConnection(url: server.url, name: "new", credentials: new, timeoutMillis: 2000).isConnected)
+        try keys.removeDevice("tablet", family: "smiths") { try admin.push(account: $0) }
+        for credentials in [old, new] {
+            XCTAssertThrowsError(try HubConnection(url: server.url, name: "t", credentials: credentials, timeoutMillis: 2000))
+        }
+        // One key, one device: the same key under a second name is refused.
+        let seed = try NKey.generate(.user)
+        _ = try pair("laptop", of: "smiths", keys: keys, admin: admin, seed: seed)
+        XCTAssertThrowsError(try pair("desktop", of: "smiths", keys: keys, admin: admin, seed: seed)) { error in
+            XCTAssertTrue("\(error)".contains("paired as laptop"), "\(error)")
+        }
+    }
+
+    /// A change the hub could not be told of is not kept: the device stays as it was.
+    func testAChangeTheHubIsNotToldOfChangesNothing() throws {
+        let (server, keys) = try startHub()
+        let admin = try HubConnection(url: server.url, name: "admin", credentials: keys.adminCredentials, timeoutMillis: 2000)
+        let credentials = try pair("tablet", of: "smiths", keys: keys, admin: admin)
+        struct Unreachable: Error {}
+        XCTAssertThrowsError(try keys.removeDevice("tablet", family: "smiths") { _ in throw Unreachable() })
+        XCTAssertEqual(try keys.devices(of: "smiths").map(\.removed), [false], "still listed as it still is: trusted")
+        XCTAssertThrowsError(try pair("laptop", of: "smiths", keys: keys, admin: admin, failing: true))
+        XCTAssertEqual(try keys.devices(of: "smiths").map(\.name), ["tablet"], "a device the hub was not told of is not listed")
+        XCTAssertTrue(try HubConnection(url: server.url, name: "tablet", credentials: credentials, timeoutMillis: 2000).isConnected)
     }
 }

@@ -118,6 +118,31 @@ final class HubConnectionTests: XCTestCase {
         }
     }
 
+    /// libnats calls a connection's link callbacks on a thread of its own, also after the
+    /// connection is destroyed: none may then reach what the connection was told to call.
+    func testNoLinkChangeCallbackRunsAfterTheConnectionIsGone() throws {
+        let server = try NATSServer()
+        final class Probe: @unchecked Sendable {
+            let lock = NSLock()
+            var gone = false
+            var afterGone = 0
+            func hit() { lock.withLock { if gone { afterGone += 1 } } }
+        }
+        var probes: [Probe] = []
+        for _ in 0..<20 {
+            let probe = Probe()
+            probes.append(probe)
+            do {
+                let c = try HubConnection(url: server.url, name: "t", timeoutMillis: 2000, onLinkChange: { [probe] in probe.hit() })
+                XCTAssertTrue(c.isConnected)
+            }  // destroyed here: libnats queues its DISCONNECTED and CLOSED callbacks
+            probe.lock.withLock { probe.gone = true }
+        }
+        // Nothing to wait for but libnats' callback thread, which has no event of its own.
+        usleep(500_000)
+        XCTAssertEqual(probes.reduce(0) { sum, p in sum + p.lock.withLock { p.afterGone } }, 0)
+    }
+
     func testAPasswordInTheHubsAddressIsNeverShown() throws {
         XCTAssertEqual(HubConnection.redacted("nats://relay:s3cret@hub.home.arpa:4222"), "nats://…@hub.home.arpa:4222")
         XCTAssertEqual(HubConnection.redacted("nats://hub.home.arpa:4222"), "nats://hub.home.arpa:4222")

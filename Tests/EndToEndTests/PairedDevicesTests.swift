@@ -4,6 +4,7 @@
 // cuts the tablet off.
 
 import Foundation
+import RelayHub
 import RelayProtocol
 import XCTest
 
@@ -105,5 +106,19 @@ final class PairedDevicesTests: XCTestCase {
         XCTAssertTrue(said.contains("device commands: key, add, join, remove, list"), said)
         let (_, help) = runToEnd(process([relayBinary, "device", "--help"], environment: [:]))
         XCTAssertTrue(help.contains("device add"), help)
+
+        // A hub that cannot be told: nothing changes, and the command says so.
+        relay(["hub", "init", dir + "/keys"])
+        let key = try NKey.generate(.user).publicKey
+        let (unpaired, why) = runToEnd(
+            process(
+                [relayBinary, "device", "add", "tablet", key, "--family", "f0", "--hub", "nats://127.0.0.1:1", "--keys", dir + "/keys"],
+                environment: [:]))
+        XCTAssertEqual(unpaired, 1)
+        XCTAssertTrue(why.contains("nothing changed and tablet is not paired") && why.contains("run the command again"), why)
+        XCTAssertTrue(relay(["device", "list", "--family", "f0", "--keys", dir + "/keys"]).contains("has no devices"))
+        let (refused, again) = runToEnd(process([relayBinary, "hub", "init", dir + "/keys"], environment: [:]))
+        XCTAssertEqual(refused, 1)
+        XCTAssertTrue(again.contains("already holds a hub's keys"), again)
     }
 }

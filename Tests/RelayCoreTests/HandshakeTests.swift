@@ -141,7 +141,7 @@ final class HandshakeTests: XCTestCase {
             [
                 "subscribe", "ask", "cancel", "questions", "limits", "knownHandles", "answer", "pending", "setLimits",
                 "addKnownHandles", "removeKnownHandles", "history", "createFamily", "addMember", "removeMember", "rotateToken",
-                "status",
+                "status", "familyLink",
             ])
     }
 

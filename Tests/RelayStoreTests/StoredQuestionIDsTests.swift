@@ -1,0 +1,71 @@
+// The filter that spares a lookup on disk for a new question id: never "not stored" for
+// an id that is, rarely "may be" for one that is not, across growth, and over a store
+// reopened while its ids are read back in the background.
+
+import Foundation
+import RelayModel
+import RelayProtocol
+import XCTest
+
+@testable import RelayStore
+
+final class StoredQuestionIDsTests: XCTestCase {
+    private func randomID() -> QuestionID { QuestionID(high: .random(in: .min ... .max), low: .random(in: .min ... .max)) }
+
+    func testEveryInsertedIdIsHeldAndFewOthersSeemSoAcrossGrowth() {
+        var ids = StoredQuestionIDs(expected: 1000)
+        ids.markComplete()
+        let inserted = (0..<200_000).map { _ in randomID() }
+        for id in inserted { ids.insert(id) }  // 200 times what it was sized for
+        XCTAssertTrue(inserted.allSatisfy(ids.mayHold), "an inserted id taken for one never stored")
+        let strangers = (0..<100_000).map { _ in randomID() }.filter { ids.mayHold($0) }.count
+        XCTAssertLessThan(strangers, 2_000, "more than 2% of new ids would still be looked up")
+        // Ids in a run (not random, as a client may choose them) spread as well.
+        var sequential = StoredQuestionIDs(expected: 100_000)
+        sequential.markComplete()
+        for n in 0..<100_000 { sequential.insert(QuestionID(high: 0, low: UInt64(n))) }
+        XCTAssertTrue((0..<100_000).allSatisfy { sequential.mayHold(QuestionID(high: 0, low: UInt64($0))) })
+        XCTAssertLessThan((100_000..<200_000).filter { sequential.mayHold(QuestionID(high: 0, low: UInt64($0))) }.count, 2_000)
+    }
+
+    func testUntilTheStoredIdsAreReadEveryIdMayBeHeld() {
+        var ids = StoredQuestionIDs(expected: 10)
+        XCTAssertTrue(ids.mayHold(randomID()))
+        ids.markComplete()
+        XCTAssertFalse(ids.mayHold(randomID()))
+    }
+
+    /// Questions stored before the store is opened, some in the lookup tables and some
+    /// listed above their mark, are found once read back; new ids are known new; and a
+    /// question stored while the ids are read back is found too.
+    func testAReopenedStoreFindsEveryStoredQuestionAndKnowsNewIdsWithoutALookup() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("ids-\(UUID().uuidString).db").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        var store: SQLiteStore? = try SQLiteStore(path: path, questionIndexSeconds: 3600)
+        try store!.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        let indexed = try (1...70_000).map { try StoreContractTests.question(row: Int64($0)) }  // more than one step of the scan
+        try store!.commit(indexed.map { .question($0) })
+        try store!.indexQuestions()
+        let listed = try (70_001...70_010).map { try StoreContractTests.question(row: Int64($0)) }
+        try store!.commit(listed.map { .question($0) })
+        store = nil
+
+        let reopened = try SQLiteStore(path: path, questionIndexSeconds: 3600)
+        let late = try StoreContractTests.question(row: 70_011)
+        try reopened.commit([.question(late)])
+        let deadline = Date().addingTimeInterval(30)
+        while !reopened.storedIDs.ids.withLock({ $0.complete }) {
+            guard Date() < deadline else { return XCTFail("the stored ids were not read back within 30 s") }
+            usleep(1000)
+        }
+        for q in [indexed[0], indexed[65_535], indexed[65_536], indexed[69_999], listed[0], listed[9], late] {
+            XCTAssertEqual(try reopened.question(q.key)?.row, q.row)
+        }
+        XCTAssertTrue(
+            (indexed + listed + [late]).allSatisfy { q in reopened.storedIDs.ids.withLock { $0.mayHold(q.key) } },
+            "a stored id taken for a new one")
+        let new = (0..<10_000).map { _ in randomID() }
+        XCTAssertLessThan(new.filter { id in reopened.storedIDs.ids.withLock { $0.mayHold(id) } }.count, 200)
+        XCTAssertNil(try reopened.question(new[0]))
+    }
+}
