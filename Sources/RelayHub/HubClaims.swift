@@ -86,7 +86,7 @@ public struct HubJWT: Sendable {
             "$JS.API.DIRECT.GET.\(stream).>",
             "$JS.API.CONSUMER.INFO.\(stream).\(consumer)", "$JS.API.CONSUMER.DURABLE.CREATE.\(stream).\(consumer)",
             "$JS.API.CONSUMER.CREATE.\(stream).\(consumer)", "$JS.API.CONSUMER.CREATE.\(stream).\(consumer).>",
-            "$JS.API.CONSUMER.MSG.NEXT.\(stream).\(consumer)", "$JS.ACK.\(stream).\(consumer).>",
+            "$JS.ACK.\(stream).\(consumer).>",
         ]
         return [
             "pub": ["allow": publish], "sub": ["allow": ["_INBOX.>"]], "subs": -1, "data": -1, "payload": -1,

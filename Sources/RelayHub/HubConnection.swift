@@ -1,7 +1,7 @@
 // A connection to a family hub: a NATS server with JetStream, through the system's
 // libnats. It publishes with an id the hub deduplicates on (a resend after a lost ack is
 // told apart from a new message), can make a publish the first on its subject or none
-// (first answer wins, for every device alike), and reads through durable pull consumers
+// (first answer wins, for every device alike), and reads through durable consumers
 // whose messages are acknowledged one by one once they are safely stored.
 //
 // libnats reconnects by itself, forever, and is safe to use from several threads.
@@ -269,6 +269,10 @@ public final class HubConnection: @unchecked Sendable {
             natsMsg_Destroy(msg)  // nil (a no-op) once libnats took it
             if s != NATS_OK { failed[m.id] = HubError(s, jsErrCode(rawValue: 0), "cannot send \(m.subject)") }
         }
+        // Out now: libnats otherwise leaves them to a flusher that waits a millisecond to
+        // gather more (a batch is gathered already). The round trip this takes overlaps
+        // the wait for the hub's acknowledgements, which follows.
+        _ = natsConnection_FlushTimeout(connection, timeoutMillis)
         var wait = jsPubOptions()
         jsPubOptions_Init(&wait)
         wait.MaxWait = timeoutMillis
@@ -295,26 +299,55 @@ public final class HubConnection: @unchecked Sendable {
         return HubMessage(msg!, acknowledgeable: false, owner: self)
     }
 
-    /// A durable pull consumer of `stream`'s messages on `filter` (a subject, wildcards
-    /// allowed), made on the hub unless it is there: it remembers across connections what
-    /// was acknowledged, and hands again what was not.
-    /// Messages handed out and not acknowledged come again after `redeliverAfterMillis`.
-    public func consumer(stream: String, durable: String, filter: String, redeliverAfterMillis: Int64 = 30_000) throws(HubError)
-        -> HubConsumer
-    {
+    /// Reads `stream`'s messages on `filter` (a subject, wildcards allowed) through the
+    /// durable consumer `durable`, made on the hub unless it is there: it remembers across
+    /// connections what was acknowledged, and hands again what was not, after
+    /// `redeliverAfterMillis`. The hub sends each message as it comes; `onMessage` gets it
+    /// on a thread of libnats, in order. Reading stops when the subscription goes.
+    public func subscribe(
+        stream: String, durable: String, filter: String, redeliverAfterMillis: Int64 = 30_000,
+        onMessage: @escaping @Sendable (HubMessage) -> Void
+    ) throws(HubError) -> HubSubscription {
+        let delivery = Delivery(onMessage)
         var subscription: OpaquePointer?
         var code = jsErrCode(rawValue: 0)
         var subOptions = jsSubOptions()
         jsSubOptions_Init(&subOptions)
-        let s = stream.withCString { streamName in
-            subOptions.Stream = streamName
-            subOptions.Config.AckPolicy = js_AckExplicit
-            subOptions.Config.DeliverPolicy = js_DeliverAll
-            subOptions.Config.AckWait = redeliverAfterMillis * 1_000_000
-            return js_PullSubscribe(&subscription, jetStream, filter, durable, nil, &subOptions, &code)
+        // libnats may call the handler after the subscription is destroyed (its messages
+        // queue on a thread of its own): the delivery is disarmed then, and never freed.
+        let pointer = Unmanaged.passRetained(delivery).toOpaque()
+        let handler: natsMsgHandler = { _, _, msg, closure in
+            Unmanaged<Delivery>.fromOpaque(closure!).takeUnretainedValue().deliver(msg!)
         }
-        try Self.check(s, code, "cannot read \(filter) from \(stream) as \(durable)")
-        return HubConsumer(subscription!, timeoutMillis: timeoutMillis, connection: self)
+        // A subscription of this consumer just gone (this device's last connection) leaves
+        // it bound on the hub for a moment: tried again for up to the connection's timeout.
+        let deadline = ContinuousClock.now + .milliseconds(timeoutMillis)
+        var s: natsStatus
+        repeat {
+            code = jsErrCode(rawValue: 0)
+            s = stream.withCString { streamName in
+                durable.withCString { durableName in
+                    subOptions.Stream = streamName
+                    subOptions.Config.Durable = durableName
+                    subOptions.Config.AckPolicy = js_AckExplicit
+                    subOptions.Config.DeliverPolicy = js_DeliverAll
+                    subOptions.Config.AckWait = redeliverAfterMillis * 1_000_000
+                    // The relay acknowledges as it commits: what waits for that bounds nothing but memory.
+                    subOptions.Config.MaxAckPending = 65536
+                    subOptions.ManualAck = true
+                    return js_Subscribe(&subscription, jetStream, filter, handler, pointer, nil, &subOptions, &code)
+                }
+            }
+            guard s != NATS_OK, HubError(s, code, "").message.contains("already bound"), ContinuousClock.now < deadline else { break }
+            usleep(50_000)
+        } while true
+        guard s == NATS_OK, let subscription else {
+            delivery.disarm()
+            throw HubError(s, code, "cannot read \(filter) from \(stream) as \(durable)")
+        }
+        let made = HubSubscription(subscription, delivery: delivery, connection: self)
+        delivery.arm(made)
+        return made
     }
 
     static func check(_ s: natsStatus, _ what: @autoclosure () -> String) throws(HubError) {
@@ -326,38 +359,60 @@ public final class HubConnection: @unchecked Sendable {
     }
 }
 
-/// A durable pull consumer's subscription.
-public final class HubConsumer: @unchecked Sendable {
+/// A durable consumer's subscription: messages come to its handler until it goes.
+public final class HubSubscription: @unchecked Sendable {
     private let subscription: OpaquePointer
-    private let timeoutMillis: Int64
+    private let delivery: Delivery
     /// libnats' subscription lives inside its connection: kept until the subscription goes.
     private let connection: HubConnection
 
-    init(_ subscription: OpaquePointer, timeoutMillis: Int64, connection: HubConnection) {
+    init(_ subscription: OpaquePointer, delivery: Delivery, connection: HubConnection) {
         self.subscription = subscription
-        self.timeoutMillis = timeoutMillis
+        self.delivery = delivery
         self.connection = connection
     }
 
-    deinit { natsSubscription_Destroy(subscription) }
+    deinit {
+        delivery.disarm()
+        natsSubscription_Destroy(subscription)
+    }
+}
 
-    /// Up to `max` messages, waiting up to `timeoutMillis` for the first: an empty list
-    /// when none came. Each stays unacknowledged (and is handed again later) until `ack`.
-    public func fetch(max: Int, timeoutMillis: Int64) throws(HubError) -> [HubMessage] {
-        var list = natsMsgList()
-        var code = jsErrCode(rawValue: 0)
-        let s = natsSubscription_Fetch(&list, subscription, Int32(max), timeoutMillis, &code)
-        if s == NATS_TIMEOUT { return [] }
-        try HubConnection.check(s, code, "cannot fetch from the hub")
-        var out: [HubMessage] = []
-        for i in 0..<Int(list.Count) {
-            if let m = list.Msgs[i] {
-                out.append(HubMessage(m, acknowledgeable: true, owner: self))
-                list.Msgs[i] = nil  // owned by the HubMessage now
-            }
+/// Hands a subscription's messages on, each holding the subscription (its acknowledgement
+/// goes through it); disarmed once the subscription goes.
+final class Delivery: @unchecked Sendable {
+    private let lock = NSLock()
+    private var handler: (@Sendable (HubMessage) -> Void)?
+    private weak var subscription: HubSubscription?
+    /// What came before the subscription was handed over (the hub sends at once).
+    private var early: [OpaquePointer] = []
+
+    init(_ handler: @escaping @Sendable (HubMessage) -> Void) { self.handler = handler }
+
+    func arm(_ subscription: HubSubscription) {
+        lock.withLock {
+            self.subscription = subscription
+            for msg in early { handler?(HubMessage(msg, acknowledgeable: true, owner: subscription)) }
+            early = []
         }
-        natsMsgList_Destroy(&list)
-        return out
+    }
+
+    func disarm() {
+        lock.withLock {
+            handler = nil
+            subscription = nil
+            for msg in early { natsMsg_Destroy(msg) }
+            early = []
+        }
+    }
+
+    func deliver(_ msg: OpaquePointer) {
+        // Under the lock: a disarm waits for a delivery under way.
+        lock.withLock {
+            guard let handler else { return natsMsg_Destroy(msg) }  // gone: the hub hands it again
+            guard let subscription else { return early.append(msg) }
+            handler(HubMessage(msg, acknowledgeable: true, owner: subscription))
+        }
     }
 }
 

@@ -36,7 +36,7 @@ public enum HubNames {
 
     /// The durable consumer a device reads its families' streams through: the device's
     /// name in hex, so that no two names share one (which would split the messages).
-    public static func consumer(device: String) -> String { "dev-" + device.utf8.map { String($0, radix: 16) }.joined() }
+    public static func consumer(device: String) -> String { "device-" + device.utf8.map { String($0, radix: 16) }.joined() }
 
     /// Every subject of the family.
     public static func all(family: String) -> String { "fam.\(token(family)).>" }

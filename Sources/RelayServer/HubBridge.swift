@@ -1,8 +1,9 @@
 // The bridge to a family hub (serve --hub): two threads of its own beside the loop. One
 // publishes the store's hub outbox in order (a message stays there until the hub has
-// it; the loop is told, and forgets it); the other reads each family's stream through a
-// durable consumer of this device and hands the messages to the loop, which acknowledges
-// each to the hub only once what it changed is committed. The hub deduplicates resends
+// it; the loop is told, and forgets it); the other subscribes to each family's stream
+// through a durable consumer of this device (the hub sends its messages as they come,
+// handed to the loop) and sends the acknowledgements the loop gives it: each message is
+// acknowledged only once what it changed is committed. The hub deduplicates resends
 // by message id and hands again what was not acknowledged, so a kill of either side at
 // any moment loses nothing and repeats nothing the core has not seen (it ignores what it
 // knows).
@@ -254,18 +255,18 @@ final class HubBridge: @unchecked Sendable {
     // MARK: - In
 
     private func read() {
-        var consumers: [String: HubConsumer] = [:]
-        var consumersOf: ObjectIdentifier?
+        var subscriptions: [String: HubSubscription] = [:]
+        var subscribedOn: ObjectIdentifier?
         var backoff = 0.25
         while !isStopping {
             guard let hub = link(), hub.isConnected else {
                 pause(&backoff)
                 continue
             }
-            // A connection made anew (the last one closed for good) reads through consumers of its own.
-            if consumersOf != ObjectIdentifier(hub) {
-                consumers = [:]
-                consumersOf = ObjectIdentifier(hub)
+            // A connection made anew (the last one closed for good) reads through subscriptions of its own.
+            if subscribedOn != ObjectIdentifier(hub) {
+                subscriptions = [:]
+                subscribedOn = ObjectIdentifier(hub)
             }
             do {
                 condition.lock()
@@ -278,20 +279,21 @@ final class HubBridge: @unchecked Sendable {
                 var unsent = 0
                 for m in acks where (try? m.ack()) == nil { unsent += 1 }
                 if unsent > 0 { log(.debug, "\(unsent) acknowledgements to the hub could not go; those messages come again") }
-                for family in try outbox.families() where consumers[family] == nil && families?.contains(family) != false {
+                for family in try outbox.families() where subscriptions[family] == nil && families?.contains(family) != false {
                     try ensureStream(family, on: hub)
-                    let durable = HubNames.consumer(device: device)
                     // What a relay killed before it stored (and acknowledged) comes again
                     // 5 s later: its restart does not wait the default 30 s for it.
-                    consumers[family] = try hub.consumer(
-                        stream: HubNames.stream(family: family), durable: durable, filter: HubNames.all(family: family),
-                        redeliverAfterMillis: 5000)
+                    subscriptions[family] = try hub.subscribe(
+                        stream: HubNames.stream(family: family), durable: HubNames.consumer(device: device),
+                        filter: HubNames.all(family: family), redeliverAfterMillis: 5000
+                    ) { [weak self] m in self?.hand([.message(m)]) }
                 }
-                let wait = Int64(max(20, 200 / max(1, consumers.count)))
-                for (_, consumer) in consumers.sorted(by: { $0.key < $1.key }) {
-                    hand(try consumer.fetch(max: 64, timeoutMillis: wait).map { .message($0) })
-                }
-                if consumers.isEmpty { pause(&backoff) } else { backoff = 0.25 }
+                backoff = 0.25
+                // The hub sends what comes; this thread waits for acknowledgements to
+                // send, and looks for new families and a lost link each second.
+                condition.lock()
+                if toAcknowledge.isEmpty && !stopping { _ = condition.wait(until: Date().addingTimeInterval(1)) }
+                condition.unlock()
             } catch {
                 log(.warning, "could not read from the family hub: \(error); trying again")
                 pause(&backoff)

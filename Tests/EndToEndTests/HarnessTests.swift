@@ -10,7 +10,7 @@ final class HarnessTests: XCTestCase {
         let scenarios = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(
             "Scenarios")
         let files = try FileManager.default.contentsOfDirectory(atPath: scenarios.path).filter { $0.hasSuffix(".json") }.sorted()
-        XCTAssertGreaterThanOrEqual(files.count, 23)
+        XCTAssertGreaterThanOrEqual(files.count, 24)
         let junit = FileManager.default.temporaryDirectory.appendingPathComponent("harness-\(UUID().uuidString).xml")
         defer { try? FileManager.default.removeItem(at: junit) }
         let run = try ProgramRun(

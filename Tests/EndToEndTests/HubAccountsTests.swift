@@ -71,20 +71,23 @@ final class HubAccountsTests: XCTestCase {
         XCTAssertThrowsError(
             try laptop.lastMessage(stream: HubNames.stream(family: "smiths"), subject: HubNames.ask(family: "smiths", question: "Q1")))
         XCTAssertThrowsError(
-            try laptop.consumer(
+            try laptop.subscribe(
                 stream: HubNames.stream(family: "smiths"), durable: HubNames.consumer(device: "laptop"),
-                filter: HubNames.all(family: "smiths")))
+                filter: HubNames.all(family: "smiths"), onMessage: { _ in }))
         XCTAssertThrowsError(try laptop.ensureStream(stream(of: "smiths")), "it cannot make the Smiths' stream in its own account either")
 
         // The tablet reads what it wrote, through its own consumer only.
-        let consumer = try tablet.consumer(
-            stream: HubNames.stream(family: "smiths"), durable: HubNames.consumer(device: "tablet"), filter: HubNames.all(family: "smiths"))
-        XCTAssertEqual(try consumer.fetch(max: 10, timeoutMillis: 2000).map(\.body), [[1]])
+        let received = Received()
+        let subscription = try tablet.subscribe(
+            stream: HubNames.stream(family: "smiths"), durable: HubNames.consumer(device: "tablet"), filter: HubNames.all(family: "smiths"),
+            onMessage: received.add)
+        XCTAssertEqual(received.take(1, within: 5).map(\.body), [[1]])
         XCTAssertThrowsError(
-            try tablet.consumer(
+            try tablet.subscribe(
                 stream: HubNames.stream(family: "smiths"), durable: HubNames.consumer(device: "phone"),
-                filter: HubNames.all(family: "smiths")),
+                filter: HubNames.all(family: "smiths"), onMessage: { _ in }),
             "another device's consumer is not the tablet's to read")
+        _ = subscription
     }
 
     func testOnlySignedDevicesConnect() throws {

@@ -50,20 +50,25 @@ final class HubConnectionTests: XCTestCase {
         let hub = try connected(server)
         for n in 1...3 { _ = try hub.publish("fam.smiths.m.alex.req.Q\(n)", id: "Q\(n)", body: [UInt8(n)]) }
         do {
-            let consumer = try hub.consumer(
-                stream: stream.name, durable: "dev-sam-laptop", filter: "fam.smiths.>", redeliverAfterMillis: 300)
-            let batch = try consumer.fetch(max: 10, timeoutMillis: 2000)
+            let received = Received()
+            let subscription = try hub.subscribe(
+                stream: stream.name, durable: "dev-sam-laptop", filter: "fam.smiths.>", redeliverAfterMillis: 300, onMessage: received.add)
+            let batch = received.take(3, within: 5)
             XCTAssertEqual(batch.map(\.body), [[1], [2], [3]])
             XCTAssertEqual(batch.map(\.deliveries), [1, 1, 1])
             XCTAssertEqual(batch.map(\.streamSequence), [1, 2, 3])
             for m in batch.prefix(2) { try m.ack() }
+            _ = subscription
         }  // the third is never acknowledged: the device went away while storing it
-        let again = try hub.consumer(stream: stream.name, durable: "dev-sam-laptop", filter: "fam.smiths.>", redeliverAfterMillis: 300)
-        let redelivered = try again.fetch(max: 10, timeoutMillis: 5000)
+        let received = Received()
+        let again = try hub.subscribe(
+            stream: stream.name, durable: "dev-sam-laptop", filter: "fam.smiths.>", redeliverAfterMillis: 300, onMessage: received.add)
+        let redelivered = received.take(1, within: 5)
         XCTAssertEqual(redelivered.map(\.body), [[3]], "only what was not acknowledged comes again")
         XCTAssertEqual(redelivered.first?.deliveries, 2)
         try redelivered.first?.ack()
-        XCTAssertEqual(try again.fetch(max: 10, timeoutMillis: 500).count, 0)
+        XCTAssertEqual(received.take(1, within: 0.6).count, 0, "acknowledged, it comes no more")
+        _ = again
     }
 
     func testWhatTheHubAcknowledgedOutlivesItsKillAndTheLinkComesBack() throws {
@@ -84,14 +89,11 @@ final class HubConnectionTests: XCTestCase {
             result = try? hub.publish("fam.smiths.m.alex.req.Q51", id: "Q51", body: [51])
         }
         XCTAssertTrue([.stored(51), .duplicate(51)].contains(result), "\(String(describing: result))")
-        let consumer = try hub.consumer(stream: stream.name, durable: "dev-kim-desktop", filter: "fam.smiths.>")
-        var bodies: [[UInt8]] = []
-        while bodies.count < 51 {
-            let batch = try consumer.fetch(max: 64, timeoutMillis: 2000)
-            guard !batch.isEmpty else { break }
-            bodies += batch.map(\.body)
-        }
-        XCTAssertEqual(bodies, (1...51).map { [UInt8($0)] }, "every acknowledged publish, in order, once")
+        let received = Received()
+        let subscription = try hub.subscribe(
+            stream: stream.name, durable: "dev-kim-desktop", filter: "fam.smiths.>", onMessage: received.add)
+        XCTAssertEqual(received.take(52, within: 2).map(\.body), (1...51).map { [UInt8($0)] }, "every acknowledged publish, in order, once")
+        _ = subscription
     }
 
     func testABatchSentWithoutWaitingIsStoredInOrderWithEachOutcome() throws {

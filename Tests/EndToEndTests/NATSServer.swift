@@ -2,6 +2,7 @@
 // hub tests: started, killed with SIGKILL, and started again on the same port and store.
 
 import Foundation
+import RelayHub
 import XCTest
 
 final class NATSServer {
@@ -90,5 +91,30 @@ final class NATSServer {
         }
         guard bound else { throw NSError(domain: "NATSServer", code: 2, userInfo: [NSLocalizedDescriptionKey: "no free port"]) }
         return Int(UInt16(bigEndian: addr.sin_port))
+    }
+}
+
+/// What a hub subscription hands over, awaited with a deadline.
+final class Received: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var messages: [HubMessage] = []
+
+    func add(_ m: HubMessage) {
+        condition.lock()
+        messages.append(m)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// The first `count` messages that came, waiting up to `seconds` for them (fewer
+    /// when they do not come); they are taken.
+    func take(_ count: Int, within seconds: Double) -> [HubMessage] {
+        let deadline = Date().addingTimeInterval(seconds)
+        condition.lock()
+        defer { condition.unlock() }
+        while messages.count < count && condition.wait(until: deadline) {}
+        let taken = Array(messages.prefix(count))
+        messages.removeFirst(taken.count)
+        return taken
     }
 }
