@@ -66,18 +66,26 @@ final class LinkProxy: @unchecked Sendable {
     private let lock = NSLock()
     private var cut = false
     private var open: Set<Int32> = []
+    /// Signalled once the accepting thread has ended (and closed the listener).
+    private let acceptingEnded = DispatchSemaphore(value: 0)
 
     init(to target: Int) throws {
         self.target = target
         (listener, port) = try loopbackListener(listening: true)
-        Thread { [self] in accepting() }.start()
+        Thread { [self] in
+            accepting()
+            // Closed here, not by `close`: the accepting thread may be just about to call
+            // accept, and a number closed meanwhile can be another socket's by then.
+            Glibc.close(listener)
+            acceptingEnded.signal()
+        }.start()
     }
 
-    /// Stops the proxy: its listener and every connection through it. (Its accepting
-    /// thread holds it until then.)
+    /// Stops the proxy: its listener and every connection through it; returns once the
+    /// listener is closed. (Its accepting thread holds it until then.)
     func close() {
-        shutdown(listener, Int32(SHUT_RDWR))
-        Glibc.close(listener)
+        shutdown(listener, Int32(SHUT_RDWR))  // accept fails from now on
+        acceptingEnded.wait()
         setCut(true)
     }
 
