@@ -51,6 +51,10 @@ public struct HubKeys: Sendable {
             # nats-server's configuration for a family hub (made by permission-relay hub init).
             # Operator mode: each family is an account of its own, each device a user of it.
             listen: "\(listen)"
+            # A device whose link died without a word is noticed within a minute: its
+            # consumer is then free for it to come back to.
+            ping_interval: "20s"
+            ping_max: 3
             operator: "\(directory)/operator.jwt"
             system_account: \(system.publicKey)
             resolver: {

@@ -141,8 +141,8 @@ final class HubBridge: @unchecked Sendable {
         return stopping
     }
 
-    /// The connection, made on first use and again after it could not be made (the link
-    /// itself reconnects by itself once made).
+    /// The connection, made on first use, again after it could not be made, and again
+    /// once libnats gave it up (the hub refused it); otherwise it reconnects by itself.
     private func link() -> HubConnection? {
         linking.lock()
         defer { linking.unlock() }
