@@ -214,10 +214,14 @@ public func reportConnectionTrouble(
 }
 
 /// What a program says when the family's other devices are out of reach (the relay is
-/// linked to a family hub it cannot reach now), so that a wait is not taken for a
-/// guardian's: `thing` is what waits ("the question", "the answer").
-public func waitingForDevices(_ thing: String) -> String {
-    "waiting for the family's other devices: the hub is out of reach from this device, and \(thing) goes out when it is back"
+/// linked to a family hub it cannot reach now, or that no longer trusts this device), so
+/// that a wait is not taken for a guardian's: `thing` is what waits ("the question",
+/// "the answer").
+public func waitingForDevices(_ thing: String, _ link: FamilyLink) -> String {
+    link.trusted
+        ? "waiting for the family's other devices: the hub is out of reach from this device, and \(thing) goes out when it is back"
+        : "waiting for the family's other devices: the family hub no longer trusts this device (it was removed), and \(thing)"
+            + " goes out once it is paired again (permission-relay device add, then device join)"
 }
 
 /// While `watched` runs: says on stderr (`program: …`) when the family's other devices
@@ -230,7 +234,7 @@ public func reportFamilyLink(
         var down = false
         while !Task.isCancelled {
             if let l = try? await link() {
-                if !l.connected && !down { printErr("\(program): \(waitingForDevices(thing))") }
+                if !l.connected && !down { printErr("\(program): \(waitingForDevices(thing, l))") }
                 if l.connected && down { printErr("\(program): the family's other devices are reachable again") }
                 down = !l.connected
             }

@@ -124,6 +124,9 @@ public struct FamilyLink: Sendable, Equatable {
     /// Whether the link to the hub is up now. While it is down, questions asked here and
     /// answers given here wait on this device: a delay is the hub's, not a guardian's.
     public let connected: Bool
+    /// False when the hub refused this device (it was removed from the family's devices):
+    /// what is asked or answered here waits until it is paired again.
+    public let trusted: Bool
     /// The family's messages waiting on this device for the hub.
     public let waiting: Int
     /// When this device last heard from the hub, if ever since it started.
@@ -139,7 +142,7 @@ public struct FamilyLink: Sendable, Equatable {
         }
         guard r["linked"]?.bool == true else { return nil }
         return FamilyLink(
-            connected: r["connected"]?.bool ?? false, waiting: Int(r["waiting"]?.int ?? 0),
+            connected: r["connected"]?.bool ?? false, trusted: r["trusted"]?.bool ?? true, waiting: Int(r["waiting"]?.int ?? 0),
             lastContact: r["lastContact"]?.string.flatMap(Date.init(rfc3339:)))
     }
 }

@@ -118,7 +118,8 @@ extension RelayCore {
         guard let device = config.hubDevice else { return [:] }
         return [
             "hub": .object([
-                "device": .string(device), "connected": .bool(hubLink.connected), "outbox": .int(Int64(hubOutbox.count)),
+                "device": .string(device), "connected": .bool(hubLink.connected), "trusted": .bool(!hubRefused),
+                "outbox": .int(Int64(hubOutbox.count)),
                 "lastContact": hubLink.lastContact.map { .string($0.rfc3339) } ?? .null,
             ])
         ]

@@ -50,7 +50,7 @@ extension RelayCore {
         let family = r.member.record.family
         guard hubLinked(family) else { return ["linked": false] }
         return [
-            "linked": true, "connected": .bool(hubLink.connected),
+            "linked": true, "connected": .bool(hubLink.connected), "trusted": .bool(!hubRefused),
             "waiting": .int(Int64(hubOutbox.values.reduce(0) { $0 + ($1.family == family ? 1 : 0) })),
             "lastContact": hubLink.lastContact.map { .string($0.rfc3339) } ?? .null,
         ]

@@ -132,6 +132,8 @@ public final class RelayCore {
     var hubEarly: [String: JSONObject] = [:]
     /// How the link to the hub stands, as the reactor last saw it (for `status`).
     public var hubLink: (connected: Bool, lastContact: Timestamp?) = (false, nil)
+    /// The hub refused this device's credentials at the last try (it was removed).
+    public var hubRefused = false
 
     /// Builds the core with the live state the store holds (`snapshot`); what is finished
     /// it reads from `archive` when a request needs it.

@@ -79,7 +79,9 @@ public struct HubKeys: Sendable {
     public init(directory: String) throws {
         self.directory = directory
         guard FileManager.default.fileExists(atPath: directory + "/operator.nk") else {
-            throw NKeyError("\(directory) holds no hub's keys (make them with `permission-relay hub init \(directory)`)")
+            throw NKeyError(
+                "\(directory) holds no hub's keys: give the directory `permission-relay hub init` made on the hub's machine with"
+                    + " --keys DIR (a copy of it will do), or make a new hub with `permission-relay hub init`")
         }
         operatorKey = try NKey(seed: try Self.read(directory + "/operator.nk"))
         operatorJWT = try HubJWT(try Self.read(directory + "/operator.jwt"))
@@ -111,7 +113,7 @@ public struct HubKeys: Sendable {
         guard NKey.isPublicKey(devicePublicKey, of: .user) else {
             throw NKeyError("\(devicePublicKey) is not a device's key (`permission-relay device key` on the device prints it: U…)")
         }
-        if let other = try devices(of: family).first(where: { $0.publicKey == devicePublicKey && $0.name != name && !$0.removed }) {
+        if let other = try devices(of: family).first(where: { $0.publicKey == devicePublicKey && $0.name != name && $0.removedAt == nil }) {
             throw NKeyError("this key is paired as \(other.name) of family \(family) already; remove that device first, or use its name")
         }
         let (key, account) = try account(of: family)
@@ -149,15 +151,14 @@ public struct HubKeys: Sendable {
         try Self.writePrivate(familyDirectory(family) + "/account.jwt", updated.text + "\n")
     }
 
-    /// A family's devices: name, public key, when added, and whether removed.
-    public func devices(of family: String) throws -> [(name: String, publicKey: String, added: Int64, removed: Bool)] {
+    /// A family's devices: name, public key, when paired, and when removed (nil: it is not).
+    public func devices(of family: String) throws -> [(name: String, publicKey: String, added: Int64, removedAt: Int64?)] {
         let folder = familyDirectory(family) + "/devices"
         guard let files = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
         let revoked = try account(of: family).jwt.revocations
         return try files.filter { $0.hasSuffix(".jwt") }.sorted().map { file in
             let jwt = try HubJWT(try Self.read(folder + "/" + file))
-            let removed = revoked[jwt.subject].map { $0 >= jwt.issuedAt } ?? false
-            return (jwt.name, jwt.subject, jwt.issuedAt, removed)
+            return (jwt.name, jwt.subject, jwt.issuedAt, revoked[jwt.subject].flatMap { $0 >= jwt.issuedAt ? $0 : nil })
         }
     }
 

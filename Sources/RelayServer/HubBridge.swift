@@ -13,6 +13,7 @@ import Glibc
 import RelayHub
 import RelayModel
 import RelayStore
+import Synchronization
 
 final class HubBridge: @unchecked Sendable {
     enum Incoming {
@@ -43,8 +44,12 @@ final class HubBridge: @unchecked Sendable {
     /// together with `condition`, which the loop takes.
     private let linking = NSLock()
     private var streams: Set<String> = []
-    /// The hub refused this device's credentials at the last try (guarded by `linking`).
-    private var refused = false
+    /// The hub refused this device's credentials at the last try, and when (monotonic
+    /// seconds): a device removed tries again every few seconds, not at every turn.
+    private let refusedState = Mutex<(refused: Bool, at: Double)>((false, 0))
+
+    /// Whether the hub refused this device at the last try (removed, or paired elsewhere).
+    var isRefused: Bool { refusedState.withLock { $0.refused } }
     private var threads = 0
 
     init(
@@ -150,12 +155,14 @@ final class HubBridge: @unchecked Sendable {
         let made = connection
         condition.unlock()
         if let made, !made.isClosed { return made }
+        let now = ProcessInfo.processInfo.systemUptime
+        if refusedState.withLock({ $0.refused && now - $0.at < 5 }) { return nil }
         do {
             let c = try HubConnection(
                 url: url, name: "permission-relay \(device)", credentials: credentials, timeoutMillis: 2000,
                 onLinkChange: { [wakeup] in wakeup.wake() })
             log(.info, "linked to the family hub at \(HubConnection.redacted(url)) as \(device)")
-            refused = false
+            refusedState.withLock { $0 = (false, now) }
             condition.lock()
             connection = c
             condition.unlock()
@@ -163,13 +170,14 @@ final class HubBridge: @unchecked Sendable {
             return c
         } catch  where error.isRefused {
             // Said once: a removed device keeps serving its own apps, and tries again quietly.
-            if !refused {
+            if !refusedState.withLock({ $0.refused }) {
                 log(
                     .error,
                     "the family hub does not trust this device (\(error)): if it was removed, pair it again"
                         + " (permission-relay device add, then device join); meanwhile what it must send waits here")
             }
-            refused = true
+            refusedState.withLock { $0 = (true, now) }
+            wakeup.wake()  // the loop learns why the link is down
             return nil
         } catch {
             log(.warning, "\(error); trying again")

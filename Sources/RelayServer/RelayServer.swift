@@ -494,9 +494,18 @@ public final class RelayServer {
     private func takeFromHub(now: Timestamp) {
         guard let bridge else { return }
         let items = bridge.take()
-        // Woken also when the link goes down or comes back.
-        relay.hubLink.connected = bridge.isConnected
-        if !items.isEmpty { relay.hubLink = (true, now) }
+        // Woken also when the link goes down or comes back, or the hub refuses this device.
+        let (connected, refused) = (bridge.isConnected, bridge.isRefused)
+        // (The bridge says when it links the first time.)
+        if connected != relay.hubLink.connected && relay.hubLink.lastContact != nil {
+            log(
+                connected ? .info : .warning,
+                connected
+                    ? "the family hub is reachable again" : "the family hub is out of reach; what this device must send waits here")
+        }
+        relay.hubLink.connected = connected
+        relay.hubRefused = refused
+        if !items.isEmpty || connected { relay.hubLink.lastContact = now }
         for item in items {
             switch item {
             case .sent(let id):
@@ -910,7 +919,6 @@ public final class RelayServer {
         guard pruning == nil, Double(turnMillis - lastPrune) >= config.pruneIntervalSeconds * 1000 else { return }
         lastPrune = turnMillis
         checkDiskSpace()
-        if let bridge { relay.hubLink.connected = bridge.isConnected }
         relay.flushCursors()
         lastCursorFlush = turnMillis
         // Events appended within two cursor flushes may yet be acknowledged in the store: a

@@ -173,7 +173,7 @@ func send<T: QuestionTopic>(
         if held { o["waitingForDevices"] = true }
         printOut(
             json ? line(o) : "asked \(r.questionID) (\(r.status), attempt \(r.attempt)\(r.allKnown ? ", every handle already known" : ""))")
-        if held && !json { printErr("permission-child: \(waitingForDevices("the question"))") }
+        if let link, held && !json { printErr("permission-child: \(waitingForDevices("the question", link))") }
         return 0
     }
     // The wait is on an ephemeral session (a `watch` keeps the durable one): what a

@@ -196,15 +196,16 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter, _ term
         let notice = Task {
             try? await Task.sleep(for: .seconds(1))
             guard !Task.isCancelled, let link = try? await center.familyLink(), !link.connected else { return }
-            printErr("permission-guardian: \(waitingForDevices("the answer"))")
+            printErr("permission-guardian: \(waitingForDevices("the answer", link))")
         }
         defer { notice.cancel() }
         do {
             try await center.answer(id, with: p[1])
         } catch {
             guard let link = try? await center.familyLink(), !link.connected else { throw error }
+            let why = link.trusted ? "the hub is out of reach from this device" : "the family hub no longer trusts this device"
             throw CLIError.failure(
-                "\(error); the hub is out of reach from this device: the answer is kept here and counts once the hub has it,"
+                "no word yet from the family's other devices (\(why)): the answer is kept here and counts once the hub has it,"
                     + " unless another guardian's reached it first (`permission-guardian pending` shows whether the question is still open)"
             )
         }

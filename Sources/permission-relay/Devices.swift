@@ -64,7 +64,8 @@ struct HubCommand: Sendable {
             OPTIONS:
               DIR                 Where the keys go (default: \(HubPaths.defaultKeys))
               --listen HOST:PORT  Where the hub listens (default: 0.0.0.0:4222)
-              --store DIR         The hub's JetStream store (default: DIR/jetstream)
+              --store DIR         Where nats-server keeps JetStream's files, under DIR/jetstream
+                                  (default: the keys' DIR)
               -h, --help          Show this help.
 
             EXAMPLES:
@@ -79,7 +80,7 @@ struct HubCommand: Sendable {
             guard let port = listen.split(separator: ":").last.flatMap({ Int($0) }), (1...65535).contains(port) else {
                 throw CLIError.usage("--listen must be HOST:PORT, such as 0.0.0.0:4222")
             }
-            let store = HubPaths.absolute(a.value("--store") ?? directory + "/jetstream")
+            let store = HubPaths.absolute(a.value("--store") ?? directory)
             let keys = try failure { try HubKeys.create(in: directory, listen: listen, storeDirectory: store) }
             printOut(
                 """
@@ -191,7 +192,9 @@ struct HubCommand: Sendable {
                 )
             }
             try HubPaths.join(jwt, key: key, data: data)
-            printOut("joined family \(family) as \(jwt.name); restart the relay with --hub to link it")
+            printOut(
+                "joined family \(family) as \(jwt.name); a relay already linked as this device takes it at once, any other"
+                    + " when started with --hub")
         })
 
     static let remove = HubCommand(
@@ -209,7 +212,7 @@ struct HubCommand: Sendable {
               -h, --help      Show this help.
 
             EXAMPLES:
-              permission-relay device remove tablet --family smiths
+              permission-relay device remove tablet --family smiths --hub nats://hub.home.arpa:4222
             """,
         run: { args in
             let a = try Arguments(args, valueFlags: ["--family", "--hub", "--keys"], switchFlags: [])
@@ -251,8 +254,8 @@ struct HubCommand: Sendable {
                 return
             }
             for d in devices {
-                let since = Timestamp(milliseconds: d.added * 1000).rfc3339
-                printOut("\(d.name)\t\(d.removed ? "removed" : "paired")\t\(since)\t\(d.publicKey)")
+                let since = Timestamp(milliseconds: (d.removedAt ?? d.added) * 1000).rfc3339
+                printOut("\(d.name)\t\(d.removedAt != nil ? "removed" : "paired")\t\(since)\t\(d.publicKey)")
             }
         })
 

@@ -72,13 +72,24 @@ final class PairedDevicesTests: XCTestCase {
         XCTAssertTrue(relay(["device", "list", "--family", "f0", "--keys", keys]).contains("tablet\tremoved"))
         let admin = try tablet.admin()
         let deadline = Date().addingTimeInterval(20)
-        while try admin.request(["type": "status"])["hub"]?["connected"]?.bool != false {
-            guard Date() < deadline else { return XCTFail("the removed tablet is still linked after 20 s") }
+        while try admin.request(["type": "status"])["hub"]?["trusted"]?.bool != false {
+            guard Date() < deadline else { return XCTFail("the removed tablet does not know it is refused after 20 s") }
             usleep(50_000)
         }
+        XCTAssertEqual(try admin.request(["type": "status"])["hub"]?["connected"]?.bool, false)
+        // Its child's program says why its question waits.
+        let asked = runToEnd(
+            process(
+                [
+                    productsDirectory.appendingPathComponent("permission-child").path, "ask", "+1 555 0140", "--member", "c0", "--token",
+                    tokens[0]["c0"]!,
+                ],
+                environment: ["PERMISSION_RELAY_SOCKET": tablet.socket, "PERMISSION_STATE_DIR": dir + "/state"]))
+        XCTAssertEqual(asked.status, 0, asked.output)
+        XCTAssertTrue(asked.output.contains("the family hub no longer trusts this device"), asked.output)
         let waiting = UUID().uuidString
         XCTAssertEqual(try child.request(["type": "ask", "question": question(waiting)])["type"]?.string, "ok")
-        XCTAssertEqual(try admin.request(["type": "status"])["hub"]?["outbox"]?.int, 1)
+        XCTAssertEqual(try admin.request(["type": "status"])["hub"]?["outbox"]?.int, 2)
         XCTAssertEqual(try admin.request(["type": "status"])["hub"]?["connected"]?.bool, false)
 
         // Paired again, it links again without a restart, and what waited goes out.
@@ -88,7 +99,9 @@ final class PairedDevicesTests: XCTestCase {
             try XCTUnwrap(again.split(separator: " ").last { $0.hasPrefix("ey") }).trimmingCharacters(in: .whitespacesAndNewlines),
             "--data", tablet.data,
         ])
-        XCTAssertEqual(try guardian.event("question")["question"]?["id"]?.string, waiting)
+        // Both questions asked while it was removed come (the program's, then this one).
+        let came = try (0..<2).map { _ in try guardian.event("question")["question"]?["id"]?.string }
+        XCTAssertEqual(came.last, waiting, "\(came)")
     }
 
     func testDeviceCommandsSayWhatIsMissing() throws {
