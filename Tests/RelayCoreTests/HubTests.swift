@@ -42,6 +42,9 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(up["lastContact"]?.string, h.now.rfc3339)
         for m in h.hubOutbox { h.core.hubSent(m.id) }
         XCTAssertEqual(h.ok(c, ["type": "familyLink"])["waiting"]?.int, 0)
+        XCTAssertEqual(up["trusted"]?.bool, true)
+        h.core.hubRefused = true  // the device was removed
+        XCTAssertEqual(h.ok(c, ["type": "familyLink"])["trusted"]?.bool, false)
 
         let alone = try CoreHarness()
         alone.standardFamilies()
