@@ -125,10 +125,6 @@ extension SQLiteStore {
             t.entries.append(QuestionTail.Entry(row: r.int(3), id: id, child: r.text(1), createdAt: r.int(2)))
             t.byID[id] = r.int(3)
         }
-        // Rows above the mark are in no lookup table: the scan of stored ids would miss them.
-        storedIDs.ids.withLock { ids in
-            for e in t.entries { ids.insert(e.id) }
-        }
         questionTail.withLock { $0 = t }
     }
 
@@ -144,7 +140,7 @@ extension SQLiteStore {
 
     public func question(_ id: QuestionID) throws -> QuestionRecord? {
         // A new id, nearly always: known not to be stored without a lookup.
-        guard storedIDs.ids.withLock({ $0.mayHold(id) }) else { return nil }
+        guard storedIDs.mayHold(id) else { return nil }
         if let row = questionTail.withLock({ $0.byID[id] }) { return try question(row: row) }
         let key = Self.idColumns(id)
         var found: QuestionRecord?

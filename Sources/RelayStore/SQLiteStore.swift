@@ -78,14 +78,16 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try db.exec("PRAGMA cache_size = -32768")
         secureDelete = try db.text("PRAGMA secure_delete") ?? "0"
         try Self.migrate(db)
-        storedIDs = StoredIDsScan(expected: Int(try db.scalar("SELECT max(key) FROM questions") ?? 0))
+        storedIDs = StoredIDsScan(path: path)
         reader = try SQLiteDatabase(path: path)
         try reader.exec("PRAGMA busy_timeout = 5000")
         try loadTail()  // the fold reads the streams' heads
         try foldLegacyJournals(sync: sync)
         try loadTail()
         try loadQuestionTail()
-        storedIDs.start(path: path)
+        storedIDs.build(
+            expected: Int(try db.scalar("SELECT max(key) FROM questions") ?? 0),
+            listed: questionTail.withLock { $0.entries.map(\.id) })
         // The WAL file now exists; with full sync its directory entry is made durable too.
         if sync == .full { try Self.syncDirectory(of: path) }
     }
@@ -230,8 +232,12 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             for case .question(let q) in changes { t.note(q) }
         }
         // Before the core lets go of a question it has just stored (once this returns).
-        storedIDs.ids.withLock { ids in
-            for case .question(let q) in changes { ids.insert(q.key) }
+        storedIDs.insert(changes.lazy.compactMap { if case .question(let q) = $0 { q.key } else { nil } })
+        if storedIDs.isDue {
+            // On the writer's thread, between commits and passes: what is listed now is
+            // handed over, what is committed from now on goes into both, the rest is read.
+            let stored = Int((try? db.scalar("SELECT sum(count) FROM questionTally")) ?? 0)
+            storedIDs.build(expected: stored, listed: questionTail.withLock { $0.entries.map(\.id) })
         }
         guard !rows.isEmpty else { return }
         tail.withLock { t in

@@ -2,8 +2,8 @@
 // nearly every ask — needs no lookup on disk: a Bloom filter over the ids of every
 // question stored, those stored before the store was opened read in the background.
 // "Not held" is certain; "may be held" means look it up. An id forgotten since stays in
-// the filter (a lookup then finds nothing): it grows by about two bytes per question
-// stored while the store is open, and is rebuilt from what is stored at the next start.
+// the filter (a lookup then finds nothing) until it is built again from what is stored
+// (`StoredIDsScan`): its size follows what is kept, about two bytes an id.
 
 import Foundation
 import RelayProtocol
@@ -90,42 +90,99 @@ struct BloomFilter: Sendable {
     }
 }
 
-/// The filter of a store, and the thread that reads into it the ids stored before the
-/// store was opened: every row at or below the lookup tables' mark is in `questionIDs`
-/// (the rows above it are listed, and inserted when listed); rows indexed while it
-/// reads were inserted when stored.
+/// The filter of a store, built by a thread that reads the ids stored before it began
+/// (at start, and again once the filter holds many more ids than were stored then: ids
+/// forgotten since stay in a filter, so a rebuild keeps its size to what is stored).
+/// While one is built, ids stored meanwhile go into both; the new one replaces the old
+/// once the read is done. The read finds every row at or below the lookup tables' mark
+/// in `questionIDs`; the rows above it are listed (`QuestionTail`), and handed to the
+/// new filter as it begins; rows indexed while it reads were in one or the other.
 final class StoredIDsScan: Sendable {
-    let ids: Mutex<StoredQuestionIDs>
+    private struct State {
+        /// What `mayHold` answers from (incomplete, so "may", until the first build is done).
+        var current = StoredQuestionIDs(expected: 0)
+        /// Being built, if one is.
+        var next: StoredQuestionIDs?
+        /// Ids inserted since the current one's build began, and how many it read then.
+        var insertedSince = 0
+        var builtWith = 0
+        var builds = 0
+    }
+
+    private let state = Mutex(State())
     private let cancelled = Atomic<Bool>(false)
+    private let path: String
+    /// Ids inserted since the last build past which a new one is due, at the least.
+    let rebuildMinimum = Atomic<Int>(1 << 20)
 
-    init(expected: Int) { ids = Mutex(StoredQuestionIDs(expected: expected)) }
+    init(path: String) { self.path = path }
 
-    /// Starts reading `path`'s lookup table by id, a step at a time, on a connection and
-    /// a thread of its own. A failure leaves the filter incomplete: every id is then
-    /// looked up, as before it was built.
-    func start(path: String) {
+    func insert<S: Sequence>(_ ids: S) where S.Element == QuestionID {
+        state.withLock { s in
+            for id in ids {
+                s.current.insert(id)
+                s.next?.insert(id)
+                s.insertedSince += 1
+            }
+        }
+    }
+
+    /// False only when no question with `id` is stored.
+    func mayHold(_ id: QuestionID) -> Bool { state.withLock { $0.current.mayHold(id) } }
+
+    /// Whether a build is done and none is under way, and how many were done (for tests).
+    var isSettled: Bool { state.withLock { $0.current.complete && $0.next == nil } }
+    var builds: Int { state.withLock { $0.builds } }
+
+    /// Whether the filter holds so many more ids than were stored when it was built that
+    /// a new one, from what is stored now, is due (none being built already).
+    var isDue: Bool {
+        let minimum = rebuildMinimum.load(ordering: .relaxed)
+        return state.withLock { s in s.next == nil && s.current.complete && s.insertedSince > max(2 * s.builtWith, minimum) }
+    }
+
+    /// Begins a build for about `expected` ids with `listed` (the rows above the mark) in
+    /// it, read on a connection and a thread of its own, a step at a time. A failure
+    /// leaves the current filter in use (at start: none, so every id is looked up).
+    func build(expected: Int, listed: [QuestionID]) {
+        state.withLock { s in
+            var next = StoredQuestionIDs(expected: expected)
+            for id in listed { next.insert(id) }
+            s.next = next
+        }
         let thread = Thread { [self] in
-            guard let db = try? SQLiteDatabase(path: path, readOnly: true) else { return }
+            var read = 0
+            defer {
+                state.withLock { s in
+                    guard var next = s.next else { return }
+                    s.next = nil
+                    guard read >= 0 else { return }  // failed: the current one stays
+                    next.markComplete()
+                    s.current = next
+                    s.builtWith = read + listed.count
+                    s.insertedSince = 0
+                    s.builds += 1
+                }
+            }
+            guard let db = try? SQLiteDatabase(path: path, readOnly: true) else { return read = -1 }
             _ = try? db.exec("PRAGMA busy_timeout = 5000")
-            var after: (Int64, Int64) = (.min, .min)
-            var first = true
-            while !cancelled.load(ordering: .relaxed) {
+            var after: (Int64, Int64)?
+            while true {
+                if cancelled.load(ordering: .relaxed) { return read = -1 }
                 var chunk: [QuestionID] = []
                 // One short read a step: a long one would hold back the WAL's checkpoints.
-                let read: Void? = try? db.run(
-                    dynamic:
-                        "SELECT high, low FROM questionIDs WHERE \(first ? "1" : "(high, low) > (?, ?)") ORDER BY high, low LIMIT 65536",
-                    first ? [] : [.int(after.0), .int(after.1)]
+                let ok: Void? = try? db.run(
+                    dynamic: "SELECT high, low FROM questionIDs WHERE \(after == nil ? "1" : "(high, low) > (?, ?)") ORDER BY high, low LIMIT 65536",
+                    after.map { [.int($0.0), .int($0.1)] } ?? []
                 ) { r in
                     chunk.append(QuestionID(high: UInt64(bitPattern: r.int(0)), low: UInt64(bitPattern: r.int(1))))
                     after = (r.int(0), r.int(1))
                 }
-                guard read != nil else { return }
-                first = false
-                ids.withLock { ids in
-                    for id in chunk { ids.insert(id) }
-                    if chunk.count < 65536 { ids.markComplete() }
+                guard ok != nil else { return read = -1 }
+                state.withLock { s in
+                    for id in chunk { s.next?.insert(id) }
                 }
+                read += chunk.count
                 if chunk.count < 65536 { return }
             }
         }

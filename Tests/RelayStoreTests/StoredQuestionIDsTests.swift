@@ -54,7 +54,7 @@ final class StoredQuestionIDsTests: XCTestCase {
         let late = try StoreContractTests.question(row: 70_011)
         try reopened.commit([.question(late)])
         let deadline = Date().addingTimeInterval(30)
-        while !reopened.storedIDs.ids.withLock({ $0.complete }) {
+        while !reopened.storedIDs.isSettled {
             guard Date() < deadline else { return XCTFail("the stored ids were not read back within 30 s") }
             usleep(1000)
         }
@@ -62,10 +62,40 @@ final class StoredQuestionIDsTests: XCTestCase {
             XCTAssertEqual(try reopened.question(q.key)?.row, q.row)
         }
         XCTAssertTrue(
-            (indexed + listed + [late]).allSatisfy { q in reopened.storedIDs.ids.withLock { $0.mayHold(q.key) } },
+            (indexed + listed + [late]).allSatisfy { reopened.storedIDs.mayHold($0.key) },
             "a stored id taken for a new one")
         let new = (0..<10_000).map { _ in randomID() }
-        XCTAssertLessThan(new.filter { id in reopened.storedIDs.ids.withLock { $0.mayHold(id) } }.count, 200)
+        XCTAssertLessThan(new.filter { reopened.storedIDs.mayHold($0) }.count, 200)
         XCTAssertNil(try reopened.question(new[0]))
+    }
+
+    /// Ids forgotten stay in a filter: once it holds many more than were stored when it
+    /// was built, it is built again from what is stored, and finds every stored question
+    /// all the while.
+    func testTheFilterIsBuiltAgainFromWhatIsStored() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("ids-\(UUID().uuidString).db").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
+        store.storedIDs.rebuildMinimum.store(1000, ordering: .relaxed)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        func settle() {
+            let deadline = Date().addingTimeInterval(30)
+            while !store.storedIDs.isSettled && Date() < deadline { usleep(1000) }
+        }
+        settle()
+        var asked: [QuestionRecord] = []
+        for round in 0..<4 {
+            let batch = try (1...700).map { try StoreContractTests.question(row: Int64(round * 700 + $0)) }
+            try store.commit(batch.map { .question($0) })
+            try store.indexQuestions()
+            asked += batch
+            // Every stored question found, during a build as after it.
+            XCTAssertTrue(asked.allSatisfy { store.storedIDs.mayHold($0.key) }, "round \(round)")
+            settle()
+            XCTAssertTrue(asked.allSatisfy { store.storedIDs.mayHold($0.key) }, "round \(round), settled")
+        }
+        XCTAssertTrue(store.storedIDs.isSettled)
+        XCTAssertGreaterThanOrEqual(store.storedIDs.builds, 2, "built at start, and again as ids came")
+        XCTAssertNil(try store.question(randomID()))
     }
 }
