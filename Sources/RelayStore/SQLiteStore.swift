@@ -86,7 +86,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try loadTail()
         try loadQuestionTail()
         storedIDs.build(
-            expected: Int(try db.scalar("SELECT max(key) FROM questions") ?? 0),
+            expected: Int(try db.scalar("SELECT sum(count) FROM questionTally") ?? 0),
             listed: questionTail.withLock { $0.entries.map(\.id) })
         // The WAL file now exists; with full sync its directory entry is made durable too.
         if sync == .full { try Self.syncDirectory(of: path) }

@@ -3,7 +3,7 @@
 // question stored, those stored before the store was opened read in the background.
 // "Not held" is certain; "may be held" means look it up. An id forgotten since stays in
 // the filter (a lookup then finds nothing) until it is built again from what is stored
-// (`StoredIDsScan`): its size follows what is kept, about two bytes an id.
+// (`StoredIDsScan`): its size follows what is kept, about a byte an id, up to a budget.
 
 import Foundation
 import RelayProtocol
@@ -34,11 +34,12 @@ struct StoredQuestionIDs: Sendable {
         return false
     }
 
-    var memoryBytes: Int { filters.reduce(0) { $0 + $1.memoryBytes } }
+    /// Ids inserted.
+    var count: Int { filters.reduce(0) { $0 + $1.count } }
 }
 
-/// A Bloom filter over question ids: 16 bits an id at capacity and 4 probes, so that
-/// about one id in 400 that was never inserted is taken for one that was.
+/// A Bloom filter over question ids: 8 bits an id at capacity and 4 probes, so that
+/// about one id in 40 that was never inserted is taken for one that was.
 struct BloomFilter: Sendable {
     private var words: [UInt64]
     private let mask: UInt64
@@ -48,13 +49,12 @@ struct BloomFilter: Sendable {
     init(capacity: Int) {
         self.capacity = capacity
         var bits = 64
-        while bits < capacity * 16 { bits <<= 1 }
+        while bits < capacity * 8 { bits <<= 1 }
         words = [UInt64](repeating: 0, count: bits / 64)
         mask = UInt64(bits - 1)
     }
 
     var isFull: Bool { count >= capacity }
-    var memoryBytes: Int { words.count * 8 }
 
     mutating func insert(_ id: QuestionID) {
         let (a, b) = Self.hashes(id)
@@ -107,6 +107,16 @@ final class StoredIDsScan: Sendable {
         var insertedSince = 0
         var builtWith = 0
         var builds = 0
+        /// Off: more ids are stored than the filter may hold (`budget`); every id is looked
+        /// up, and whether it fits again is seen at the next build due.
+        var off = false
+
+        mutating func turnOff() {
+            current = StoredQuestionIDs(expected: 0)
+            next = nil  // a build under way ends without effect
+            off = true
+            insertedSince = 0
+        }
     }
 
     private let state = Mutex(State())
@@ -114,16 +124,22 @@ final class StoredIDsScan: Sendable {
     private let path: String
     /// Ids inserted since the last build past which a new one is due, at the least.
     let rebuildMinimum = Atomic<Int>(1 << 20)
+    /// The most ids the filter holds (a byte each, and as much again while it grows or is
+    /// built anew): past it, a relay that keeps that many questions looks each new id up.
+    let budget = Atomic<Int>(4 << 20)
 
     init(path: String) { self.path = path }
 
     func insert<S: Sequence>(_ ids: S) where S.Element == QuestionID {
+        let budget = budget.load(ordering: .relaxed)
         state.withLock { s in
             for id in ids {
+                s.insertedSince += 1
+                guard !s.off else { continue }
                 s.current.insert(id)
                 s.next?.insert(id)
-                s.insertedSince += 1
             }
+            if !s.off && max(s.current.count, s.next?.count ?? 0) > budget { s.turnOff() }
         }
     }
 
@@ -138,18 +154,27 @@ final class StoredIDsScan: Sendable {
     /// a new one, from what is stored now, is due (none being built already).
     var isDue: Bool {
         let minimum = rebuildMinimum.load(ordering: .relaxed)
-        return state.withLock { s in s.next == nil && s.current.complete && s.insertedSince > max(2 * s.builtWith, minimum) }
+        return state.withLock { s in
+            s.next == nil && (s.off ? s.insertedSince > minimum : s.current.complete && s.insertedSince > max(2 * s.builtWith, minimum))
+        }
     }
 
     /// Begins a build for about `expected` ids with `listed` (the rows above the mark) in
     /// it, read on a connection and a thread of its own, a step at a time. A failure
     /// leaves the current filter in use (at start: none, so every id is looked up).
     func build(expected: Int, listed: [QuestionID]) {
-        state.withLock { s in
+        let fits = state.withLock { s in
+            guard expected <= budget.load(ordering: .relaxed) else {  // `expected` counts the listed too
+                s.turnOff()
+                return false
+            }
             var next = StoredQuestionIDs(expected: expected)
             for id in listed { next.insert(id) }
             s.next = next
+            s.off = false
+            return true
         }
+        guard fits else { return }
         let thread = Thread { [self] in
             var read = 0
             defer {
@@ -159,6 +184,7 @@ final class StoredIDsScan: Sendable {
                     guard read >= 0 else { return }  // failed: the current one stays
                     next.markComplete()
                     s.current = next
+                    s.off = false
                     s.builtWith = read + listed.count
                     s.insertedSince = 0
                     s.builds += 1
@@ -172,7 +198,8 @@ final class StoredIDsScan: Sendable {
                 var chunk: [QuestionID] = []
                 // One short read a step: a long one would hold back the WAL's checkpoints.
                 let ok: Void? = try? db.run(
-                    dynamic: "SELECT high, low FROM questionIDs WHERE \(after == nil ? "1" : "(high, low) > (?, ?)") ORDER BY high, low LIMIT 65536",
+                    dynamic:
+                        "SELECT high, low FROM questionIDs WHERE \(after == nil ? "1" : "(high, low) > (?, ?)") ORDER BY high, low LIMIT 65536",
                     after.map { [.int($0.0), .int($0.1)] } ?? []
                 ) { r in
                     chunk.append(QuestionID(high: UInt64(bitPattern: r.int(0)), low: UInt64(bitPattern: r.int(1))))

@@ -19,13 +19,13 @@ final class StoredQuestionIDsTests: XCTestCase {
         for id in inserted { ids.insert(id) }  // 200 times what it was sized for
         XCTAssertTrue(inserted.allSatisfy(ids.mayHold), "an inserted id taken for one never stored")
         let strangers = (0..<100_000).map { _ in randomID() }.filter { ids.mayHold($0) }.count
-        XCTAssertLessThan(strangers, 2_000, "more than 2% of new ids would still be looked up")
+        XCTAssertLessThan(strangers, 5_000, "more than 5% of new ids would still be looked up")
         // Ids in a run (not random, as a client may choose them) spread as well.
         var sequential = StoredQuestionIDs(expected: 100_000)
         sequential.markComplete()
         for n in 0..<100_000 { sequential.insert(QuestionID(high: 0, low: UInt64(n))) }
         XCTAssertTrue((0..<100_000).allSatisfy { sequential.mayHold(QuestionID(high: 0, low: UInt64($0))) })
-        XCTAssertLessThan((100_000..<200_000).filter { sequential.mayHold(QuestionID(high: 0, low: UInt64($0))) }.count, 2_000)
+        XCTAssertLessThan((100_000..<200_000).filter { sequential.mayHold(QuestionID(high: 0, low: UInt64($0))) }.count, 5_000)
     }
 
     func testUntilTheStoredIdsAreReadEveryIdMayBeHeld() {
@@ -65,7 +65,7 @@ final class StoredQuestionIDsTests: XCTestCase {
             (indexed + listed + [late]).allSatisfy { reopened.storedIDs.mayHold($0.key) },
             "a stored id taken for a new one")
         let new = (0..<10_000).map { _ in randomID() }
-        XCTAssertLessThan(new.filter { reopened.storedIDs.mayHold($0) }.count, 200)
+        XCTAssertLessThan(new.filter { reopened.storedIDs.mayHold($0) }.count, 500)
         XCTAssertNil(try reopened.question(new[0]))
     }
 
@@ -97,5 +97,36 @@ final class StoredQuestionIDsTests: XCTestCase {
         XCTAssertTrue(store.storedIDs.isSettled)
         XCTAssertGreaterThanOrEqual(store.storedIDs.builds, 2, "built at start, and again as ids came")
         XCTAssertNil(try store.question(randomID()))
+    }
+
+    /// Past its budget the filter is off (every id looked up, nothing held in it), and on
+    /// again once what is stored fits.
+    func testPastItsBudgetTheFilterIsOffUntilWhatIsStoredFits() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("ids-\(UUID().uuidString).db").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
+        store.storedIDs.budget.store(1000, ordering: .relaxed)
+        store.storedIDs.rebuildMinimum.store(500, ordering: .relaxed)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        let deadline = Date().addingTimeInterval(30)
+        while !store.storedIDs.isSettled && Date() < deadline { usleep(1000) }
+        var asked = try (1...1200).map { row -> QuestionRecord in
+            var q = try StoreContractTests.question(row: Int64(row))
+            q.status = .cancelled
+            return q
+        }
+        try store.commit(asked.map { .question($0) })
+        try store.indexQuestions()
+        XCTAssertFalse(store.storedIDs.isSettled, "past the budget: off")
+        XCTAssertTrue(store.storedIDs.mayHold(randomID()), "off, every id is looked up")
+        XCTAssertEqual(try store.question(asked[0].key)?.row, 1)
+        // Forgotten down to what fits, it is built again at the next build due.
+        while try store.maintainQuestions(keeping: QuestionsKept(count: 100), limit: 10_000) {}
+        let more = try (1201...1800).map { try StoreContractTests.question(row: Int64($0)) }
+        try store.commit(more.map { .question($0) })
+        asked = Array(asked.suffix(100)) + more
+        while !store.storedIDs.isSettled && Date() < deadline { usleep(1000) }
+        XCTAssertTrue(store.storedIDs.isSettled, "on again")
+        XCTAssertTrue(asked.allSatisfy { store.storedIDs.mayHold($0.key) })
     }
 }
