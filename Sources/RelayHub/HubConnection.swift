@@ -376,6 +376,20 @@ public final class HubSubscription: @unchecked Sendable {
         delivery.disarm()
         natsSubscription_Destroy(subscription)
     }
+
+    /// Whether the hub still has this subscription's consumer, and sends to it: false when
+    /// the consumer is gone (a hub that lost it) or bound to no one (the interest lost on
+    /// the way). The hub sends such a subscription nothing, and says nothing of it: made
+    /// anew, it takes up where the consumer's acknowledgements left off.
+    public func isLive() throws(HubError) -> Bool {
+        var info: UnsafeMutablePointer<jsConsumerInfo>?
+        var code = jsErrCode(rawValue: 0)
+        let s = natsSubscription_GetConsumerInfo(&info, subscription, nil, &code)
+        defer { jsConsumerInfo_Destroy(info) }
+        if s != NATS_OK && code == JSConsumerNotFoundErr { return false }
+        try HubConnection.check(s, code, "cannot ask the hub about a consumer")
+        return info?.pointee.PushBound ?? false
+    }
 }
 
 /// Hands a subscription's messages on, each holding the subscription (its acknowledgement

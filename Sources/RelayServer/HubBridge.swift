@@ -266,6 +266,7 @@ final class HubBridge: @unchecked Sendable {
         var subscriptions: [String: HubSubscription] = [:]
         var subscribedOn: ObjectIdentifier?
         var backoff = 0.25
+        var lastLook = Date()
         while !isStopping {
             guard let hub = link(), hub.isConnected else {
                 pause(&backoff)
@@ -287,6 +288,15 @@ final class HubBridge: @unchecked Sendable {
                 var unsent = 0
                 for m in acks where (try? m.ack()) == nil { unsent += 1 }
                 if unsent > 0 { log(.debug, "\(unsent) acknowledgements to the hub could not go; those messages come again") }
+                // A subscription the hub sends nothing to any more, and says nothing of, is
+                // made anew: looked at every few seconds.
+                if Date().timeIntervalSince(lastLook) > 5 {
+                    lastLook = Date()
+                    for (family, s) in subscriptions where try !s.isLive() {
+                        log(.warning, "the family hub no longer sends \(family)'s messages to this device; subscribing again")
+                        subscriptions[family] = nil
+                    }
+                }
                 for family in try outbox.families() where subscriptions[family] == nil && families?.contains(family) != false {
                     try ensureStream(family, on: hub)
                     // What a relay killed before it stored (and acknowledged) comes again
