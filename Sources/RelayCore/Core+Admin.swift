@@ -116,12 +116,9 @@ extension RelayCore {
     /// The link to the family hub, for `status`: none without one.
     private var hubStatus: JSONObject {
         guard let device = config.hubDevice else { return [:] }
-        return [
-            "hub": .object([
-                "device": .string(device), "connected": .bool(hubLink.connected), "trusted": .bool(!hubRefused),
-                "outbox": .int(Int64(hubOutbox.count)),
-                "lastContact": hubLink.lastContact.map { .string($0.rfc3339) } ?? .null,
-            ])
-        ]
+        var hub = linkState
+        hub["device"] = .string(device)
+        hub["outbox"] = .int(Int64(hubOutbox.count))
+        return ["hub": .object(hub)]
     }
 }

@@ -49,9 +49,16 @@ extension RelayCore {
     func familyLink(_ r: Request) -> ReplyFields {
         let family = r.member.record.family
         guard hubLinked(family) else { return ["linked": false] }
-        return [
-            "linked": true, "connected": .bool(hubLink.connected), "trusted": .bool(!hubRefused),
-            "waiting": .int(Int64(hubOutbox.values.reduce(0) { $0 + ($1.family == family ? 1 : 0) })),
+        var reply = linkState
+        reply["linked"] = true
+        reply["waiting"] = .int(Int64(hubOutbox.values.reduce(0) { $0 + ($1.family == family ? 1 : 0) }))
+        return .object(reply)
+    }
+
+    /// The link as `status` and `familyLink` tell it.
+    var linkState: JSONObject {
+        [
+            "connected": .bool(hubLink.connected), "trusted": .bool(!hubRefused),
             "lastContact": hubLink.lastContact.map { .string($0.rfc3339) } ?? .null,
         ]
     }

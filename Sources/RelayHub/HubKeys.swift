@@ -14,8 +14,6 @@ import Glibc
 public struct HubKeys: Sendable {
     public let directory: String
     let operatorKey: NKey
-    let operatorJWT: HubJWT
-    let systemJWT: HubJWT
 
     /// Where the owner's administration credentials are (the system account's user).
     public var adminCredentials: String { directory + "/admin.creds" }
@@ -84,8 +82,9 @@ public struct HubKeys: Sendable {
                     + " --keys DIR (a copy of it will do), or make a new hub with `permission-relay hub init`")
         }
         operatorKey = try NKey(seed: try Self.read(directory + "/operator.nk"))
-        operatorJWT = try HubJWT(try Self.read(directory + "/operator.jwt"))
-        systemJWT = try HubJWT(try Self.read(directory + "/system.jwt"))
+        // Read to be sure the directory is whole; signing needs the operator's key alone.
+        _ = try HubJWT(try Self.read(directory + "/operator.jwt"))
+        _ = try HubJWT(try Self.read(directory + "/system.jwt"))
     }
 
     /// The family's account, made (here, not yet on the hub) if it has none.

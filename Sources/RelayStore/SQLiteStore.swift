@@ -232,8 +232,8 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             for case .question(let q) in changes { t.note(q) }
         }
         // Before the core lets go of a question it has just stored (once this returns).
-        storedIDs.insert(changes.lazy.compactMap { if case .question(let q) = $0 { q.key } else { nil } })
-        if storedIDs.isDue {
+        let due = storedIDs.insert(changes.lazy.compactMap { if case .question(let q) = $0 { q.key } else { nil } })
+        if due {
             // On the writer's thread, between commits and passes: what is listed now is
             // handed over, what is committed from now on goes into both, the rest is read.
             let stored = Int((try? db.scalar("SELECT sum(count) FROM questionTally")) ?? 0)

@@ -130,9 +130,13 @@ final class StoredIDsScan: Sendable {
 
     init(path: String) { self.path = path }
 
-    func insert<S: Sequence>(_ ids: S) where S.Element == QuestionID {
+    /// Inserts `ids`; returns whether the filter now holds so many more ids than were
+    /// stored when it was built that a new one, from what is stored now, is due (none
+    /// being built already; while it is off, whether to see if what is kept fits again).
+    func insert<S: Sequence>(_ ids: S) -> Bool where S.Element == QuestionID {
         let budget = budget.load(ordering: .relaxed)
-        state.withLock { s in
+        let minimum = rebuildMinimum.load(ordering: .relaxed)
+        return state.withLock { s in
             for id in ids {
                 s.insertedSince += 1
                 guard !s.off else { continue }
@@ -140,6 +144,8 @@ final class StoredIDsScan: Sendable {
                 s.next?.insert(id)
             }
             if !s.off && max(s.current.count, s.next?.count ?? 0) > budget { s.turnOff() }
+            return s.next == nil
+                && (s.off ? s.insertedSince > minimum : s.current.complete && s.insertedSince > max(2 * s.builtWith, minimum))
         }
     }
 
@@ -149,15 +155,6 @@ final class StoredIDsScan: Sendable {
     /// Whether a build is done and none is under way, and how many were done (for tests).
     var isSettled: Bool { state.withLock { $0.current.complete && $0.next == nil } }
     var builds: Int { state.withLock { $0.builds } }
-
-    /// Whether the filter holds so many more ids than were stored when it was built that
-    /// a new one, from what is stored now, is due (none being built already).
-    var isDue: Bool {
-        let minimum = rebuildMinimum.load(ordering: .relaxed)
-        return state.withLock { s in
-            s.next == nil && (s.off ? s.insertedSince > minimum : s.current.complete && s.insertedSince > max(2 * s.builtWith, minimum))
-        }
-    }
 
     /// Begins a build for about `expected` ids with `listed` (the rows above the mark) in
     /// it, read on a connection and a thread of its own, a step at a time. A failure
