@@ -53,7 +53,7 @@ extension RelayCore {
                 persist(.knownHandle(record))
             } else {
                 child.known[top.handle] = nil
-                persist(.unknownHandle(child: child.id, handle: top.handle))
+                persist(.unknownHandle(record))
                 if let i = lapsed.firstIndex(where: { $0.child === child }) {
                     lapsed[i].handles.append(top.handle)
                 } else {

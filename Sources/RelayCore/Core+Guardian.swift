@@ -119,7 +119,7 @@ extension RelayCore {
             var removed: [NormalizedHandle] = []
             for h in handles {
                 guard let record = child.known.removeValue(forKey: h) else { continue }
-                persist(.unknownHandle(child: id, handle: h))
+                persist(.unknownHandle(record))
                 if record.isKnown(at: r.now) { removed.append(h) }
             }
             announceKnown(child: child, added: [], removed: removed, now: r.now)
@@ -158,7 +158,12 @@ extension RelayCore {
             {
                 continue
             }
-            var record = before ?? KnownHandleRecord(child: child.id, handle: h, permanent: false, until: nil, actions: [])
+            var record =
+                before
+                ?? {
+                    lastKnownHandleRow += 1
+                    return KnownHandleRecord(row: lastKnownHandleRow, child: child.id, handle: h, permanent: false, until: nil, actions: [])
+                }()
             if let until {
                 record.until = max(record.until ?? until, until)
                 if record.until != before?.until { addDeadline(until, child: child, handle: h) }

@@ -125,6 +125,9 @@ public final class RelayCore {
     // and asking).
     var hubOutbox: [Int64: HubOutbound] = [:]
     var lastHubOutbound: Int64 = 0
+    /// The highest row a known handle was given (`KnownHandleRecord.row`). A row freed
+    /// by the handle above every other may be given again: nothing refers to it.
+    var lastKnownHandleRow: Int64 = 0
     var hubWaiters: [String: [HubWaiter]] = [:]
     /// The decisions this relay proposed on each asking not decided yet, by message id.
     var hubProposed: [String: Set<String>] = [:]
@@ -156,6 +159,7 @@ public final class RelayCore {
         for k in s.knownHandles {
             guard let child = members[k.child] else { continue }
             child.known[k.handle] = k
+            lastKnownHandleRow = max(lastKnownHandleRow, k.row)
             if let u = k.until { knownDeadlines.push((u, child, k.handle)) }
         }
         for m in s.hubOutbox { hubOutbox[m.id] = m }

@@ -15,7 +15,8 @@ public enum Change: Sendable, Equatable {
     /// A stored question's status, attempt and outcome changed (its content did not).
     case questionState(QuestionRecord)
     case knownHandle(KnownHandleRecord)
-    case unknownHandle(child: String, handle: NormalizedHandle)
+    /// A known handle forgotten (removed, or its time ran out).
+    case unknownHandle(KnownHandleRecord)
     /// A durable session made, or its cursor or topics changed.
     case session(SessionRecord)
     /// Every durable session of a member forgotten.
@@ -90,8 +91,8 @@ public struct StoreSnapshot: Sendable, Equatable {
         case .knownHandle(let k):
             knownHandles.removeAll { $0.child == k.child && $0.handle == k.handle }
             knownHandles.append(k)
-        case .unknownHandle(let child, let handle):
-            knownHandles.removeAll { $0.child == child && $0.handle == handle }
+        case .unknownHandle(let k):
+            knownHandles.removeAll { $0.child == k.child && $0.handle == k.handle }
         case .session(let s):
             sessions.removeAll { $0.member == s.member && $0.name == s.name }
             sessions.append(s)

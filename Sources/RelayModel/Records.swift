@@ -84,6 +84,10 @@ public struct QuestionRecord: Sendable, Equatable {
 
 /// A handle known for a child: permanently, until an instant, or both.
 public struct KnownHandleRecord: Sendable, Equatable {
+    /// Where the store keeps it: given by the core when the handle becomes known, above
+    /// every row held then, so that new handles are appended rather than spread through
+    /// the table by child (a page written per handle).
+    public var row: Int64
     public var child: String
     public var handle: NormalizedHandle
     public var permanent: Bool
@@ -91,7 +95,8 @@ public struct KnownHandleRecord: Sendable, Equatable {
     /// Actions approved with it, kept for history.
     public var actions: [String]
 
-    public init(child: String, handle: NormalizedHandle, permanent: Bool, until: Timestamp?, actions: [String]) {
+    public init(row: Int64, child: String, handle: NormalizedHandle, permanent: Bool, until: Timestamp?, actions: [String]) {
+        self.row = row
         self.child = child
         self.handle = handle
         self.permanent = permanent

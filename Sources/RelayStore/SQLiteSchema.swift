@@ -186,5 +186,20 @@ extension SQLiteStore {
                 }
             }
         ),
+        (
+            // Known handles under rows the core gives in order (KnownHandleRecord.row): a
+            // table keyed by child wrote a page of it for each handle an answer made known.
+            // The core keeps them all in memory and one row per handle (`check` says so).
+            "known handles in order of becoming known",
+            """
+            CREATE TABLE knownHandlesInOrder(row INTEGER PRIMARY KEY, child TEXT NOT NULL, kind TEXT NOT NULL,
+                value TEXT NOT NULL, permanent INTEGER NOT NULL, until INTEGER, actions TEXT NOT NULL);
+            INSERT INTO knownHandlesInOrder(child, kind, value, permanent, until, actions)
+                SELECT child, kind, value, permanent, until, actions FROM knownHandles;
+            DROP TABLE knownHandles;
+            ALTER TABLE knownHandlesInOrder RENAME TO knownHandles;
+            """,
+            nil
+        ),
     ]
 }

@@ -188,6 +188,10 @@ extension SQLiteStore {
         for (child, held) in tally {
             findings.append("the question tally of \(child) says \(held.count) questions of \(held.bytes) bytes; it has none")
         }
+        // Rows the core does not know of would come back as the handle's state at a restart.
+        try db.run("SELECT child, kind, value, count(*) FROM knownHandles GROUP BY child, kind, value HAVING count(*) > 1") { r in
+            findings.append("the known handle \(r.text(1)):\(r.text(2)) of \(r.text(0)) is stored \(r.int(3)) times")
+        }
         return findings
     }
 

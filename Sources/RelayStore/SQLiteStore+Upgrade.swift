@@ -49,7 +49,12 @@ extension SQLiteStore {
         try db.transaction {
             try db.exec("DELETE FROM families; DELETE FROM members; DELETE FROM questions; DELETE FROM knownHandles; DELETE FROM sessions")
             var rewritten: [Change] = after.families.map { .family($0) } + after.members.map { .member($0) }
-            rewritten += after.questions.map { .question($0) } + after.knownHandles.map { .knownHandle($0) }
+            rewritten += after.questions.map { .question($0) }
+            // A journal's handles had no rows: all are numbered again.
+            for (i, var k) in after.knownHandles.enumerated() {
+                k.row = Int64(i + 1)
+                rewritten.append(.knownHandle(k))
+            }
             rewritten += after.sessions.map { .session($0) }
             // Events as appended; never stamped before the newest the tables hold.
             var latest = before.lastEventAt

@@ -167,14 +167,15 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         s.lastQuestionRow = max(
             try reader.scalar("SELECT max(key) FROM questions") ?? 0,
             try reader.scalar("SELECT value FROM settings WHERE key = 'lastQuestionRow'") ?? 0)
-        try reader.run("SELECT child, kind, value, permanent, until, actions FROM knownHandles") { r in
-            guard let kind = HandleKind(rawValue: r.text(1)), let actions = (try? JSON.parse(r.text(5)))?.array else {
-                throw Self.unreadable("known handle of", r.text(0))
+        try reader.run("SELECT row, child, kind, value, permanent, until, actions FROM knownHandles") { r in
+            guard let kind = HandleKind(rawValue: r.text(2)), let actions = (try? JSON.parse(r.text(6)))?.array else {
+                throw Self.unreadable("known handle of", r.text(1))
             }
             s.knownHandles.append(
                 KnownHandleRecord(
-                    child: r.text(0), handle: NormalizedHandle(kind: kind, value: r.text(2)), permanent: r.int(3) != 0,
-                    until: r.isNull(4) ? nil : Timestamp(milliseconds: r.int(4)), actions: actions.compactMap(\.string)))
+                    row: r.int(0), child: r.text(1), handle: NormalizedHandle(kind: kind, value: r.text(3)),
+                    permanent: r.int(4) != 0, until: r.isNull(5) ? nil : Timestamp(milliseconds: r.int(5)),
+                    actions: actions.compactMap(\.string)))
         }
         try reader.run("SELECT member, name, cursor, topics FROM sessions") { r in
             s.sessions.append(SessionRecord(member: r.text(0), name: r.text(1), cursor: r.int(2), topics: Self.topics(r.text(3))))
@@ -299,15 +300,13 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                 [.text(q.status.rawValue), .int(q.attempt), Self.stored(q.outcome), .int(q.row)])
         case .knownHandle(let k):
             try db.run(
-                "INSERT OR REPLACE INTO knownHandles(child, kind, value, permanent, until, actions) VALUES(?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO knownHandles(row, child, kind, value, permanent, until, actions) VALUES(?,?,?,?,?,?,?)",
                 [
-                    .text(k.child), .text(k.handle.kind.rawValue), .text(k.handle.value), .int(k.permanent ? 1 : 0),
+                    .int(k.row), .text(k.child), .text(k.handle.kind.rawValue), .text(k.handle.value), .int(k.permanent ? 1 : 0),
                     k.until.map { .int($0.milliseconds) } ?? .null, .text(JSON.array(k.actions.map { .string($0) }).text),
                 ])
-        case .unknownHandle(let child, let h):
-            try db.run(
-                "DELETE FROM knownHandles WHERE child = ? AND kind = ? AND value = ?",
-                [.text(child), .text(h.kind.rawValue), .text(h.value)])
+        case .unknownHandle(let k):
+            try db.run("DELETE FROM knownHandles WHERE row = ?", [.int(k.row)])
         case .session(let s):
             try db.run(
                 "INSERT OR REPLACE INTO sessions(member, name, cursor, topics) VALUES(?,?,?,?)",

@@ -5,6 +5,7 @@ import CSystem
 import Foundation
 import RelayProtocol
 import RelayServer
+import Synchronization
 import XCTest
 
 /// The directory holding the programs under test: the release build when
@@ -33,6 +34,8 @@ final class RelayProcess {
     let openFileLimit: Int?
     private(set) var process: Process?
     private(set) var output = ""
+    /// Every relay a test holds, for the report of a stuck test.
+    static let live = Mutex<[WeakRelay]>([])
 
     /// `socket`: where to listen, when not in its own directory.
     init(flags: [String] = ["--ask-rate-limit", "0"], openFileLimit: Int? = nil, socket: String? = nil) throws {
@@ -49,9 +52,15 @@ final class RelayProcess {
     /// never comes): end the run with a message instead of blocking CI for its whole limit.
     private func armWatchdog() {
         let box = WeakRelay(self)
+        Self.live.withLock { $0 = $0.filter { $0.relay != nil } + [box] }
         DispatchQueue.global().asyncAfter(deadline: .now() + 180) {
             guard let relay = box.relay else { return }
-            FileHandle.standardError.write(Data("end-to-end test stuck for 180 s (relay at \(relay.socket)); aborting the run\n".utf8))
+            var report = "end-to-end test stuck for 180 s (relay at \(relay.socket)); aborting the run\n"
+            for other in RelayProcess.live.withLock({ $0.compactMap(\.relay) }) {
+                let log = (try? String(contentsOf: other.logFile, encoding: .utf8)) ?? ""
+                report += "log of the relay at \(other.socket):\n\(log.suffix(3000))\n"
+            }
+            FileHandle.standardError.write(Data(report.utf8))
             if let p = relay.process, p.isRunning { kill(p.processIdentifier, SIGKILL) }
             exit(1)
         }
@@ -64,6 +73,9 @@ final class RelayProcess {
 
     var pid: Int32 { process?.processIdentifier ?? -1 }
 
+    /// What the relay wrote to stderr, over all its starts: shown when a test is stuck.
+    var logFile: URL { dir.appendingPathComponent("relay.log") }
+
     /// Starts the relay and returns once it says it is listening.
     func start(file: StaticString = #filePath, line: UInt = #line) throws {
         let p = Process()
@@ -75,7 +87,10 @@ final class RelayProcess {
         }
         let out = Pipe()
         p.standardOutput = out
-        p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        if !FileManager.default.fileExists(atPath: logFile.path) { FileManager.default.createFile(atPath: logFile.path, contents: nil) }
+        let log = try FileHandle(forWritingTo: logFile)
+        log.seekToEndOfFile()
+        p.standardError = log
         try p.run()
         process = p
         var seen = Data()

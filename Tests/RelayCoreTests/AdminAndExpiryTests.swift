@@ -135,6 +135,28 @@ final class BoundsTests: XCTestCase {
         XCTAssertEqual(h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": phones([5])])["known"]?.int, 3)
     }
 
+    func testKnownHandlesAreStoredInOrderOfBecomingKnownAndKeepTheirRows() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        _ = h.login("c1")
+        var (g, _) = h.login("g1")
+        func add(_ numbers: [Int]) {
+            let handles = JSON.array(numbers.map { .object(["value": .string("+1 555 010\($0)"), "kind": "phoneNumber"]) })
+            h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": handles])
+        }
+        func rows() -> [String: Int64] {
+            Dictionary(uniqueKeysWithValues: h.core.snapshot().knownHandles.map { ($0.handle.value, $0.row) })
+        }
+        add([1, 2])
+        add([2, 3])
+        XCTAssertEqual(rows(), ["+15550101": 1, "+15550102": 2, "+15550103": 3], "known again, a handle keeps its row")
+        try h.restart()
+        (g, _) = h.login("g1")
+        add([4])
+        XCTAssertEqual(rows()["+15550104"], 4, "above every row loaded")
+        h.assertStoreHoldsTheCoresState()
+    }
+
     func testAChildThatAsksAndCancelsForeverStaysBounded() throws {
         let store = MemoryStore()
         let h = try CoreHarness(store: store, kept: QuestionsKept(count: 5))

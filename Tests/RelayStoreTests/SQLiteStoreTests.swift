@@ -167,6 +167,19 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["the stored events 1…2 of g1 cannot be read"])
     }
 
+    func testCheckFindsAKnownHandleStoredTwice() throws {
+        let h = NormalizedHandle(kind: .phoneNumber, rawValue: "+1 555 1")!
+        try SQLiteStore(path: path).commit([
+            .family("f"), .member(MemberRecord(id: "c1", family: "f", role: .child, tokenHash: [0])),
+            .knownHandle(KnownHandleRecord(row: 1, child: "c1", handle: h, permanent: true, until: nil, actions: [])),
+        ])
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        exec(
+            "INSERT INTO knownHandles(row, child, kind, value, permanent, until, actions) SELECT 2, child, kind, value, 0, 5, '[]' FROM knownHandles"
+        )
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["the known handle phoneNumber:+15551 of c1 is stored 2 times"])
+    }
+
     func testAFullDiskFailsTheCommitWholeAndIsSurvivedOnceThereIsRoom() throws {
         try SQLiteStore(path: path).commit([
             .family("kept"), .member(MemberRecord(id: "g", family: "kept", role: .guardian, tokenHash: [0])),

@@ -67,13 +67,15 @@ final class StoreContractTests: XCTestCase {
         let h = NormalizedHandle(kind: .phoneNumber, rawValue: "+1 555 1")!
         let timed = NormalizedHandle(kind: .emailAddress, rawValue: "Kim@Example.com")!
         var child = MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1, 2])
+        let timedRecord = KnownHandleRecord(
+            row: 1, child: "c1", handle: timed, permanent: false, until: Timestamp(milliseconds: 99), actions: [])
         let first: [Change] = [
             .family("fam"), .member(child), .member(MemberRecord(id: "g1", family: "fam", role: .guardian, tokenHash: [3])),
             .question(answered), .question(cancelled), .question(pending), .event(event("g1", 1)), .event(event("g1", 2)),
             .session(SessionRecord(member: "g1", name: "tab", cursor: 0, topics: [])),
             .session(SessionRecord(member: "g1", name: "old", cursor: 0, topics: [])),
             .session(SessionRecord(member: "c1", name: "pad", cursor: 0, topics: [.communication])),
-            .knownHandle(KnownHandleRecord(child: "c1", handle: timed, permanent: false, until: Timestamp(milliseconds: 99), actions: [])),
+            .knownHandle(timedRecord),
         ]
         answered.status = .answered
         answered.outcome = Outcome(choice: .approve, guardian: "g1", answeredAt: Timestamp(milliseconds: 7))
@@ -81,8 +83,9 @@ final class StoreContractTests: XCTestCase {
         child.limitsEnabled = false
         let second: [Change] = [
             .questionState(answered), .questionState(cancelled), .member(child),
-            .knownHandle(KnownHandleRecord(child: "c1", handle: h, permanent: true, until: nil, actions: ["message", "audioCall"])),
-            .unknownHandle(child: "c1", handle: timed), .event(event("c1", 1, at: 7, topic: .communication)),
+            .knownHandle(
+                KnownHandleRecord(row: 2, child: "c1", handle: h, permanent: true, until: nil, actions: ["message", "audioCall"])),
+            .unknownHandle(timedRecord), .event(event("c1", 1, at: 7, topic: .communication)),
             .session(SessionRecord(member: "g1", name: "tab", cursor: 2, topics: [])), .dropSession(member: "g1", name: "old"),
             .dropSessions(member: "c1"),
         ]

@@ -287,7 +287,7 @@ extension LegacyChange {
             for _ in 0..<max(0, try r.int()) { actions.append(try r.string()) }
             return .known(
                 KnownHandleRecord(
-                    child: child, handle: handle, permanent: permanent, until: until < 0 ? nil : Timestamp(milliseconds: until),
+                    row: 0, child: child, handle: handle, permanent: permanent, until: until < 0 ? nil : Timestamp(milliseconds: until),
                     actions: actions))
         case 7: return .unknown(try r.string(), NormalizedHandle(kind: try r.raw(HandleKind.self), value: try r.string()))
         case 8:
