@@ -201,5 +201,19 @@ extension SQLiteStore {
             """,
             nil
         ),
+        (
+            // The rows that must stay are listed in a table of their own, filled by the
+            // pruning steps: marking them in the rows themselves wrote every kept row (and
+            // its page) a second time.
+            "the events index a table of its own",
+            """
+            CREATE TABLE eventIndex(member TEXT NOT NULL, lastSeq INTEGER NOT NULL, id INTEGER NOT NULL,
+                PRIMARY KEY(member, lastSeq)) WITHOUT ROWID;
+            INSERT INTO eventIndex(member, lastSeq, id) SELECT member, lastSeq, id FROM events WHERE indexed;
+            DROP INDEX eventsBySeq;
+            ALTER TABLE events DROP COLUMN indexed;
+            """,
+            nil
+        ),
     ]
 }

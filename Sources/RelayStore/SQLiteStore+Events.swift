@@ -1,4 +1,4 @@
-// The event streams in the SQLite store: a row per member per commit (schema step 5),
+// The event streams in the SQLite store: a row per member per commit (schema step 4),
 // holding its events' frames one after another and their topic kinds.
 //
 // Rows are written unindexed (schema step 6): an index entry per member per commit is a
@@ -8,7 +8,8 @@
 // given here, in order, never at or below the mark (SQLite would give a dropped top id
 // again). A pruning step takes them in order of appending once they are settled: it drops
 // each that every durable session has acknowledged (or that is past retention), adds each
-// that must stay to the (member, lastSeq) index, and moves the mark past them.
+// that must stay to the (member, lastSeq) index, the table `eventIndex` (schema step 10),
+// and moves the mark past them.
 
 import RelayModel
 import RelayProtocol
@@ -69,15 +70,18 @@ extension SQLiteStore {
         t.nextRow = max(t.indexedThrough, try db.scalar("SELECT max(id) FROM events") ?? 0) + 1
         try db.run("SELECT member, head FROM heads") { r in t.stored[r.text(0)] = r.int(1) }
         var pinned: [String: Int64] = [:]
-        try db.run("SELECT member, max(lastSeq) FROM events WHERE indexed GROUP BY member") { r in pinned[r.text(0)] = r.int(1) }
+        try db.run("SELECT member, max(lastSeq) FROM eventIndex GROUP BY member") { r in pinned[r.text(0)] = r.int(1) }
         for (member, last) in pinned {
             t.stored[member] = max(t.stored[member] ?? 0, last)
-            try db.run("SELECT lastSeq, at FROM events WHERE member = ? AND indexed ORDER BY lastSeq LIMIT 1", [.text(member)]) { r in
+            try db.run(
+                "SELECT e.lastSeq, e.at FROM eventIndex i JOIN events e ON e.id = i.id WHERE i.member = ? ORDER BY i.lastSeq LIMIT 1",
+                [.text(member)]
+            ) { r in
                 t.pinned[member] = (r.int(0), r.int(1))
             }
         }
         let next = t.nextRow
-        try db.run("SELECT id, member, firstSeq, lastSeq FROM events WHERE id > ? AND NOT indexed ORDER BY id", [.int(t.indexedThrough)]) {
+        try db.run("SELECT id, member, firstSeq, lastSeq FROM events WHERE id > ? ORDER BY id", [.int(t.indexedThrough)]) {
             r in
             let member = r.text(1), last = r.int(3)
             t.append(member, EventTail.Row(first: r.int(2), last: last, id: r.int(0)))
@@ -127,7 +131,7 @@ extension SQLiteStore {
             if let firstID {
                 let id = firstID + Int64(rows.count)
                 try db.run(
-                    "INSERT INTO events(id, member, firstSeq, lastSeq, at, topics, frames, indexed) VALUES(?,?,?,?,?,?,?,0)",
+                    "INSERT INTO events(id, member, firstSeq, lastSeq, at, topics, frames) VALUES(?,?,?,?,?,?,?)",
                     [.int(id)] + values)
             } else {
                 try db.run("INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames) VALUES(?,?,?,?,?,?)", values)
@@ -170,7 +174,10 @@ extension SQLiteStore {
         }
         // Every row holds at least one event, so `limit` rows are enough.
         try reader.run(
-            "SELECT firstSeq, lastSeq, at, topics, frames FROM events WHERE member = ? AND lastSeq > ? AND indexed ORDER BY lastSeq LIMIT ?",
+            """
+            SELECT e.firstSeq, e.lastSeq, e.at, e.topics, e.frames FROM eventIndex i JOIN events e ON e.id = i.id
+                WHERE i.member = ? AND i.lastSeq > ? ORDER BY i.lastSeq LIMIT ?
+            """,
             [.text(member), .int(seq), .int(Int64(limit))], row: take)
         for row in listed where out.count < limit && row.last > (out.last?.seq ?? seq) {
             try reader.run("SELECT firstSeq, lastSeq, at, topics, frames FROM events WHERE id = ?", [.int(row.id)], row: take)
@@ -241,7 +248,7 @@ extension SQLiteStore {
                 var remaining: (last: Int64, at: Int64)?
                 var ids: [Int64] = []
                 try db.run(
-                    "SELECT id, lastSeq, at FROM events WHERE member = ? AND indexed ORDER BY lastSeq LIMIT ?",
+                    "SELECT i.id, i.lastSeq, e.at FROM eventIndex i JOIN events e ON e.id = i.id WHERE i.member = ? ORDER BY i.lastSeq LIMIT ?",
                     [.text(member), .int(Int64(budget + 1))]
                 ) { r in
                     guard remaining == nil else { return }
@@ -253,6 +260,9 @@ extension SQLiteStore {
                     }
                 }
                 for id in ids { try db.run("DELETE FROM events WHERE id = ?", [.int(id)]) }
+                if let last = dropped[member] {
+                    try db.run("DELETE FROM eventIndex WHERE member = ? AND lastSeq <= ?", [.text(member), .int(last)])
+                }
                 budget -= ids.count
                 pinnedNow[member] = remaining
                 if remaining != nil { kept.insert(member) }
@@ -268,6 +278,7 @@ extension SQLiteStore {
             }
             // Neighbouring rows that go, go in one statement: they share their pages.
             var run: (from: Int64, to: Int64)?
+            var staying: [(member: String, last: Int64, id: Int64)] = []
             func endRun() throws {
                 guard let r = run else { return }
                 try db.run("DELETE FROM events WHERE id BETWEEN ? AND ?", [.int(r.from), .int(r.to)])
@@ -279,13 +290,18 @@ extension SQLiteStore {
                     dropped[row.member] = row.last
                 } else {
                     try endRun()
-                    try db.run("UPDATE events SET indexed = 1 WHERE id = ?", [.int(row.id)])
+                    staying.append((row.member, row.last, row.id))
                     kept.insert(row.member)
                     if pinnedNow[row.member] == nil { pinnedNow[row.member] = (row.last, row.at) }
                 }
                 newMark = row.id
             }
             try endRun()
+            // In the index's order: each member's entries go onto its pages together.
+            staying.sort { ($0.member, $0.last) < ($1.member, $1.last) }
+            for s in staying {
+                try db.run("INSERT INTO eventIndex(member, lastSeq, id) VALUES(?, ?, ?)", [.text(s.member), .int(s.last), .int(s.id)])
+            }
             budget -= rows.count
             for (member, last) in dropped where last >= stored[member] ?? 0 {
                 // Every event of it is gone: its head is kept apart, so that a seq is never given again.

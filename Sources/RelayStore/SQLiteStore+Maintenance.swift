@@ -116,10 +116,19 @@ extension SQLiteStore {
             heads[member] = max(heads[member] ?? 0, last)
         }
         let indexedThrough = try db.scalar("SELECT value FROM settings WHERE key = 'indexedThroughRow'") ?? 0
-        if let unindexed = try db.scalar("SELECT count(*) FROM events WHERE id <= ? AND NOT indexed", [.int(indexedThrough)]),
+        if let unindexed = try db.scalar(
+            "SELECT count(*) FROM events e WHERE e.id <= ? AND NOT EXISTS (SELECT 1 FROM eventIndex i WHERE i.member = e.member AND i.lastSeq = e.lastSeq AND i.id = e.id)",
+            [.int(indexedThrough)]),
             unindexed > 0
         {
             findings.append("\(unindexed) stored event rows are missing from the events index (rows up to \(indexedThrough) must be in it)")
+        }
+        if let stray = try db.scalar(
+            "SELECT count(*) FROM eventIndex i WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.id = i.id AND e.member = i.member AND e.lastSeq = i.lastSeq)"
+        ),
+            stray > 0
+        {
+            findings.append("\(stray) entries of the events index lead to no stored event row")
         }
         var members: [String: (role: String, removed: Bool)] = [:]
         try db.run("SELECT id, role, removed FROM members") { r in members[r.text(0)] = (r.text(1), r.int(2) != 0) }

@@ -187,7 +187,8 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         for (member, head) in t.stored { s.heads[member] = max(s.heads[member] ?? 0, head) }
         for member in t.pinned.keys {
             s.firstRetained[member] = try reader.scalar(
-                "SELECT firstSeq FROM events WHERE member = ? AND indexed ORDER BY lastSeq LIMIT 1", [.text(member)])
+                "SELECT e.firstSeq FROM eventIndex i JOIN events e ON e.id = i.id WHERE i.member = ? ORDER BY i.lastSeq LIMIT 1",
+                [.text(member)])
         }
         for (member, rows) in t.rows where s.firstRetained[member] == nil { s.firstRetained[member] = rows.first?.first }
         s.hubOutbox = try Self.hubOutbox(after: 0, limit: .max, in: reader)

@@ -369,15 +369,18 @@ final class SQLiteStoreTests: XCTestCase {
         _ = try store.prune(
             olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0], settledThrough: StoreContractTests.later, limit: 10)
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
-        exec("UPDATE events SET indexed = 0 WHERE firstSeq = 2")
+        exec("DELETE FROM eventIndex WHERE lastSeq = 2")
         XCTAssertEqual(
             try SQLiteStore.check(databaseAt: path), ["1 stored event rows are missing from the events index (rows up to 3 must be in it)"])
         XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [1, 3], "what the replay would have missed")
         // A row stored twice, once in the index and once not (the index's uniqueness does
         // not cover both), is found too.
-        exec("UPDATE events SET indexed = 1 WHERE firstSeq = 2")
+        exec("INSERT INTO eventIndex(member, lastSeq, id) SELECT member, lastSeq, id FROM events WHERE firstSeq = 2")
+        exec("INSERT INTO eventIndex(member, lastSeq, id) VALUES('g1', 9, 99)")
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["1 entries of the events index lead to no stored event row"])
+        exec("DELETE FROM eventIndex WHERE lastSeq = 9")
         exec(
-            "INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames, indexed) SELECT member, firstSeq, lastSeq, at, topics, frames, 0 FROM events WHERE firstSeq = 3"
+            "INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames) SELECT member, firstSeq, lastSeq, at, topics, frames FROM events WHERE firstSeq = 3"
         )
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["g1's events 1…3 are stored more than once (1 too many)"])
     }
