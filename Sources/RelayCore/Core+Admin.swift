@@ -119,6 +119,7 @@ extension RelayCore {
         var hub = linkState
         hub["device"] = .string(device)
         hub["outbox"] = .int(Int64(hubOutbox.count))
+        hub["inbox"] = hubLink.inbox.map { .int(Int64($0)) } ?? .null
         return ["hub": .object(hub)]
     }
 }

@@ -134,7 +134,7 @@ public final class RelayCore {
     /// Decisions that came before their asking, by question and asking.
     var hubEarly: [String: JSONObject] = [:]
     /// How the link to the hub stands, as the reactor last saw it (for `status`).
-    public var hubLink: (connected: Bool, lastContact: Timestamp?) = (false, nil)
+    public var hubLink: (connected: Bool, lastContact: Timestamp?, inbox: Int?) = (false, nil, nil)
     /// The hub refused this device's credentials at the last try (it was removed).
     public var hubRefused = false
 

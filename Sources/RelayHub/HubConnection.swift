@@ -89,7 +89,7 @@ public struct HubPublication: Sendable {
 
 public final class HubConnection: @unchecked Sendable {
     private var connection: OpaquePointer?
-    private var jetStream: OpaquePointer?
+    fileprivate var jetStream: OpaquePointer?
     /// What the hub said of each message published by `publish(_:)`, by id, as libnats
     /// hands it over on its own thread.
     private let outcomes = PublishOutcomes()
@@ -345,7 +345,7 @@ public final class HubConnection: @unchecked Sendable {
             delivery.disarm()
             throw HubError(s, code, "cannot read \(filter) from \(stream) as \(durable)")
         }
-        let made = HubSubscription(subscription, delivery: delivery, connection: self)
+        let made = HubSubscription(subscription, delivery: delivery, connection: self, stream: stream, durable: durable)
         delivery.arm(made)
         return made
     }
@@ -365,11 +365,15 @@ public final class HubSubscription: @unchecked Sendable {
     private let delivery: Delivery
     /// libnats' subscription lives inside its connection: kept until the subscription goes.
     private let connection: HubConnection
+    private let stream: String
+    private let durable: String
 
-    init(_ subscription: OpaquePointer, delivery: Delivery, connection: HubConnection) {
+    init(_ subscription: OpaquePointer, delivery: Delivery, connection: HubConnection, stream: String, durable: String) {
         self.subscription = subscription
         self.delivery = delivery
         self.connection = connection
+        self.stream = stream
+        self.durable = durable
     }
 
     deinit {
@@ -377,18 +381,22 @@ public final class HubSubscription: @unchecked Sendable {
         natsSubscription_Destroy(subscription)
     }
 
-    /// Whether the hub still has this subscription's consumer, and sends to it: false when
-    /// the consumer is gone (a hub that lost it) or bound to no one (the interest lost on
-    /// the way). The hub sends such a subscription nothing, and says nothing of it: made
-    /// anew, it takes up where the consumer's acknowledgements left off.
-    public func isLive() throws(HubError) -> Bool {
+    /// What the hub says of this subscription's consumer: nil when it is gone (a hub that
+    /// lost it); `bound` false when it sends to no one (the interest lost on the way). The
+    /// hub sends such a subscription nothing, and says nothing of it: made anew, it takes
+    /// up where the consumer's acknowledgements left off. `waiting`: the messages it holds
+    /// for this device that are not acknowledged yet (sent or not).
+    public func consumer() throws(HubError) -> (bound: Bool, waiting: Int)? {
         var info: UnsafeMutablePointer<jsConsumerInfo>?
         var code = jsErrCode(rawValue: 0)
-        let s = natsSubscription_GetConsumerInfo(&info, subscription, nil, &code)
+        // By name: libnats (3.4) knows a subscription's consumer only if it made it, not
+        // one it bound to (this device's, made before), and refuses to ask of it.
+        let s = js_GetConsumerInfo(&info, connection.jetStream, stream, durable, nil, &code)
         defer { jsConsumerInfo_Destroy(info) }
-        if s != NATS_OK && code == JSConsumerNotFoundErr { return false }
+        if s != NATS_OK && code == JSConsumerNotFoundErr { return nil }
         try HubConnection.check(s, code, "cannot ask the hub about a consumer")
-        return info?.pointee.PushBound ?? false
+        guard let c = info?.pointee else { return nil }
+        return (c.PushBound, Int(c.NumPending) + Int(c.NumAckPending))
     }
 }
 

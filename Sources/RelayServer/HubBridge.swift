@@ -48,6 +48,11 @@ final class HubBridge: @unchecked Sendable {
     /// seconds): a device removed tries again every few seconds, not at every turn.
     private let refusedState = Mutex<(refused: Bool, at: Double)>((false, 0))
 
+    /// What the hub holds for this device and it has not taken yet, as of the last look
+    /// (every 5 s while linked).
+    private let inboxState = Mutex<Int?>(nil)
+    var inbox: Int? { inboxState.withLock { $0 } }
+
     /// Whether the hub refused this device at the last try (removed, or paired elsewhere).
     var isRefused: Bool { refusedState.withLock { $0.refused } }
     private var threads = 0
@@ -292,9 +297,21 @@ final class HubBridge: @unchecked Sendable {
                 // made anew: looked at every few seconds.
                 if Date().timeIntervalSince(lastLook) > 5 {
                     lastLook = Date()
-                    for (family, s) in subscriptions where try !s.isLive() {
-                        log(.warning, "the family hub no longer sends \(family)'s messages to this device; subscribing again")
-                        subscriptions[family] = nil
+                    var waiting = 0
+                    for (family, s) in subscriptions {
+                        guard let c = try s.consumer(), c.bound else {
+                            log(.warning, "the family hub no longer sends \(family)'s messages to this device; subscribing again")
+                            subscriptions[family] = nil
+                            continue
+                        }
+                        waiting += c.waiting
+                    }
+                    // The loop reads it when woken: woken when it changed.
+                    if inboxState.withLock({ (before: inout Int?) in
+                        defer { before = waiting }
+                        return before != waiting
+                    }) {
+                        wakeup.wake()
                     }
                 }
                 for family in try outbox.families() where subscriptions[family] == nil && families?.contains(family) != false {

@@ -504,6 +504,7 @@ public final class RelayServer {
                     ? "the family hub is reachable again" : "the family hub is out of reach; what this device must send waits here")
         }
         relay.hubLink.connected = connected
+        relay.hubLink.inbox = connected ? bridge.inbox : nil  // unknown while out of reach
         relay.hubRefused = refused
         if !items.isEmpty || connected { relay.hubLink.lastContact = now }
         for item in items {

@@ -109,6 +109,15 @@ final class CrossDeviceTests: XCTestCase {
         let question = try guardian.event("question")
         XCTAssertEqual(question["question"]?["id"]?.string, id)
         XCTAssertEqual(try guardian.request(["type": "answer", "questionId": .string(id), "choice": "decline"])["type"]?.string, "ok")
+        // The laptop took all the hub held for it: its status says so once it has looked (every 5 s).
+        let laptopAdmin = try laptop.admin()
+        let deadline = Date().addingTimeInterval(15)
+        var hubStatus = try laptopAdmin.request(["type": "status"])["hub"]
+        while hubStatus?["inbox"]?.int != 0 && Date() < deadline {
+            usleep(200_000)
+            hubStatus = try laptopAdmin.request(["type": "status"])["hub"]
+        }
+        XCTAssertEqual(hubStatus?["inbox"]?.int, 0, "\(String(describing: hubStatus))")
     }
 
     /// With the hub out of reach, the child's program says its question waits for the

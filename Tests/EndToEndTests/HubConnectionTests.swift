@@ -57,6 +57,8 @@ final class HubConnectionTests: XCTestCase {
             XCTAssertEqual(batch.map(\.body), [[1], [2], [3]])
             XCTAssertEqual(batch.map(\.deliveries), [1, 1, 1])
             XCTAssertEqual(batch.map(\.streamSequence), [1, 2, 3])
+            XCTAssertEqual(try subscription.consumer()?.waiting, 3, "handed, none acknowledged yet")
+            XCTAssertEqual(try subscription.consumer()?.bound, true)
             for m in batch.prefix(2) { try m.ack() }
             _ = subscription
         }  // the third is never acknowledged: the device went away while storing it
@@ -68,7 +70,10 @@ final class HubConnectionTests: XCTestCase {
         XCTAssertEqual(redelivered.first?.deliveries, 2)
         try redelivered.first?.ack()
         XCTAssertEqual(received.take(1, within: 0.6).count, 0, "acknowledged, it comes no more")
-        _ = again
+        // An acknowledgement is sent without waiting: the hub counts it a moment later.
+        let deadline = Date().addingTimeInterval(5)
+        while try again.consumer()?.waiting != 0 && Date() < deadline { usleep(20_000) }
+        XCTAssertEqual(try again.consumer()?.waiting, 0, "nothing waits for this device")
     }
 
     func testWhatTheHubAcknowledgedOutlivesItsKillAndTheLinkComesBack() throws {
