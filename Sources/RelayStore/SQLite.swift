@@ -41,6 +41,29 @@ final class SQLiteDatabase {
     deinit {
         for stmt in cache.values { sqlite3_finalize(stmt) }
         sqlite3_close(db)
+        hook?.release()
+    }
+
+    /// Called after each commit with the WAL's length in pages, in place of SQLite's own
+    /// checkpoints; a checkpoint runs in the commit when it returns true.
+    private var hook: Unmanaged<WALHook>?
+    final class WALHook {
+        let afterCommit: (Int32) -> Bool
+        init(_ afterCommit: @escaping (Int32) -> Bool) { self.afterCommit = afterCommit }
+    }
+
+    func setWALHook(_ afterCommit: @escaping (_ walPages: Int32) -> Bool) {
+        let box = Unmanaged.passRetained(WALHook(afterCommit))
+        hook?.release()
+        hook = box
+        sqlite3_wal_hook(
+            db,
+            { context, handle, _, pages in
+                if Unmanaged<WALHook>.fromOpaque(context!).takeUnretainedValue().afterCommit(pages) {
+                    _ = sqlite3_wal_checkpoint(handle, nil)
+                }
+                return SQLITE_OK
+            }, box.toOpaque())
     }
 
     func error(_ rc: Int32) -> SQLiteError {
@@ -150,10 +173,14 @@ final class SQLiteDatabase {
         }
     }
 
-    /// Runs a checkpoint of `mode` (`SQLITE_CHECKPOINT_…`).
-    func checkpoint(mode: Int32) throws {
-        let rc = sqlite3_wal_checkpoint_v2(db, nil, mode, nil, nil)
+    /// Runs a checkpoint of `mode` (`SQLITE_CHECKPOINT_…`); returns how many of the WAL's
+    /// pages are in the database now.
+    @discardableResult
+    func checkpoint(mode: Int32) throws -> Int32 {
+        var done: Int32 = 0
+        let rc = sqlite3_wal_checkpoint_v2(db, nil, mode, nil, &done)
         guard rc == SQLITE_OK else { throw error(rc) }
+        return done
     }
 
     /// Copies the whole database, as of one moment, into the one `to` is connected to

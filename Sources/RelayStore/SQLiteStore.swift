@@ -29,9 +29,7 @@ public struct StoreError: Error, CustomStringConvertible {
 /// One connection writes (`commit`, `prune`, `checkpoint`), on the store's writer thread;
 /// another reads (`load`, `events`), on the loop's: WAL lets each see the last commit
 /// while the next is written. Each connection is only ever used by one thread at a time.
-/// SQLite's own checkpoints run in the commit that fills the WAL past 1000 pages, on the
-/// writer's thread: a checkpoint on a connection of its own, beside the writer, held
-/// commits up for a second at a time.
+/// The WAL is checkpointed by a thread and connection of its own (`WALCheckpointer`).
 public final class SQLiteStore: RelayStore, @unchecked Sendable {
     let db: SQLiteDatabase
     let reader: SQLiteDatabase
@@ -45,6 +43,8 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     /// Which question ids may be stored (StoredQuestionIDs.swift): filled at each commit,
     /// and with what was stored before by a thread of its own, which ends with the store.
     let storedIDs: StoredIDsScan
+    /// Checkpoints the WAL beside the writer (WALCheckpointer.swift).
+    let checkpointer: WALCheckpointer
     // The upkeep of the questions' lookup tables under way, the writer's thread's alone:
     // an indexing pass; a forgetting pass's rows and how many are deleted; and where the
     // sweep of the lookup by id stopped.
@@ -78,6 +78,12 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try db.exec("PRAGMA cache_size = -32768")
         secureDelete = try db.text("PRAGMA secure_delete") ?? "0"
         try Self.migrate(db)
+        let checkpointer = WALCheckpointer(path: path)
+        self.checkpointer = checkpointer
+        db.setWALHook { pages in
+            checkpointer.committed(walPages: pages)
+            return pages >= WALCheckpointer.hardLimitPages
+        }
         storedIDs = StoredIDsScan(path: path)
         reader = try SQLiteDatabase(path: path)
         try reader.exec("PRAGMA busy_timeout = 5000")
@@ -92,7 +98,10 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         if sync == .full { try Self.syncDirectory(of: path) }
     }
 
-    deinit { storedIDs.cancel() }
+    deinit {
+        storedIDs.cancel()
+        checkpointer.stop()
+    }
 
     /// Moves everything the WAL holds into the database file and empties the WAL.
     public func checkpoint() throws {

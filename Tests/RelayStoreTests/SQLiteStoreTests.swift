@@ -167,6 +167,27 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["the stored events 1…2 of g1 cannot be read"])
     }
 
+    /// The WAL is copied into the database by a thread of its own: no commit waits for it.
+    func testTheWALIsCopiedIntoTheDatabaseBesideTheWriter() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit([.member(MemberRecord(id: "g", family: "fam", role: .guardian, tokenHash: [0]))])
+        func fileSize() throws -> Int { try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int ?? 0 }
+        let before = try fileSize()
+        let runs = store.checkpointer.runs
+        // Over 1,000 pages of events, a commit at a time: a checkpoint copies what the WAL held then.
+        for seq in Int64(1)...300 {
+            try store.commit([
+                .event(
+                    EventRecord(
+                        member: "g", seq: seq, at: Timestamp(milliseconds: seq), topic: nil,
+                        frame: StoreContractTests.frame(seq, padding: 16000)))
+            ])
+        }
+        XCTAssertTrue(store.checkpointer.awaitRuns(moreThan: runs, seconds: 30), "a checkpoint ran")
+        XCTAssertGreaterThan(try fileSize(), before + 500 * 4096, "the events' pages are in relay.db itself, not only in its WAL")
+        XCTAssertEqual(try store.events(member: "g", after: 295, limit: 10).map(\.seq), [296, 297, 298, 299, 300])
+    }
+
     func testCheckFindsAKnownHandleStoredTwice() throws {
         let h = NormalizedHandle(kind: .phoneNumber, rawValue: "+1 555 1")!
         try SQLiteStore(path: path).commit([

@@ -1,0 +1,94 @@
+// Moves the WAL's pages into the database on a thread and connection of its own, so that
+// no commit waits for it. SQLite's own checkpoints run inside the commit that fills the
+// WAL past 1000 pages: that commit, and every reply waiting for it, waited for two syncs
+// and the copy of every page, which set the tail of the latency at a single family.
+//
+// A PASSIVE checkpoint neither waits for the writer and the readers nor holds them up: it
+// copies what no reader still needs, and the writer starts the WAL again from its
+// beginning at its first transaction after everything is copied. Should the writer
+// outrun it (the WAL past `hardLimitPages`), the writer checkpoints in its commit, as
+// SQLite would. A checkpoint that fails (a full disk) is tried again after the next
+// 1000 pages, as SQLite's own are; the commits themselves say what is wrong.
+
+import CSQLite
+import Foundation
+
+final class WALCheckpointer: @unchecked Sendable {
+    /// A checkpoint starts each time the WAL has this many pages more than the last one
+    /// copied (SQLite's default).
+    static let pages: Int32 = 1000
+    /// Past this, the writer checkpoints in its own commit.
+    static let hardLimitPages: Int32 = 16384
+
+    private let path: String
+    private let condition = NSCondition()
+    // Guarded by `condition`.
+    private var wanted = false
+    private var stopping = false
+    private var running = true
+    /// How much of the WAL the last checkpoint copied (or tried to), in pages.
+    private var copied: Int32 = 0
+    /// How long the WAL was when the last checkpoint was asked for.
+    private var asked: Int32 = 0
+    /// Checkpoints run, for tests to await.
+    private(set) var runs = 0
+
+    init(path: String) {
+        self.path = path
+        let thread = Thread { [self] in run() }
+        thread.name = "checkpointer"
+        thread.start()
+    }
+
+    /// A commit left the WAL `pages` long (SQLite's WAL hook, on the writer's thread).
+    func committed(walPages pages: Int32) {
+        guard pages >= Self.pages else { return }
+        condition.lock()
+        if pages < copied { copied = 0 }  // the WAL started again from its beginning
+        if pages - copied >= Self.pages {
+            wanted = true
+            asked = pages
+            condition.signal()
+        }
+        condition.unlock()
+    }
+
+    /// Waits until more than `count` checkpoints have run, for at most `seconds`.
+    func awaitRuns(moreThan count: Int, seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        condition.lock()
+        defer { condition.unlock() }
+        while runs <= count && condition.wait(until: deadline) {}
+        return runs > count
+    }
+
+    func stop() {
+        condition.lock()
+        stopping = true
+        condition.broadcast()
+        while running { condition.wait() }
+        condition.unlock()
+    }
+
+    private func run() {
+        // A connection opens the WAL at its first read; until then a checkpoint does nothing.
+        let db = try? SQLiteDatabase(path: path)
+        _ = try? db?.scalar("SELECT count(*) FROM sqlite_schema")
+        condition.lock()
+        while true {
+            while !wanted && !stopping { condition.wait() }
+            if stopping { break }
+            wanted = false
+            condition.unlock()
+            // Busy: the writer's own checkpoint under way, past the hard limit.
+            let done = try? db?.checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE)
+            condition.lock()
+            copied = max(copied, done ?? asked)
+            runs += 1
+            condition.broadcast()
+        }
+        running = false
+        condition.broadcast()
+        condition.unlock()
+    }
+}
