@@ -250,31 +250,48 @@ final class CrossDeviceTests: XCTestCase {
             }
             try victims[(2 * round + 1) % 3]()
         }
+        /// Runs `body`; a failure says what was under way, with both relays' logs.
+        func phase<T>(_ what: @autoclosure () -> String, _ body: () throws -> T) throws -> T {
+            do {
+                return try body()
+            } catch {
+                let logs = [tablet, laptop].map { r in
+                    "log of the relay at \(r.socket):\n"
+                        + String(((try? String(contentsOf: r.logFile, encoding: .utf8)) ?? "").suffix(3000))
+                }
+                XCTFail("\(what()): \(error)\n\(logs.joined(separator: "\n"))")
+                throw error
+            }
+        }
         // Every question answered, on both relays alike (the last decisions may still be on
         // their way: each comes to the guardian as a questionClosed).
         for (relay, t) in [(tablet, tokens[0]), (laptop, tokens[1])] {
-            let g = try relay.connect()
-            _ = try g.hello("g0", t["g0"]!)
-            let list = try g.request(["type": "history", "limit": 100])["questions"]?.array ?? []
-            var open = Set(asked.map { $0.uppercased() })
-            for q in list where q["status"]?.string == "answered" { open.remove(q["id"]?.string ?? "") }
-            while !open.isEmpty, let closed = try? g.event("questionClosed") {
-                XCTAssertEqual(closed["reason"]?.string, "answered")
-                open.remove(closed["questionId"]?.string ?? "")
+            try phase("the history at \(relay.socket)") {
+                let g = try relay.connect()
+                _ = try g.hello("g0", t["g0"]!)
+                let list = try g.request(["type": "history", "limit": 100])["questions"]?.array ?? []
+                var open = Set(asked.map { $0.uppercased() })
+                for q in list where q["status"]?.string == "answered" { open.remove(q["id"]?.string ?? "") }
+                while !open.isEmpty, let closed = try? g.event("questionClosed") {
+                    XCTAssertEqual(closed["reason"]?.string, "answered")
+                    open.remove(closed["questionId"]?.string ?? "")
+                }
+                XCTAssertEqual(open, [], "every question answered")
             }
-            XCTAssertEqual(open, [], "every question answered")
         }
         // The child's stream, replayed from its start to a session that follows responses:
         // one response per question.
-        let subscribing = try tablet.connect()
-        _ = try subscribing.hello("c0", tokens[0]["c0"]!, session: "replay")
-        _ = try subscribing.request(["type": "subscribe", "topics": ["communication"]])
-        let child = try tablet.connect()
-        _ = try child.hello("c0", tokens[0]["c0"]!, session: "replay", resume: 0)
         var responses: [String] = []
-        while responses.count < asked.count {
-            let r = try child.event("response")
-            responses.append(r["questionId"]?.string ?? r["question"]?["id"]?.string ?? "")
+        try phase("replaying the child's stream (responses so far: \(responses), asked: \(asked))") {
+            let subscribing = try tablet.connect()
+            _ = try subscribing.hello("c0", tokens[0]["c0"]!, session: "replay")
+            _ = try subscribing.request(["type": "subscribe", "topics": ["communication"]])
+            let child = try tablet.connect()
+            _ = try child.hello("c0", tokens[0]["c0"]!, session: "replay", resume: 0)
+            while responses.count < asked.count {
+                let r = try child.event("response")
+                responses.append(r["questionId"]?.string ?? r["question"]?["id"]?.string ?? "")
+            }
         }
         XCTAssertEqual(responses.sorted(), asked.map { $0.uppercased() }.sorted(), "each question's response once")
     }
