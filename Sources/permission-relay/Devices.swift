@@ -233,29 +233,42 @@ struct HubCommand: Sendable {
         usage: """
             OVERVIEW: List a family's devices: name, whether paired or removed, since when, key.
 
-            USAGE: permission-relay device list --family FAMILY [--keys DIR]
+            USAGE: permission-relay device list --family FAMILY [--keys DIR] [--json]
 
             OPTIONS:
               --family FAMILY The family
             \(keysOption)
+              --json          One JSON array: name, status (paired or removed), since, key
               -h, --help      Show this help.
 
             EXAMPLES:
               permission-relay device list --family smiths
+              permission-relay device list --family smiths --json
             """,
         run: { args in
-            let a = try Arguments(args, valueFlags: ["--family", "--keys"], switchFlags: [])
+            let a = try Arguments(args, valueFlags: ["--family", "--keys"], switchFlags: ["--json"])
             _ = try a.expectPositionals([])
             let family = try familyOption(a)
             let keys = try failure { try HubKeys(directory: a.value("--keys") ?? HubPaths.defaultKeys) }
             let devices = try failure { try keys.devices(of: family) }
+            func since(_ d: (name: String, publicKey: String, added: Int64, removedAt: Int64?)) -> String {
+                Timestamp(milliseconds: (d.removedAt ?? d.added) * 1000).rfc3339
+            }
+            if a.has("--json") {
+                let list = devices.map { d -> JSON in
+                    .object([
+                        "name": .string(d.name), "status": .string(d.removedAt != nil ? "removed" : "paired"),
+                        "since": .string(since(d)), "key": .string(d.publicKey),
+                    ])
+                }
+                return printOut(JSON.array(list).text)
+            }
             guard !devices.isEmpty else {
                 printOut("family \(family) has no devices (pair one with `permission-relay device add`)")
                 return
             }
             for d in devices {
-                let since = Timestamp(milliseconds: (d.removedAt ?? d.added) * 1000).rfc3339
-                printOut("\(d.name)\t\(d.removedAt != nil ? "removed" : "paired")\t\(since)\t\(d.publicKey)")
+                printOut("\(d.name)\t\(d.removedAt != nil ? "removed" : "paired")\t\(since(d))\t\(d.publicKey)")
             }
         })
 

@@ -70,6 +70,11 @@ final class PairedDevicesTests: XCTestCase {
         // asks waits in its outbox.
         relay(["device", "remove", "tablet", "--family", "f0", "--hub", hub.url, "--keys", keys])
         XCTAssertTrue(relay(["device", "list", "--family", "f0", "--keys", keys]).contains("tablet\tremoved"))
+        let laptopKey = relay(["device", "key", "--data", laptop.data]).trimmingCharacters(in: .whitespacesAndNewlines)
+        let listedAsJSON = try JSON.parse(relay(["device", "list", "--family", "f0", "--keys", keys, "--json"])).array ?? []
+        XCTAssertEqual(
+            listedAsJSON.map { "\($0["name"]?.string ?? "") \($0["status"]?.string ?? "") \($0["key"]?.string ?? "")" }.sorted(),
+            ["laptop paired \(laptopKey)", "tablet removed \(key)"])
         let admin = try tablet.admin()
         let deadline = Date().addingTimeInterval(20)
         while try admin.request(["type": "status"])["hub"]?["trusted"]?.bool != false {
