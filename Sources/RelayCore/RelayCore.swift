@@ -157,9 +157,9 @@ public final class RelayCore {
             if let e = q.content.expiration { questionDeadlines.push((e, q.key)) }
         }
         for k in s.knownHandles {
+            lastKnownHandleRow = max(lastKnownHandleRow, k.row)  // also a row no child of this relay holds
             guard let child = members[k.child] else { continue }
             child.known[k.handle] = k
-            lastKnownHandleRow = max(lastKnownHandleRow, k.row)
             if let u = k.until { knownDeadlines.push((u, child, k.handle)) }
         }
         for m in s.hubOutbox { hubOutbox[m.id] = m }

@@ -297,14 +297,15 @@ final class HubBridge: @unchecked Sendable {
                 // made anew: looked at every few seconds.
                 if Date().timeIntervalSince(lastLook) > 5 {
                     lastLook = Date()
-                    var waiting = 0
+                    var waiting: Int? = 0  // unknown while a family is subscribed to anew
                     for (family, s) in subscriptions {
                         guard let c = try s.consumer(), c.bound else {
                             log(.warning, "the family hub no longer sends \(family)'s messages to this device; subscribing again")
                             subscriptions[family] = nil
+                            waiting = nil
                             continue
                         }
-                        waiting += c.waiting
+                        waiting = waiting.map { $0 + c.waiting }
                     }
                     // The loop reads it when woken: woken when it changed.
                     if inboxState.withLock({ (before: inout Int?) in

@@ -74,7 +74,7 @@ extension SQLiteStore {
         for (member, last) in pinned {
             t.stored[member] = max(t.stored[member] ?? 0, last)
             try db.run(
-                "SELECT e.lastSeq, e.at FROM eventIndex i JOIN events e ON e.id = i.id WHERE i.member = ? ORDER BY i.lastSeq LIMIT 1",
+                "SELECT e.lastSeq, e.at FROM eventIndex i JOIN events e ON e.id = i.id AND e.member = i.member WHERE i.member = ? ORDER BY i.lastSeq LIMIT 1",
                 [.text(member)]
             ) { r in
                 t.pinned[member] = (r.int(0), r.int(1))
@@ -175,7 +175,7 @@ extension SQLiteStore {
         // Every row holds at least one event, so `limit` rows are enough.
         try reader.run(
             """
-            SELECT e.firstSeq, e.lastSeq, e.at, e.topics, e.frames FROM eventIndex i JOIN events e ON e.id = i.id
+            SELECT e.firstSeq, e.lastSeq, e.at, e.topics, e.frames FROM eventIndex i JOIN events e ON e.id = i.id AND e.member = i.member
                 WHERE i.member = ? AND i.lastSeq > ? ORDER BY i.lastSeq LIMIT ?
             """,
             [.text(member), .int(seq), .int(Int64(limit))], row: take)
@@ -248,7 +248,7 @@ extension SQLiteStore {
                 var remaining: (last: Int64, at: Int64)?
                 var ids: [Int64] = []
                 try db.run(
-                    "SELECT i.id, i.lastSeq, e.at FROM eventIndex i JOIN events e ON e.id = i.id WHERE i.member = ? ORDER BY i.lastSeq LIMIT ?",
+                    "SELECT i.id, i.lastSeq, e.at FROM eventIndex i JOIN events e ON e.id = i.id AND e.member = i.member WHERE i.member = ? ORDER BY i.lastSeq LIMIT ?",
                     [.text(member), .int(Int64(budget + 1))]
                 ) { r in
                     guard remaining == nil else { return }

@@ -4,6 +4,7 @@
 // journals removed. A journal that cannot be read stops the start with what to do;
 // nothing is dropped without a word.
 
+import CSQLite
 import Glibc
 import RelayModel
 import RelayProtocol
@@ -77,7 +78,7 @@ extension SQLiteStore {
                 [.int(unapplied.last?.generation ?? applied)])
         }
         // The fold is in the database (and on disk, when syncing fully) before the journals go.
-        if sync == .full { try db.exec("PRAGMA wal_checkpoint(FULL)") }
+        if sync == .full { try db.checkpoint(mode: SQLITE_CHECKPOINT_FULL) }  // (the checkpointer starts after)
         for p in paths { unlink(p) }
         try Self.syncDirectory(of: path)
     }

@@ -78,12 +78,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try db.exec("PRAGMA cache_size = -32768")
         secureDelete = try db.text("PRAGMA secure_delete") ?? "0"
         try Self.migrate(db)
-        let checkpointer = WALCheckpointer(path: path)
-        self.checkpointer = checkpointer
-        db.setWALHook { pages in
-            checkpointer.committed(walPages: pages)
-            return pages >= WALCheckpointer.hardLimitPages
-        }
+        checkpointer = WALCheckpointer(path: path)
         storedIDs = StoredIDsScan(path: path)
         reader = try SQLiteDatabase(path: path)
         try reader.exec("PRAGMA busy_timeout = 5000")
@@ -96,6 +91,14 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             listed: questionTail.withLock { $0.entries.map(\.id) })
         // The WAL file now exists; with full sync its directory entry is made durable too.
         if sync == .full { try Self.syncDirectory(of: path) }
+        // Last: a store that fails to open leaves no thread behind (no deinit runs then).
+        // Until now SQLite checkpointed in the commits, as it does by default.
+        let checkpointer = checkpointer
+        db.setWALHook { pages in
+            checkpointer.committed(walPages: pages)
+            return pages >= WALCheckpointer.hardLimitPages
+        }
+        checkpointer.start()
     }
 
     deinit {
@@ -105,7 +108,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
 
     /// Moves everything the WAL holds into the database file and empties the WAL.
     public func checkpoint() throws {
-        try db.checkpoint(mode: SQLITE_CHECKPOINT_TRUNCATE)
+        try checkpointer.whileIdle { try db.checkpoint(mode: SQLITE_CHECKPOINT_TRUNCATE) }
     }
 
     /// The schema version this database is at.
@@ -196,7 +199,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         for (member, head) in t.stored { s.heads[member] = max(s.heads[member] ?? 0, head) }
         for member in t.pinned.keys {
             s.firstRetained[member] = try reader.scalar(
-                "SELECT e.firstSeq FROM eventIndex i JOIN events e ON e.id = i.id WHERE i.member = ? ORDER BY i.lastSeq LIMIT 1",
+                "SELECT e.firstSeq FROM eventIndex i JOIN events e ON e.id = i.id AND e.member = i.member WHERE i.member = ? ORDER BY i.lastSeq LIMIT 1",
                 [.text(member)])
         }
         for (member, rows) in t.rows where s.firstRetained[member] == nil { s.firstRetained[member] = rows.first?.first }

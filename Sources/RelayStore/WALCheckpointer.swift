@@ -25,7 +25,11 @@ final class WALCheckpointer: @unchecked Sendable {
     // Guarded by `condition`.
     private var wanted = false
     private var stopping = false
-    private var running = true
+    private var running = false
+    /// A checkpoint of the writer's own waits for none to be under way here, and holds
+    /// the next back: SQLite refuses a second checkpoint at once, busy timeout or not.
+    private var paused = false
+    private var checkpointing = false
     /// How much of the WAL the last checkpoint copied (or tried to), in pages.
     private var copied: Int32 = 0
     /// How long the WAL was when the last checkpoint was asked for.
@@ -33,11 +37,30 @@ final class WALCheckpointer: @unchecked Sendable {
     /// Checkpoints run, for tests to await.
     private(set) var runs = 0
 
-    init(path: String) {
-        self.path = path
+    init(path: String) { self.path = path }
+
+    func start() {
+        condition.lock()
+        running = true
+        condition.unlock()
         let thread = Thread { [self] in run() }
         thread.name = "checkpointer"
         thread.start()
+    }
+
+    /// Runs `body` (a checkpoint on another connection) with none under way here.
+    func whileIdle<T>(_ body: () throws -> T) rethrows -> T {
+        condition.lock()
+        paused = true
+        while checkpointing { condition.wait() }
+        condition.unlock()
+        defer {
+            condition.lock()
+            paused = false
+            condition.broadcast()
+            condition.unlock()
+        }
+        return try body()
     }
 
     /// A commit left the WAL `pages` long (SQLite's WAL hook, on the writer's thread).
@@ -72,21 +95,24 @@ final class WALCheckpointer: @unchecked Sendable {
 
     private func run() {
         // A connection opens the WAL at its first read; until then a checkpoint does nothing.
-        let db = try? SQLiteDatabase(path: path)
+        var db = try? SQLiteDatabase(path: path)
         _ = try? db?.scalar("SELECT count(*) FROM sqlite_schema")
         condition.lock()
         while true {
-            while !wanted && !stopping { condition.wait() }
+            while (!wanted || paused) && !stopping { condition.wait() }
             if stopping { break }
             wanted = false
+            checkpointing = true
             condition.unlock()
             // Busy: the writer's own checkpoint under way, past the hard limit.
             let done = try? db?.checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE)
             condition.lock()
             copied = max(copied, done ?? asked)
             runs += 1
+            checkpointing = false
             condition.broadcast()
         }
+        db = nil  // closed before the store goes on without it
         running = false
         condition.broadcast()
         condition.unlock()

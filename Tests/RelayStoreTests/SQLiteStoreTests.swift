@@ -188,6 +188,33 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try store.events(member: "g", after: 295, limit: 10).map(\.seq), [296, 297, 298, 299, 300])
     }
 
+    /// The checkpoint of a clean stop (`checkpoint()`) holds the checkpointer back, and
+    /// waits for one it has under way: SQLite refuses a second checkpoint at once (no busy
+    /// timeout), which would leave the WAL where a clean stop promises none.
+    func testNoCheckpointRunsBesideTheStopsOwn() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit([.member(MemberRecord(id: "g", family: "fam", role: .guardian, tokenHash: [0]))])
+        func write(_ seqs: ClosedRange<Int64>) throws {
+            for seq in seqs {
+                try store.commit([
+                    .event(
+                        EventRecord(
+                            member: "g", seq: seq, at: Timestamp(milliseconds: seq), topic: nil,
+                            frame: StoreContractTests.frame(seq, padding: 16000)))
+                ])
+            }
+        }
+        let runs = store.checkpointer.runs
+        try store.checkpointer.whileIdle {
+            try write(1...300)  // over 1,000 pages: the checkpointer is asked
+            XCTAssertFalse(store.checkpointer.awaitRuns(moreThan: runs, seconds: 0.5), "held back")
+        }
+        XCTAssertTrue(store.checkpointer.awaitRuns(moreThan: runs, seconds: 30), "and run once let go")
+        try write(301...600)
+        XCTAssertNoThrow(try store.checkpoint())
+        XCTAssertEqual(try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int, 0, "the WAL emptied")
+    }
+
     func testCheckFindsAKnownHandleStoredTwice() throws {
         let h = NormalizedHandle(kind: .phoneNumber, rawValue: "+1 555 1")!
         try SQLiteStore(path: path).commit([
