@@ -34,8 +34,14 @@ final class WALCheckpointer: @unchecked Sendable {
     private var copied: Int32 = 0
     /// How long the WAL was when the last checkpoint was asked for.
     private var asked: Int32 = 0
+    private var runCount = 0
+
     /// Checkpoints run, for tests to await.
-    private(set) var runs = 0
+    var runs: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return runCount
+    }
 
     init(path: String) { self.path = path }
 
@@ -81,8 +87,8 @@ final class WALCheckpointer: @unchecked Sendable {
         let deadline = Date().addingTimeInterval(seconds)
         condition.lock()
         defer { condition.unlock() }
-        while runs <= count && condition.wait(until: deadline) {}
-        return runs > count
+        while runCount <= count && condition.wait(until: deadline) {}
+        return runCount > count
     }
 
     func stop() {
@@ -108,7 +114,7 @@ final class WALCheckpointer: @unchecked Sendable {
             let done = try? db?.checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE)
             condition.lock()
             copied = max(copied, done ?? asked)
-            runs += 1
+            runCount += 1
             checkpointing = false
             condition.broadcast()
         }
