@@ -83,6 +83,55 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try store.question(answered.key), answered)
     }
 
+    /// A store written at schema 8 (events marked indexed in their rows, known handles by
+    /// child): its events stay readable whether indexed or not, pruning and `check` work on
+    /// the index table, and its handles keep their fields under rows of their own.
+    func testASchemaEightDatabaseIsConverted() throws {
+        // Steps 1–8 as they ran on an empty store (the tables steps 3 and 4 convert and drop, dropped).
+        let dropped = [2: "DROP TABLE events;", 3: "DROP TABLE eventBatches;"]
+        let old = SQLiteStore.migrations.prefix(8).enumerated().map { $0.element.sql + "\n" + (dropped[$0.offset] ?? "") }
+            .joined(separator: "\n")
+        let versions = SQLiteStore.migrations.prefix(8).enumerated().map { "(\($0.offset + 1), 'step', 0)" }
+        func hex(_ seq: Int64) -> String { StoreContractTests.frame(seq).map { String(format: "%02x", $0) }.joined() }
+        var sql = """
+            CREATE TABLE migrations(version INTEGER PRIMARY KEY, name TEXT NOT NULL, appliedAt INTEGER NOT NULL);
+            \(old)
+            INSERT INTO migrations VALUES\(versions.joined(separator: ","));
+            INSERT INTO families VALUES('fam');
+            INSERT INTO members(id, family, role, tokenHash, removed, limitsEnabled)
+                VALUES('g1', 'fam', 'guardian', x'00', 0, 1), ('c1', 'fam', 'child', x'00', 0, 1);
+            INSERT INTO sessions VALUES('g1', 'tab', 0, '');
+            INSERT INTO knownHandles VALUES('c1', 'phoneNumber', '+15550001', 1, NULL, '["message"]'),
+                ('c1', 'emailAddress', 'kim@example.com', 0, 99000, '[]');
+            INSERT OR REPLACE INTO settings(key, value) VALUES('indexedThroughRow', 3);
+
+            """
+        // Rows 1–3 in the index (below the mark), 4–5 above it, outside.
+        for seq in Int64(1)...5 {
+            sql += "INSERT INTO events(id, member, firstSeq, lastSeq, at, topics, frames, indexed) "
+            sql += "VALUES(\(seq), 'g1', \(seq), \(seq), \(seq), '[null]', x'\(hex(seq))', \(seq <= 3 ? 1 : 0));\n"
+        }
+        exec(sql)
+
+        let store = try SQLiteStore(path: path)
+        XCTAssertEqual(try store.schemaVersion(), SQLiteStore.migrations.count)
+        XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [1, 2, 3, 4, 5])
+        XCTAssertEqual(try store.events(member: "g1", after: 4, limit: 10).last?.frame, StoreContractTests.frame(5))
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        let handles = try store.load().knownHandles.sorted { $0.row < $1.row }
+        XCTAssertEqual(handles.map(\.row), [1, 2])
+        XCTAssertEqual(
+            handles.map { "\($0.handle.value) \($0.permanent) \($0.until?.milliseconds ?? -1) \($0.actions)" }.sorted(),
+            ["+15550001 true -1 [\"message\"]", "kim@example.com false 99000 []"])
+        // Acknowledged up to 2: the indexed rows 1–2 go (with their index entries), 3–5 stay.
+        try store.commit([.session(SessionRecord(member: "g1", name: "tab", cursor: 2, topics: []))])
+        _ = try store.prune(
+            olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 2], settledThrough: StoreContractTests.later, limit: 10)
+        XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [3, 4, 5])
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        XCTAssertEqual(try SQLiteStore(path: path).events(member: "g1", after: 0, limit: 10).map(\.seq), [3, 4, 5], "after a restart")
+    }
+
     /// A data directory written by the relay that kept journals (killed while they held
     /// what the tables did not: generation 2 in `-changes.0`, generation 1 already in the
     /// tables): every change comes in, and the journals go.
