@@ -158,12 +158,13 @@ extension RelayCore {
             {
                 continue
             }
-            var record =
-                before
-                ?? {
-                    lastKnownHandleRow += 1
-                    return KnownHandleRecord(row: lastKnownHandleRow, child: child.id, handle: h, permanent: false, until: nil, actions: [])
-                }()
+            var record: KnownHandleRecord
+            if let before {
+                record = before
+            } else {
+                lastKnownHandleRow += 1
+                record = KnownHandleRecord(row: lastKnownHandleRow, child: child.id, handle: h, permanent: false, until: nil, actions: [])
+            }
             if let until {
                 record.until = max(record.until ?? until, until)
                 if record.until != before?.until { addDeadline(until, child: child, handle: h) }

@@ -258,6 +258,27 @@ final class HubBridge: @unchecked Sendable {
         }
     }
 
+    /// Drops the subscriptions whose consumer the hub lost or sends to no one (they are
+    /// made anew), and notes what the hub holds for this device: unknown while a family
+    /// is subscribed to anew.
+    private func look(at subscriptions: inout [String: HubSubscription]) throws(HubError) {
+        var waiting: Int? = 0
+        for (family, s) in subscriptions {
+            guard let c = try s.consumer(), c.bound else {
+                log(.warning, "the family hub no longer sends \(family)'s messages to this device; subscribing again")
+                subscriptions[family] = nil
+                waiting = nil
+                continue
+            }
+            waiting = waiting.map { $0 + c.waiting }
+        }
+        let changed = inboxState.withLock { before in
+            defer { before = waiting }
+            return before != waiting
+        }
+        if changed { wakeup.wake() }  // the loop reads it when woken
+    }
+
     private func pause(_ backoff: inout Double) {
         condition.lock()
         if !stopping { _ = condition.wait(until: Date().addingTimeInterval(backoff)) }
@@ -297,23 +318,7 @@ final class HubBridge: @unchecked Sendable {
                 // made anew: looked at every few seconds.
                 if Date().timeIntervalSince(lastLook) > 5 {
                     lastLook = Date()
-                    var waiting: Int? = 0  // unknown while a family is subscribed to anew
-                    for (family, s) in subscriptions {
-                        guard let c = try s.consumer(), c.bound else {
-                            log(.warning, "the family hub no longer sends \(family)'s messages to this device; subscribing again")
-                            subscriptions[family] = nil
-                            waiting = nil
-                            continue
-                        }
-                        waiting = waiting.map { $0 + c.waiting }
-                    }
-                    // The loop reads it when woken: woken when it changed.
-                    if inboxState.withLock({ (before: inout Int?) in
-                        defer { before = waiting }
-                        return before != waiting
-                    }) {
-                        wakeup.wake()
-                    }
+                    try look(at: &subscriptions)
                 }
                 for family in try outbox.families() where subscriptions[family] == nil && families?.contains(family) != false {
                     try ensureStream(family, on: hub)

@@ -87,7 +87,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try loadTail()
         try loadQuestionTail()
         storedIDs.build(
-            expected: Int(try db.scalar("SELECT sum(count) FROM questionTally") ?? 0),
+            expected: try storedQuestionCount(),
             listed: questionTail.withLock { $0.entries.map(\.id) })
         // The WAL file now exists; with full sync its directory entry is made durable too.
         if sync == .full { try Self.syncDirectory(of: path) }
@@ -110,6 +110,9 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     public func checkpoint() throws {
         try checkpointer.whileIdle { try db.checkpoint(mode: SQLITE_CHECKPOINT_TRUNCATE) }
     }
+
+    /// How many questions are stored, as the tally says.
+    func storedQuestionCount() throws -> Int { Int(try db.scalar("SELECT sum(count) FROM questionTally") ?? 0) }
 
     /// The schema version this database is at.
     public func schemaVersion() throws -> Int {
@@ -250,8 +253,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         if due {
             // On the writer's thread, between commits and passes: what is listed now is
             // handed over, what is committed from now on goes into both, the rest is read.
-            let stored = Int((try? db.scalar("SELECT sum(count) FROM questionTally")) ?? 0)
-            storedIDs.build(expected: stored, listed: questionTail.withLock { $0.entries.map(\.id) })
+            storedIDs.build(expected: (try? storedQuestionCount()) ?? 0, listed: questionTail.withLock { $0.entries.map(\.id) })
         }
         guard !rows.isEmpty else { return }
         tail.withLock { t in

@@ -23,6 +23,11 @@ final class SQLiteStoreTests: XCTestCase {
 
     private var path: String { dir.appendingPathComponent("relay.db").path }
 
+    /// Event `seq`'s frame as an SQL blob literal, for stores written by hand at old schemas.
+    private func frameLiteral(_ seq: Int64) -> String {
+        "x'" + StoreContractTests.frame(seq).map { String(format: "%02x", $0) }.joined() + "'"
+    }
+
     private func exec(_ sql: String, at path: String? = nil) {
         var db: OpaquePointer?
         XCTAssertEqual(sqlite3_open(path ?? self.path, &db), SQLITE_OK)
@@ -53,11 +58,10 @@ final class SQLiteStoreTests: XCTestCase {
             INSERT INTO questions VALUES('\(q.id)', 'c1', 'fam', 'pending', 1, 9, '\(content)', NULL);
             """
         // g1's clock went back at seq 200: its events stay in order of time all the same.
-        func hex(_ seq: Int64) -> String { StoreContractTests.frame(seq).map { String(format: "%02x", $0) }.joined() }
         for seq in Int64(1)...300 {
-            sql += "INSERT INTO events VALUES('g1', \(seq), \(seq < 200 ? seq : seq - 150), NULL, x'\(hex(seq))');\n"
+            sql += "INSERT INTO events VALUES('g1', \(seq), \(seq < 200 ? seq : seq - 150), NULL, \(frameLiteral(seq)));\n"
         }
-        sql += "INSERT INTO events VALUES('c1', 1, 5, 'communication', x'\(hex(1))');"
+        sql += "INSERT INTO events VALUES('c1', 1, 5, 'communication', \(frameLiteral(1)));"
         exec(sql)
 
         let store = try SQLiteStore(path: path)
@@ -92,7 +96,6 @@ final class SQLiteStoreTests: XCTestCase {
         let old = SQLiteStore.migrations.prefix(8).enumerated().map { $0.element.sql + "\n" + (dropped[$0.offset] ?? "") }
             .joined(separator: "\n")
         let versions = SQLiteStore.migrations.prefix(8).enumerated().map { "(\($0.offset + 1), 'step', 0)" }
-        func hex(_ seq: Int64) -> String { StoreContractTests.frame(seq).map { String(format: "%02x", $0) }.joined() }
         var sql = """
             CREATE TABLE migrations(version INTEGER PRIMARY KEY, name TEXT NOT NULL, appliedAt INTEGER NOT NULL);
             \(old)
@@ -109,7 +112,7 @@ final class SQLiteStoreTests: XCTestCase {
         // Rows 1–3 in the index (below the mark), 4–5 above it, outside.
         for seq in Int64(1)...5 {
             sql += "INSERT INTO events(id, member, firstSeq, lastSeq, at, topics, frames, indexed) "
-            sql += "VALUES(\(seq), 'g1', \(seq), \(seq), \(seq), '[null]', x'\(hex(seq))', \(seq <= 3 ? 1 : 0));\n"
+            sql += "VALUES(\(seq), 'g1', \(seq), \(seq), \(seq), '[null]', \(frameLiteral(seq)), \(seq <= 3 ? 1 : 0));\n"
         }
         exec(sql)
 
