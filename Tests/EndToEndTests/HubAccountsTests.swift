@@ -140,14 +140,7 @@ final class HubAccountsTests: XCTestCase {
         let new = try pair("tablet", of: "smiths", keys: keys, admin: admin)
         XCTAssertEqual(try keys.devices(of: "smiths").map(\.name), ["tablet"])
         XCTAssertThrowsError(try HubConnection(url: server.url, name: "old", credentials: old, timeoutMillis: 2000), "the old key")
-        // Seen once in many runs on a loaded machine: the new key refused just after the
-        // push was answered, and let in a moment later (a relay tries its link again anyway).
-        var joined: HubConnection?
-        let deadline = Date().addingTimeInterval(3)
-        repeat {
-            joined = try? HubConnection(url: server.url, name: "new", credentials: new, timeoutMillis: 2000)
-        } while joined == nil && Date() < deadline
-        XCTAssertEqual(joined?.isConnected, true, "the new key")
+        XCTAssertTrue(try HubConnection(url: server.url, name: "new", credentials: new, timeoutMillis: 2000).isConnected, "the new key")
         try keys.removeDevice("tablet", family: "smiths") { try admin.push(account: $0) }
         for credentials in [old, new] {
             XCTAssertThrowsError(try HubConnection(url: server.url, name: "t", credentials: credentials, timeoutMillis: 2000))
