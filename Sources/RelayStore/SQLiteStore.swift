@@ -75,7 +75,9 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         // The WAL is reused from its start after each checkpoint; past 64 MiB it is also cut
         // back, so a burst does not keep its size on disk.
         try db.exec("PRAGMA journal_size_limit = \(64 << 20)")
-        try db.exec("PRAGMA cache_size = -32768")
+        // The writer touches the newest pages of each table, and the kernel caches the rest:
+        // a bigger page cache than SQLite's default only holds memory (see performance.md).
+        try db.exec("PRAGMA cache_size = -2048")
         secureDelete = try db.text("PRAGMA secure_delete") ?? "0"
         try Self.migrate(db)
         checkpointer = WALCheckpointer(path: path)
