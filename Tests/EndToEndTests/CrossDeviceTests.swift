@@ -195,9 +195,10 @@ final class CrossDeviceTests: XCTestCase {
         XCTAssertEqual(next["questionId"]?.string ?? next["question"]?["id"]?.string, marker, "the first response came once")
     }
 
-    /// Thirty SIGKILLs spread over the hub and both relays, each between an ask and its
-    /// answer or right after the answer: every question is answered once, both relays
-    /// agree, and the child's stream holds one response per question, none twice.
+    /// Thirty SIGKILLs spread over the hub and both relays, each right after a round's
+    /// four asks or their answers, while those still cross the bridges: every question is
+    /// answered once, both relays agree, and the child's stream holds one response per
+    /// question, none twice.
     func testThirtyKillsOverTheHubAndBothRelaysLoseNothingAndRepeatNothing() throws {
         let hub = try NATSServer()
         let (tablet, laptop, tokens) = try devices(hub)
@@ -227,26 +228,38 @@ final class CrossDeviceTests: XCTestCase {
         ]
         var asked: [String] = []
         for round in 0..<15 {
-            let id = UUID().uuidString
-            let person: JSON = .object(["handle": .object(["value": .string("+1 555 02\(10 + round)"), "kind": "phoneNumber"])])
-            let ask: JSONObject = [
-                "type": "ask",
-                "question": .object([
-                    "id": .string(id), "topic": .object(["kind": "communication", "personInformation": .array([person])]),
-                ]),
-            ]
-            _ = try until(tablet, "c0", tokens[0]) { c in try c.request(ask)["type"]?.string == "ok" ? true : nil }
-            asked.append(id)
+            // Four questions a round, sent together: each kill finds some of them, or their
+            // answers, on their way through the bridges and the hub.
+            let ids = (0..<4).map { _ in UUID().uuidString }
+            let asks = ids.enumerated().map { i, id -> JSONObject in
+                let person: JSON = .object(["handle": .object(["value": .string("+1 555 \(1000 + 4 * round + i)"), "kind": "phoneNumber"])])
+                return [
+                    "type": "ask", "id": .string("a\(i)"),
+                    "question": .object([
+                        "id": .string(id), "topic": .object(["kind": "communication", "personInformation": .array([person])]),
+                    ]),
+                ]
+            }
+            _ = try until(tablet, "c0", tokens[0]) { c -> Bool? in
+                for ask in asks { try c.send(ask) }
+                return try (0..<asks.count).allSatisfy { try c.reply("a\($0)")["type"]?.string == "ok" } ? true : nil
+            }
+            asked += ids
             try victims[(2 * round) % 3]()
-            let answer: JSONObject = ["type": "answer", "questionId": .string(id), "choice": round % 2 == 0 ? "approve" : "decline"]
             _ = try until(laptop, "g0", tokens[1]) { c -> Bool? in
-                var r = try c.request(answer)
-                if r["code"]?.string == "notFound" {
-                    // Not on the laptop yet: it comes through the hub.
-                    while try c.event("question")["question"]?["id"]?.string != id.uppercased() {}
-                    r = try c.request(answer)
+                for (n, id) in ids.enumerated() {
+                    let answer: JSONObject = [
+                        "type": "answer", "questionId": .string(id), "choice": (round + n) % 2 == 0 ? "approve" : "decline",
+                    ]
+                    var r = try c.request(answer)
+                    if r["code"]?.string == "notFound" {
+                        // Not on the laptop yet: it comes through the hub.
+                        while try c.event("question")["question"]?["id"]?.string != id.uppercased() {}
+                        r = try c.request(answer)
+                    }
+                    guard r["type"]?.string == "ok" || r["code"]?.string == "alreadyAnswered" else { return nil }
                 }
-                return r["type"]?.string == "ok" || r["code"]?.string == "alreadyAnswered" ? true : nil
+                return true
             }
             try victims[(2 * round + 1) % 3]()
         }
