@@ -251,13 +251,13 @@ struct HubCommand: Sendable {
             let family = try familyOption(a)
             let keys = try failure { try HubKeys(directory: a.value("--keys") ?? HubPaths.defaultKeys) }
             let devices = try failure { try keys.devices(of: family) }
-            func since(_ d: (name: String, publicKey: String, added: Int64, removedAt: Int64?)) -> String {
-                Timestamp(milliseconds: (d.removedAt ?? d.added) * 1000).rfc3339
-            }
+            typealias Device = (name: String, publicKey: String, added: Int64, removedAt: Int64?)
+            func status(_ d: Device) -> String { d.removedAt != nil ? "removed" : "paired" }
+            func since(_ d: Device) -> String { Timestamp(milliseconds: (d.removedAt ?? d.added) * 1000).rfc3339 }
             if a.has("--json") {
                 let list = devices.map { d -> JSON in
                     .object([
-                        "name": .string(d.name), "status": .string(d.removedAt != nil ? "removed" : "paired"),
+                        "name": .string(d.name), "status": .string(status(d)),
                         "since": .string(since(d)), "key": .string(d.publicKey),
                     ])
                 }
@@ -268,7 +268,7 @@ struct HubCommand: Sendable {
                 return
             }
             for d in devices {
-                printOut("\(d.name)\t\(d.removedAt != nil ? "removed" : "paired")\t\(since(d))\t\(d.publicKey)")
+                printOut("\(d.name)\t\(status(d))\t\(since(d))\t\(d.publicKey)")
             }
         })
 
