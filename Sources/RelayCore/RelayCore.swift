@@ -188,7 +188,7 @@ public final class RelayCore {
     }
 
     /// Records a change to store with this turn's.
-    func persist(_ change: Change) {
+    func persist(_ change: consuming Change) {
         switch change {
         case .question(let q), .questionState(let q):
             questions.entry(q.key)?.storedIn = takes + 1

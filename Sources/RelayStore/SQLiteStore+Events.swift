@@ -27,8 +27,9 @@ struct EventTail: Sendable {
     var indexedThrough: Int64 = 0
     /// The id the next row gets: above every row there is or was, and above the mark.
     var nextRow: Int64 = 1
-    /// Per member, its unindexed rows in order.
-    var rows: [String: [Row]] = [:]
+    /// Per member, its unindexed rows in order: a slice, so that trimming its front is a
+    /// step of its start, not a copy (appending reallocates past the trimmed rows).
+    var rows: [String: ArraySlice<Row>] = [:]
     /// The unindexed rows' members in order of their ids, for the mark to trim `rows` by.
     var order: [(id: Int64, member: String)] = []
     var orderStart = 0
@@ -49,9 +50,9 @@ struct EventTail: Sendable {
         indexedThrough = max(indexedThrough, mark)
         while orderStart < order.count, order[orderStart].id <= mark {
             let member = order[orderStart].member
-            if var list = rows[member], let first = list.first, first.id <= mark {
-                list.removeFirst()
-                rows[member] = list.isEmpty ? nil : list
+            if let first = rows[member]?.first, first.id <= mark {
+                rows[member]!.removeFirst()  // in place
+                if rows[member]!.isEmpty { rows[member] = nil }
             }
             orderStart += 1
         }
@@ -156,7 +157,7 @@ extension SQLiteStore {
         // meanwhile is then read through the index as well (and taken once), never missed.
         let listed = tail.withLock { t -> ArraySlice<EventTail.Row> in
             guard let rows = t.rows[member] else { return [] }
-            var low = 0, high = rows.count  // the first row with events after `seq`
+            var low = rows.startIndex, high = rows.endIndex  // the first row with events after `seq`
             while low < high {
                 let mid = (low + high) / 2
                 if rows[mid].last <= seq { low = mid + 1 } else { high = mid }

@@ -27,18 +27,34 @@ struct QuestionTail: Sendable {
     var indexedThrough: Int64 = 0
     /// In order of their rows (given in order; a question asked anew keeps its row).
     var entries: [Entry] = []
-    var byID: [QuestionID: Int64] = [:]
+    /// The rows of the listed ids: noted since the pass under way began, and before it (that
+    /// pass's, all let go together when it ends, rather than one by one). An entry that
+    /// outlives its listing is harmless: it still names the question's row.
+    private var byID: [QuestionID: Int64] = [:]
+    private var passByID: [QuestionID: Int64] = [:]
     /// When the last pass ended (monotonic milliseconds).
     var lastPass: Int64 = 0
 
-    mutating func note(_ q: QuestionRecord) {
-        guard q.row > indexedThrough else { return }
-        let entry = Entry(row: q.row, id: q.key, child: q.child, createdAt: q.createdAt.milliseconds)
-        byID[q.key] = q.row
+    /// The row of a listed question.
+    func row(of id: QuestionID) -> Int64? { byID[id] ?? passByID[id] }
+
+    mutating func note(_ entry: Entry) {
+        guard entry.row > indexedThrough else { return }
+        byID[entry.id] = entry.row
         // Nearly always a new row, above every listed one.
-        guard let last = entries.last, q.row <= last.row else { return entries.append(entry) }
-        let i = position(of: q.row)
-        if i < entries.count && entries[i].row == q.row { entries[i] = entry } else { entries.insert(entry, at: i) }
+        guard let last = entries.last, entry.row <= last.row else { return entries.append(entry) }
+        let i = position(of: entry.row)
+        if i < entries.count && entries[i].row == entry.row { entries[i] = entry } else { entries.insert(entry, at: i) }
+    }
+
+    /// A pass begins with every listed question: their ids go with it.
+    mutating func passBegins() {
+        if passByID.isEmpty {
+            swap(&passByID, &byID)
+        } else {  // a pass that never ended
+            passByID.merge(byID) { _, noted in noted }
+        }
+        byID = .init(minimumCapacity: passByID.count)  // about as many come before the next pass
     }
 
     /// Where `row` is listed, or would be.
@@ -60,12 +76,13 @@ struct QuestionTail: Sendable {
     /// The listed rows of `child`.
     func rows(of child: String) -> [Int64] { entries.lazy.filter { $0.child == child }.map(\.row) }
 
-    /// Forgets the listed rows up to `mark`: they are in the lookup tables now.
-    mutating func trim(through mark: Int64) {
+    /// Forgets the listed rows up to `mark`, the end of the pass that has added them to the
+    /// lookup tables. Returns the pass's ids, for the caller to let go of outside its lock.
+    mutating func trim(through mark: Int64) -> [QuestionID: Int64] {
         indexedThrough = max(indexedThrough, mark)
-        let gone = entries.prefix { $0.row <= mark }
-        for e in gone where byID[e.id] == e.row { byID[e.id] = nil }
-        entries.removeFirst(gone.count)
+        entries.removeFirst(position(of: mark + 1))
+        defer { passByID = [:] }
+        return passByID
     }
 }
 
@@ -122,8 +139,7 @@ extension SQLiteStore {
         t.lastPass = Self.monotonicMillis()
         try db.run("SELECT id, child, createdAt, key FROM questions WHERE key > ? ORDER BY key", [.int(t.indexedThrough)]) { r in
             guard let id = QuestionID(r.text(0)) else { throw Self.unreadable("question id", r.text(0)) }
-            t.entries.append(QuestionTail.Entry(row: r.int(3), id: id, child: r.text(1), createdAt: r.int(2)))
-            t.byID[id] = r.int(3)
+            t.note(QuestionTail.Entry(row: r.int(3), id: id, child: r.text(1), createdAt: r.int(2)))
         }
         questionTail.withLock { $0 = t }
     }
@@ -141,7 +157,7 @@ extension SQLiteStore {
     public func question(_ id: QuestionID) throws -> QuestionRecord? {
         // A new id, nearly always: known not to be stored without a lookup.
         guard storedIDs.mayHold(id) else { return nil }
-        if let row = questionTail.withLock({ $0.byID[id] }) { return try question(row: row) }
+        if let row = questionTail.withLock({ $0.row(of: id) }) { return try question(row: row) }
         let key = Self.idColumns(id)
         var found: QuestionRecord?
         try reader.run(dynamic: Self.questionByID, [.int(key.high), .int(key.low)]) { found = try Self.question(from: $0) }
@@ -199,14 +215,15 @@ extension SQLiteStore {
     func indexQuestionsStep(force: Bool) throws -> Bool {
         let now = Self.monotonicMillis()
         // The tail changes only in commits and here, never two at once (the writer's jobs, or a
-        // commit the loop makes while the writer is idle): it is copied out and back, and the
-        // loop's reads never wait for a sort or a trim.
+        // commit the loop makes while the writer is idle): a pass sorts a copy, and the loop's
+        // reads never wait for a sort.
         if indexPass == nil {
             let t = questionTail.withLock { $0 }
             if !t.entries.isEmpty,
                 force || t.entries.count >= Self.questionIndexBatch || Double(now - t.lastPass) >= questionIndexSeconds * 1000
             {
                 indexPass = QuestionIndexPass(t)
+                questionTail.withLock { $0.passBegins() }
             }
         }
         guard var pass = indexPass else { return false }
@@ -237,10 +254,11 @@ extension SQLiteStore {
             return true
         }
         indexPass = nil
-        var t = questionTail.withLock { $0 }
-        t.trim(through: pass.through)
-        t.lastPass = now
-        questionTail.withLock { $0 = t }
+        // The pass's ids are freed once the lock is let go.
+        _ = questionTail.withLock { t in
+            t.lastPass = now
+            return t.trim(through: pass.through)
+        }
         return false
     }
 

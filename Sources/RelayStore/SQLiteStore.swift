@@ -110,7 +110,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
 
     /// Moves everything the WAL holds into the database file and empties the WAL.
     public func checkpoint() throws {
-        try checkpointer.whileIdle { try db.checkpoint(mode: SQLITE_CHECKPOINT_TRUNCATE) }
+        _ = try checkpointer.whileIdle { try db.checkpoint(mode: SQLITE_CHECKPOINT_TRUNCATE) }
     }
 
     /// How many questions are stored, as the tally says.
@@ -245,38 +245,53 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
 
     public func commit(_ changes: [Change]) throws {
         guard !changes.isEmpty else { return }
-        var rows: [(member: String, row: EventTail.Row)] = []
-        try db.transaction { rows = try commitInTransaction(changes) }
+        var written = Written()
+        try db.transaction { written = try commitInTransaction(changes) }
         questionTail.withLock { t in
-            for case .question(let q) in changes { t.note(q) }
+            for q in written.questions { t.note(q) }
         }
         // Before the core lets go of a question it has just stored (once this returns).
-        let due = storedIDs.insert(changes.lazy.compactMap { if case .question(let q) = $0 { q.key } else { nil } })
-        if due {
+        if storedIDs.insert(written.questions.lazy.map(\.id)) {
             // On the writer's thread, between commits and passes: what is listed now is
             // handed over, what is committed from now on goes into both, the rest is read.
             storedIDs.build(expected: (try? storedQuestionCount()) ?? 0, listed: questionTail.withLock { $0.entries.map(\.id) })
         }
-        guard !rows.isEmpty else { return }
+        guard !written.rows.isEmpty else { return }
         tail.withLock { t in
-            for (member, row) in rows { t.append(member, row) }
+            for (member, row) in written.rows { t.append(member, row) }
         }
     }
 
-    /// Writes `changes`; returns the event rows it appended, for `EventTail` once committed.
+    /// What a commit wrote that is listed in memory once it is committed: the event rows it
+    /// appended (`EventTail`) and the questions it stored (`QuestionTail`).
+    struct Written {
+        var rows: [(member: String, row: EventTail.Row)] = []
+        var questions: [QuestionTail.Entry] = []
+    }
+
+    /// Writes `changes`, in one pass over them.
     @discardableResult
-    func commitInTransaction(_ changes: [Change]) throws -> [(member: String, row: EventTail.Row)] {
+    func commitInTransaction(_ changes: [Change]) throws -> Written {
         var events: [EventRecord] = []
+        var written = Written()
         let questionsMark = questionTail.withLock { $0.indexedThrough }  // once a commit, not a question
-        for c in changes {
-            if case .event(let e) = c { events.append(e) } else { try write(c, questionsMark: questionsMark) }
+        events.reserveCapacity(changes.count)
+        for i in changes.indices {
+            switch changes[i] {  // not `for c in changes`: a copy of each change, retained and released
+            case .event(let e): events.append(e)
+            case .question(let q):
+                try write(q, questionsMark: questionsMark)
+                written.questions.append(.init(row: q.row, id: q.key, child: q.child, createdAt: q.createdAt.milliseconds))
+            default: try write(changes[i])
+            }
         }
         let (stored, next) = tail.withLock { ($0.stored, $0.nextRow) }
-        return try Self.insert(events, into: db, firstID: next) { stored[$0] ?? 0 }
+        written.rows = try Self.insert(events, into: db, firstID: next) { stored[$0] ?? 0 }
+        return written
     }
 
-    /// Writes one change; `questionsMark` is the lookup tables' mark (`QuestionTail`).
-    private func write(_ change: Change, questionsMark: Int64) throws {
+    /// Writes one change other than a question or an event.
+    private func write(_ change: Change) throws {
         switch change {
         case .family(let id):
             try db.run("INSERT OR IGNORE INTO families(id) VALUES(?)", [.text(id)])
@@ -287,33 +302,9 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                     .text(m.id), .text(m.family), .text(m.role.rawValue), .blob(m.tokenHash), .int(m.removed ? 1 : 0),
                     .int(m.limitsEnabled ? 1 : 0), m.unixUID.map { .int(Int64($0)) } ?? .null,
                 ])
-        case .question(let q):
-            // An upsert, not a replace: the tally's triggers see an update as one.
-            try db.run(
-                """
-                INSERT INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome) VALUES(?,?,?,?,?,?,?,?,?)
-                ON CONFLICT(key) DO UPDATE SET id = excluded.id, child = excluded.child, family = excluded.family,
-                    status = excluded.status, attempt = excluded.attempt, createdAt = excluded.createdAt,
-                    content = excluded.content, outcome = excluded.outcome
-                """,
-                [
-                    .int(q.row), .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
-                    .int(q.createdAt.milliseconds), .utf8(q.content.encoded), Self.stored(q.outcome),
-                ])
-            // A row at or below the mark is not listed for a pass: it is found by the lookup
-            // tables, which may have lost it if a forgetting step deleted it before this
-            // commit stored it again (asked again: rare, so written each time).
-            if q.row <= questionsMark {
-                let id = Self.idColumns(q.key)
-                try db.run(
-                    "INSERT OR IGNORE INTO questionPlaces(child, createdAt, key) VALUES(?, ?, ?)",
-                    [.text(q.child), .int(q.createdAt.milliseconds), .int(q.row)])
-                try db.run(
-                    "INSERT OR REPLACE INTO questionIDs(high, low, key) VALUES(?, ?, ?)", [.int(id.high), .int(id.low), .int(q.row)])
-            }
         case .questionState(let q):
             try db.run(
-                "UPDATE questions SET status = ?, attempt = ?, outcome = ? WHERE key = ?",
+                "UPDATE questions SET status = ?, attempt = ?, outcome = ?, reserved = NULL WHERE key = ?",
                 [.text(q.status.rawValue), .int(q.attempt), Self.stored(q.outcome), .int(q.row)])
         case .knownHandle(let k):
             try db.run(
@@ -341,8 +332,38 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                 [.int(m.id)])
         case .hubSent(let id):
             try db.run("DELETE FROM hubOutbox WHERE id = ?", [.int(id)])
-        case .event:
-            preconditionFailure("events are written together, a row per member (insert(_:into:))")
+        case .question, .event:
+            preconditionFailure("questions and events are written by commitInTransaction")
+        }
+    }
+
+    /// Writes a question asked (or asked again); `questionsMark` is the lookup tables' mark
+    /// (`QuestionTail`).
+    private func write(_ q: QuestionRecord, questionsMark: Int64) throws {
+        // An upsert, not a replace: the tally's triggers see an update as one.
+        try db.run(
+            """
+            INSERT INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome, reserved)
+                VALUES(?,?,?,?,?,?,?,?,?,zeroblob(?))
+            ON CONFLICT(key) DO UPDATE SET id = excluded.id, child = excluded.child, family = excluded.family,
+                status = excluded.status, attempt = excluded.attempt, createdAt = excluded.createdAt,
+                content = excluded.content, outcome = excluded.outcome, reserved = excluded.reserved
+            """,
+            [
+                .int(q.row), .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
+                .int(q.createdAt.milliseconds), .utf8(q.content.encoded), Self.stored(q.outcome),
+                .int(q.status == .pending ? Self.outcomeRoom(q.content) : 0),
+            ])
+        // A row at or below the mark is not listed for a pass: it is found by the lookup
+        // tables, which may have lost it if a forgetting step deleted it before this
+        // commit stored it again (asked again: rare, so written each time).
+        if q.row <= questionsMark {
+            let id = Self.idColumns(q.key)
+            try db.run(
+                "INSERT OR IGNORE INTO questionPlaces(child, createdAt, key) VALUES(?, ?, ?)",
+                [.text(q.child), .int(q.createdAt.milliseconds), .int(q.row)])
+            try db.run(
+                "INSERT OR REPLACE INTO questionIDs(high, low, key) VALUES(?, ?, ?)", [.int(id.high), .int(id.low), .int(q.row)])
         }
     }
 
@@ -351,6 +372,14 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try db.run(
             "INSERT INTO settings(key, value) VALUES('lastQuestionRow', ?) ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
             [.int(row)])
+    }
+
+    /// The bytes a pending question's row keeps for its outcome (`stored`), so that the row
+    /// does not grow when it is answered: the longest choice's, with a guardian id of up to 40
+    /// bytes and a timestamp of 13 digits, and a few for the status and the row's header.
+    static func outcomeRoom(_ content: QuestionContent) -> Int64 {
+        let framing = #"{"choice":,"guardian":"","answeredAt":}"#.utf8.count + 13 + 4
+        return Int64(framing + 40 + (content.choices.map(\.encoded.count).max() ?? 0))
     }
 
     /// An outcome as stored: NULL, or `{"choice":…,"guardian":…,"answeredAt":milliseconds}`.

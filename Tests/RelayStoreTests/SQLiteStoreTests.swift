@@ -179,8 +179,8 @@ final class SQLiteStoreTests: XCTestCase {
     }
 
     func testAnEmptiedDatabaseBesideJournalsIsRefused() throws {
-        FileManager.default.createFile(atPath: path, contents: Data())
-        FileManager.default.createFile(atPath: path + "-changes.0", contents: Data("PRJOURN3".utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data()))
+        XCTAssertTrue(FileManager.default.createFile(atPath: path + "-changes.0", contents: Data("PRJOURN3".utf8)))
         XCTAssertThrowsError(try SQLiteStore(path: path)) { error in
             XCTAssertTrue("\(error)".contains("the database was lost"), "\(error)")
         }
@@ -434,6 +434,53 @@ final class SQLiteStoreTests: XCTestCase {
             if n < before { misses += 1 }
         }
         XCTAssertEqual(misses, 0, "\(misses) of \(reads) reads missed questions stored before they began")
+    }
+
+    /// A pending question's row keeps room for its outcome: answered (with its longest choice,
+    /// by a guardian with a 40-byte id, before the year 2286), it is no longer than it was, so
+    /// its page does not split.
+    func testAnAnsweredQuestionsRowDoesNotGrow() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        var q = try StoreContractTests.question(row: 1)
+        try store.commit([.question(q)])
+        func rowBytes() throws -> Int64? { try store.db.scalar("SELECT sum(payload) FROM dbstat WHERE name = 'questions'") }
+        let pending = try XCTUnwrap(rowBytes())
+        let longest = try XCTUnwrap(q.content.choices.max { $0.encoded.count < $1.encoded.count })
+        q.status = .answered
+        q.outcome = Outcome(
+            choice: longest, guardian: String(repeating: "g", count: 40), answeredAt: Timestamp(milliseconds: 9_999_999_999_999))
+        try store.commit([.questionState(q)])
+        let answered = try XCTUnwrap(rowBytes())
+        XCTAssertLessThanOrEqual(answered, pending)
+        XCTAssertGreaterThan(answered, pending - 20, "the room is about the outcome's size")
+        XCTAssertEqual(try store.question(q.key)?.outcome, q.outcome)
+    }
+
+    /// An indexing pass takes the ids listed when it begins and adds them to the lookup by id
+    /// a stretch at a time: each is found by id before, during and after the pass, as is one
+    /// stored (or asked again) while it runs.
+    func testEveryQuestionIsFoundByIDWhileAnIndexingPassRuns() throws {
+        let store = try SQLiteStore(path: path, questionIndexSeconds: 3600)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        var asked = try (Int64(1)...3000).map { try StoreContractTests.question(row: $0) }
+        try store.commit(asked.map { .question($0) })
+        func unfound() throws -> [Int64] {  // the first few rows not found by id
+            Array(try asked.filter { try store.question($0.key)?.row != $0.row }.map(\.row).prefix(5))
+        }
+        XCTAssertEqual(try unfound(), [])
+        XCTAssertTrue(try store.indexQuestionsStep(force: true), "a pass of several steps")
+        asked.append(try StoreContractTests.question(row: 3001))
+        asked[9].status = .pending
+        asked[9].attempt = 2
+        try store.commit([.question(asked[3000]), .question(asked[9])])
+        XCTAssertEqual(try unfound(), [], "during the pass")
+        while try store.indexQuestionsStep(force: false) {}
+        XCTAssertEqual(try unfound(), [], "after it")
+        XCTAssertEqual(try store.question(asked[9].key)?.attempt, 2)
+        try store.indexQuestions()
+        XCTAssertEqual(try unfound(), [], "after the next")
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
     }
 
     func testCheckFindsHolesCursorsPastTheHeadAndStrayQuestions() throws {
