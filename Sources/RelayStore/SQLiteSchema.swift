@@ -216,7 +216,7 @@ extension SQLiteStore {
             nil
         ),
         (
-            // A pending question's row holds room for its outcome (QuestionRecord.reserve),
+            // A pending question's row holds room for its outcome (SQLiteStore.outcomeRoom),
             // let go when it is answered: a row that grew in place split its page, and left
             // the rows after it on pages a third empty.
             "room in a pending question's row for its outcome",

@@ -275,14 +275,13 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         var events: [EventRecord] = []
         var written = Written()
         let questionsMark = questionTail.withLock { $0.indexedThrough }  // once a commit, not a question
-        events.reserveCapacity(changes.count)
-        for i in changes.indices {
-            switch changes[i] {  // not `for c in changes`: a copy of each change, retained and released
+        for c in changes {
+            switch c {
             case .event(let e): events.append(e)
             case .question(let q):
                 try write(q, questionsMark: questionsMark)
                 written.questions.append(.init(row: q.row, id: q.key, child: q.child, createdAt: q.createdAt.milliseconds))
-            default: try write(changes[i])
+            default: try write(c)
             }
         }
         let (stored, next) = tail.withLock { ($0.stored, $0.nextRow) }
