@@ -38,6 +38,9 @@ struct QuestionTail: Sendable {
     /// The row of a listed question.
     func row(of id: QuestionID) -> Int64? { byID[id] ?? passByID[id] }
 
+    /// How many ids are held: each is let go by the end of the pass after its own.
+    var idsHeld: Int { byID.count + passByID.count }
+
     mutating func note(_ entry: Entry) {
         guard entry.row > indexedThrough else { return }
         byID[entry.id] = entry.row
@@ -47,14 +50,15 @@ struct QuestionTail: Sendable {
         if i < entries.count && entries[i].row == entry.row { entries[i] = entry } else { entries.insert(entry, at: i) }
     }
 
-    /// A pass begins with every listed question: their ids go with it.
-    mutating func passBegins() {
+    /// A pass begins with every listed question: their ids go with it, and those noted from
+    /// now on go into `fresh` (made before the lock is taken).
+    mutating func passBegins(fresh: consuming [QuestionID: Int64]) {
         if passByID.isEmpty {
             swap(&passByID, &byID)
         } else {  // a pass that never ended
             passByID.merge(byID) { _, noted in noted }
         }
-        byID = .init(minimumCapacity: passByID.count)  // about as many come before the next pass
+        byID = fresh
     }
 
     /// Where `row` is listed, or would be.
@@ -223,7 +227,8 @@ extension SQLiteStore {
                 force || t.entries.count >= Self.questionIndexBatch || Double(now - t.lastPass) >= questionIndexSeconds * 1000
             {
                 indexPass = QuestionIndexPass(t)
-                questionTail.withLock { $0.passBegins() }
+                let fresh = [QuestionID: Int64](minimumCapacity: t.entries.count)  // about as many before the next pass
+                questionTail.withLock { $0.passBegins(fresh: fresh) }
             }
         }
         guard var pass = indexPass else { return false }

@@ -343,7 +343,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try db.run(
             """
             INSERT INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome, reserved)
-                VALUES(?,?,?,?,?,?,?,?,?,zeroblob(?))
+                VALUES(?,?,?,?,?,?,?,?,?,nullif(zeroblob(?), x''))
             ON CONFLICT(key) DO UPDATE SET id = excluded.id, child = excluded.child, family = excluded.family,
                 status = excluded.status, attempt = excluded.attempt, createdAt = excluded.createdAt,
                 content = excluded.content, outcome = excluded.outcome, reserved = excluded.reserved
@@ -374,12 +374,18 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     }
 
     /// The bytes a pending question's row keeps for its outcome (`stored`), so that the row
-    /// does not grow when it is answered: the longest choice's, with a guardian id of up to 40
-    /// bytes and a timestamp of 13 digits, and a few for the status and the row's header.
+    /// does not grow when it is answered: the longest choice's, with a guardian id of up to
+    /// `guardianIDRoom` bytes and a timestamp of 13 digits, and a few for the status and the
+    /// row's header.
     static func outcomeRoom(_ content: QuestionContent) -> Int64 {
         let framing = #"{"choice":,"guardian":"","answeredAt":}"#.utf8.count + 13 + 4
-        return Int64(framing + 40 + (content.choices.map(\.encoded.count).max() ?? 0))
+        return Int64(framing + guardianIDRoom + (content.choices.map(\.encoded.count).max() ?? 0))
     }
+
+    /// Ids may be 64 bytes long, but most are shorter (a UUID's 36, say): room for the
+    /// longest would leave every answered row as much shorter, and its page as much emptier.
+    /// An answer by a guardian with a longer id grows the row a little, as before.
+    static let guardianIDRoom = 40
 
     /// An outcome as stored: NULL, or `{"choice":…,"guardian":…,"answeredAt":milliseconds}`.
     private static func stored(_ outcome: Outcome?) -> SQLValue {

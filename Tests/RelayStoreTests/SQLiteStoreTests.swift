@@ -437,8 +437,8 @@ final class SQLiteStoreTests: XCTestCase {
     }
 
     /// A pending question's row keeps room for its outcome: answered (with its longest choice,
-    /// by a guardian with a 40-byte id, before the year 2286), it is no longer than it was, so
-    /// its page does not split.
+    /// by a guardian with an id as long as the room allows, before the year 2286), it is no
+    /// longer than it was, so its page does not split.
     func testAnAnsweredQuestionsRowDoesNotGrow() throws {
         let store = try SQLiteStore(path: path)
         try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
@@ -449,11 +449,13 @@ final class SQLiteStoreTests: XCTestCase {
         let longest = try XCTUnwrap(q.content.choices.max { $0.encoded.count < $1.encoded.count })
         q.status = .answered
         q.outcome = Outcome(
-            choice: longest, guardian: String(repeating: "g", count: 40), answeredAt: Timestamp(milliseconds: 9_999_999_999_999))
+            choice: longest, guardian: String(repeating: "g", count: SQLiteStore.guardianIDRoom),
+            answeredAt: Timestamp(milliseconds: 9_999_999_999_999))
         try store.commit([.questionState(q)])
         let answered = try XCTUnwrap(rowBytes())
         XCTAssertLessThanOrEqual(answered, pending)
         XCTAssertGreaterThan(answered, pending - 20, "the room is about the outcome's size")
+        XCTAssertEqual(try store.db.scalar("SELECT count(*) FROM questions WHERE reserved IS NOT NULL"), 0)
         XCTAssertEqual(try store.question(q.key)?.outcome, q.outcome)
     }
 
@@ -480,6 +482,7 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try store.question(asked[9].key)?.attempt, 2)
         try store.indexQuestions()
         XCTAssertEqual(try unfound(), [], "after the next")
+        XCTAssertEqual(store.questionTail.withLock { $0.idsHeld }, 0, "every id let go once in the tables")
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
     }
 
