@@ -38,7 +38,7 @@ struct QuestionTail: Sendable {
     /// The row of a listed question.
     func row(of id: QuestionID) -> Int64? { byID[id] ?? passByID[id] }
 
-    /// How many ids are held: each is let go by the end of the pass after its own.
+    /// How many ids are held: each goes when the pass that takes it ends.
     var idsHeld: Int { byID.count + passByID.count }
 
     mutating func note(_ entry: Entry) {
