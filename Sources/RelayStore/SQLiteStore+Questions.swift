@@ -51,13 +51,10 @@ struct QuestionTail: Sendable {
     }
 
     /// A pass begins with every listed question: their ids go with it, and those noted from
-    /// now on go into `fresh` (made before the lock is taken).
+    /// now on go into `fresh` (made before the lock is taken). The pass before has ended
+    /// (`trim`): one pass at a time, resumed after a failed step, never dropped.
     mutating func passBegins(fresh: consuming [QuestionID: Int64]) {
-        if passByID.isEmpty {
-            swap(&passByID, &byID)
-        } else {  // a pass that never ended
-            passByID.merge(byID) { _, noted in noted }
-        }
+        passByID = byID
         byID = fresh
     }
 
