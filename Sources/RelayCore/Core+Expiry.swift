@@ -50,10 +50,10 @@ extension RelayCore {
             record.until = nil
             if record.permanent {
                 child.known[top.handle] = record
-                persist(.knownHandle(record))
+                persist(.knownHandle(record.record(child: child, handle: top.handle)))
             } else {
                 child.known[top.handle] = nil
-                persist(.unknownHandle(record))
+                persist(.unknownHandle(record.record(child: child, handle: top.handle)))
                 if let i = lapsed.firstIndex(where: { $0.child === child }) {
                     lapsed[i].handles.append(top.handle)
                 } else {

@@ -118,9 +118,9 @@ extension RelayCore {
         } else {
             var removed: [NormalizedHandle] = []
             for h in handles {
-                guard let record = child.known.removeValue(forKey: h) else { continue }
-                persist(.unknownHandle(record))
-                if record.isKnown(at: r.now) { removed.append(h) }
+                guard let known = child.known.removeValue(forKey: h) else { continue }
+                persist(.unknownHandle(known.record(child: child, handle: h)))
+                if known.isKnown(at: r.now) { removed.append(h) }
             }
             announceKnown(child: child, added: [], removed: removed, now: r.now)
         }
@@ -158,12 +158,12 @@ extension RelayCore {
             {
                 continue
             }
-            var record: KnownHandleRecord
+            var record: KnownHandle
             if let before {
                 record = before
             } else {
                 lastKnownHandleRow += 1
-                record = KnownHandleRecord(row: lastKnownHandleRow, child: child.id, handle: h, permanent: false, until: nil, actions: [])
+                record = KnownHandle(row: lastKnownHandleRow)
             }
             if let until {
                 record.until = max(record.until ?? until, until)
@@ -171,12 +171,23 @@ extension RelayCore {
             } else {
                 record.permanent = true
             }
-            for a in actions where !record.actions.contains(a) { record.actions.append(a) }
+            if !actions.allSatisfy(record.actions.contains) {
+                var all = record.actions
+                for a in actions where !all.contains(a) { all.append(a) }
+                record.actions = shared(actions: all)
+            }
             child.known[h] = record
-            persist(.knownHandle(record))
+            persist(.knownHandle(record.record(child: child, handle: h)))
             if !(before?.isKnown(at: now) ?? false) { added.append(h) }
         }
         announceKnown(child: child, added: added, removed: [], now: now)
+    }
+
+    /// `actions`, as held by every known handle approved with the same list.
+    func shared(actions: [String]) -> [String] {
+        if let i = sharedActions.firstIndex(of: actions) { return sharedActions[i] }
+        if sharedActions.count < Self.sharedActionsLimit { sharedActions.insert(actions) }
+        return actions
     }
 
     func announceKnown(child: Member, added: [NormalizedHandle], removed: [NormalizedHandle], now: Timestamp) {

@@ -25,7 +25,7 @@ final class Member {
     /// The ids of its questions the core holds (`RelayCore.questions`).
     var held: Set<QuestionID> = []
     var pendingQuestions = 0
-    var known: [NormalizedHandle: KnownHandleRecord] = [:]
+    var known: [NormalizedHandle: KnownHandle] = [:]
     var askBucket: TokenBucket?
 
     init(_ record: MemberRecord, family: Family) {
@@ -37,6 +37,32 @@ final class Member {
     var isRemoved: Bool { record.removed }
 
     func isKnown(_ h: NormalizedHandle, at now: Timestamp) -> Bool { known[h]?.isKnown(at: now) ?? false }
+}
+
+/// A child's known handle as `Member.known` holds it: the rest of its `KnownHandleRecord`
+/// is the child and the handle, which its place in that table says. Each approval of a new
+/// contact adds one, for good: an entry holds nothing twice.
+struct KnownHandle: Equatable {
+    var row: Int64
+    var until: Timestamp?
+    var permanent: Bool
+    /// Actions approved with it, kept for history; usually one of a few lists, shared
+    /// (`RelayCore.sharedActions`).
+    var actions: [String]
+
+    init(_ r: KnownHandleRecord, actions: [String]) {
+        (row, until, permanent, self.actions) = (r.row, r.until, r.permanent, actions)
+    }
+
+    init(row: Int64) {
+        (self.row, until, permanent, actions) = (row, nil, false, [])
+    }
+
+    func isKnown(at now: Timestamp) -> Bool { permanent || (until.map { $0 > now } ?? false) }
+
+    func record(child: Member, handle: NormalizedHandle) -> KnownHandleRecord {
+        KnownHandleRecord(row: row, child: child.id, handle: handle, permanent: permanent, until: until, actions: actions)
+    }
 }
 
 /// A family's current (not removed) members.

@@ -128,6 +128,10 @@ public final class RelayCore {
     /// The highest row a known handle was given (`KnownHandleRecord.row`). A row freed
     /// by the handle above every other may be given again: nothing refers to it.
     var lastKnownHandleRow: Int64 = 0
+    /// The lists of actions known handles were approved with, each held once for all of
+    /// them (at most `sharedActionsLimit` lists; others are held by each handle).
+    var sharedActions: Set<[String]> = []
+    static let sharedActionsLimit = 64
     var hubWaiters: [String: [HubWaiter]] = [:]
     /// The decisions this relay proposed on each asking not decided yet, by message id.
     var hubProposed: [String: Set<String>] = [:]
@@ -159,7 +163,7 @@ public final class RelayCore {
         for k in s.knownHandles {
             lastKnownHandleRow = max(lastKnownHandleRow, k.row)  // also a row no child of this relay holds
             guard let child = members[k.child] else { continue }
-            child.known[k.handle] = k
+            child.known[k.handle] = KnownHandle(k, actions: shared(actions: k.actions))
             if let u = k.until { knownDeadlines.push((u, child, k.handle)) }
         }
         for m in s.hubOutbox { hubOutbox[m.id] = m }
@@ -178,7 +182,7 @@ public final class RelayCore {
         s.members = members.values.map(\.record)
         s.questions = questions.records.filter { $0.status == .pending }
         for m in members.values {
-            s.knownHandles += m.known.values
+            s.knownHandles += m.known.map { $0.value.record(child: m, handle: $0.key) }
             s.sessions += m.sessions.values.map(\.record)
             if m.head > 0 { s.heads[m.id] = m.head }
         }

@@ -43,6 +43,26 @@ final class AnswerTests: XCTestCase {
         XCTAssertEqual(known["known"], [.object(["value": "+15550100", "kind": "phoneNumber"])])
     }
 
+    func testApprovalsAddTheirActionsToTheHandlesTheyMakeKnown() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        func approve(_ handles: [String], actions: [JSON]) {
+            var q = h.question(handles: handles)
+            q["topic"] = .object([
+                "kind": "communication", "personInformation": .array(handles.map { CoreHarness.person($0) }), "actions": .array(actions),
+            ])
+            h.ok(c, ["type": "ask", "question": .object(q)])
+            h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"])
+        }
+        approve(["+1 555 0100"], actions: ["message"])
+        approve(["+1 555 0100", "+1 555 0101"], actions: ["call", "message"])
+        approve(["+1 555 0102"], actions: ["call", "message"])
+        let actions = Dictionary(uniqueKeysWithValues: h.core.snapshot().knownHandles.map { ($0.handle.value, $0.actions) })
+        XCTAssertEqual(actions, ["+15550100": ["message", "call"], "+15550101": ["call", "message"], "+15550102": ["call", "message"]])
+    }
+
     func testFirstAnswerWins() throws {
         let h = try CoreHarness()
         h.standardFamilies()
