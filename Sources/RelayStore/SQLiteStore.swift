@@ -379,7 +379,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     /// row's header.
     static func outcomeRoom(_ content: QuestionContent) -> Int64 {
         let framing = #"{"choice":,"guardian":"","answeredAt":}"#.utf8.count + 13 + 4
-        return Int64(framing + guardianIDRoom + (content.choices.map(\.encoded.count).max() ?? 0))
+        return Int64(framing + guardianIDRoom + content.choices.reduce(0) { max($0, $1.encoded.count) })
     }
 
     /// Ids may be 64 bytes long, but most are shorter (a UUID's 36, say): room for the
