@@ -151,11 +151,10 @@ extension RelayCore {
         var added: [NormalizedHandle] = []
         for h in handles {
             let before = child.known[h]
+            let addsActions = !actions.allSatisfy((before?.actions ?? []).contains)
             // Known already for at least as long, with these actions (a contact approved
             // again, the usual case): nothing would change, and no deadline is added.
-            if let b = before, until.map({ u in b.until.map { $0 >= u } ?? false }) ?? b.permanent,
-                actions.allSatisfy(b.actions.contains)
-            {
+            if let b = before, until.map({ u in b.until.map { $0 >= u } ?? false }) ?? b.permanent, !addsActions {
                 continue
             }
             var record: KnownHandle
@@ -171,7 +170,7 @@ extension RelayCore {
             } else {
                 record.permanent = true
             }
-            if !actions.allSatisfy(record.actions.contains) {
+            if addsActions {
                 var all = record.actions
                 for a in actions where !all.contains(a) { all.append(a) }
                 record.actions = shared(actions: all)
@@ -183,7 +182,9 @@ extension RelayCore {
         announceKnown(child: child, added: added, removed: [], now: now)
     }
 
-    /// `actions`, as held by every known handle approved with the same list.
+    /// `actions`, as held by every known handle approved with the same list: one array for
+    /// them all. Once `sharedActionsLimit` lists are held (never let go: the first seen), a
+    /// list not among them is returned as it is, held by its handle alone.
     func shared(actions: [String]) -> [String] {
         if let i = sharedActions.firstIndex(of: actions) { return sharedActions[i] }
         if sharedActions.count < Self.sharedActionsLimit { sharedActions.insert(actions) }

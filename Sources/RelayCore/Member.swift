@@ -39,9 +39,9 @@ final class Member {
     func isKnown(_ h: NormalizedHandle, at now: Timestamp) -> Bool { known[h]?.isKnown(at: now) ?? false }
 }
 
-/// A child's known handle as `Member.known` holds it: the rest of its `KnownHandleRecord`
-/// is the child and the handle, which its place in that table says. Each approval of a new
-/// contact adds one, for good: an entry holds nothing twice.
+/// A child's known handle as `Member.known` holds it. The child and the handle, which the
+/// rest of a `KnownHandleRecord` holds, are that table's owner and key: not stored again
+/// in each of what may be very many entries; `record(child:handle:)` rebuilds the record.
 struct KnownHandle: Equatable {
     var row: Int64
     var until: Timestamp?
@@ -50,7 +50,8 @@ struct KnownHandle: Equatable {
     /// (`RelayCore.sharedActions`).
     var actions: [String]
 
-    init(_ r: KnownHandleRecord, actions: [String]) {
+    /// `r` with `actions` in place of its own list (the same, shared).
+    init(_ r: KnownHandleRecord, sharing actions: [String]) {
         (row, until, permanent, self.actions) = (r.row, r.until, r.permanent, actions)
     }
 

@@ -128,8 +128,8 @@ public final class RelayCore {
     /// The highest row a known handle was given (`KnownHandleRecord.row`). A row freed
     /// by the handle above every other may be given again: nothing refers to it.
     var lastKnownHandleRow: Int64 = 0
-    /// The lists of actions known handles were approved with, each held once for all of
-    /// them (at most `sharedActionsLimit` lists; others are held by each handle).
+    /// Lists of actions known handles were approved with, each held once for all the
+    /// handles that have it (`shared(actions:)`).
     var sharedActions: Set<[String]> = []
     static let sharedActionsLimit = 64
     var hubWaiters: [String: [HubWaiter]] = [:]
@@ -163,7 +163,7 @@ public final class RelayCore {
         for k in s.knownHandles {
             lastKnownHandleRow = max(lastKnownHandleRow, k.row)  // also a row no child of this relay holds
             guard let child = members[k.child] else { continue }
-            child.known[k.handle] = KnownHandle(k, actions: shared(actions: k.actions))
+            child.known[k.handle] = KnownHandle(k, sharing: shared(actions: k.actions))
             if let u = k.until { knownDeadlines.push((u, child, k.handle)) }
         }
         for m in s.hubOutbox { hubOutbox[m.id] = m }

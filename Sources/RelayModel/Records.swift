@@ -103,8 +103,6 @@ public struct KnownHandleRecord: Sendable, Equatable {
         self.until = until
         self.actions = actions
     }
-
-    public func isKnown(at now: Timestamp) -> Bool { permanent || (until.map { $0 > now } ?? false) }
 }
 
 /// A durable session: its cursor and topic subscriptions.
