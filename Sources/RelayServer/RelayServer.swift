@@ -459,9 +459,7 @@ public final class RelayServer {
                     commitFailed(error)
                 }
             } else {
-                committing = gathering
-                gathering = Batch()
-                committer.submit(.commit(committing!.changes))
+                handToWriter()
             }
         }
         // A pruning step takes the writer from commits: under load, one every 10 ms at most
@@ -477,6 +475,12 @@ public final class RelayServer {
                     olderThan: pass.cutoff, acknowledged: pass.acknowledged, settledThrough: pass.settled,
                     questionsKept: config.questionsKept, limit: Self.pruneStepRows))
         }
+    }
+
+    private func handToWriter() {
+        committing = gathering
+        gathering = Batch()
+        committer.submit(.commit(committing!.changes))
     }
 
     /// A committed batch: its frames are sent, the hub told its messages are handled, and
@@ -528,7 +532,11 @@ public final class RelayServer {
             switch outcome {
             case .committed:
                 failedCommits = 0
-                if let done = committing.take() { release(done) }
+                guard let done = committing.take() else { continue }
+                // The writer goes on with the turns gathered meanwhile while this batch's
+                // frames are written to the sockets, rather than waiting for them.
+                if !gathering.changes.isEmpty { handToWriter() }
+                release(done)
             case .commitFailed(let error):
                 commitFailed(error)
             case .pruned(let step):
