@@ -10,8 +10,9 @@
 //      until they are committed: turns gather while a commit runs and are committed
 //      together (group commit). A turn that changed nothing while nothing waits sends
 //      at once;
-//   5. for each batch committed, queue its frames and write them (EPOLLOUT only for
-//      leftovers), and close the connections marked for closing;
+//   5. for each batch committed, hand the writer the turns gathered meanwhile, then
+//      queue the batch's frames and write them (EPOLLOUT only for leftovers), and
+//      close the connections marked for closing;
 //   6. a bounded step of pruning when one is due, through the writer too.
 
 import CSystem
