@@ -46,14 +46,14 @@ extension RelayCore {
         while let top = knownDeadlines.top, top.at <= now {
             _ = knownDeadlines.pop()
             let child = top.child
-            guard var record = child.known[top.handle], let until = record.until, until <= now else { continue }
-            record.until = nil
-            if record.permanent {
-                child.known[top.handle] = record
-                persist(.knownHandle(record.record(child: child, handle: top.handle)))
+            guard var entry = child.known[top.handle], let until = entry.until, until <= now else { continue }
+            entry.until = nil
+            if entry.permanent {
+                child.known[top.handle] = entry
+                persist(.knownHandle(entry.record(child: child, handle: top.handle)))
             } else {
                 child.known[top.handle] = nil
-                persist(.unknownHandle(record.record(child: child, handle: top.handle)))
+                persist(.unknownHandle(entry.record(child: child, handle: top.handle)))
                 if let i = lapsed.firstIndex(where: { $0.child === child }) {
                     lapsed[i].handles.append(top.handle)
                 } else {

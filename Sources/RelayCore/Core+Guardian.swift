@@ -157,26 +157,26 @@ extension RelayCore {
             if let b = before, until.map({ u in b.until.map { $0 >= u } ?? false }) ?? b.permanent, !addsActions {
                 continue
             }
-            var record: KnownHandle
+            var entry: KnownHandle
             if let before {
-                record = before
+                entry = before
             } else {
                 lastKnownHandleRow += 1
-                record = KnownHandle(row: lastKnownHandleRow)
+                entry = KnownHandle(row: lastKnownHandleRow)
             }
             if let until {
-                record.until = max(record.until ?? until, until)
-                if record.until != before?.until { addDeadline(until, child: child, handle: h) }
+                entry.until = max(entry.until ?? until, until)
+                if entry.until != before?.until { addDeadline(until, child: child, handle: h) }
             } else {
-                record.permanent = true
+                entry.permanent = true
             }
             if addsActions {
-                var all = record.actions
+                var all = entry.actions
                 for a in actions where !all.contains(a) { all.append(a) }
-                record.actions = shared(actions: all)
+                entry.actions = shared(actions: all)
             }
-            child.known[h] = record
-            persist(.knownHandle(record.record(child: child, handle: h)))
+            child.known[h] = entry
+            persist(.knownHandle(entry.record(child: child, handle: h)))
             if !(before?.isKnown(at: now) ?? false) { added.append(h) }
         }
         announceKnown(child: child, added: added, removed: [], now: now)

@@ -478,6 +478,7 @@ public final class RelayServer {
         }
     }
 
+    /// The gathered turns become the batch the writer commits.
     private func handToWriter() {
         committing = gathering
         gathering = Batch()
