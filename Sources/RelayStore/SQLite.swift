@@ -162,13 +162,14 @@ final class SQLiteDatabase {
     }
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    /// (Its statements are prepared once, as every `run`'s are, not compiled at each commit.)
     func transaction(_ body: () throws -> Void) throws {
-        try exec("BEGIN IMMEDIATE")
+        try run("BEGIN IMMEDIATE")
         do {
             try body()
-            try exec("COMMIT")
+            try run("COMMIT")
         } catch {
-            try? exec("ROLLBACK")
+            try? run("ROLLBACK")
             throw error
         }
     }
