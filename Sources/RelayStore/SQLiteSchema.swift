@@ -223,5 +223,19 @@ extension SQLiteStore {
             "ALTER TABLE questions ADD COLUMN reserved BLOB;",
             nil
         ),
+        (
+            // The pending questions up to the lookup tables' mark are listed in a table of
+            // their own, filled by the indexing passes (SQLiteStore+Questions.swift); those
+            // above it are found among the rows above it. An index of the pending questions
+            // wrote a page of it at every ask and every answer. An answer leaves its entry,
+            // for a sweep to drop: the list may name questions no longer pending.
+            "pending questions listed by the indexing passes",
+            """
+            CREATE TABLE pendingQuestions(key INTEGER PRIMARY KEY);
+            INSERT INTO pendingQuestions(key) SELECT key FROM questions WHERE status = 'pending';
+            DROP INDEX questionsPending;
+            """,
+            nil
+        ),
     ]
 }

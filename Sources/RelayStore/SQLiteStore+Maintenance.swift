@@ -178,6 +178,12 @@ extension SQLiteStore {
                     "SELECT count(*) FROM questionPlaces p WHERE NOT EXISTS (SELECT 1 FROM questions q WHERE q.key = p.key AND q.child = p.child AND q.createdAt = p.createdAt)"
                 ) ?? 0, "entries of the lookup by child lead to no question"
             ),
+            (
+                // A start reads the pending questions up to the mark from this list alone.
+                try db.scalar(
+                    "SELECT count(*) FROM questions q WHERE q.key <= ? AND q.status = 'pending' AND NOT EXISTS (SELECT 1 FROM pendingQuestions p WHERE p.key = q.key)",
+                    [.int(mark)]) ?? 0, "pending questions are missing from the list of pending questions"
+            ),
         ] where count > 0 {
             findings.append("\(count) \(what) (questions up to row \(mark) must be in it)")
         }

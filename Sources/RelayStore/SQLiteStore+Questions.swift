@@ -9,6 +9,8 @@
 // the newest, sorted, in steps of a thousand, so that each step writes only the pages of
 // its stretch of each table and each page is written about once a pass. The schema's
 // triggers keep the tables right when a question goes or is asked anew under another time.
+// A pass also lists the rows it goes by that are pending (`pendingQuestions`, read at
+// start), and sweeps from that list the questions answered since.
 
 import Glibc
 import RelayModel
@@ -90,6 +92,8 @@ struct QuestionTail: Sendable {
 /// An indexing pass under way (the writer's alone): the listed questions up to `through`,
 /// sorted by each table's key, and how far it has come.
 struct QuestionIndexPass {
+    /// The rows it goes by: above `from`, up to `through`.
+    let from: Int64
     let through: Int64
     let ids: [(high: Int64, low: Int64, row: Int64)]
     let places: [Int64]
@@ -99,6 +103,7 @@ struct QuestionIndexPass {
     static let step = 1024
 
     init(_ tail: QuestionTail) {
+        from = tail.indexedThrough
         through = tail.entries.last?.row ?? tail.indexedThrough
         ids = tail.entries.map { e in
             let id = SQLiteStore.idColumns(e.id)
@@ -110,6 +115,14 @@ struct QuestionIndexPass {
     }
 
     var finished: Bool { done >= ids.count }
+
+    /// The rows whose pending questions the step of `stretch` (of `ids`) lists, those above
+    /// `after` up to `upTo`: the same share of the pass's rows, so that its steps go by each
+    /// row once, and by all of them.
+    func rows(of stretch: Range<Int>) -> (after: Int64, upTo: Int64) {
+        let share = { (i: Int) in from + (through - from) * Int64(i) / Int64(max(ids.count, 1)) }
+        return (share(stretch.lowerBound), stretch.upperBound == ids.count ? through : share(stretch.upperBound))
+    }
 }
 
 extension SQLiteStore {
@@ -245,6 +258,11 @@ extension SQLiteStore {
             for e in pass.ids[stretch] {
                 try db.run("INSERT OR REPLACE INTO questionIDs(high, low, key) VALUES(?, ?, ?)", [.int(e.high), .int(e.low), .int(e.row)])
             }
+            let rows = pass.rows(of: stretch)
+            try db.run(
+                "INSERT OR IGNORE INTO pendingQuestions(key) SELECT key FROM questions WHERE key > ? AND key <= ? AND status = 'pending'",
+                [.int(rows.after), .int(rows.upTo)])
+            try sweepPendingList(limit: QuestionIndexPass.step)
             if stretch.upperBound == pass.ids.count {
                 try db.run(
                     "INSERT OR REPLACE INTO settings(key, value) VALUES('questionsIndexedThrough', ?)", [.int(pass.through)])
@@ -353,6 +371,25 @@ extension SQLiteStore {
         try db.transaction {
             for (high, low) in stale { try db.run("DELETE FROM questionIDs WHERE high = ? AND low = ?", [.int(high), .int(low)]) }
         }
+    }
+
+    /// Drops the entries of the list of pending questions whose question is pending no
+    /// longer (an answer leaves its entry), the next `limit` of the list in order (from where
+    /// the last sweep stopped, around again at its end).
+    private func sweepPendingList(limit: Int) throws {
+        var done: [Int64] = []
+        var (last, seen) = (pendingSweptThrough, 0)
+        try db.run(
+            """
+            SELECT p.key, q.status IS NOT 'pending' FROM pendingQuestions p LEFT JOIN questions q ON q.key = p.key
+            WHERE p.key > ? ORDER BY p.key LIMIT ?
+            """, [.int(pendingSweptThrough), .int(Int64(limit))]
+        ) { r in
+            (last, seen) = (r.int(0), seen + 1)
+            if r.int(1) != 0 { done.append(r.int(0)) }
+        }
+        pendingSweptThrough = seen < limit ? 0 : last
+        for row in done { try db.run("DELETE FROM pendingQuestions WHERE key = ?", [.int(row)]) }
     }
 
     /// An id as the lookup table keys it: its 128 bits as two integers (SQLite's are signed:

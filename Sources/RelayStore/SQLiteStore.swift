@@ -47,11 +47,12 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     let checkpointer: WALCheckpointer
     // The upkeep of the questions' lookup tables under way, the writer's thread's alone:
     // an indexing pass; a forgetting pass's rows and how many are deleted; and where the
-    // sweep of the lookup by id stopped.
+    // sweeps of the lookup by id and of the list of pending questions stopped.
     var indexPass: QuestionIndexPass?
     var forgetPass: [Int64]?
     var forgotten = 0
     var sweptThrough: (Int64, Int64)?
+    var pendingSweptThrough: Int64 = 0
     /// How long a question stays listed in memory, at most, before a pass adds it to the
     /// lookup tables (given a pruning pass to run it).
     let questionIndexSeconds: Double
@@ -177,8 +178,11 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                     limitsEnabled: r.int(5) != 0, unixUID: r.isNull(6) ? nil : UInt32(truncatingIfNeeded: r.int(6))))
         }
         // Only what is live: the finished questions are read back when a request needs them.
-        let which = allQuestions ? "" : "WHERE q.status = 'pending'"
-        try reader.run(dynamic: "SELECT \(Self.questionColumns) FROM questions q \(which) ORDER BY q.key") {
+        let mark = try reader.scalar("SELECT value FROM settings WHERE key = 'questionsIndexedThrough'") ?? 0
+        try reader.run(
+            dynamic: allQuestions ? "SELECT \(Self.questionColumns) FROM questions q ORDER BY q.key" : Self.pending,
+            allQuestions ? [] : [.int(mark)]
+        ) {
             s.questions.append(try Self.question(from: $0))
         }
         s.lastQuestionRow = max(
@@ -214,6 +218,17 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         s.lastEventAt = try reader.scalar("SELECT at FROM events ORDER BY id DESC LIMIT 1").map(Timestamp.init(milliseconds:))
         return s
     }
+
+    /// The pending questions, in order of rows: those the list holds up to the lookup
+    /// tables' mark (`?1`), and those above it. (CROSS JOIN: the list is read, and each
+    /// question it names; SQLite would otherwise read every question up to the mark.)
+    private static let pending = """
+        SELECT \(questionColumns) FROM pendingQuestions p CROSS JOIN questions q ON q.key = p.key
+            WHERE p.key <= ?1 AND q.status = 'pending'
+        UNION ALL
+        SELECT \(questionColumns) FROM questions q WHERE q.key > ?1 AND q.status = 'pending'
+        ORDER BY 8
+        """  // the key: the last of `questionColumns`
 
     /// The hub outbox's messages after `id`, in order.
     static func hubOutbox(after id: Int64, limit: Int, in db: SQLiteDatabase) throws -> [HubOutbound] {
@@ -281,6 +296,9 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             case .question(let q):
                 try write(q, questionsMark: questionsMark)
                 written.questions.append(.init(row: q.row, id: q.key, child: q.child, createdAt: q.createdAt.milliseconds))
+            case .questionState(let q) where q.status == .pending:
+                try write(c)
+                try listPending(row: q.row)
             default: try write(c)
             }
         }
@@ -364,6 +382,14 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             try db.run(
                 "INSERT OR REPLACE INTO questionIDs(high, low, key) VALUES(?, ?, ?)", [.int(id.high), .int(id.low), .int(q.row)])
         }
+        // Asked again: its row may be one a pass has gone by (a first asking has a new row).
+        if q.status == .pending && (q.row <= questionsMark || q.attempt > 1) { try listPending(row: q.row) }
+    }
+
+    /// Lists the question of `row` as pending (see the schema): the passes list the rows
+    /// they go by that are pending then; one pending again since is listed here.
+    func listPending(row: Int64) throws {
+        try db.run("INSERT OR IGNORE INTO pendingQuestions(key) VALUES(?)", [.int(row)])
     }
 
     /// Keeps `row` known as given: rows are never given twice, also once their question is gone.

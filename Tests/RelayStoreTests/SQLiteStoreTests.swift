@@ -355,6 +355,37 @@ final class SQLiteStoreTests: XCTestCase {
             ["1 stored questions are missing from the lookup by id (questions up to row 5 must be in it)"])
     }
 
+    /// A pass lists the pending questions it goes by, rather than an index written at each
+    /// ask and answer: a start finds every pending question on either side of the mark, one
+    /// asked again since the pass too; one answered since stays listed until a pass sweeps it.
+    func testAStartFindsEveryPendingQuestionOnEitherSideOfTheIndexMark() throws {
+        let store = try SQLiteStore(path: path, questionIndexSeconds: 3600)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        var asked = try (1...4).map { try StoreContractTests.question(row: $0) }
+        asked[3].status = .cancelled
+        try store.commit(asked.map { .question($0) })
+        try store.indexQuestions()
+        asked[1].status = .expired
+        asked[3].status = .pending
+        asked[3].attempt = 2
+        try store.commit([.questionState(asked[1]), .question(asked[3]), .question(try StoreContractTests.question(row: 5))])
+        func listed() throws -> [Int64] {
+            var rows: [Int64] = []
+            try store.db.run("SELECT key FROM pendingQuestions ORDER BY key") { rows.append($0.int(0)) }
+            return rows
+        }
+        XCTAssertEqual(try listed(), [1, 2, 3, 4])
+        XCTAssertEqual(try SQLiteStore(path: path).load().questions.map(\.row), [1, 3, 4, 5])
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        try store.indexQuestions()
+        XCTAssertEqual(try listed(), [1, 3, 4, 5], "swept and listed by the next pass")
+        exec("DELETE FROM pendingQuestions WHERE key = 4")
+        XCTAssertEqual(
+            try SQLiteStore.check(databaseAt: path),
+            ["1 pending questions are missing from the list of pending questions (questions up to row 5 must be in it)"])
+        XCTAssertEqual(try SQLiteStore(path: path).load().questions.map(\.row), [1, 3, 5], "what a start would have missed")
+    }
+
     /// A store (its questions added to the lookup tables at the first chance) with child c1
     /// and, from row 1, `count` cancelled questions of it, in the lookup tables.
     private func storeWithCancelledQuestions(_ count: Int64) throws -> (SQLiteStore, [QuestionRecord]) {
