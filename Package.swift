@@ -32,7 +32,7 @@ let package = Package(
         // the relay's rules as a deterministic state machine; it emits changes, never stores them.
         .target(name: "RelayCore", dependencies: ["RelayProtocol", "RelayModel", "CCrypto"], swiftSettings: relayLoop),
         // persistence: the store protocol, the SQLite store (the only durable state) and a memory one.
-        .target(name: "RelayStore", dependencies: ["RelayProtocol", "RelayModel", "CSQLite"], swiftSettings: relayLoop),
+        .target(name: "RelayStore", dependencies: ["RelayProtocol", "RelayModel", "CSQLite", "CSystem"], swiftSettings: relayLoop),
         // the epoll reactor that moves bytes between sockets and the core.
         .target(
             name: "RelayServer", dependencies: ["RelayProtocol", "RelayModel", "RelayStore", "RelayCore", "RelayHub", "CSystem"],

@@ -9,8 +9,13 @@
 // outrun it (the WAL past `hardLimitPages`), the writer checkpoints in its commit, as
 // SQLite would. A checkpoint that fails (a full disk) is tried again after the next
 // 1000 pages, as SQLite's own are; the commits themselves say what is wrong.
+//
+// The thread runs at a lower priority than the loop and the writer: its work can wait,
+// theirs holds replies back, and on a contended core the scheduler would otherwise let
+// it run in their place.
 
 import CSQLite
+import CSystem
 import Foundation
 
 final class WALCheckpointer: @unchecked Sendable {
@@ -49,9 +54,7 @@ final class WALCheckpointer: @unchecked Sendable {
         condition.lock()
         running = true
         condition.unlock()
-        let thread = Thread { [self] in run() }
-        thread.name = "checkpointer"
-        thread.start()
+        Thread { [self] in run() }.start()
     }
 
     /// Runs `body` (a checkpoint on another connection) with none under way here.
@@ -99,7 +102,12 @@ final class WALCheckpointer: @unchecked Sendable {
         condition.unlock()
     }
 
+    /// How much the thread's nice value is above the process's.
+    static let niceness: Int32 = 10
+
     private func run() {
+        _ = cs_lower_thread_priority(Self.niceness)  // before its name: a test knows the thread by it
+        _ = cs_name_thread("checkpointer")  // as `top -H` and `perf` show it
         // A connection opens the WAL at its first read; until then a checkpoint does nothing.
         var db = try? SQLiteDatabase(path: path)
         _ = try? db?.scalar("SELECT count(*) FROM sqlite_schema")

@@ -238,6 +238,21 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertTrue(store.checkpointer.awaitRuns(moreThan: runs, seconds: 30), "a checkpoint ran")
         XCTAssertGreaterThan(try fileSize(), before + 500 * 4096, "the events' pages are in relay.db itself, not only in its WAL")
         XCTAssertEqual(try store.events(member: "g", after: 295, limit: 10).map(\.seq), [296, 297, 298, 299, 300])
+        // Its thread runs below the writer's priority (here, this thread's): its work can wait.
+        let mine = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+        XCTAssertEqual(Set(try niceValues(ofThreadsNamed: "checkpointer")), [min(19, mine + WALCheckpointer.niceness)])
+    }
+
+    /// The nice values of this process's threads named `name` (fields 2 and 19 of their `stat`).
+    private func niceValues(ofThreadsNamed name: String) throws -> [Int32] {
+        try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").compactMap { tid in
+            guard let stat = try? String(contentsOfFile: "/proc/self/task/\(tid)/stat", encoding: .utf8),
+                let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")"),
+                stat[stat.index(after: open)..<close] == name
+            else { return nil }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")  // from field 3
+            return fields.count > 16 ? Int32(fields[16]) : nil
+        }
     }
 
     /// The checkpoint of a clean stop (`checkpoint()`) holds the checkpointer back, and
