@@ -81,7 +81,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try db.exec("PRAGMA cache_size = -2048")
         secureDelete = try db.text("PRAGMA secure_delete") ?? "0"
         try Self.migrate(db)
-        checkpointer = WALCheckpointer(path: path)
+        checkpointer = try WALCheckpointer(path: path)
         storedIDs = StoredIDsScan(path: path)
         reader = try SQLiteDatabase(path: path)
         try reader.exec("PRAGMA busy_timeout = 5000")

@@ -25,7 +25,6 @@ final class WALCheckpointer: @unchecked Sendable {
     /// Past this, the writer checkpoints in its own commit.
     static let hardLimitPages: Int32 = 16384
 
-    private let path: String
     private let condition = NSCondition()
     // Guarded by `condition`.
     private var wanted = false
@@ -48,7 +47,15 @@ final class WALCheckpointer: @unchecked Sendable {
         return runCount
     }
 
-    init(path: String) { self.path = path }
+    /// Its connection: opened here, so that a store that cannot open it fails to open and
+    /// its descriptors are held before the relay serves; its thread's alone once started.
+    private var db: SQLiteDatabase?
+
+    init(path: String) throws {
+        db = try SQLiteDatabase(path: path)
+        // A connection opens the WAL at its first read; until then a checkpoint does nothing.
+        _ = try db?.scalar("SELECT count(*) FROM sqlite_schema")
+    }
 
     func start() {
         condition.lock()
@@ -108,9 +115,6 @@ final class WALCheckpointer: @unchecked Sendable {
     private func run() {
         _ = cs_lower_thread_priority(Self.niceness)  // before its name: a test knows the thread by it
         _ = cs_name_thread("checkpointer")  // as `top -H` and `perf` show it
-        // A connection opens the WAL at its first read; until then a checkpoint does nothing.
-        var db = try? SQLiteDatabase(path: path)
-        _ = try? db?.scalar("SELECT count(*) FROM sqlite_schema")
         condition.lock()
         while true {
             while (!wanted || paused) && !stopping { condition.wait() }
