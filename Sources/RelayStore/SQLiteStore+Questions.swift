@@ -36,6 +36,13 @@ struct QuestionTail: Sendable {
     private var passByID: [QuestionID: Int64] = [:]
     /// When the last pass ended (monotonic milliseconds).
     var lastPass: Int64 = 0
+    /// The last row of the pass under way (or of the last one): a pass may go by every row
+    /// up to it before it moves the mark there.
+    private var passUpTo: Int64 = 0
+    /// Every row up to it has been gone by, or may be, by a pass listing the pending
+    /// questions it finds (`pendingQuestions`): one pending again at or below it must be
+    /// listed with its commit, as the pass may have found it finished.
+    var passedThrough: Int64 { max(indexedThrough, passUpTo) }
 
     /// The row of a listed question.
     func row(of id: QuestionID) -> Int64? { byID[id] ?? passByID[id] }
@@ -55,7 +62,8 @@ struct QuestionTail: Sendable {
     /// A pass begins with every listed question: their ids go with it, and those noted from
     /// now on go into `fresh` (made before the lock is taken). The pass before has ended
     /// (`trim`): one pass at a time, resumed after a failed step, never dropped.
-    mutating func passBegins(fresh: consuming [QuestionID: Int64]) {
+    mutating func passBegins(through: Int64, fresh: consuming [QuestionID: Int64]) {
+        passUpTo = through
         passByID = byID
         byID = fresh
     }
@@ -236,9 +244,10 @@ extension SQLiteStore {
             if !t.entries.isEmpty,
                 force || t.entries.count >= Self.questionIndexBatch || Double(now - t.lastPass) >= questionIndexSeconds * 1000
             {
-                indexPass = QuestionIndexPass(t)
+                let pass = QuestionIndexPass(t)
+                indexPass = pass
                 let fresh = [QuestionID: Int64](minimumCapacity: t.entries.count)  // about as many before the next pass
-                questionTail.withLock { $0.passBegins(fresh: fresh) }
+                questionTail.withLock { $0.passBegins(through: pass.through, fresh: fresh) }
             }
         }
         guard var pass = indexPass else { return false }
@@ -262,7 +271,8 @@ extension SQLiteStore {
             try db.run(
                 "INSERT OR IGNORE INTO pendingQuestions(key) SELECT key FROM questions WHERE key > ? AND key <= ? AND status = 'pending'",
                 [.int(rows.after), .int(rows.upTo)])
-            try sweepPendingList(limit: QuestionIndexPass.step)
+            // Twice what a step may list: the entries answered since stay fewer than the pending.
+            try sweepPendingList(limit: 2 * QuestionIndexPass.step)
             if stretch.upperBound == pass.ids.count {
                 try db.run(
                     "INSERT OR REPLACE INTO settings(key, value) VALUES('questionsIndexedThrough', ?)", [.int(pass.through)])

@@ -289,12 +289,15 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     func commitInTransaction(_ changes: [Change]) throws -> Written {
         var events: [EventRecord] = []
         var written = Written()
-        let questionsMark = questionTail.withLock { $0.indexedThrough }  // once a commit, not a question
+        // Once a commit, not a question.
+        let (questionsMark, passedThrough) = questionTail.withLock { ($0.indexedThrough, $0.passedThrough) }
         for c in changes {
             switch c {
             case .event(let e): events.append(e)
             case .question(let q):
                 try write(q, questionsMark: questionsMark)
+                // Pending again (asked anew, or a newer asking from the hub), in a row a pass may have found finished.
+                if q.status == .pending && q.row <= passedThrough { try listPending(row: q.row) }
                 written.questions.append(.init(row: q.row, id: q.key, child: q.child, createdAt: q.createdAt.milliseconds))
             case .questionState(let q) where q.status == .pending:
                 try write(c)
@@ -382,8 +385,6 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             try db.run(
                 "INSERT OR REPLACE INTO questionIDs(high, low, key) VALUES(?, ?, ?)", [.int(id.high), .int(id.low), .int(q.row)])
         }
-        // Asked again: its row may be one a pass has gone by (a first asking has a new row).
-        if q.status == .pending && (q.row <= questionsMark || q.attempt > 1) { try listPending(row: q.row) }
     }
 
     /// Lists the question of `row` as pending (see the schema): the passes list the rows

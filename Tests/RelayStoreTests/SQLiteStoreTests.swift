@@ -394,11 +394,44 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
         try store.indexQuestions()
         XCTAssertEqual(try listed(), [1, 3, 4, 5], "swept and listed by the next pass")
+        asked[1].status = .pending  // (not a change the core makes, but one the store keeps right)
+        try store.commit([.questionState(asked[1])])
+        XCTAssertEqual(try listed(), [1, 2, 3, 4, 5])
+        asked[1].status = .expired
+        try store.commit([.questionState(asked[1])])
         exec("DELETE FROM pendingQuestions WHERE key = 4")
         XCTAssertEqual(
             try SQLiteStore.check(databaseAt: path),
             ["1 pending questions are missing from the list of pending questions (questions up to row 5 must be in it)"])
         XCTAssertEqual(try SQLiteStore(path: path).load().questions.map(\.row), [1, 3, 5], "what a start would have missed")
+    }
+
+    /// A question pending again between the steps of a pass (here a newer asking from the
+    /// hub, still attempt 1) in a row the pass found finished is listed all the same; and
+    /// the sweeps, around the list and again, drop every entry answered since.
+    func testAQuestionPendingAgainDuringAPassIsListedAndTheAnsweredAreSwept() throws {
+        let store = try SQLiteStore(path: path, questionIndexSeconds: 3600)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        var asked = try (1...3000).map { try StoreContractTests.question(row: $0) }
+        asked[9].status = .answered
+        try store.commit(asked.map { .question($0) })
+        XCTAssertTrue(try store.indexQuestionsStep(force: true), "a pass of three steps under way, its first 1,024 rows gone by")
+        asked[9].status = .pending
+        asked[9].createdAt = Timestamp(milliseconds: asked[9].createdAt.milliseconds + 1)
+        try store.commit([.question(asked[9])])
+        while try store.indexQuestionsStep(force: true) {}
+        XCTAssertEqual(try SQLiteStore(path: path).load().questions.count, 3000)
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        // All but three answered: the next passes' sweeps leave those three (and the new ones).
+        for i in asked.indices where ![0, 9, 2999].contains(i) { asked[i].status = .answered }
+        try store.commit(asked.filter { $0.status == .answered }.map { .questionState($0) })
+        for row in Int64(3001)...3003 {
+            try store.commit([.question(try StoreContractTests.question(row: row))])
+            try store.indexQuestions()
+        }
+        var listed: [Int64] = []
+        try store.db.run("SELECT key FROM pendingQuestions ORDER BY key") { listed.append($0.int(0)) }
+        XCTAssertEqual(listed, [1, 10, 3000, 3001, 3002, 3003])
     }
 
     /// A store (its questions added to the lookup tables at the first chance) with child c1
