@@ -374,8 +374,7 @@ final class SQLiteStoreTests: XCTestCase {
     /// ask and answer: a start finds every pending question on either side of the mark, one
     /// asked again since the pass too; one answered since stays listed until a pass sweeps it.
     func testAStartFindsEveryPendingQuestionOnEitherSideOfTheIndexMark() throws {
-        let store = try SQLiteStore(path: path, questionIndexSeconds: 3600)
-        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        let store = try storeWithChild()
         var asked = try (1...4).map { try StoreContractTests.question(row: $0) }
         asked[3].status = .cancelled
         try store.commit(asked.map { .question($0) })
@@ -384,19 +383,14 @@ final class SQLiteStoreTests: XCTestCase {
         asked[3].status = .pending
         asked[3].attempt = 2
         try store.commit([.questionState(asked[1]), .question(asked[3]), .question(try StoreContractTests.question(row: 5))])
-        func listed() throws -> [Int64] {
-            var rows: [Int64] = []
-            try store.db.run("SELECT key FROM pendingQuestions ORDER BY key") { rows.append($0.int(0)) }
-            return rows
-        }
-        XCTAssertEqual(try listed(), [1, 2, 3, 4])
+        XCTAssertEqual(try listedPending(in: store), [1, 2, 3, 4])
         XCTAssertEqual(try SQLiteStore(path: path).load().questions.map(\.row), [1, 3, 4, 5])
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
         try store.indexQuestions()
-        XCTAssertEqual(try listed(), [1, 3, 4, 5], "swept and listed by the next pass")
+        XCTAssertEqual(try listedPending(in: store), [1, 3, 4, 5], "swept and listed by the next pass")
         asked[1].status = .pending  // (not a change the core makes, but one the store keeps right)
         try store.commit([.questionState(asked[1])])
-        XCTAssertEqual(try listed(), [1, 2, 3, 4, 5])
+        XCTAssertEqual(try listedPending(in: store), [1, 2, 3, 4, 5])
         asked[1].status = .expired
         try store.commit([.questionState(asked[1])])
         exec("DELETE FROM pendingQuestions WHERE key = 4")
@@ -410,8 +404,7 @@ final class SQLiteStoreTests: XCTestCase {
     /// hub, still attempt 1) in a row the pass found finished is listed all the same; and
     /// the sweeps, around the list and again, drop every entry answered since.
     func testAQuestionPendingAgainDuringAPassIsListedAndTheAnsweredAreSwept() throws {
-        let store = try SQLiteStore(path: path, questionIndexSeconds: 3600)
-        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        let store = try storeWithChild()
         var asked = try (1...3000).map { try StoreContractTests.question(row: $0) }
         asked[9].status = .answered
         try store.commit(asked.map { .question($0) })
@@ -429,9 +422,21 @@ final class SQLiteStoreTests: XCTestCase {
             try store.commit([.question(try StoreContractTests.question(row: row))])
             try store.indexQuestions()
         }
-        var listed: [Int64] = []
-        try store.db.run("SELECT key FROM pendingQuestions ORDER BY key") { listed.append($0.int(0)) }
-        XCTAssertEqual(listed, [1, 10, 3000, 3001, 3002, 3003])
+        XCTAssertEqual(try listedPending(in: store), [1, 10, 3000, 3001, 3002, 3003])
+    }
+
+    /// A store with child c1, whose questions stay listed in memory until a pass is forced.
+    private func storeWithChild() throws -> SQLiteStore {
+        let store = try SQLiteStore(path: path, questionIndexSeconds: 3600)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        return store
+    }
+
+    /// The rows the list of pending questions holds.
+    private func listedPending(in store: SQLiteStore) throws -> [Int64] {
+        var rows: [Int64] = []
+        try store.db.run("SELECT key FROM pendingQuestions ORDER BY key") { rows.append($0.int(0)) }
+        return rows
     }
 
     /// A store (its questions added to the lookup tables at the first chance) with child c1
