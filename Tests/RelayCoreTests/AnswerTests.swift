@@ -48,11 +48,8 @@ final class AnswerTests: XCTestCase {
         h.standardFamilies()
         let (c, _) = h.login("c1")
         let (g, _) = h.login("g1")
-        func approve(_ handles: [String], actions: [JSON]) {
-            var q = h.question(handles: handles)
-            q["topic"] = .object([
-                "kind": "communication", "personInformation": .array(handles.map { CoreHarness.person($0) }), "actions": .array(actions),
-            ])
+        func approve(_ handles: [String], actions: [String]) {
+            let q = h.question(handles: handles, actions: actions)
             h.ok(c, ["type": "ask", "question": .object(q)])
             h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"])
         }

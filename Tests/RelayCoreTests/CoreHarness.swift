@@ -222,13 +222,14 @@ final class CoreHarness {
     }
 
     func question(
-        id: String = UUID().uuidString, handles: [String] = ["+1 555 0100"], expiresIn: Double? = 3600,
-        choices: JSON? = nil, defaultChoice: String? = nil
+        id: String = UUID().uuidString, handles: [String] = ["+1 555 0100"], actions: [String] = ["message"],
+        expiresIn: Double? = 3600, choices: JSON? = nil, defaultChoice: String? = nil
     ) -> JSONObject {
         var q: JSONObject = [
             "id": .string(id),
             "topic": .object([
-                "kind": "communication", "personInformation": .array(handles.map { Self.person($0) }), "actions": ["message"],
+                "kind": "communication", "personInformation": .array(handles.map { Self.person($0) }),
+                "actions": .array(actions.map { .string($0) }),
             ]),
         ]
         if let expiresIn { q["expirationDate"] = .string(Timestamp(milliseconds: now.milliseconds + Int64(expiresIn * 1000)).rfc3339) }
