@@ -178,13 +178,11 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                     limitsEnabled: r.int(5) != 0, unixUID: r.isNull(6) ? nil : UInt32(truncatingIfNeeded: r.int(6))))
         }
         // Only what is live: the finished questions are read back when a request needs them.
-        let mark = try reader.scalar("SELECT value FROM settings WHERE key = 'questionsIndexedThrough'") ?? 0
-        try reader.run(
-            dynamic: allQuestions ? "SELECT \(Self.questionColumns) FROM questions q ORDER BY q.key" : Self.pending,
-            allQuestions ? [] : [.int(mark)]
-        ) {
-            s.questions.append(try Self.question(from: $0))
-        }
+        let read: (sql: String, args: [SQLValue]) =
+            allQuestions
+            ? ("SELECT \(Self.questionColumns) FROM questions q ORDER BY q.key", [])
+            : (Self.pending, [.int(try reader.scalar("SELECT value FROM settings WHERE key = 'questionsIndexedThrough'") ?? 0)])
+        try reader.run(dynamic: read.sql, read.args) { s.questions.append(try Self.question(from: $0)) }
         s.lastQuestionRow = max(
             try reader.scalar("SELECT max(key) FROM questions") ?? 0,
             try reader.scalar("SELECT value FROM settings WHERE key = 'lastQuestionRow'") ?? 0)
@@ -291,17 +289,22 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         var written = Written()
         // Once a commit, not a question.
         let (questionsMark, passedThrough) = questionTail.withLock { ($0.indexedThrough, $0.passedThrough) }
+        // Pending again (asked anew, or a newer asking from the hub) in a row a pass may have
+        // found finished: listed here (see the schema), as the pass will not list it.
+        func listIfPendingAgain(_ q: QuestionRecord) throws {
+            guard q.status == .pending && q.row <= passedThrough else { return }
+            try db.run("INSERT OR IGNORE INTO pendingQuestions(key) VALUES(?)", [.int(q.row)])
+        }
         for c in changes {
             switch c {
             case .event(let e): events.append(e)
             case .question(let q):
                 try write(q, questionsMark: questionsMark)
-                // Pending again (asked anew, or a newer asking from the hub), in a row a pass may have found finished.
-                if q.status == .pending && q.row <= passedThrough { try listPending(row: q.row) }
+                try listIfPendingAgain(q)
                 written.questions.append(.init(row: q.row, id: q.key, child: q.child, createdAt: q.createdAt.milliseconds))
-            case .questionState(let q) where q.status == .pending:
+            case .questionState(let q):
                 try write(c)
-                try listPending(row: q.row)
+                try listIfPendingAgain(q)
             default: try write(c)
             }
         }
@@ -385,12 +388,6 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             try db.run(
                 "INSERT OR REPLACE INTO questionIDs(high, low, key) VALUES(?, ?, ?)", [.int(id.high), .int(id.low), .int(q.row)])
         }
-    }
-
-    /// Lists the question of `row` as pending (see the schema): the passes list the rows
-    /// they go by that are pending then; one pending again since is listed here.
-    func listPending(row: Int64) throws {
-        try db.run("INSERT OR IGNORE INTO pendingQuestions(key) VALUES(?)", [.int(row)])
     }
 
     /// Keeps `row` known as given: rows are never given twice, also once their question is gone.
