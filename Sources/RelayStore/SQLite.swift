@@ -45,22 +45,32 @@ final class SQLiteDatabase {
     }
 
     /// Called after each commit with the WAL's length in pages, in place of SQLite's own
-    /// checkpoints; a checkpoint runs in the commit when it returns true.
+    /// checkpoints; a (passive) checkpoint runs in the commit when it returns true, and
+    /// `checkpointed` hears how many of the WAL's pages are in the database then (-1: none
+    /// could be copied, another checkpoint being under way).
     private var hook: Unmanaged<WALHook>?
     final class WALHook {
         let afterCommit: (Int32) -> Bool
-        init(_ afterCommit: @escaping (Int32) -> Bool) { self.afterCommit = afterCommit }
+        let checkpointed: (Int32) -> Void
+        init(_ afterCommit: @escaping (Int32) -> Bool, _ checkpointed: @escaping (Int32) -> Void) {
+            (self.afterCommit, self.checkpointed) = (afterCommit, checkpointed)
+        }
     }
 
-    func setWALHook(_ afterCommit: @escaping (_ walPages: Int32) -> Bool) {
-        let box = Unmanaged.passRetained(WALHook(afterCommit))
+    func setWALHook(
+        _ afterCommit: @escaping (_ walPages: Int32) -> Bool, checkpointed: @escaping (_ copiedPages: Int32) -> Void
+    ) {
+        let box = Unmanaged.passRetained(WALHook(afterCommit, checkpointed))
         hook?.release()
         hook = box
         sqlite3_wal_hook(
             db,
             { context, handle, _, pages in
-                if Unmanaged<WALHook>.fromOpaque(context!).takeUnretainedValue().afterCommit(pages) {
-                    _ = sqlite3_wal_checkpoint(handle, nil)
+                let hook = Unmanaged<WALHook>.fromOpaque(context!).takeUnretainedValue()
+                if hook.afterCommit(pages) {
+                    var copied: Int32 = -1
+                    _ = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, &copied)
+                    hook.checkpointed(copied)
                 }
                 return SQLITE_OK
             }, box.toOpaque())

@@ -97,10 +97,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         // Last: a store that fails to open leaves no thread behind (no deinit runs then).
         // Until now SQLite checkpointed in the commits, as it does by default.
         let checkpointer = checkpointer
-        db.setWALHook { pages in
-            checkpointer.committed(walPages: pages)
-            return pages >= WALCheckpointer.hardLimitPages
-        }
+        db.setWALHook(checkpointer.committed(walPages:), checkpointed: checkpointer.writerCheckpointed(through:))
         checkpointer.start()
     }
 

@@ -5,10 +5,16 @@
 //
 // A PASSIVE checkpoint neither waits for the writer and the readers nor holds them up: it
 // copies what no reader still needs, and the writer starts the WAL again from its
-// beginning at its first transaction after everything is copied. Should the writer
-// outrun it (the WAL past `hardLimitPages`), the writer checkpoints in its commit, as
-// SQLite would. A checkpoint that fails (a full disk) is tried again after the next
-// 1000 pages, as SQLite's own are; the commits themselves say what is wrong.
+// beginning at its first transaction after everything is copied. Under steady writing
+// that moment never comes by itself: the writer appends while a checkpoint copies. So
+// past `catchUpPages` the thread copies again whenever the WAL has grown, until what one
+// of its checkpoints leaves is at most `writerTailPages`; the writer copies that rest in
+// its commit (a short checkpoint: its syncs are of that rest alone), and its next commit
+// starts the WAL again. Only should the writer outrun the thread all the same (the WAL
+// past `hardLimitPages`) does it checkpoint whatever is left, as SQLite would: a commit,
+// and every reply waiting for it, held up for tens of milliseconds under load.
+// A checkpoint that fails (a full disk) is tried again after the next 1000 pages, as
+// SQLite's own are; the commits themselves say what is wrong.
 //
 // The thread runs at a lower priority than the loop and the writer: its work can wait,
 // theirs holds replies back, and on a contended core the scheduler would otherwise let
@@ -22,7 +28,12 @@ final class WALCheckpointer: @unchecked Sendable {
     /// A checkpoint starts each time the WAL has this many pages more than the last one
     /// copied (SQLite's default).
     static let pages: Int32 = 1000
-    /// Past this, the writer checkpoints in its own commit.
+    /// Past this, the thread copies again whenever the WAL has grown, and the writer copies
+    /// the rest once it is short: the WAL starts again well before `hardLimitPages`.
+    static let catchUpPages: Int32 = 12288
+    /// The most the writer copies in its commit before `hardLimitPages`.
+    static let writerTailPages: Int32 = 256
+    /// Past this, the writer checkpoints in its own commit whatever is left.
     static let hardLimitPages: Int32 = 16384
 
     private let condition = NSCondition()
@@ -34,6 +45,11 @@ final class WALCheckpointer: @unchecked Sendable {
     /// the next back: SQLite refuses a second checkpoint at once, busy timeout or not.
     private var paused = false
     private var checkpointing = false
+    /// The writer's own checkpoint is under way: the thread's would find SQLite busy.
+    private var writerCheckpointing = false
+    private var writerRuns = 0
+    /// How long the WAL was after the last commit, in pages.
+    private var walLength: Int32 = 0
     /// How much of the WAL the last checkpoint copied (or tried to), in pages.
     private var copied: Int32 = 0
     /// How long the WAL was when the last checkpoint was asked for.
@@ -45,6 +61,14 @@ final class WALCheckpointer: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         return runCount
+    }
+
+    /// Checkpoints the writer ran in its commits, and the WAL's length after the last
+    /// commit, for tests.
+    var writerCheckpoints: (runs: Int, walPages: Int32) {
+        condition.lock()
+        defer { condition.unlock() }
+        return (writerRuns, walLength)
     }
 
     /// Its connection: opened here, so that a store that cannot open it fails to open and
@@ -80,15 +104,37 @@ final class WALCheckpointer: @unchecked Sendable {
     }
 
     /// A commit left the WAL `pages` long (SQLite's WAL hook, on the writer's thread).
-    func committed(walPages pages: Int32) {
-        guard pages >= Self.pages else { return }
+    /// Returns whether the writer checkpoints now, in its commit (`writerCheckpointed` then).
+    func committed(walPages pages: Int32) -> Bool {
         condition.lock()
+        defer { condition.unlock() }
+        walLength = pages
+        guard pages >= Self.pages else { return false }
         if pages < copied { copied = 0 }  // the WAL started again from its beginning
-        if pages - copied >= Self.pages {
+        if pages >= Self.hardLimitPages || (pages >= Self.catchUpPages && !checkpointing && !leftToThread) {
+            writerCheckpointing = true
+            wanted = false
+            return true
+        }
+        if pages - copied >= Self.pages || (pages >= Self.catchUpPages && leftToThread) {
             wanted = true
             asked = pages
             condition.signal()
         }
+        return false
+    }
+
+    /// Whether what the WAL holds beyond the copied pages is too much for the writer to
+    /// copy in a commit (guarded by `condition`).
+    private var leftToThread: Bool { walLength - copied > Self.writerTailPages }
+
+    /// The writer's checkpoint in its commit has `copied` the WAL's first pages (-1: none).
+    func writerCheckpointed(through copied: Int32) {
+        condition.lock()
+        writerCheckpointing = false
+        writerRuns += 1
+        self.copied = max(self.copied, copied)
+        condition.broadcast()
         condition.unlock()
     }
 
@@ -117,12 +163,14 @@ final class WALCheckpointer: @unchecked Sendable {
         _ = cs_name_thread("checkpointer")  // as `top -H` and `perf` show it
         condition.lock()
         while true {
-            while (!wanted || paused) && !stopping { condition.wait() }
+            while (!wanted || paused || writerCheckpointing) && !stopping { condition.wait() }
             if stopping { break }
             wanted = false
+            // What its last checkpoint left is for the writer to copy now (see above).
+            if walLength >= Self.catchUpPages && !leftToThread { continue }
             checkpointing = true
             condition.unlock()
-            // Busy: the writer's own checkpoint under way, past the hard limit.
+            // Fails on a full disk (or busy, should another connection checkpoint meanwhile).
             let done = try? db?.checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE)
             condition.lock()
             copied = max(copied, done ?? asked)

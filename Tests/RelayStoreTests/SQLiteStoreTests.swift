@@ -243,6 +243,35 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(Set(try niceValues(ofThreadsNamed: "checkpointer")), [min(19, mine + WALCheckpointer.niceness)])
     }
 
+    /// Under steady writing the WAL is never all copied by the checkpointer alone. Past
+    /// `catchUpPages` it copies again as the WAL grows, and the writer copies the short
+    /// rest itself, so that the WAL starts again long before the limit past which the
+    /// writer would copy all that is left in one commit.
+    func testUnderSteadyWritingTheWALStartsAgainBeforeItsLimit() throws {
+        let store = try SQLiteStore(path: path)
+        let checkpointer = store.checkpointer
+        try store.commit([.member(MemberRecord(id: "g", family: "fam", role: .guardian, tokenHash: [0]))])
+        var (seq, longest): (Int64, Int32) = (0, 0)
+        // Commits one after another, until the WAL starts again (or would pass its limit).
+        while longest < WALCheckpointer.hardLimitPages {
+            seq += 1
+            try store.commit([
+                .event(
+                    EventRecord(
+                        member: "g", seq: seq, at: Timestamp(milliseconds: seq), topic: nil,
+                        frame: StoreContractTests.frame(seq, padding: 16000)))
+            ])
+            let pages = checkpointer.writerCheckpoints.walPages
+            if pages < longest { break }
+            longest = pages
+        }
+        XCTAssertGreaterThanOrEqual(longest, WALCheckpointer.catchUpPages)
+        XCTAssertLessThan(longest, WALCheckpointer.hardLimitPages, "the WAL started again before its limit")
+        XCTAssertGreaterThan(checkpointer.writerCheckpoints.runs, 0, "the writer copied the rest")
+        XCTAssertEqual(try store.events(member: "g", after: seq - 3, limit: 10).map(\.seq), Array(seq - 2...seq))
+        XCTAssertEqual(try store.events(member: "g", after: 0, limit: 1).map(\.seq), [1])
+    }
+
     /// The nice values of this process's threads named `name` (fields 2 and 19 of their `stat`).
     private func niceValues(ofThreadsNamed name: String) throws -> [Int32] {
         try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").compactMap { tid in
