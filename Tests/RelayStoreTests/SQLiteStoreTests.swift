@@ -228,12 +228,7 @@ final class SQLiteStoreTests: XCTestCase {
         let runs = store.checkpointer.runs
         // Over 1,000 pages of events, a commit at a time: a checkpoint copies what the WAL held then.
         for seq in Int64(1)...300 {
-            try store.commit([
-                .event(
-                    EventRecord(
-                        member: "g", seq: seq, at: Timestamp(milliseconds: seq), topic: nil,
-                        frame: StoreContractTests.frame(seq, padding: 16000)))
-            ])
+            try appendPaddedEvent(seq, to: store)
         }
         XCTAssertTrue(store.checkpointer.awaitRuns(moreThan: runs, seconds: 30), "a checkpoint ran")
         XCTAssertGreaterThan(try fileSize(), before + 500 * 4096, "the events' pages are in relay.db itself, not only in its WAL")
@@ -255,12 +250,7 @@ final class SQLiteStoreTests: XCTestCase {
         // Commits one after another, until the WAL starts again (or would pass its limit).
         while longest < WALCheckpointer.hardLimitPages {
             seq += 1
-            try store.commit([
-                .event(
-                    EventRecord(
-                        member: "g", seq: seq, at: Timestamp(milliseconds: seq), topic: nil,
-                        frame: StoreContractTests.frame(seq, padding: 16000)))
-            ])
+            try appendPaddedEvent(seq, to: store)
             let pages = checkpointer.writerCheckpoints.walPages
             if pages < longest { break }
             longest = pages
@@ -270,6 +260,16 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertGreaterThan(checkpointer.writerCheckpoints.runs, 0, "the writer copied the rest")
         XCTAssertEqual(try store.events(member: "g", after: seq - 3, limit: 10).map(\.seq), Array(seq - 2...seq))
         XCTAssertEqual(try store.events(member: "g", after: 0, limit: 1).map(\.seq), [1])
+    }
+
+    /// Commits event `seq` of guardian `g`, about four pages long.
+    private func appendPaddedEvent(_ seq: Int64, to store: SQLiteStore) throws {
+        try store.commit([
+            .event(
+                EventRecord(
+                    member: "g", seq: seq, at: Timestamp(milliseconds: seq), topic: nil,
+                    frame: StoreContractTests.frame(seq, padding: 16000)))
+        ])
     }
 
     /// The nice values of this process's threads named `name` (fields 2 and 19 of their `stat`).
@@ -292,12 +292,7 @@ final class SQLiteStoreTests: XCTestCase {
         try store.commit([.member(MemberRecord(id: "g", family: "fam", role: .guardian, tokenHash: [0]))])
         func write(_ seqs: ClosedRange<Int64>) throws {
             for seq in seqs {
-                try store.commit([
-                    .event(
-                        EventRecord(
-                            member: "g", seq: seq, at: Timestamp(milliseconds: seq), topic: nil,
-                            frame: StoreContractTests.frame(seq, padding: 16000)))
-                ])
+                try appendPaddedEvent(seq, to: store)
             }
         }
         let runs = store.checkpointer.runs
