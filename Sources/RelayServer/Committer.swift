@@ -6,7 +6,7 @@
 // wakes the loop through a pipe in its epoll set.
 //
 // A pruning step is two jobs: its events, then the questions' upkeep, queued behind any
-// commit handed over meanwhile. Each part takes milliseconds under load, and a commit
+// commit handed over meanwhile (so its outcome comes after that commit's). Each part takes milliseconds under load, and a commit
 // that waited for both set the tail of the cycle's latency.
 
 import CSystem
@@ -52,7 +52,7 @@ final class Committer: @unchecked Sendable {
         Thread { [self] in run() }.start()
     }
 
-    /// Queues a job; its outcome comes back through `takeOutcomes`, in order.
+    /// Queues a job; its outcome comes back through `takeOutcomes`, in the order jobs end.
     func submit(_ job: Job) {
         condition.lock()
         jobs.append(job)
@@ -60,7 +60,7 @@ final class Committer: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// The outcomes of the jobs done since the last call, in order.
+    /// The outcomes of the jobs done since the last call, in the order they ended.
     func takeOutcomes() -> [Outcome] {
         wakeup.drain()
         condition.lock()

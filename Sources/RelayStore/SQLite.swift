@@ -46,8 +46,8 @@ final class SQLiteDatabase {
 
     /// Called after each commit with the WAL's length in pages, in place of SQLite's own
     /// checkpoints; a (passive) checkpoint runs in the commit when it returns true, and
-    /// `checkpointed` hears how many of the WAL's pages are in the database then (-1: none
-    /// could be copied, another checkpoint being under way).
+    /// `checkpointed` hears how many of the WAL's pages are in the database then (-1: it
+    /// failed, another checkpoint being under way, or an error).
     private var hook: Unmanaged<WALHook>?
     final class WALHook {
         let afterCommit: (Int32) -> Bool

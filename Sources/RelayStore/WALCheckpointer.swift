@@ -7,14 +7,17 @@
 // copies what no reader still needs, and the writer starts the WAL again from its
 // beginning at its first transaction after everything is copied. Under steady writing
 // that moment never comes by itself: the writer appends while a checkpoint copies. So
-// past `catchUpPages` the thread copies again whenever the WAL has grown, until what one
-// of its checkpoints leaves is at most `writerTailPages`; the writer copies that rest in
+// past `catchUpPages` the thread copies again whenever more than `writerTailPages` are
+// left to copy, until what one of its checkpoints leaves is at most that; the writer copies that rest in
 // its commit (a short checkpoint: its syncs are of that rest alone), and its next commit
 // starts the WAL again. Only should the writer outrun the thread all the same (the WAL
 // past `hardLimitPages`) does it checkpoint whatever is left, as SQLite would: a commit,
 // and every reply waiting for it, held up for tens of milliseconds under load.
 // A checkpoint that fails (a full disk) is tried again after the next 1000 pages, as
-// SQLite's own are; the commits themselves say what is wrong.
+// SQLite's own are (past `catchUpPages`, at the next commits); the commits themselves
+// say what is wrong. The WAL starts again at the writer's next commit only if no reader
+// still holds an older snapshot; should the thread get too little of a busy CPU to
+// catch up, the writer copies what is left at `hardLimitPages`, as before.
 //
 // The thread runs at a lower priority than the loop and the writer: its work can wait,
 // theirs holds replies back, and on a contended core the scheduler would otherwise let
@@ -28,15 +31,16 @@ final class WALCheckpointer: @unchecked Sendable {
     /// A checkpoint starts each time the WAL has this many pages more than the last one
     /// copied (SQLite's default).
     static let pages: Int32 = 1000
-    /// Past this, the thread copies again whenever the WAL has grown, and the writer copies
-    /// the rest once it is short: the WAL starts again well before `hardLimitPages`.
+    /// Past this, the thread copies again whenever more than `writerTailPages` are left to
+    /// copy, and the writer copies a shorter rest: the WAL starts again before `hardLimitPages`.
     static let catchUpPages: Int32 = 12288
-    /// The most the writer copies in its commit before `hardLimitPages`.
+    /// The most left to copy for the writer to copy it in its commit before
+    /// `hardLimitPages` (as far as the last checkpoint says: a failed one is taken as done).
     static let writerTailPages: Int32 = 256
     /// Past this, the writer checkpoints in its own commit whatever is left.
     static let hardLimitPages: Int32 = 16384
 
-    private let condition = NSCondition()
+    let condition = NSCondition()
     // Guarded by `condition`.
     private var wanted = false
     private var stopping = false
@@ -108,9 +112,10 @@ final class WALCheckpointer: @unchecked Sendable {
     func committed(walPages pages: Int32) -> Bool {
         condition.lock()
         defer { condition.unlock() }
+        // Shorter than after the last commit, or than what was copied: it started again.
+        if pages < walLength || pages < copied { copied = 0 }
         walLength = pages
         guard pages >= Self.pages else { return false }
-        if pages < copied { copied = 0 }  // the WAL started again from its beginning
         if pages >= Self.hardLimitPages || (pages >= Self.catchUpPages && !checkpointing && !leftToThread) {
             writerCheckpointing = true
             wanted = false
@@ -127,6 +132,31 @@ final class WALCheckpointer: @unchecked Sendable {
     /// Whether what the WAL holds beyond the copied pages is too much for the writer to
     /// copy in a commit (guarded by `condition`).
     private var leftToThread: Bool { walLength - copied > Self.writerTailPages }
+
+    /// The thread takes the checkpoint asked for, unless what its last one left is for the
+    /// writer to copy now (see above). Called with `condition` held.
+    func beginsCheckpoint() -> Bool {
+        wanted = false
+        if walLength >= Self.catchUpPages && !leftToThread { return false }
+        checkpointing = true
+        return true
+    }
+
+    /// The thread's checkpoint copied the WAL's first `done` pages (nil: it failed, and is
+    /// taken as done, to be tried again later). Called with `condition` held.
+    func endsCheckpoint(copied done: Int32?) {
+        copied = max(copied, done ?? asked)
+        runCount += 1
+        checkpointing = false
+        condition.broadcast()
+    }
+
+    /// Whether a checkpoint is asked of the thread, for tests.
+    var threadAsked: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return wanted
+    }
 
     /// The writer's checkpoint in its commit has `copied` the WAL's first pages (-1: none).
     func writerCheckpointed(through copied: Int32) {
@@ -165,18 +195,12 @@ final class WALCheckpointer: @unchecked Sendable {
         while true {
             while (!wanted || paused || writerCheckpointing) && !stopping { condition.wait() }
             if stopping { break }
-            wanted = false
-            // What its last checkpoint left is for the writer to copy now (see above).
-            if walLength >= Self.catchUpPages && !leftToThread { continue }
-            checkpointing = true
+            guard beginsCheckpoint() else { continue }
             condition.unlock()
             // Fails on a full disk (or busy, should another connection checkpoint meanwhile).
             let done = try? db?.checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE)
             condition.lock()
-            copied = max(copied, done ?? asked)
-            runCount += 1
-            checkpointing = false
-            condition.broadcast()
+            endsCheckpoint(copied: done)
         }
         db = nil  // closed before the store goes on without it
         running = false

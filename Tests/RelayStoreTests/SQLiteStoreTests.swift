@@ -239,27 +239,57 @@ final class SQLiteStoreTests: XCTestCase {
     }
 
     /// Under steady writing the WAL is never all copied by the checkpointer alone. Past
-    /// `catchUpPages` it copies again as the WAL grows, and the writer copies the short
-    /// rest itself, so that the WAL starts again long before the limit past which the
-    /// writer would copy all that is left in one commit.
-    func testUnderSteadyWritingTheWALStartsAgainBeforeItsLimit() throws {
-        let store = try SQLiteStore(path: path)
-        let checkpointer = store.checkpointer
-        try store.commit([.member(MemberRecord(id: "g", family: "fam", role: .guardian, tokenHash: [0]))])
-        var (seq, longest): (Int64, Int32) = (0, 0)
-        // Commits one after another, until the WAL starts again (or would pass its limit).
-        while longest < WALCheckpointer.hardLimitPages {
-            seq += 1
-            try appendPaddedEvent(seq, to: store)
-            let pages = checkpointer.writerCheckpoints.walPages
-            if pages < longest { break }
-            longest = pages
+    /// `catchUpPages` the thread is asked to copy again whenever more than
+    /// `writerTailPages` are left, and the writer copies a shorter rest itself (then its
+    /// next commit starts the WAL again), long before the limit past which it copies all
+    /// that is left. The decisions, on a checkpointer whose thread is not started (its
+    /// checkpoints played by hand).
+    func testPastTheMarkTheThreadCatchesUpAndTheWriterCopiesTheShortRest() throws {
+        _ = try SQLiteStore(path: path)  // the database, in WAL mode
+        let c = try WALCheckpointer(path: path)
+        func threadRuns(copying pages: Int32) {
+            c.condition.lock()
+            XCTAssertTrue(c.beginsCheckpoint())
+            c.endsCheckpoint(copied: pages)
+            c.condition.unlock()
         }
-        XCTAssertGreaterThanOrEqual(longest, WALCheckpointer.catchUpPages)
-        XCTAssertLessThan(longest, WALCheckpointer.hardLimitPages, "the WAL started again before its limit")
-        XCTAssertGreaterThan(checkpointer.writerCheckpoints.runs, 0, "the writer copied the rest")
-        XCTAssertEqual(try store.events(member: "g", after: seq - 3, limit: 10).map(\.seq), Array(seq - 2...seq))
-        XCTAssertEqual(try store.events(member: "g", after: 0, limit: 1).map(\.seq), [1])
+        XCTAssertFalse(c.committed(walPages: 12_000))
+        XCTAssertTrue(c.threadAsked, "1,000 pages more than copied")
+        threadRuns(copying: 12_000)
+        XCTAssertFalse(c.committed(walPages: 12_200))
+        XCTAssertFalse(c.threadAsked, "below the mark, the thread waits for 1,000 pages more")
+        XCTAssertFalse(c.committed(walPages: 12_600))
+        XCTAssertTrue(c.threadAsked, "past the mark, 600 pages left: the thread copies again")
+        threadRuns(copying: 12_500)
+        XCTAssertTrue(c.committed(walPages: 12_700), "200 pages left, the thread idle: the writer copies them")
+        XCTAssertFalse(c.threadAsked)
+        c.writerCheckpointed(through: 12_700)
+        XCTAssertEqual(c.writerCheckpoints.runs, 1)
+        // The WAL started again: below the mark, as at first.
+        XCTAssertFalse(c.committed(walPages: 900))
+        XCTAssertFalse(c.threadAsked)
+        // A thread asked with a short rest left leaves it to the writer.
+        XCTAssertFalse(c.committed(walPages: 13_000))
+        XCTAssertTrue(c.threadAsked)
+        threadRuns(copying: 12_900)
+        XCTAssertFalse(c.committed(walPages: 13_600))
+        c.condition.lock()
+        XCTAssertTrue(c.beginsCheckpoint(), "700 pages left: the thread's")
+        c.condition.unlock()
+        XCTAssertFalse(c.committed(walPages: 13_650), "not the writer's while the thread copies")
+        c.condition.lock()
+        c.endsCheckpoint(copied: 13_500)
+        c.condition.unlock()
+        XCTAssertTrue(c.threadAsked, "asked again meanwhile")
+        c.condition.lock()
+        XCTAssertFalse(c.beginsCheckpoint(), "150 pages left: the writer's to copy")
+        c.condition.unlock()
+        XCTAssertTrue(c.committed(walPages: 13_700))
+        c.writerCheckpointed(through: 13_700)
+        // Past the limit the writer copies whatever is left.
+        XCTAssertFalse(c.committed(walPages: 1_000))
+        threadRuns(copying: 1_000)
+        XCTAssertTrue(c.committed(walPages: 16_384))
     }
 
     /// Commits event `seq` of guardian `g`, about four pages long.
