@@ -6,8 +6,9 @@
 // wakes the loop through a pipe in its epoll set.
 //
 // A pruning step is two jobs: its events, then the questions' upkeep, queued behind any
-// commit handed over meanwhile (so its outcome comes after that commit's). Each part takes milliseconds under load, and a commit
-// that waited for both set the tail of the cycle's latency.
+// commit handed over meanwhile (so its outcome comes after that commit's). Each part
+// takes milliseconds under load, and a commit that waited for both set the tail of the
+// cycle's latency.
 
 import CSystem
 import Foundation

@@ -8,9 +8,9 @@
 // beginning at its first transaction after everything is copied. Under steady writing
 // that moment never comes by itself: the writer appends while a checkpoint copies. So
 // past `catchUpPages` the thread copies again whenever more than `writerTailPages` are
-// left to copy, until what one of its checkpoints leaves is at most that; the writer copies that rest in
-// its commit (a short checkpoint: its syncs are of that rest alone), and its next commit
-// starts the WAL again. Only should the writer outrun the thread all the same (the WAL
+// left to copy, until what one of its checkpoints leaves is at most that; the writer
+// copies that rest in its commit (a short checkpoint: its syncs are of that rest alone),
+// and its next commit starts the WAL again. Only should the writer outrun the thread all the same (the WAL
 // past `hardLimitPages`) does it checkpoint whatever is left, as SQLite would: a commit,
 // and every reply waiting for it, held up for tens of milliseconds under load.
 // A checkpoint that fails (a full disk) is tried again after the next 1000 pages, as
