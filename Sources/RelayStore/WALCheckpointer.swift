@@ -67,12 +67,11 @@ final class WALCheckpointer: @unchecked Sendable {
         return runCount
     }
 
-    /// Checkpoints the writer ran in its commits, and the WAL's length after the last
-    /// commit, for tests.
-    var writerCheckpoints: (runs: Int, walPages: Int32) {
+    /// Checkpoints the writer ran in its commits, for tests.
+    var writerCheckpoints: Int {
         condition.lock()
         defer { condition.unlock() }
-        return (writerRuns, walLength)
+        return writerRuns
     }
 
     /// Its connection: opened here, so that a store that cannot open it fails to open and
@@ -116,12 +115,12 @@ final class WALCheckpointer: @unchecked Sendable {
         if pages < walLength || pages < copied { copied = 0 }
         walLength = pages
         guard pages >= Self.pages else { return false }
-        if pages >= Self.hardLimitPages || (pages >= Self.catchUpPages && !checkpointing && !leftToThread) {
+        if pages >= Self.hardLimitPages || (restIsWriters && !checkpointing) {
             writerCheckpointing = true
             wanted = false
             return true
         }
-        if pages - copied >= Self.pages || (pages >= Self.catchUpPages && leftToThread) {
+        if pages - copied >= Self.pages || (pages >= Self.catchUpPages && !restIsWriters) {
             wanted = true
             asked = pages
             condition.signal()
@@ -129,15 +128,15 @@ final class WALCheckpointer: @unchecked Sendable {
         return false
     }
 
-    /// Whether what the WAL holds beyond the copied pages is too much for the writer to
-    /// copy in a commit (guarded by `condition`).
-    private var leftToThread: Bool { walLength - copied > Self.writerTailPages }
+    /// Whether what is left to copy is the writer's, in its commit: past the mark, and at
+    /// most `writerTailPages` (guarded by `condition`).
+    private var restIsWriters: Bool { walLength >= Self.catchUpPages && walLength - copied <= Self.writerTailPages }
 
     /// The thread takes the checkpoint asked for, unless what its last one left is for the
     /// writer to copy now (see above). Called with `condition` held.
     func beginsCheckpoint() -> Bool {
         wanted = false
-        if walLength >= Self.catchUpPages && !leftToThread { return false }
+        if restIsWriters { return false }
         checkpointing = true
         return true
     }

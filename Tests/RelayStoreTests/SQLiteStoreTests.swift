@@ -264,7 +264,7 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertTrue(c.committed(walPages: 12_700), "200 pages left, the thread idle: the writer copies them")
         XCTAssertFalse(c.threadAsked)
         c.writerCheckpointed(through: 12_700)
-        XCTAssertEqual(c.writerCheckpoints.runs, 1)
+        XCTAssertEqual(c.writerCheckpoints, 1)
         // The WAL started again: below the mark, as at first.
         XCTAssertFalse(c.committed(walPages: 900))
         XCTAssertFalse(c.threadAsked)
