@@ -5,10 +5,10 @@
 // the busier the relay, the more turns share a transaction (group commit). The thread
 // wakes the loop through a pipe in its epoll set.
 //
-// A pruning step is two jobs: its events, then the questions' upkeep, queued behind any
-// commit handed over meanwhile (so its outcome comes after that commit's). Each part
-// takes milliseconds under load, and a commit that waited for both set the tail of the
-// cycle's latency.
+// A pruning step is three jobs: its events, then the questions' lookup tables, then their
+// forgetting, each queued behind any commit handed over meanwhile (so its outcome comes
+// after that commit's). Each part takes milliseconds under load, and a commit that waited
+// for all of them set the tail of the cycle's latency.
 
 import CSystem
 import Foundation
@@ -23,16 +23,18 @@ final class Committer: @unchecked Sendable {
         /// A step of pruning events, and of forgetting questions past `questionsKept`; one
         /// outcome for both parts.
         case prune(olderThan: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, questionsKept: QuestionsKept, limit: Int)
-        /// The second part of a pruning step that dropped `after`: queued by the writer.
-        case maintain(after: PruneStep, questionsKept: QuestionsKept, limit: Int)
+        /// The other parts of a pruning step that dropped `after`, queued by the writer:
+        /// the questions' lookup tables, then their forgetting.
+        case updateLookups(after: PruneStep, questionsKept: QuestionsKept, limit: Int)
+        case forget(after: PruneStep, questionsKept: QuestionsKept, limit: Int)
     }
 
     enum Outcome {
         case committed
         case commitFailed(any Error)
         case pruned(PruneStep)
-        /// A pruning step failed, or the questions' upkeep after it (`done`: what the
-        /// pruning step did drop, which the core must learn of all the same).
+        /// A pruning step failed, or a part of the questions' upkeep after it (`done`: what
+        /// the pruning step did drop, which the core must learn of all the same).
         case pruneFailed(any Error, done: PruneStep?)
     }
 
@@ -108,16 +110,22 @@ final class Committer: @unchecked Sendable {
             case .prune(let cutoff, let acknowledged, let settled, let questionsKept, let limit):
                 do {
                     let step = try store.prune(olderThan: cutoff, acknowledged: acknowledged, settledThrough: settled, limit: limit)
-                    condition.lock()
-                    jobs.append(.maintain(after: step, questionsKept: questionsKept, limit: limit))
-                    busy = false
-                    continue  // its outcome comes with the second part's
+                    queueNext(.updateLookups(after: step, questionsKept: questionsKept, limit: limit))
+                    continue  // its outcome comes with the last part's
                 } catch {
                     outcome = .pruneFailed(error, done: nil)
                 }
-            case .maintain(var step, let questionsKept, let limit):
+            case .updateLookups(var step, let questionsKept, let limit):
                 do {
-                    if try store.maintainQuestions(keeping: questionsKept, limit: limit) { step.more = true }
+                    if try store.updateQuestionLookups() { step.more = true }
+                    queueNext(.forget(after: step, questionsKept: questionsKept, limit: limit))
+                    continue
+                } catch {
+                    outcome = .pruneFailed(error, done: step)
+                }
+            case .forget(var step, let questionsKept, let limit):
+                do {
+                    if try store.forgetQuestions(keeping: questionsKept, limit: limit) { step.more = true }
                     outcome = .pruned(step)
                 } catch {
                     outcome = .pruneFailed(error, done: step)
@@ -132,5 +140,13 @@ final class Committer: @unchecked Sendable {
         running = false
         condition.broadcast()
         condition.unlock()
+    }
+
+    /// Queues the next part of a job behind those waiting, and takes the lock again for
+    /// the writer's loop.
+    private func queueNext(_ job: Job) {
+        condition.lock()
+        jobs.append(job)
+        busy = false
     }
 }

@@ -84,7 +84,10 @@ public final class MemoryStore: RelayStore, Sendable {
         return Array(sorted.lazy.filter { newestFirst ? QuestionPlace($0) < after : QuestionPlace($0) > after }.prefix(limit))
     }
 
-    public func maintainQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
+    /// The memory store has no lookup tables to keep.
+    public func updateQuestionLookups() throws -> Bool { false }
+
+    public func forgetQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
         state.withLock { s in
             var budget = limit
             for child in Set(s.questions.values.map(\.child)).sorted() {

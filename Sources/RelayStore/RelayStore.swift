@@ -6,8 +6,8 @@
 import RelayModel
 import RelayProtocol
 
-/// Persistence for the relay's state and event streams. `commit`, `prune` and
-/// `maintainQuestions` are called from one thread (the store's writer), `load`, `events` and
+/// Persistence for the relay's state and event streams. `commit`, `prune` and the
+/// questions' upkeep are called from one thread (the store's writer), `load`, `events` and
 /// the archive's reads from another (the loop).
 public protocol RelayStore: QuestionArchive, Sendable {
     /// Reads everything the core keeps in memory.
@@ -35,13 +35,25 @@ public protocol RelayStore: QuestionArchive, Sendable {
     /// keeps several in one); call again while it says there is `more`.
     func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, limit: Int) throws -> PruneStep
 
+    /// Does a bounded step of the store's own upkeep of its questions (SQLite: adding the
+    /// newest to its lookup tables, after which they may be forgotten); returns whether
+    /// more is due.
+    func updateQuestionLookups() throws -> Bool
+
     /// Forgets the oldest finished questions of each child that holds more than
     /// `limits.count` questions, or whose questions' contents take more than `limits.bytes`,
     /// until it is within both (pending questions are never forgotten; a resend of a
-    /// forgotten id is a new question), and does a bounded step of any other upkeep of its
-    /// questions (SQLite: adding the newest to its lookup tables, after which they may be
-    /// forgotten). Forgets at most `limit` questions a call; returns whether more is due.
-    func maintainQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool
+    /// forgotten id is a new question). Forgets at most `limit` questions a call; returns
+    /// whether more is due.
+    func forgetQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool
+}
+
+extension RelayStore {
+    /// A step of both parts of the questions' upkeep; returns whether more is due.
+    public func maintainQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
+        let updating = try updateQuestionLookups()
+        return try forgetQuestions(keeping: limits, limit: limit) || updating
+    }
 }
 
 /// What a store keeps of each child's questions.

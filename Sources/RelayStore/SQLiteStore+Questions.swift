@@ -221,9 +221,8 @@ extension SQLiteStore {
         return Array(out.prefix(limit))
     }
 
-    public func maintainQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
-        let indexing = try indexQuestionsStep(force: false)
-        return try forgetQuestions(beyond: limits, limit: limit) || indexing
+    public func updateQuestionLookups() throws -> Bool {
+        try indexQuestionsStep(force: false)
     }
 
     /// Adds every listed question to the lookup tables, in one pass of all its steps.
@@ -301,7 +300,7 @@ extension SQLiteStore {
     /// `limit` a step. Their entries in the lookup by id are left: an id whose row is gone
     /// is not found, and a sweep drops such entries in order of ids, a stretch with each
     /// step, rather than a page of that table written for each one.
-    private func forgetQuestions(beyond limits: QuestionsKept, limit: Int) throws -> Bool {
+    public func forgetQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
         if forgetPass == nil {
             forgetPass = try questionsToForget(beyond: limits)
             if forgetPass == nil { return false }

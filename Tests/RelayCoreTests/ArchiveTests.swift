@@ -184,8 +184,9 @@ final class FlakyStore: RelayStore {
     func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, limit: Int) throws -> PruneStep {
         try inner.prune(olderThan: cutoff, acknowledged: acknowledged, settledThrough: settledThrough, limit: limit)
     }
-    func maintainQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
-        try inner.maintainQuestions(keeping: limits, limit: limit)
+    func updateQuestionLookups() throws -> Bool { false }
+    func forgetQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
+        try inner.forgetQuestions(keeping: limits, limit: limit)
     }
     func question(_ id: QuestionID) throws -> QuestionRecord? {
         try check()

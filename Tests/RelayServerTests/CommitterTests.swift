@@ -1,5 +1,5 @@
-// The writer's jobs: a commit handed over during a pruning step goes before that step's
-// questions' upkeep, so that it waits for one part of the step, not both.
+// The writer's jobs: a commit handed over during a part of a pruning step goes before the
+// step's next part, so that it waits for one part of the step, not all three.
 
 import Dispatch
 import Foundation
@@ -12,39 +12,48 @@ import XCTest
 @testable import RelayServer
 
 final class CommitterTests: XCTestCase {
-    func testACommitHandedOverDuringAPruningStepGoesBeforeItsQuestionsUpkeep() throws {
+    func testACommitHandedOverDuringAPartOfAPruningStepGoesBeforeItsNextPart() throws {
         let store = OrderedStore()
         let committer = try Committer(store: store)
         defer { committer.stop() }
         committer.submit(pruneJob)
-        store.pruneStarted.wait()
+        store.prune.started.wait()
         committer.submit(.commit([.family("smiths")]))
-        store.pruneMayEnd.signal()
+        store.prune.mayEnd.signal()
+        store.lookups.started.wait()
+        committer.submit(.commit([.family("joneses")]))
+        store.lookups.mayEnd.signal()
         committer.waitUntilIdle()
 
-        XCTAssertEqual(store.calls.withLock { $0 }, ["prune", "commit", "maintain"])
+        XCTAssertEqual(store.calls.withLock { $0 }, ["prune", "commit", "lookups", "commit", "forget"])
         let outcomes = committer.takeOutcomes()
-        XCTAssertEqual(outcomes.count, 2, "one outcome for each job handed over")
-        guard case .committed = outcomes.first else { return XCTFail("the commit's outcome comes first: \(outcomes)") }
-        guard case .pruned(let step) = outcomes.last else { return XCTFail("then the pruning step's: \(outcomes)") }
+        XCTAssertEqual(outcomes.count, 3, "one outcome for each job handed over")
+        guard case .committed = outcomes[0], case .committed = outcomes[1] else {
+            return XCTFail("the commits' outcomes come first: \(outcomes)")
+        }
+        guard case .pruned(let step) = outcomes[2] else { return XCTFail("then the pruning step's: \(outcomes)") }
         XCTAssertEqual(step.through, ["alex": 7], "what the pruning part dropped")
         XCTAssertTrue(step.more, "more upkeep is due, so more steps are")
     }
 
-    func testAFailedUpkeepStillReportsWhatThePruningPartDropped() throws {
-        let store = OrderedStore()
-        store.upkeepFails.withLock { $0 = true }
-        let committer = try Committer(store: store)
-        defer { committer.stop() }
-        store.pruneMayEnd.signal()
-        committer.submit(pruneJob)
-        committer.waitUntilIdle()
+    func testAFailedPartOfTheUpkeepStillReportsWhatThePruningPartDropped() throws {
+        for failing in ["lookups", "forget"] {
+            let store = OrderedStore()
+            store.failing.withLock { $0 = failing }
+            let committer = try Committer(store: store)
+            defer { committer.stop() }
+            store.prune.mayEnd.signal()
+            store.lookups.mayEnd.signal()
+            committer.submit(pruneJob)
+            committer.waitUntilIdle()
 
-        let outcomes = committer.takeOutcomes()
-        XCTAssertEqual(outcomes.count, 1)
-        guard case .pruneFailed(let error, let done)? = outcomes.first else { return XCTFail("\(outcomes)") }
-        XCTAssertTrue("\(error)".contains("disk I/O error"), "\(error)")
-        XCTAssertEqual(done?.through, ["alex": 7], "the core must learn what went all the same")
+            XCTAssertEqual(store.calls.withLock { $0 }.last, failing, "nothing after the part that failed")
+            let outcomes = committer.takeOutcomes()
+            XCTAssertEqual(outcomes.count, 1)
+            guard case .pruneFailed(let error, let done)? = outcomes.first else { return XCTFail("\(outcomes)") }
+            XCTAssertTrue("\(error)".contains("disk I/O error"), "\(error)")
+            XCTAssertEqual(done?.through, ["alex": 7], "the core must learn what went all the same")
+        }
     }
 
     private let pruneJob = Committer.Job.prune(
@@ -52,14 +61,25 @@ final class CommitterTests: XCTestCase {
         questionsKept: QuestionsKept(count: 10), limit: 100)
 }
 
-/// A store that records the order of the writer's calls, whose pruning step waits to be let
-/// end, and whose questions' upkeep always has more to do (or fails).
+/// A store that records the order of the writer's calls, whose pruning step and lookup
+/// tables' step each wait to be let end, and whose questions' upkeep always has more to
+/// do (or fails in the part named `failing`).
 private final class OrderedStore: RelayStore {
+    struct Gate {
+        let started = DispatchSemaphore(value: 0)
+        let mayEnd = DispatchSemaphore(value: 0)
+
+        func pass() {
+            started.signal()
+            mayEnd.wait()
+        }
+    }
+
     let inner = MemoryStore()
     let calls = Mutex<[String]>([])
-    let pruneStarted = DispatchSemaphore(value: 0)
-    let pruneMayEnd = DispatchSemaphore(value: 0)
-    let upkeepFails = Mutex(false)
+    let prune = Gate()
+    let lookups = Gate()
+    let failing = Mutex<String?>(nil)
 
     func load() throws -> StoreSnapshot { try inner.load() }
     func commit(_ changes: [Change]) throws {
@@ -72,16 +92,23 @@ private final class OrderedStore: RelayStore {
     var eventPosition: Int64 { inner.eventPosition }
     func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, limit: Int) throws -> PruneStep {
         calls.withLock { $0.append("prune") }
-        pruneStarted.signal()
-        pruneMayEnd.wait()
+        prune.pass()
         var step = PruneStep()
         step.through = acknowledged
         return step
     }
-    func maintainQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
-        calls.withLock { $0.append("maintain") }
-        if upkeepFails.withLock({ $0 }) { throw StoreError("disk I/O error") }
+    func updateQuestionLookups() throws -> Bool {
+        try call("lookups")
+        lookups.pass()
         return true
+    }
+    func forgetQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
+        try call("forget")
+        return true
+    }
+    private func call(_ name: String) throws {
+        calls.withLock { $0.append(name) }
+        if failing.withLock({ $0 }) == name { throw StoreError("disk I/O error") }
     }
     func question(_ id: QuestionID) throws -> QuestionRecord? { try inner.question(id) }
     func questions(of child: String, status: QuestionStatus?, newestFirst: Bool, after: QuestionPlace?, limit: Int) throws
