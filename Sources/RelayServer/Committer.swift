@@ -73,6 +73,13 @@ final class Committer: @unchecked Sendable {
         return done
     }
 
+    /// Whether no job is queued or under way: the store is then the caller's to use.
+    var isIdle: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return jobs.isEmpty && !busy
+    }
+
     /// Waits until every job submitted is done (its outcome then waits in `takeOutcomes`).
     func waitUntilIdle() {
         condition.lock()
@@ -132,10 +139,14 @@ final class Committer: @unchecked Sendable {
                 }
             }
             condition.lock()
-            busy = false
             outcomes.append(outcome)
-            condition.broadcast()
             wakeup.wake()
+            // Once the outcome is out: the replies it releases need not wait for this.
+            condition.unlock()
+            store.finishCommits()
+            condition.lock()
+            busy = false
+            condition.broadcast()
         }
         running = false
         condition.broadcast()

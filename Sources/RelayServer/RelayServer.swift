@@ -447,7 +447,7 @@ public final class RelayServer {
                 release(gathering)
                 gathering.outputs.removeAll(keepingCapacity: true)
                 gathering.hubAcks.removeAll()
-            } else if gathering.changes.count <= Self.inlineCommitChanges && !pruneInFlight {
+            } else if gathering.changes.count <= Self.inlineCommitChanges && !pruneInFlight && committer.isIdle {
                 // The writer is idle and the batch small: committed here, its replies go now,
                 // without two threads waking each other for a commit of a few rows.
                 let batch = gathering
@@ -456,6 +456,7 @@ public final class RelayServer {
                     try store.commit(batch.changes)
                     failedCommits = 0
                     release(batch)
+                    store.finishCommits()
                 } catch {
                     commitFailed(error)
                 }

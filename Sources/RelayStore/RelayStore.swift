@@ -46,9 +46,17 @@ public protocol RelayStore: QuestionArchive, Sendable {
     /// forgotten id is a new question). Forgets at most `limit` questions a call; returns
     /// whether more is due.
     func forgetQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool
+
+    /// Does what the commits so far left for once their replies may go (SQLite: the
+    /// writer's own checkpoint of the WAL, when one is due); called by the thread that
+    /// commits, after it has handed out a commit's outcome. What is left undone is done
+    /// before the next transaction.
+    func finishCommits()
 }
 
 extension RelayStore {
+    public func finishCommits() {}
+
     /// A step of both parts of the questions' upkeep; returns whether more is due.
     public func maintainQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
         let updating = try updateQuestionLookups()

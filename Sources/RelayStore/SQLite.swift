@@ -45,13 +45,17 @@ final class SQLiteDatabase {
     }
 
     /// Called after each commit with the WAL's length in pages, in place of SQLite's own
-    /// checkpoints; a (passive) checkpoint runs in the commit when it returns true, and
+    /// checkpoints; when it returns true a (passive) checkpoint is due, which runs at
+    /// `checkpointIfDue`, or else before the next transaction: after the commit rather
+    /// than in it, so that what waits for the commit need not wait for the checkpoint too.
     /// `checkpointed` hears how many of the WAL's pages are in the database then (-1: it
     /// failed, another checkpoint being under way, or an error).
     private var hook: Unmanaged<WALHook>?
     final class WALHook {
         let afterCommit: (Int32) -> Bool
         let checkpointed: (Int32) -> Void
+        /// Only the thread using the connection reads and writes it.
+        var due = false
         init(_ afterCommit: @escaping (Int32) -> Bool, _ checkpointed: @escaping (Int32) -> Void) {
             (self.afterCommit, self.checkpointed) = (afterCommit, checkpointed)
         }
@@ -67,13 +71,18 @@ final class SQLiteDatabase {
             db,
             { context, handle, _, pages in
                 let hook = Unmanaged<WALHook>.fromOpaque(context!).takeUnretainedValue()
-                if hook.afterCommit(pages) {
-                    var copied: Int32 = -1
-                    _ = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, &copied)
-                    hook.checkpointed(copied)
-                }
+                if hook.afterCommit(pages) { hook.due = true }
                 return SQLITE_OK
             }, box.toOpaque())
+    }
+
+    /// Runs the checkpoint a commit made due (see `setWALHook`), if there is one.
+    func checkpointIfDue() {
+        guard let hook = hook?.takeUnretainedValue(), hook.due else { return }
+        hook.due = false
+        var copied: Int32 = -1
+        _ = sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_PASSIVE, nil, &copied)
+        hook.checkpointed(copied)
     }
 
     func error(_ rc: Int32) -> SQLiteError {
@@ -174,6 +183,7 @@ final class SQLiteDatabase {
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
     /// (Its statements are prepared once, as every `run`'s are, not compiled at each commit.)
     func transaction(_ body: () throws -> Void) throws {
+        checkpointIfDue()
         try run("BEGIN IMMEDIATE")
         do {
             try body()

@@ -272,6 +272,10 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         }
     }
 
+    public func finishCommits() {
+        db.checkpointIfDue()
+    }
+
     /// What a commit wrote that is listed in memory once it is committed: the event rows it
     /// appended (`EventTail`) and the questions it stored (`QuestionTail`).
     struct Written {

@@ -9,15 +9,16 @@
 // that moment never comes by itself: the writer appends while a checkpoint copies. So
 // past `catchUpPages` the thread copies again whenever more than `writerTailPages` are
 // left to copy, until what one of its checkpoints leaves is at most that; the writer
-// copies that rest in its commit (a short checkpoint: its syncs are of that rest alone),
-// and its next commit starts the WAL again. Only should the writer outrun the thread all the same (the WAL
-// past `hardLimitPages`) does it checkpoint whatever is left, as SQLite would: a commit,
-// and every reply waiting for it, held up for tens of milliseconds under load.
+// copies that rest (a short checkpoint: its syncs are of that rest alone), and its next
+// commit starts the WAL again, unless a reader still holds an older snapshot. Only should
+// the writer outrun the thread all the same (the WAL past `hardLimitPages`, as when the
+// thread gets too little of a busy CPU) does it copy whatever is left, as SQLite would:
+// tens of milliseconds under load. The writer's checkpoints are decided in its commit
+// but run once the commit's outcome is out (`SQLiteDatabase.setWALHook`), so that only
+// the next commit waits for them.
 // A checkpoint that fails (a full disk) is tried again after the next 1000 pages, as
 // SQLite's own are (past `catchUpPages`, at the next commits); the commits themselves
-// say what is wrong. The WAL starts again at the writer's next commit only if no reader
-// still holds an older snapshot; should the thread get too little of a busy CPU to
-// catch up, the writer copies what is left at `hardLimitPages`, as before.
+// say what is wrong.
 //
 // The thread runs at a lower priority than the loop and the writer: its work can wait,
 // theirs holds replies back, and on a contended core the scheduler would otherwise let
@@ -34,7 +35,7 @@ final class WALCheckpointer: @unchecked Sendable {
     /// Past this, the thread copies again whenever more than `writerTailPages` are left to
     /// copy, and the writer copies a shorter rest: the WAL starts again before `hardLimitPages`.
     static let catchUpPages: Int32 = 12288
-    /// The most left to copy for the writer to copy it in its commit before
+    /// The most left to copy for the writer to copy it itself before
     /// `hardLimitPages` (as far as the last checkpoint says: a failed one is taken as done).
     static let writerTailPages: Int32 = 256
     /// Past this, the writer checkpoints in its own commit whatever is left.
@@ -67,7 +68,7 @@ final class WALCheckpointer: @unchecked Sendable {
         return runCount
     }
 
-    /// Checkpoints the writer ran in its commits, for tests.
+    /// Checkpoints the writer ran, for tests.
     var writerCheckpoints: Int {
         condition.lock()
         defer { condition.unlock() }
@@ -107,7 +108,8 @@ final class WALCheckpointer: @unchecked Sendable {
     }
 
     /// A commit left the WAL `pages` long (SQLite's WAL hook, on the writer's thread).
-    /// Returns whether the writer checkpoints now, in its commit (`writerCheckpointed` then).
+    /// Returns whether the writer checkpoints, once the commit is done (`writerCheckpointed`
+    /// then).
     func committed(walPages pages: Int32) -> Bool {
         condition.lock()
         defer { condition.unlock() }
@@ -128,7 +130,7 @@ final class WALCheckpointer: @unchecked Sendable {
         return false
     }
 
-    /// Whether what is left to copy is the writer's, in its commit: past the mark, and at
+    /// Whether what is left to copy is the writer's to copy: past the mark, and at
     /// most `writerTailPages` (guarded by `condition`).
     private var restIsWriters: Bool { walLength >= Self.catchUpPages && walLength - copied <= Self.writerTailPages }
 
@@ -157,7 +159,7 @@ final class WALCheckpointer: @unchecked Sendable {
         return wanted
     }
 
-    /// The writer's checkpoint in its commit has `copied` the WAL's first pages (-1: none).
+    /// The writer's checkpoint has `copied` the WAL's first pages (-1: none).
     func writerCheckpointed(through copied: Int32) {
         condition.lock()
         writerCheckpointing = false

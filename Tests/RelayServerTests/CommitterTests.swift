@@ -56,14 +56,32 @@ final class CommitterTests: XCTestCase {
         }
     }
 
+    /// The store finishes a commit (the writer's own checkpoint, when due) once its outcome
+    /// is out, and the writer is busy until then: the loop commits nothing itself meanwhile.
+    func testACommitsOutcomeIsOutBeforeTheStoreFinishesIt() throws {
+        let store = OrderedStore()
+        store.holdsFinish.withLock { $0 = true }
+        let committer = try Committer(store: store)
+        defer { committer.stop() }
+        committer.submit(.commit([.family("smiths")]))
+        XCTAssertEqual(store.finish.started.wait(timeout: .now() + 10), .success, "the store finishes the commit")
+        guard case .committed? = committer.takeOutcomes().first else { return XCTFail("the outcome is out") }
+        XCTAssertFalse(committer.isIdle, "still finishing")
+        store.finish.mayEnd.signal()
+        committer.waitUntilIdle()
+        XCTAssertTrue(committer.isIdle)
+        XCTAssertEqual(store.calls.withLock { $0 }, ["commit", "finish"])
+    }
+
     private let pruneJob = Committer.Job.prune(
         olderThan: Timestamp(milliseconds: 0), acknowledged: ["alex": 7], settledThrough: 1,
         questionsKept: QuestionsKept(count: 10), limit: 100)
 }
 
 /// A store that records the order of the writer's calls, whose pruning step and lookup
-/// tables' step each wait to be let end, and whose questions' upkeep always has more to
-/// do (or fails in the part named `failing`).
+/// tables' step (and, if it `holdsFinish`, the finishing of a commit) each wait to be let
+/// end, and whose questions' upkeep always has more to do (or fails in the part named
+/// `failing`).
 private final class OrderedStore: RelayStore {
     struct Gate {
         let started = DispatchSemaphore(value: 0)
@@ -79,6 +97,8 @@ private final class OrderedStore: RelayStore {
     let calls = Mutex<[String]>([])
     let prune = Gate()
     let lookups = Gate()
+    let finish = Gate()
+    let holdsFinish = Mutex(false)
     let failing = Mutex<String?>(nil)
 
     func load() throws -> StoreSnapshot { try inner.load() }
@@ -105,6 +125,11 @@ private final class OrderedStore: RelayStore {
     func forgetQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
         try call("forget")
         return true
+    }
+    func finishCommits() {
+        guard holdsFinish.withLock({ $0 }) else { return }
+        calls.withLock { $0.append("finish") }
+        finish.pass()
     }
     private func call(_ name: String) throws {
         calls.withLock { $0.append(name) }

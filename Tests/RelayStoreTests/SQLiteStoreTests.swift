@@ -292,6 +292,29 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertTrue(c.committed(walPages: 16_384))
     }
 
+    /// A checkpoint the WAL hook makes due runs after the commit rather than in it (what
+    /// waits for the commit need not wait for its syncs): when the committing thread asks,
+    /// or else before the next transaction.
+    func testADueCheckpointRunsAfterTheCommitNotInIt() throws {
+        let db = try SQLiteDatabase(path: path)
+        _ = try db.text("PRAGMA journal_mode = WAL")
+        try db.exec("CREATE TABLE t(x)")
+        let copied = Mutex<[Int32]>([])
+        db.setWALHook({ _ in true }, checkpointed: { pages in copied.withLock { $0.append(pages) } })
+        try db.transaction { try db.run("INSERT INTO t VALUES(1)") }
+        XCTAssertEqual(copied.withLock { $0 }, [], "not in the commit")
+        db.checkpointIfDue()
+        XCTAssertEqual(copied.withLock { $0.count }, 1)
+        XCTAssertGreaterThan(copied.withLock { $0[0] }, 0, "it copied the commit's pages")
+        db.checkpointIfDue()
+        XCTAssertEqual(copied.withLock { $0.count }, 1, "once")
+        try db.transaction { try db.run("INSERT INTO t VALUES(2)") }
+        try db.transaction {
+            XCTAssertEqual(copied.withLock { $0.count }, 2, "left undone, it runs before the next transaction")
+            try db.run("INSERT INTO t VALUES(3)")
+        }
+    }
+
     /// Commits event `seq` of guardian `g`, about four pages long.
     private func appendPaddedEvent(_ seq: Int64, to store: SQLiteStore) throws {
         try store.commit([
