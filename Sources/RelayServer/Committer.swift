@@ -20,8 +20,8 @@ import RelayStore
 final class Committer: @unchecked Sendable {
     enum Job {
         case commit([Change])
-        /// A step of pruning events, and of forgetting questions past `questionsKept`; one
-        /// outcome for both parts.
+        /// A step of pruning events, and of the questions' upkeep (forgetting those past
+        /// `questionsKept`); one outcome for its three parts.
         case prune(olderThan: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, questionsKept: QuestionsKept, limit: Int)
         /// The other parts of a pruning step that dropped `after`, queued by the writer:
         /// the questions' lookup tables, then their forgetting.

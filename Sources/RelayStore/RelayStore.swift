@@ -6,9 +6,10 @@
 import RelayModel
 import RelayProtocol
 
-/// Persistence for the relay's state and event streams. `commit`, `prune` and the
-/// questions' upkeep are called from one thread (the store's writer), `load`, `events` and
-/// the archive's reads from another (the loop).
+/// Persistence for the relay's state and event streams. `commit`, `prune`, the questions'
+/// upkeep and `finishCommits` are called by one thread at a time (the store's writer, or
+/// the loop while the writer is idle), `load`, `events` and the archive's reads by the
+/// loop beside it.
 public protocol RelayStore: QuestionArchive, Sendable {
     /// Reads everything the core keeps in memory.
     func load() throws -> StoreSnapshot

@@ -325,8 +325,8 @@ extension SQLiteStore {
     /// Questions one forgetting step deletes at most: a step holds commits up for a few
     /// milliseconds.
     static let forgetStep = 256
-    /// Questions one forgetting pass chooses at most: with a pass a second, how fast the
-    /// relay forgets, so that forgetting never takes the writer from commits and pruning.
+    /// Questions one forgetting pass chooses at most, shared among the children past their
+    /// limits: a choice reads what it chooses, in one job of the writer's.
     static let forgetPassRows = 8192
 
     /// The rows to forget for every child past `limits`, in order; nil when none is due.

@@ -173,22 +173,12 @@ final class StoredIDsScan: Sendable {
             return true
         }
         guard fits else { return }
+        // Every stored question listed (a new store's case): nothing to read.
+        guard expected > listed.count else { return finishBuild(read: 0, listed: listed.count) }
         let thread = Thread { [self] in
             _ = cs_name_thread("stored-ids")  // as `top -H` and `perf` show it
             var read = 0
-            defer {
-                state.withLock { s in
-                    guard var next = s.next else { return }
-                    s.next = nil
-                    guard read >= 0 else { return }  // failed: the current one stays
-                    next.markComplete()
-                    s.current = next
-                    s.off = false
-                    s.builtWith = read + listed.count
-                    s.insertedSince = 0
-                    s.builds += 1
-                }
-            }
+            defer { finishBuild(read: read, listed: listed.count) }
             guard let db = try? SQLiteDatabase(path: path, readOnly: true) else { return read = -1 }
             _ = try? db.exec("PRAGMA busy_timeout = 5000")
             var after: (Int64, Int64)?
@@ -213,6 +203,22 @@ final class StoredIDsScan: Sendable {
             }
         }
         thread.start()
+    }
+
+    /// The filter being built becomes the one in use, with `read` ids read from the lookup
+    /// table (-1: the read failed, and the current one stays).
+    private func finishBuild(read: Int, listed: Int) {
+        state.withLock { s in
+            guard var next = s.next else { return }
+            s.next = nil
+            guard read >= 0 else { return }
+            next.markComplete()
+            s.current = next
+            s.off = false
+            s.builtWith = read + listed
+            s.insertedSince = 0
+            s.builds += 1
+        }
     }
 
     func cancel() { cancelled.store(true, ordering: .relaxed) }

@@ -15,7 +15,8 @@
 // thread gets too little of a busy CPU) does it copy whatever is left, as SQLite would:
 // tens of milliseconds under load. The writer's checkpoints are decided in its commit
 // but run once the commit's outcome is out (`SQLiteDatabase.setWALHook`), so that only
-// the next commit waits for them.
+// the next commit waits for them (the whole loop, should it have committed a small batch
+// itself).
 // A checkpoint that fails (a full disk) is tried again after the next 1000 pages, as
 // SQLite's own are (past `catchUpPages`, at the next commits); the commits themselves
 // say what is wrong.
@@ -38,7 +39,7 @@ final class WALCheckpointer: @unchecked Sendable {
     /// The most left to copy for the writer to copy it itself before
     /// `hardLimitPages` (as far as the last checkpoint says: a failed one is taken as done).
     static let writerTailPages: Int32 = 256
-    /// Past this, the writer checkpoints in its own commit whatever is left.
+    /// Past this, the writer copies whatever is left, once its commit is done.
     static let hardLimitPages: Int32 = 16384
 
     let condition = NSCondition()
@@ -50,7 +51,7 @@ final class WALCheckpointer: @unchecked Sendable {
     /// the next back: SQLite refuses a second checkpoint at once, busy timeout or not.
     private var paused = false
     private var checkpointing = false
-    /// The writer's own checkpoint is under way: the thread's would find SQLite busy.
+    /// The writer's own checkpoint is decided or under way: the thread's would find SQLite busy.
     private var writerCheckpointing = false
     private var writerRuns = 0
     /// How long the WAL was after the last commit, in pages.

@@ -101,6 +101,7 @@ final class CoreDrive {
             do {
                 try store.commit(core.takeChanges())
                 core.committed(throughTake: core.takes)
+                store.finishCommits()
             } catch { errors += 1 }
         }
         var sent: [[UInt8]] = []

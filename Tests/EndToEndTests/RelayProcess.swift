@@ -165,14 +165,6 @@ final class RelayProcess {
     func openDescriptors() -> Int {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
     }
-
-    /// Whether one of the relay's threads is named `name`.
-    func hasThread(named name: String) -> Bool {
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-        return tasks.contains { tid in
-            (try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/comm", encoding: .utf8))?.hasPrefix(name) == true
-        }
-    }
 }
 
 final class WeakRelay: @unchecked Sendable {

@@ -16,11 +16,12 @@ final class CommitterTests: XCTestCase {
         let store = OrderedStore()
         let committer = try Committer(store: store)
         defer { committer.stop() }
+        defer { store.letEveryGateOpen() }  // before the stop: a failed test never hangs
         committer.submit(pruneJob)
-        store.prune.started.wait()
+        XCTAssertEqual(store.prune.started.wait(timeout: .now() + 10), .success)
         committer.submit(.commit([.family("smiths")]))
         store.prune.mayEnd.signal()
-        store.lookups.started.wait()
+        XCTAssertEqual(store.lookups.started.wait(timeout: .now() + 10), .success)
         committer.submit(.commit([.family("joneses")]))
         store.lookups.mayEnd.signal()
         committer.waitUntilIdle()
@@ -42,6 +43,7 @@ final class CommitterTests: XCTestCase {
             store.failing.withLock { $0 = failing }
             let committer = try Committer(store: store)
             defer { committer.stop() }
+            defer { store.letEveryGateOpen() }
             store.prune.mayEnd.signal()
             store.lookups.mayEnd.signal()
             committer.submit(pruneJob)
@@ -63,6 +65,7 @@ final class CommitterTests: XCTestCase {
         store.holdsFinish.withLock { $0 = true }
         let committer = try Committer(store: store)
         defer { committer.stop() }
+        defer { store.letEveryGateOpen() }
         committer.submit(.commit([.family("smiths")]))
         XCTAssertEqual(store.finish.started.wait(timeout: .now() + 10), .success, "the store finishes the commit")
         guard case .committed? = committer.takeOutcomes().first else { return XCTFail("the outcome is out") }
@@ -130,6 +133,9 @@ private final class OrderedStore: RelayStore {
         guard holdsFinish.withLock({ $0 }) else { return }
         calls.withLock { $0.append("finish") }
         finish.pass()
+    }
+    func letEveryGateOpen() {
+        for gate in [prune, lookups, finish] { gate.mayEnd.signal() }
     }
     private func call(_ name: String) throws {
         calls.withLock { $0.append(name) }

@@ -35,6 +35,24 @@ final class StoredQuestionIDsTests: XCTestCase {
         XCTAssertFalse(ids.mayHold(randomID()))
     }
 
+    /// A store whose every question is listed in memory (a new one, say) has nothing to
+    /// read back: its filter is whole as it opens, with no thread or connection for it.
+    func testAStoreWithEveryQuestionListedReadsNothingBack() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("ids-\(UUID().uuidString).db").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        var store: SQLiteStore? = try SQLiteStore(path: path, questionIndexSeconds: 3600)
+        XCTAssertTrue(store!.storedIDs.isSettled, "a new store")
+        let listed = try (1...10).map { try StoreContractTests.question(row: Int64($0)) }
+        try store!.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        try store!.commit(listed.map { .question($0) })
+        store = nil
+
+        let reopened = try SQLiteStore(path: path, questionIndexSeconds: 3600)
+        XCTAssertTrue(reopened.storedIDs.isSettled, "its questions all listed")
+        XCTAssertTrue(listed.allSatisfy { reopened.storedIDs.mayHold($0.key) })
+        XCTAssertLessThan((0..<1_000).filter { _ in reopened.storedIDs.mayHold(randomID()) }.count, 100, "new ids known new")
+    }
+
     /// Questions stored before the store is opened, some in the lookup tables and some
     /// listed above their mark, are found once read back; new ids are known new; and a
     /// question stored while the ids are read back is found too.
