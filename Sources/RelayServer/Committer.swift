@@ -154,10 +154,9 @@ final class Committer: @unchecked Sendable {
     }
 
     /// Queues the next part of a job behind those waiting, and takes the lock again for
-    /// the writer's loop.
+    /// the writer's loop (which finds the queue not empty: `busy` stays true throughout).
     private func queueNext(_ job: Job) {
         condition.lock()
         jobs.append(job)
-        busy = false
     }
 }

@@ -80,9 +80,7 @@ final class SQLiteDatabase {
     func checkpointIfDue() {
         guard let hook = hook?.takeUnretainedValue(), hook.due else { return }
         hook.due = false
-        var copied: Int32 = -1
-        _ = sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_PASSIVE, nil, &copied)
-        hook.checkpointed(copied)
+        hook.checkpointed((try? checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE)) ?? -1)
     }
 
     func error(_ rc: Int32) -> SQLiteError {
