@@ -237,5 +237,23 @@ extension SQLiteStore {
             """,
             nil
         ),
+        (
+            // A question's state once it changes (answered, cancelled, expired) is a row of
+            // its own, under the question's key: rewriting the question's row at its answer
+            // wrote, under load, a page of the questions for every few answers. Reads take
+            // the state's row where there is one (SQLiteStore.questionColumns). A question
+            // written anew (asked again) drops it, as does forgetting the question.
+            "the states of questions in rows of their own",
+            """
+            CREATE TABLE questionStates(key INTEGER PRIMARY KEY, status TEXT NOT NULL, attempt INTEGER NOT NULL, outcome TEXT);
+            CREATE TRIGGER questionStateForgotten AFTER DELETE ON questions BEGIN
+                DELETE FROM questionStates WHERE key = old.key;
+            END;
+            CREATE TRIGGER questionWrittenAnew AFTER UPDATE ON questions BEGIN
+                DELETE FROM questionStates WHERE key = new.key;
+            END;
+            """,
+            nil
+        ),
     ]
 }

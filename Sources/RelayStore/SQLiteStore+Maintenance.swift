@@ -139,7 +139,7 @@ extension SQLiteStore {
                 findings.append("session \(name) of \(member) has cursor \(cursor), beyond the stream's head \(heads[member] ?? 0)")
             }
         }
-        try db.run("SELECT id, child, status, content, key FROM questions ORDER BY key") { r in
+        try db.run(dynamic: "SELECT q.id, q.child, \(status), q.content, q.key FROM questions q \(withState) ORDER BY q.key") { r in
             let (id, child, status) = (r.text(0), r.text(1), r.text(2))
             if QuestionContent(encoded: r.blob(3)) == nil || QuestionStatus(rawValue: status) == nil {
                 findings.append("question \(id) (row \(r.int(4))) cannot be read")
@@ -181,8 +181,12 @@ extension SQLiteStore {
             (
                 // A start reads the pending questions up to the mark from this list alone.
                 try db.scalar(
-                    "SELECT count(*) FROM questions q WHERE q.key <= ? AND q.status = 'pending' AND NOT EXISTS (SELECT 1 FROM pendingQuestions p WHERE p.key = q.key)",
+                    "SELECT count(*) FROM questions q LEFT JOIN questionStates s ON s.key = q.key WHERE q.key <= ? AND coalesce(s.status, q.status) = 'pending' AND NOT EXISTS (SELECT 1 FROM pendingQuestions p WHERE p.key = q.key)",
                     [.int(mark)]) ?? 0, "pending questions are missing from the list of pending questions"
+            ),
+            (
+                try db.scalar("SELECT count(*) FROM questionStates s WHERE NOT EXISTS (SELECT 1 FROM questions q WHERE q.key = s.key)")
+                    ?? 0, "states of questions belong to no question"
             ),
         ] where count > 0 {
             findings.append("\(count) \(what) (questions up to row \(mark) must be in it)")

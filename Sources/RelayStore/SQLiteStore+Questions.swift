@@ -134,8 +134,16 @@ struct QuestionIndexPass {
 }
 
 extension SQLiteStore {
-    /// The columns `question(from:)` reads, in order.
-    static let questionColumns = "q.child, q.family, q.status, q.attempt, q.createdAt, q.content, q.outcome, q.key"
+    /// The columns `question(from:)` reads, in order, from `questions q` joined with
+    /// `withState`: a question's state is its row in `questionStates` when it has one.
+    static let questionColumns = """
+        q.child, q.family, \(status), coalesce(s.attempt, q.attempt), q.createdAt, q.content,
+        CASE WHEN s.key IS NULL THEN q.outcome ELSE s.outcome END, q.key
+        """
+    /// Joins a question `q` with its state's row `s`, if any.
+    static let withState = "LEFT JOIN questionStates s ON s.key = q.key"
+    /// A question's status, in a query joined `withState`.
+    static let status = "coalesce(s.status, q.status)"
 
     /// A question from a row of `questionColumns`.
     static func question(from r: Row) throws -> QuestionRecord {
@@ -166,9 +174,9 @@ extension SQLiteStore {
         questionTail.withLock { $0 = t }
     }
 
-    private static let questionByRow = "SELECT \(questionColumns) FROM questions q WHERE q.key = ?"
+    private static let questionByRow = "SELECT \(questionColumns) FROM questions q \(withState) WHERE q.key = ?"
     private static let questionByID =
-        "SELECT \(questionColumns) FROM questionIDs i JOIN questions q ON q.key = i.key WHERE i.high = ? AND i.low = ?"
+        "SELECT \(questionColumns) FROM questionIDs i JOIN questions q ON q.key = i.key \(withState) WHERE i.high = ? AND i.low = ?"
 
     private func question(row: Int64) throws -> QuestionRecord? {
         var found: QuestionRecord?
@@ -196,12 +204,12 @@ extension SQLiteStore {
         let listed = questionTail.withLock { $0.rows(of: child) }
         let (beyond, order) = newestFirst ? ("<", "DESC") : (">", "ASC")
         var sql = """
-            SELECT \(Self.questionColumns) FROM questionPlaces p JOIN questions q ON q.key = p.key
+            SELECT \(Self.questionColumns) FROM questionPlaces p JOIN questions q ON q.key = p.key \(Self.withState)
             WHERE p.child = ? AND (p.createdAt, p.key) \(beyond) (?, ?)
             """
         var args: [SQLValue] = [.text(child), .int(place.createdAt), .int(place.row)]
         if let status {
-            sql += " AND q.status = ?"
+            sql += " AND \(Self.status) = ?"
             args.append(.text(status.rawValue))
         }
         sql += " ORDER BY p.createdAt \(order), p.key \(order) LIMIT ?"
@@ -268,7 +276,7 @@ extension SQLiteStore {
             }
             let rows = pass.rows(of: stretch)
             try db.run(
-                "INSERT OR IGNORE INTO pendingQuestions(key) SELECT key FROM questions WHERE key > ? AND key <= ? AND status = 'pending'",
+                "INSERT OR IGNORE INTO pendingQuestions(key) SELECT q.key FROM questions q LEFT JOIN questionStates s ON s.key = q.key WHERE q.key > ? AND q.key <= ? AND coalesce(s.status, q.status) = 'pending'",
                 [.int(rows.after), .int(rows.upTo)])
             // Twice what a step may list: the entries answered since stay fewer than the pending.
             try sweepPendingList(limit: 2 * QuestionIndexPass.step)
@@ -312,7 +320,11 @@ extension SQLiteStore {
         try db.transaction {
             // Each row's place and tally go with it (the schema's triggers). A question asked
             // again since the pass chose it is pending again: it stays.
-            for row in step { try db.run("DELETE FROM questions WHERE key = ? AND status != 'pending'", [.int(row)]) }
+            for row in step {
+                try db.run(
+                    "DELETE FROM questions WHERE key = ?1 AND coalesce((SELECT status FROM questionStates WHERE key = ?1), status) != 'pending'",
+                    [.int(row)])
+            }
             // Rows are never given twice, also once their question is gone.
             if let top = step.max() { try noteQuestionRow(top) }
         }
@@ -346,8 +358,8 @@ extension SQLiteStore {
             // The oldest first, by first asking; pending ones stay.
             try db.run(
                 """
-                SELECT p.key, length(CAST(q.content AS BLOB)) FROM questionPlaces p JOIN questions q ON q.key = p.key
-                WHERE p.child = ? AND p.key <= ? AND q.status != 'pending' ORDER BY p.createdAt, p.key
+                SELECT p.key, length(CAST(q.content AS BLOB)) FROM questionPlaces p JOIN questions q ON q.key = p.key LEFT JOIN questionStates s ON s.key = q.key
+                WHERE p.child = ? AND p.key <= ? AND coalesce(s.status, q.status) != 'pending' ORDER BY p.createdAt, p.key
                 """, [.text(child.child), .int(mark)]
             ) { r in
                 guard taken < share, child.count > limits.count || child.bytes > limits.bytes else { throw SQLiteDatabase.stop }
@@ -390,7 +402,7 @@ extension SQLiteStore {
         var (last, seen) = (pendingSweptThrough, 0)
         try db.run(
             """
-            SELECT p.key, q.status IS NOT 'pending' FROM pendingQuestions p LEFT JOIN questions q ON q.key = p.key
+            SELECT p.key, coalesce(s.status, q.status) IS NOT 'pending' FROM pendingQuestions p LEFT JOIN questions q ON q.key = p.key LEFT JOIN questionStates s ON s.key = q.key
             WHERE p.key > ? ORDER BY p.key LIMIT ?
             """, [.int(pendingSweptThrough), .int(Int64(limit))]
         ) { r in

@@ -177,7 +177,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         // Only what is live: the finished questions are read back when a request needs them.
         let read: (sql: String, args: [SQLValue]) =
             allQuestions
-            ? ("SELECT \(Self.questionColumns) FROM questions q ORDER BY q.key", [])
+            ? ("SELECT \(Self.questionColumns) FROM questions q \(Self.withState) ORDER BY q.key", [])
             : (Self.pending, [.int(try reader.scalar("SELECT value FROM settings WHERE key = 'questionsIndexedThrough'") ?? 0)])
         try reader.run(dynamic: read.sql, read.args) { s.questions.append(try Self.question(from: $0)) }
         s.lastQuestionRow = max(
@@ -218,10 +218,10 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     /// tables' mark (`?1`), and those above it. (CROSS JOIN: the list is read, and each
     /// question it names; SQLite would otherwise read every question up to the mark.)
     private static let pending = """
-        SELECT \(questionColumns) FROM pendingQuestions p CROSS JOIN questions q ON q.key = p.key
-            WHERE p.key <= ?1 AND q.status = 'pending'
+        SELECT \(questionColumns) FROM pendingQuestions p CROSS JOIN questions q ON q.key = p.key \(withState)
+            WHERE p.key <= ?1 AND \(status) = 'pending'
         UNION ALL
-        SELECT \(questionColumns) FROM questions q WHERE q.key > ?1 AND q.status = 'pending'
+        SELECT \(questionColumns) FROM questions q \(withState) WHERE q.key > ?1 AND \(status) = 'pending'
         ORDER BY 8
         """  // the key: the last of `questionColumns`
 
@@ -327,9 +327,13 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                     .int(m.limitsEnabled ? 1 : 0), m.unixUID.map { .int(Int64($0)) } ?? .null,
                 ])
         case .questionState(let q):
+            // A row of its own (schema): the question's row, and its page, stay as they are.
             try db.run(
-                "UPDATE questions SET status = ?, attempt = ?, outcome = ?, reserved = NULL WHERE key = ?",
-                [.text(q.status.rawValue), .int(q.attempt), Self.stored(q.outcome), .int(q.row)])
+                """
+                INSERT OR REPLACE INTO questionStates(key, status, attempt, outcome)
+                    SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM questions WHERE key = ?1)
+                """,
+                [.int(q.row), .text(q.status.rawValue), .int(q.attempt), Self.stored(q.outcome)])
         case .knownHandle(let k):
             try db.run(
                 "INSERT OR REPLACE INTO knownHandles(row, child, kind, value, permanent, until, actions) VALUES(?,?,?,?,?,?,?)",
@@ -364,19 +368,19 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     /// Writes a question asked (or asked again); `questionsMark` is the lookup tables' mark
     /// (`QuestionTail`).
     private func write(_ q: QuestionRecord, questionsMark: Int64) throws {
-        // An upsert, not a replace: the tally's triggers see an update as one.
+        // An upsert, not a replace: the tally's triggers see an update as one, and the
+        // state's row goes with it. (Rows of older versions may keep room for an outcome.)
         try db.run(
             """
-            INSERT INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome, reserved)
-                VALUES(?,?,?,?,?,?,?,?,?,nullif(zeroblob(?), x''))
+            INSERT INTO questions(key, id, child, family, status, attempt, createdAt, content, outcome)
+                VALUES(?,?,?,?,?,?,?,?,?)
             ON CONFLICT(key) DO UPDATE SET id = excluded.id, child = excluded.child, family = excluded.family,
                 status = excluded.status, attempt = excluded.attempt, createdAt = excluded.createdAt,
-                content = excluded.content, outcome = excluded.outcome, reserved = excluded.reserved
+                content = excluded.content, outcome = excluded.outcome, reserved = NULL
             """,
             [
                 .int(q.row), .text(q.id), .text(q.child), .text(q.family), .text(q.status.rawValue), .int(q.attempt),
                 .int(q.createdAt.milliseconds), .utf8(q.content.encoded), Self.stored(q.outcome),
-                .int(q.status == .pending ? Self.outcomeRoom(q.content) : 0),
             ])
         // A row at or below the mark is not listed for a pass: it is found by the lookup
         // tables, which may have lost it if a forgetting step deleted it before this
@@ -397,20 +401,6 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             "INSERT INTO settings(key, value) VALUES('lastQuestionRow', ?) ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
             [.int(row)])
     }
-
-    /// The bytes a pending question's row keeps for its outcome (`stored`), so that the row
-    /// does not grow when it is answered: the longest choice's, with a guardian id of up to
-    /// `guardianIDRoom` bytes and a timestamp of 13 digits, and a few for the status and the
-    /// row's header.
-    static func outcomeRoom(_ content: QuestionContent) -> Int64 {
-        let framing = #"{"choice":,"guardian":"","answeredAt":}"#.utf8.count + 13 + 4
-        return Int64(framing + guardianIDRoom + content.choices.reduce(0) { max($0, $1.encoded.count) })
-    }
-
-    /// Ids may be 64 bytes long, but most are shorter (a UUID's 36, say): room for the
-    /// longest would leave every answered row as much shorter, and its page as much emptier.
-    /// An answer by a guardian with a longer id grows the row a little, as before.
-    static let guardianIDRoom = 40
 
     /// An outcome as stored: NULL, or `{"choice":…,"guardian":…,"answeredAt":milliseconds}`.
     private static func stored(_ outcome: Outcome?) -> SQLValue {

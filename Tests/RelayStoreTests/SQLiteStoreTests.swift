@@ -597,27 +597,49 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(misses, 0, "\(misses) of \(reads) reads missed questions stored before they began")
     }
 
-    /// A pending question's row keeps room for its outcome: answered (with its longest choice,
-    /// by a guardian with an id as long as the room allows, before the year 2286), it is no
-    /// longer than it was, so its page does not split.
-    func testAnAnsweredQuestionsRowDoesNotGrow() throws {
+    /// A question's answer is a row of its own: the question's row (and its page) is left as
+    /// it was, the question is read back answered, and asking it again or forgetting it drops
+    /// the answer's row.
+    func testAnAnswerLeavesTheQuestionsRowAsItWas() throws {
         let store = try SQLiteStore(path: path)
         try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
         var q = try StoreContractTests.question(row: 1)
         try store.commit([.question(q)])
-        func rowBytes() throws -> Int64? { try store.db.scalar("SELECT sum(payload) FROM dbstat WHERE name = 'questions'") }
-        let pending = try XCTUnwrap(rowBytes())
-        let longest = try XCTUnwrap(q.content.choices.max { $0.encoded.count < $1.encoded.count })
+        func row() throws -> [String] {
+            var cells: [String] = []
+            try store.db.run("SELECT status, attempt, quote(outcome), hex(content) FROM questions WHERE key = 1") { r in
+                cells = (0..<4).map { r.text($0) }
+            }
+            return cells
+        }
+        let asked = try row()
         q.status = .answered
-        q.outcome = Outcome(
-            choice: longest, guardian: String(repeating: "g", count: SQLiteStore.guardianIDRoom),
-            answeredAt: Timestamp(milliseconds: 9_999_999_999_999))
+        q.outcome = Outcome(choice: q.content.choices[0], guardian: "g1", answeredAt: Timestamp(milliseconds: 5_000))
         try store.commit([.questionState(q)])
-        let answered = try XCTUnwrap(rowBytes())
-        XCTAssertLessThanOrEqual(answered, pending)
-        XCTAssertGreaterThan(answered, pending - 20, "the room is about the outcome's size")
-        XCTAssertEqual(try store.db.scalar("SELECT count(*) FROM questions WHERE reserved IS NOT NULL"), 0)
+        XCTAssertEqual(try row(), asked)
+        XCTAssertEqual(try store.question(q.key)?.status, .answered)
         XCTAssertEqual(try store.question(q.key)?.outcome, q.outcome)
+        XCTAssertEqual(try store.load().questions.map(\.row), [], "no longer pending")
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+
+        q.status = .pending
+        q.attempt = 2
+        q.outcome = nil
+        try store.commit([.question(q)])
+        XCTAssertEqual(try store.question(q.key)?.status, .pending, "asked again")
+        XCTAssertEqual(try store.question(q.key)?.attempt, 2)
+        XCTAssertEqual(try store.db.scalar("SELECT count(*) FROM questionStates"), 0)
+        XCTAssertEqual(try store.load().questions.map(\.row), [1])
+
+        q.status = .cancelled
+        try store.commit([.questionState(q)])
+        XCTAssertEqual(try store.question(q.key)?.status, .cancelled)
+        XCTAssertNil(try store.question(q.key)?.outcome)
+        try store.db.run("DELETE FROM questions WHERE key = 1")
+        XCTAssertEqual(try store.db.scalar("SELECT count(*) FROM questionStates"), 0, "forgotten with its question")
+        // The state of a question no longer stored makes no row.
+        try store.commit([.questionState(q)])
+        XCTAssertEqual(try store.db.scalar("SELECT count(*) FROM questionStates"), 0)
     }
 
     /// An indexing pass takes the ids listed when it begins and adds them to the lookup by id
