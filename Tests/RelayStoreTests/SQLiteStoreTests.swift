@@ -640,6 +640,9 @@ final class SQLiteStoreTests: XCTestCase {
         // The state of a question no longer stored makes no row.
         try store.commit([.questionState(q)])
         XCTAssertEqual(try store.db.scalar("SELECT count(*) FROM questionStates"), 0)
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        try store.db.run("INSERT INTO questionStates(key, status, attempt) VALUES(7, 'cancelled', 1)")
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["1 states of questions belong to no stored question"])
     }
 
     /// An indexing pass takes the ids listed when it begins and adds them to the lookup by id
