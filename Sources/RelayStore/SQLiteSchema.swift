@@ -216,9 +216,10 @@ extension SQLiteStore {
             nil
         ),
         (
-            // A pending question's row holds room for its outcome (SQLiteStore.outcomeRoom),
-            // let go when it is answered: a row that grew in place split its page, and left
-            // the rows after it on pages a third empty.
+            // A pending question's row held room for its outcome, let go when it was answered:
+            // a row that grew in place split its page, and left the rows after it on pages a
+            // third empty. (Since the states of questions have rows of their own, a question's
+            // row no longer grows, and new rows keep no room.)
             "room in a pending question's row for its outcome",
             "ALTER TABLE questions ADD COLUMN reserved BLOB;",
             nil

@@ -545,6 +545,32 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
     }
 
+    /// Questions finished as they are in use, by a state of their own (answered, or cancelled
+    /// and then pending again from the hub), are forgotten by that state: the answered go,
+    /// with their states, and the one pending again stays.
+    func testForgettingGoesByAQuestionsStateRow() throws {
+        let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        var asked = try (Int64(1)...6).map { try StoreContractTests.question(row: $0) }
+        try store.commit(asked.map { .question($0) })
+        try store.indexQuestions()
+        for i in 0..<5 {
+            asked[i].status = .answered
+            asked[i].outcome = Outcome(choice: asked[i].content.choices[0], guardian: "g1", answeredAt: Timestamp(milliseconds: 9))
+        }
+        asked[2].status = .cancelled
+        asked[2].outcome = nil
+        try store.commit(asked[0..<5].map { .questionState($0) })
+        asked[2].status = .pending
+        try store.commit([.questionState(asked[2])])
+        while try store.maintainQuestions(keeping: QuestionsKept(count: 1), limit: 1000) {}
+        XCTAssertEqual(try store.load().questions.map(\.row), [3, 6], "the pending ones stay")
+        XCTAssertNil(try store.question(asked[0].key), "answered, forgotten")
+        XCTAssertEqual(try store.question(asked[2].key)?.status, .pending)
+        XCTAssertEqual(try store.db.scalar("SELECT key FROM questionStates"), 3, "the states of the forgotten went with them")
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+    }
+
     /// The other order: a forgetting step deletes a finished row, then a commit stores it
     /// again (the core had read it and asked it anew): it is found again, and listed.
     func testARowStoredAgainAfterAForgettingStepDeletedItIsInTheLookupTables() throws {
