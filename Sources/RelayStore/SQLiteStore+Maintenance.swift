@@ -139,11 +139,10 @@ extension SQLiteStore {
                 findings.append("session \(name) of \(member) has cursor \(cursor), beyond the stream's head \(heads[member] ?? 0)")
             }
         }
-        try db.run(dynamic: "SELECT q.id, q.child, \(status), q.content, q.key FROM questions q \(withState) ORDER BY q.key") { r in
-            let (id, child, status) = (r.text(0), r.text(1), r.text(2))
-            if QuestionContent(encoded: r.blob(3)) == nil || QuestionStatus(rawValue: status) == nil {
-                findings.append("question \(id) (row \(r.int(4))) cannot be read")
-            }
+        // Read as a request reads it (content, state and outcome), and its id beside.
+        try db.run(dynamic: "SELECT \(questionColumns), q.id FROM questions q \(withState) ORDER BY q.key") { r in
+            let (id, child, status) = (r.text(8), r.text(0), r.text(2))
+            if (try? Self.question(from: r)) == nil { findings.append("question \(id) (row \(r.int(7))) cannot be read") }
             guard let m = members[child], m.role == Role.child.rawValue else {
                 return findings.append("question \(id) was asked by \(child), who is not a child of this relay")
             }

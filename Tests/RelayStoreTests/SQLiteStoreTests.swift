@@ -671,6 +671,20 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["1 states of questions belong to no stored question"])
     }
 
+    /// `check` reads each question as a request would, its state's outcome included.
+    func testCheckFindsAnOutcomeThatCannotBeRead() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        var q = try StoreContractTests.question(row: 1)
+        try store.commit([.question(q)])
+        q.status = .answered
+        q.outcome = Outcome(choice: q.content.choices[0], guardian: "g1", answeredAt: Timestamp(milliseconds: 5_000))
+        try store.commit([.questionState(q)])
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        try store.db.run("UPDATE questionStates SET outcome = '{\"choice\":' WHERE key = 1")
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["question \(q.id) (row 1) cannot be read"])
+    }
+
     /// An indexing pass takes the ids listed when it begins and adds them to the lookup by id
     /// a stretch at a time: each is found by id before, during and after the pass, as is one
     /// stored (or asked again) while it runs.
