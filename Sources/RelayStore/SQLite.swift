@@ -163,6 +163,10 @@ final class SQLiteDatabase {
         try scalar(statement: try prepared(sql), args)
     }
 
+    func scalar(dynamic sql: String, _ args: [SQLValue] = []) throws -> Int64? {
+        try scalar(statement: try prepared(sql), args)
+    }
+
     private func scalar(statement: OpaquePointer, _ args: [SQLValue]) throws -> Int64? {
         var result: Int64?
         try run(statement: statement, args) { r in result = r.isNull(0) ? nil : r.int(0) }

@@ -180,7 +180,8 @@ extension SQLiteStore {
             (
                 // A start reads the pending questions up to the mark from this list alone.
                 try db.scalar(
-                    "SELECT count(*) FROM questions q LEFT JOIN questionStates s ON s.key = q.key WHERE q.key <= ? AND coalesce(s.status, q.status) = 'pending' AND NOT EXISTS (SELECT 1 FROM pendingQuestions p WHERE p.key = q.key)",
+                    dynamic:
+                        "SELECT count(*) FROM questions q \(withState) WHERE q.key <= ? AND \(status) = 'pending' AND NOT EXISTS (SELECT 1 FROM pendingQuestions p WHERE p.key = q.key)",
                     [.int(mark)]) ?? 0, "pending questions are missing from the list of pending questions"
             ),
         ] where count > 0 {

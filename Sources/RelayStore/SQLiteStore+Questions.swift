@@ -276,7 +276,8 @@ extension SQLiteStore {
             }
             let rows = pass.rows(of: stretch)
             try db.run(
-                "INSERT OR IGNORE INTO pendingQuestions(key) SELECT q.key FROM questions q LEFT JOIN questionStates s ON s.key = q.key WHERE q.key > ? AND q.key <= ? AND coalesce(s.status, q.status) = 'pending'",
+                dynamic:
+                    "INSERT OR IGNORE INTO pendingQuestions(key) SELECT q.key FROM questions q \(Self.withState) WHERE q.key > ? AND q.key <= ? AND \(Self.status) = 'pending'",
                 [.int(rows.after), .int(rows.upTo)])
             // Twice what a step may list: the entries answered since stay fewer than the pending.
             try sweepPendingList(limit: 2 * QuestionIndexPass.step)
@@ -357,10 +358,10 @@ extension SQLiteStore {
             var taken = 0
             // The oldest first, by first asking; pending ones stay.
             try db.run(
-                """
-                SELECT p.key, length(CAST(q.content AS BLOB)) FROM questionPlaces p JOIN questions q ON q.key = p.key LEFT JOIN questionStates s ON s.key = q.key
-                WHERE p.child = ? AND p.key <= ? AND coalesce(s.status, q.status) != 'pending' ORDER BY p.createdAt, p.key
-                """, [.text(child.child), .int(mark)]
+                dynamic: """
+                    SELECT p.key, length(CAST(q.content AS BLOB)) FROM questionPlaces p JOIN questions q ON q.key = p.key \(Self.withState)
+                    WHERE p.child = ? AND p.key <= ? AND \(Self.status) != 'pending' ORDER BY p.createdAt, p.key
+                    """, [.text(child.child), .int(mark)]
             ) { r in
                 guard taken < share, child.count > limits.count || child.bytes > limits.bytes else { throw SQLiteDatabase.stop }
                 taken += 1
@@ -401,10 +402,10 @@ extension SQLiteStore {
         var done: [Int64] = []
         var (last, seen) = (pendingSweptThrough, 0)
         try db.run(
-            """
-            SELECT p.key, coalesce(s.status, q.status) IS NOT 'pending' FROM pendingQuestions p LEFT JOIN questions q ON q.key = p.key LEFT JOIN questionStates s ON s.key = q.key
-            WHERE p.key > ? ORDER BY p.key LIMIT ?
-            """, [.int(pendingSweptThrough), .int(Int64(limit))]
+            dynamic: """
+                SELECT p.key, \(Self.status) IS NOT 'pending' FROM pendingQuestions p LEFT JOIN questions q ON q.key = p.key \(Self.withState)
+                WHERE p.key > ? ORDER BY p.key LIMIT ?
+                """, [.int(pendingSweptThrough), .int(Int64(limit))]
         ) { r in
             (last, seen) = (r.int(0), seen + 1)
             if r.int(1) != 0 { done.append(r.int(0)) }
