@@ -71,6 +71,7 @@ let package = Package(
         .testTarget(name: "PermissionKitTests", dependencies: ["PermissionKit", "RelayProtocol", "CSystem"]),
         .testTarget(name: "permission-benchTests", dependencies: ["permission-bench", "RelayProtocol"]),
         .testTarget(name: "permission-harnessTests", dependencies: ["permission-harness"]),
+        .testTarget(name: "permission-guardianTests", dependencies: ["permission-guardian"]),
     ],
     swiftLanguageModes: [.v6]
 )

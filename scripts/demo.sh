@@ -2,7 +2,7 @@
 # A three-process demo on a private temporary relay: the relay, a guardian that
 # approves every question, and a child that asks and waits for the answer.
 #   scripts/demo.sh            # the guardian is a bot (permission-guardian auto --approve)
-#   scripts/demo.sh --manual   # you are the guardian: answer in the interactive view (needs tmux)
+#   scripts/demo.sh --manual   # you are the guardian: answer in the interactive view
 # It runs the release programs in .build/release, and first builds them with
 # `swift build -c release` (saying so) when one is missing or older than its sources.
 # PERMISSION_BIN_DIR=DIR uses the programs already built in DIR instead of building them.
@@ -67,7 +67,7 @@ export PERMISSION_RELAY_SOCKET="$dir/relay.sock" PERMISSION_STATE_DIR="$dir/stat
 "$bin/permission-relay" family create smiths > /dev/null
 "$bin/permission-relay" member add smiths alex --role child --json > "$dir/alex.json"
 "$bin/permission-relay" member add smiths sam --role guardian --json > "$dir/sam.json"
-echo "2. family smiths: child alex, guardian sam (credentials in $dir)"
+echo "2. family smiths: child alex, guardian sam (their credentials in $dir while the demo runs)"
 
 if [ "${1:-}" = "--manual" ]; then
     echo "3. alex asks; answer in the guardian view (press a to approve, q to quit)"
@@ -75,6 +75,12 @@ if [ "${1:-}" = "--manual" ]; then
         --credentials "$dir/alex.json" --wait > "$dir/child.out" 2>&1 &
     child_pid=$!
     "$bin/permission-guardian" --credentials "$dir/sam.json"
+    # An answer given just before quitting takes the child a moment to hear.
+    for _ in $(seq 40); do kill -0 "$child_pid" 2>/dev/null || break; sleep 0.05; done
+    if kill -0 "$child_pid" 2>/dev/null; then
+        echo "4. you quit without answering: alex stops waiting, the question stays pending (the demo's relay stops now)"
+        kill -INT "$child_pid"
+    fi
     wait "$child_pid" || true
     cat "$dir/child.out"
     exit 0

@@ -34,7 +34,7 @@ struct InteractiveView {
             while true {
                 let n = Glibc.read(0, &buf, 16)
                 if n <= 0 { break }
-                feed.yield(.key(Array(buf[0..<n])))
+                for key in terminalKeys(Array(buf[0..<n])) { feed.yield(.key(key)) }
             }
             feed.yield(.key([UInt8(ascii: "q")]))
         }
@@ -73,8 +73,8 @@ struct InteractiveView {
                 switch bytes {
                 case [UInt8(ascii: "q")], [4]: return 0
                 case [3]: return 128 + SIGINT
-                case [UInt8(ascii: "j")], [27, 91, 66]: selected = min(selected + 1, max(pending.count - 1, 0))
-                case [UInt8(ascii: "k")], [27, 91, 65]: selected = max(selected - 1, 0)
+                case [UInt8(ascii: "j")], [27, 91, 66], [27, 79, 66]: selected = min(selected + 1, max(pending.count - 1, 0))
+                case [UInt8(ascii: "k")], [27, 91, 65], [27, 79, 65]: selected = max(selected - 1, 0)
                 default:
                     guard selected < pending.count, let key = bytes.first else { break }
                     let q = pending[selected]

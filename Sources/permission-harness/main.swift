@@ -20,10 +20,11 @@ let usage = """
     "N passed, M failed"; the exit status is 0 only when all pass.
 
     guardian: a scripted guardian for testing your own child app. It joins FAMILY as a new
-    guardian (an admin session: run it as the relay's user) and answers every question:
+    guardian (an admin session: run it as the relay's user), answers every question, and
+    leaves the family when stopped (Ctrl-C or SIGTERM):
       POLICY  approve | decline | approve-after:2s | decline-after:2s | never
 
-    The scenario format is described in README.md ("permission-harness").
+    The scenario format is described in docs/harness.md.
 
     OPTIONS:
       --socket PATH   A running relay (default for guardian: \(RelayConfiguration.defaultSocketPath))
@@ -94,12 +95,23 @@ func scriptedGuardian(_ a: Arguments) async throws -> Int32 {
     let delay = parts.count > 1 ? Double(parts[1].replacingOccurrences(of: "s", with: "")) ?? 0 : 0
     let socket = a.value("--socket") ?? RelayConfiguration.defaultSocketPath
     let member = "harness-guardian-\(UUID().uuidString.prefix(6).lowercased())"
-    let admin = try BlockingConnection(path: socket)
-    _ = try admin.request(["type": "hello", "protocol": 1, "admin": true])
-    let r = try admin.request(["type": "addMember", "family": .string(family), "member": .string(member), "role": "guardian"])
+    @Sendable func adminRequest(_ request: JSONObject) throws -> JSONObject {
+        let admin = try BlockingConnection(path: socket)
+        _ = try admin.request(["type": "hello", "protocol": 1, "admin": true])
+        return try admin.request(request)
+    }
+    let r = try adminRequest(["type": "addMember", "family": .string(family), "member": .string(member), "role": "guardian"])
     guard let token = r["token"]?.string else { throw CLIError.failure("could not join \(family): \(r["message"]?.string ?? "")") }
-    printErr("joined \(family) as \(member); policy \(policy) (Ctrl-C to stop)")
+    printErr("joined \(family) as \(member); policy \(policy) (Ctrl-C to stop: it then leaves the family)")
     let center = GuardianCenter(configuration: RelayConfiguration(socketPath: socket, member: member, token: token, session: "harness"))
+    // Stopped (status 130 for Ctrl-C), it leaves the family: runs do not pile up guardians.
+    let stop = stopOnSignals { _ in
+        await center.close()
+        let left = Result { try adminRequest(["type": "removeMember", "member": .string(member)]) }
+        if case .success(let r) = left, r["type"]?.string != "error" { return }
+        let why = (try? left.get()).map { $0["message"]?.string ?? "" } ?? "the relay is out of reach"
+        printErr("could not remove \(member) from \(family) (\(why)): `permission-relay member remove \(member)` does it")
+    }
     let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-harness") { center.connectionError }
     defer { notices.cancel() }
     for await q in center.questions() {
@@ -119,6 +131,7 @@ func scriptedGuardian(_ a: Arguments) async throws -> Int32 {
             }
         }
     }
+    await stop.claimEnd()  // a signal ends the questions (its cleanup closes the center): its status, not 0
     return 0
 }
 

@@ -19,8 +19,9 @@ enum Serve {
 
         OPTIONS:
           --socket PATH                    Unix socket to listen on
-                                           (default: $XDG_RUNTIME_DIR/permission-relay/relay.sock,
-                                           else /tmp/permission-relay-UID/relay.sock; started by
+                                           (default: $PERMISSION_RELAY_SOCKET, else
+                                           $XDG_RUNTIME_DIR/permission-relay/relay.sock, else
+                                           /tmp/permission-relay-UID/relay.sock; started by
                                            systemd with a .socket unit, the socket it passes)
           --data DIR                       Data directory holding relay.db
                                            (default: $STATE_DIRECTORY under systemd, else

@@ -1,5 +1,6 @@
 // scripts/demo.sh as a contributor runs it, on the programs this test run built.
 
+import CSystem
 import Foundation
 import XCTest
 
@@ -53,6 +54,97 @@ final class DemoScriptTests: XCTestCase {
         XCTAssertEqual(run.status, 0, run.output)
         XCTAssertTrue(run.output.contains("child: approved: Approve (by sam)"), run.output)
         XCTAssertTrue(run.output.contains("child: +15550100: known"), run.output)
+    }
+
+    /// `scripts/demo.sh --manual` on a pseudo-terminal, as someone at a terminal runs it:
+    /// once the view shows the question, `answer` is typed in one write (as keys typed fast
+    /// arrive), and once the view says it answered (unless `answer` is empty), `q`. Returns
+    /// the status and all the terminal showed; nil (and a failure) when a step never comes.
+    private func runManualDemo(answer: String) throws -> (status: Int32, screen: String)? {
+        var name = [CChar](repeating: 0, count: 128)
+        let master = cs_open_pty(&name, name.count)
+        let path = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard master >= 0, let terminal = FileHandle(forUpdatingAtPath: path) else {
+            XCTFail("no pseudo-terminal: \(String(cString: strerror(errno)))")
+            return nil
+        }
+        defer { close(master) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/bash")
+        process.arguments = [repository.appendingPathComponent("scripts/demo.sh").path, "--manual"]
+        process.environment = ProcessInfo.processInfo.environment.merging(["PERMISSION_BIN_DIR": productsDirectory.path]) { $1 }
+        (process.standardInput, process.standardOutput, process.standardError) = (terminal, terminal, terminal)
+        let screen = Screen()
+        process.terminationHandler = { _ in screen.note { $0.ended = true } }
+        try process.run()
+        try terminal.close()
+        Thread {
+            var buf = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let n = read(master, &buf, buf.count)
+                if n <= 0 { break }  // EIO once the demo and all it started are gone
+                screen.note { $0.text += String(decoding: buf[0..<n], as: UTF8.self) }
+            }
+        }.start()
+        func type(_ keys: String) { _ = keys.utf8CString.withUnsafeBufferPointer { write(master, $0.baseAddress, $0.count - 1) } }
+        func fail(_ why: String) -> (Int32, String)? {
+            XCTFail("\(why): \(screen.text)")
+            kill(-process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            return nil
+        }
+        guard screen.await({ $0.text.contains("1 pending") }) else { return fail("the view never showed the question") }
+        if !answer.isEmpty {
+            type(answer)
+            guard screen.await({ $0.text.contains("answered: Approve") }) else {
+                return fail("typing \(answer.debugDescription) answered nothing")
+            }
+        }
+        type("q")
+        guard screen.await({ $0.ended }) else { return fail("the demo did not end after q") }
+        process.waitUntilExit()
+        return (process.terminationStatus, screen.text)
+    }
+
+    /// What the terminal showed, and whether the demo ended, awaited as they change.
+    private final class Screen: @unchecked Sendable {
+        struct State {
+            var text = ""
+            var ended = false
+        }
+        private let condition = NSCondition()
+        private var state = State()
+
+        func note(_ change: (inout State) -> Void) {
+            condition.withLock { change(&state) }
+            condition.broadcast()
+        }
+
+        var text: String { condition.withLock { state.text } }
+
+        /// Whether `holds` came true within `seconds`.
+        func await(_ holds: (State) -> Bool, seconds: Double = 60) -> Bool {
+            let deadline = Date().addingTimeInterval(seconds)
+            return condition.withLock {
+                while !holds(state) { if !condition.wait(until: deadline) { return holds(state) } }
+                return true
+            }
+        }
+    }
+
+    /// Keys typed together (`j` then `a`, in one read) each count.
+    func testTheManualDemoTakesKeysTypedTogether() throws {
+        guard let run = try runManualDemo(answer: "ja") else { return }
+        XCTAssertEqual(run.status, 0, run.screen)
+        XCTAssertTrue(run.screen.contains("approved: Approve (by sam)"), run.screen)
+    }
+
+    /// Quitting the view without answering ends the demo, rather than leaving it waiting
+    /// for the question to expire.
+    func testTheManualDemoEndsWhenTheViewIsQuitWithoutAnAnswer() throws {
+        guard let run = try runManualDemo(answer: "") else { return }
+        XCTAssertEqual(run.status, 0, run.screen)
+        XCTAssertTrue(run.screen.contains("you quit without answering"), run.screen)
     }
 
     /// Without PERMISSION_BIN_DIR the demo runs the release programs, and builds them first

@@ -179,17 +179,29 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(given.lines.last, "1 passed, 0 failed")
     }
 
-    func testScriptedGuardianApprovesByPolicy() throws {
+    /// It answers as its policy says, and stopped with Ctrl-C it ends with 130 and leaves
+    /// the family (runs do not pile up guardians).
+    func testScriptedGuardianApprovesByPolicyAndLeavesTheFamilyWhenStopped() throws {
         let relay = try RelayProcess()
         try relay.start()
         let tokens = try relay.provision(families: 1)
         let bot = try ProgramRun(
-            "permission-harness", ["guardian", "--family", "f0", "--policy", "approve-after:0.2s", "--socket", relay.socket], env: [:])
+            "permission-harness", ["guardian", "--family", "f0", "--policy", "approve-after:0.2s", "--socket", relay.socket], env: [:],
+            stderrInLines: true)
         defer { bot.stop() }
+        let joined = try XCTUnwrap(bot.nextLine(containing: "joined f0 as "))
+        let member = try XCTUnwrap(joined.split(separator: " ").dropFirst(3).first?.split(separator: ";").first.map(String.init))
+        XCTAssertTrue(member.hasPrefix("harness-guardian-"), joined)
         let child = try ProgramRun(
             "permission-child", ["ask", "+15550100", "--wait", "--member", "c0", "--token", tokens["c0"]!, "--session", "s"],
             env: ["PERMISSION_RELAY_SOCKET": relay.socket, "PERMISSION_STATE_DIR": relay.dir.appendingPathComponent("state").path])
         XCTAssertEqual(child.finish(), 0)
-        XCTAssertTrue(child.nextLine()?.hasPrefix("approved: Approve (by harness-guardian-") ?? false)
+        XCTAssertEqual(child.nextLine(), "approved: Approve (by \(member))")
+        XCTAssertNotNil(bot.nextLine(containing: ": approve"), "the bot says what it answered")
+
+        kill(bot.process.processIdentifier, SIGINT)
+        XCTAssertEqual(bot.finish(), 130)
+        let again = try relay.admin().request(["type": "removeMember", "member": .string(member)])
+        XCTAssertEqual(again["code"]?.string, "notFound", "the bot removed itself: \(again)")
     }
 }

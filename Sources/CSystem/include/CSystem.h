@@ -69,4 +69,8 @@ int cs_name_thread(const char *name);
 /// variadic). Returns 0, or -1 when fd is not a terminal.
 int cs_terminal_size(int fd, int *rows, int *cols);
 
+/// A pseudo-terminal: returns its master side's descriptor (close-on-exec) and writes the
+/// path of its other side into `slave`; -1 and errno on failure. What tests type into.
+int cs_open_pty(char *slave, size_t size);
+
 #endif
