@@ -443,9 +443,10 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
                 if json {
                     var o: JSONObject = [
                         "id": .string(q.id.uuidString), "topic": .string(q.topicKind), "status": .string(q.status),
-                        "attempt": .int(Int64(q.attempt)),
+                        "attempt": .int(Int64(q.attempt)), "handles": .array(q.handles.map { .string($0.value) }),
                     ]
                     if let c = q.choice { o["choice"] = .string(c.id) }
+                    if let g = q.guardian { o["guardian"] = .string(g) }
                     printOut(line(o))
                 } else {
                     let who = q.handles.map(\.value).joined(separator: ", ")

@@ -172,6 +172,10 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(now.finish(), 0)
         while now.nextLine() != nil {}
         XCTAssertEqual(now.lines.count, 2, "--new asks again")
+        let mine = try child(["questions", "--status", "pending", "--json"])
+        XCTAssertEqual(mine.finish(), 0)
+        while mine.nextLine() != nil {}
+        XCTAssertEqual(mine.lines.filter { $0.contains(#""handles":["+15550151"]"#) }.count, 2, "which question is which: \(mine.lines)")
     }
 
     /// Where notify-send offers actions, the notification of a new question has Approve and
