@@ -7,6 +7,9 @@ import Foundation
 public enum CLIError: Error {
     /// Wrong arguments: print the message and where help is, exit 64.
     case usage(String)
+    /// Wrong arguments to a command with a help of its own (`serve`, `member add`): as
+    /// `usage`, pointing to that help.
+    case commandUsage(String, command: String)
     /// The command could not do its work: exit 1.
     case failure(String)
 }
@@ -120,6 +123,9 @@ private func report(_ error: any Error, program: String) -> Int32 {
     switch error {
     case CLIError.usage(let message):
         printErr("\(program): \(message) (see `\(program) --help`)")
+        return 64
+    case CLIError.commandUsage(let message, let command):
+        printErr("\(program): \(message) (see `\(program) \(command) --help`)")
         return 64
     case CLIError.failure(let message):
         printErr("\(program): \(message)")

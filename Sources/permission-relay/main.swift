@@ -55,14 +55,20 @@ exit(
             printOut(usage)
             return 0
         }
+        // A command's wrong arguments point to its own help, which lists its options.
+        func withItsHelp(_ words: [String], _ run: () throws -> Void) throws {
+            do { try run() } catch CLIError.usage(let message) {
+                throw CLIError.commandUsage(message, command: words.joined(separator: " "))
+            }
+        }
         if first == "serve" {
-            try Serve.run(Array(args.dropFirst()))
+            try withItsHelp(["serve"]) { try Serve.run(Array(args.dropFirst())) }
         } else if let storeCommand {
-            try storeCommand.run(Array(args.dropFirst()))
+            try withItsHelp([storeCommand.name]) { try storeCommand.run(Array(args.dropFirst())) }
         } else if let hubCommand {
-            try hubCommand.run(Array(args.dropFirst(hubCommand.words.count)))
+            try withItsHelp(hubCommand.words) { try hubCommand.run(Array(args.dropFirst(hubCommand.words.count))) }
         } else if let admin {
-            try admin.run(Array(args.dropFirst(admin.words.count)))
+            try withItsHelp(admin.words) { try admin.run(Array(args.dropFirst(admin.words.count))) }
         } else if let group {
             throw group.unknown(Array(args.dropFirst()))
         } else if first == "hub" || first == "device" {

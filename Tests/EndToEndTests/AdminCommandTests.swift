@@ -95,6 +95,10 @@ final class AdminCommandTests: XCTestCase {
         XCTAssertEqual(
             unknown.stderr,
             "permission-relay: unknown command \"member rename\" (member commands: add, remove) (see `permission-relay --help`)\n")
+        // A command's wrong arguments point to its own help, which names its options.
+        let short = runRelay(["member", "add", "smiths"])
+        XCTAssertEqual(short.status, 64)
+        XCTAssertTrue(short.stderr.hasSuffix(" (see `permission-relay member add --help`)\n"), short.stderr)
     }
 
     /// `--credentials FILE` writes the credentials for this user only, and a request that

@@ -122,7 +122,7 @@ final class LifecycleTests: XCTestCase {
             XCTAssertTrue(r.stderr.contains("--spin-microseconds"), r.stderr)
             // One line: the problem, and where help is; not buried under the usage.
             XCTAssertTrue(r.stderr.hasPrefix("permission-relay: --spin-microseconds"), r.stderr)
-            XCTAssertTrue(r.stderr.hasSuffix("(see `permission-relay --help`)\n"), r.stderr)
+            XCTAssertTrue(r.stderr.hasSuffix("(see `permission-relay serve --help`)\n"), r.stderr)
             XCTAssertEqual(r.stderr.filter { $0 == "\n" }.count, 1, r.stderr)
         }
         XCTAssertTrue(runRelay([]).stderr.contains("no command given: serve, family"), "no command: the commands are named")
