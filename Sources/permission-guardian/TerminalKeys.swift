@@ -2,8 +2,9 @@
 // arrive together in one read, and each must count.
 
 /// Splits the bytes of one read from a raw terminal into keys: an escape sequence
-/// (`ESC [ … final` or `ESC O x`, as arrow keys send) is one key, any other byte is one.
-/// A sequence cut off by the end of the read is kept whole as what there is of it.
+/// (`ESC [ … final` or `ESC O x`, as arrow keys send, or `ESC x`, as Alt+x does) is one
+/// key, any other byte is one. A sequence cut off by the end of the read is kept whole as
+/// what there is of it.
 func terminalKeys(_ bytes: [UInt8]) -> [[UInt8]] {
     var keys: [[UInt8]] = []
     var i = 0
@@ -17,6 +18,8 @@ func terminalKeys(_ bytes: [UInt8]) -> [[UInt8]] {
                 end = min(end + 1, bytes.count)
             } else if bytes[end] == UInt8(ascii: "O") {
                 end = min(end + 2, bytes.count)
+            } else {
+                end += 1
             }
         }
         keys.append(Array(bytes[i..<end]))

@@ -20,6 +20,11 @@ final class TerminalKeysTests: XCTestCase {
         XCTAssertEqual(terminalKeys([27, 91, 49, 59, 53, 66, 113]), [[27, 91, 49, 59, 53, 66], [113]])
     }
 
+    /// Alt+a is not `a`: the view ignores it rather than approving.
+    func testAKeyWithAltIsOneKey() {
+        XCTAssertEqual(terminalKeys([27, 97, 106]), [[27, 97], [106]])
+    }
+
     func testAnEscapeAloneOrCutOffStaysWhatItIs() {
         XCTAssertEqual(terminalKeys([27]), [[27]])
         XCTAssertEqual(terminalKeys([27, 91]), [[27, 91]])
