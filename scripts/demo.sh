@@ -52,6 +52,8 @@ fi
 
 dir=$(mktemp -d /tmp/permission-demo.XXXXXX)
 cleanup() {
+    # A child still waiting would keep trying to reach the stopped relay: it is told to stop.
+    [ -n "${child_pid:-}" ] && kill -INT "$child_pid" 2>/dev/null || true
     kill "$relay_pid" ${guardian_pid:-} 2>/dev/null || true
     wait 2>/dev/null || true
     rm -rf "$dir"
@@ -74,7 +76,8 @@ if [ "${1:-}" = "--manual" ]; then
     "$bin/permission-child" ask phone:+15550100 --name "Kim Lee" --action message --expires 10m \
         --credentials "$dir/alex.json" --wait > "$dir/child.out" 2>&1 &
     child_pid=$!
-    "$bin/permission-guardian" --credentials "$dir/sam.json"
+    # Quit with q, or Ctrl-C (130): either way the demo ends below.
+    "$bin/permission-guardian" --credentials "$dir/sam.json" || true
     # An answer given just before quitting takes the child a moment to hear.
     for _ in $(seq 40); do kill -0 "$child_pid" 2>/dev/null || break; sleep 0.05; done
     if kill -0 "$child_pid" 2>/dev/null; then

@@ -18,6 +18,8 @@ struct InteractiveView {
         case question(GuardianQuestion)
         case closed(ClosedQuestion)
         case answered(String)
+        /// One of the view's own answers was sent, or could not be (what to say).
+        case sent(String)
         case tick
         case connection(ConnectionState)
         /// The pending questions were read, or could not be (why).
@@ -30,11 +32,14 @@ struct InteractiveView {
         defer { terminal.restore() }
         let (inputs, feed) = AsyncStream<Input>.makeStream()
         let keys = Thread {
-            var buf = [UInt8](repeating: 0, count: 16)
+            var buf = [UInt8](repeating: 0, count: 256)
+            var carried: [UInt8] = []
             while true {
-                let n = Glibc.read(0, &buf, 16)
+                let n = Glibc.read(0, &buf, buf.count)
                 if n <= 0 { break }
-                for key in terminalKeys(Array(buf[0..<n])) { feed.yield(.key(key)) }
+                let (keys, rest) = terminalKeys(buf[0..<n], carried: carried)
+                carried = rest
+                for key in keys { feed.yield(.key(key)) }
             }
             feed.yield(.key([UInt8(ascii: "q")]))
         }
@@ -66,17 +71,24 @@ struct InteractiveView {
         var listed = false  // the pending questions were read once
         var connection = ConnectionState.connecting
         var loaded = false
+        var sending = 0  // answers under way
+        // Quit with answers under way: they go first (a key that answers, typed just
+        // before `q`, still answers), unless the relay takes longer than a few seconds.
+        var quitting: (status: Int32, deadline: ContinuousClock.Instant)?
         draw(pending, selected, message, connection, listed)
         for await input in inputs {
             switch input {
             case .key(let bytes):
                 switch bytes {
-                case [UInt8(ascii: "q")], [4]: return 0
-                case [3]: return 128 + SIGINT
+                case [UInt8(ascii: "q")], [4], [3]:
+                    let status = bytes == [3] ? 128 + SIGINT : 0
+                    if quitting != nil { return status }  // asked twice: at once
+                    quitting = (status, .now + .seconds(3))
+                    message = "sending the answer before quitting… (again to quit now)"
                 case [UInt8(ascii: "j")], [27, 91, 66], [27, 79, 66]: selected = min(selected + 1, max(pending.count - 1, 0))
                 case [UInt8(ascii: "k")], [27, 91, 65], [27, 79, 65]: selected = max(selected - 1, 0)
                 default:
-                    guard selected < pending.count, let key = bytes.first else { break }
+                    guard quitting == nil, selected < pending.count, let key = bytes.first else { break }
                     let q = pending[selected]
                     var choice: PermissionChoice?
                     switch key {
@@ -89,12 +101,13 @@ struct InteractiveView {
                     }
                     guard let choice else { break }
                     message = "answering \(q.child)'s question with \(choice.title)…"
+                    sending += 1
                     Task {
                         do {
                             try await center.answer(q, with: choice)
-                            feed.yield(.answered("answered: \(choice.title) for \(q.child)"))
+                            feed.yield(.sent("answered: \(choice.title) for \(q.child)"))
                         } catch {
-                            feed.yield(.answered("could not answer: \(ClientOptions.describe(error))"))
+                            feed.yield(.sent("could not answer: \(ClientOptions.describe(error))"))
                         }
                     }
                 }
@@ -111,6 +124,9 @@ struct InteractiveView {
                 }
             case .answered(let text):
                 message = text
+            case .sent(let text):
+                sending -= 1
+                message = text
             case .tick:
                 loaded = true
             case .loaded(let result):
@@ -121,6 +137,7 @@ struct InteractiveView {
                 if s == .replaced { message = replacedNotice }
                 if s == .refused { message = refusal(center.connectionError) + " (q to quit)" }
             }
+            if let quitting, sending == 0 || ContinuousClock.now >= quitting.deadline { return quitting.status }
             selected = min(selected, max(pending.count - 1, 0))
             draw(pending, selected, message, connection, listed)
         }

@@ -7,6 +7,7 @@ import Foundation
 import PermissionKit
 import RelayProtocol
 import RelayServer
+import Synchronization
 
 let usage = """
     OVERVIEW: Run ask-a-guardian scenarios end to end against a real relay.
@@ -97,24 +98,28 @@ func scriptedGuardian(_ a: Arguments) async throws -> Int32 {
     let member = "harness-guardian-\(UUID().uuidString.prefix(6).lowercased())"
     @Sendable func adminRequest(_ request: JSONObject) throws -> JSONObject {
         let admin = try BlockingConnection(path: socket)
+        admin.setTimeout(seconds: 10)  // a relay that hangs does not hold a stop up for good
         _ = try admin.request(["type": "hello", "protocol": 1, "admin": true])
         return try admin.request(request)
+    }
+    // Stopped (status 130 for Ctrl-C), it leaves the family: runs do not pile up guardians.
+    // In place before it joins: a signal during the join still removes what it added.
+    let center = Mutex<GuardianCenter?>(nil)
+    let stop = stopOnSignals { _ in
+        await center.withLock { $0 }?.close()
+        let left = Result { try adminRequest(["type": "removeMember", "member": .string(member)]) }
+        if case .success(let r) = left, r["type"]?.string != "error" || r["code"]?.string == "notFound" { return }
+        let why = (try? left.get()).map { $0["message"]?.string ?? "" } ?? "the relay is out of reach"
+        printErr("could not remove \(member) from \(family) (\(why)): `permission-relay member remove \(member)` does it")
     }
     let r = try adminRequest(["type": "addMember", "family": .string(family), "member": .string(member), "role": "guardian"])
     guard let token = r["token"]?.string else { throw CLIError.failure("could not join \(family): \(r["message"]?.string ?? "")") }
     printErr("joined \(family) as \(member); policy \(policy) (Ctrl-C to stop: it then leaves the family)")
-    let center = GuardianCenter(configuration: RelayConfiguration(socketPath: socket, member: member, token: token, session: "harness"))
-    // Stopped (status 130 for Ctrl-C), it leaves the family: runs do not pile up guardians.
-    let stop = stopOnSignals { _ in
-        await center.close()
-        let left = Result { try adminRequest(["type": "removeMember", "member": .string(member)]) }
-        if case .success(let r) = left, r["type"]?.string != "error" { return }
-        let why = (try? left.get()).map { $0["message"]?.string ?? "" } ?? "the relay is out of reach"
-        printErr("could not remove \(member) from \(family) (\(why)): `permission-relay member remove \(member)` does it")
-    }
-    let notices = reportConnectionTrouble(center.connectionStates(), program: "permission-harness") { center.connectionError }
+    let guardian = GuardianCenter(configuration: RelayConfiguration(socketPath: socket, member: member, token: token, session: "harness"))
+    center.withLock { $0 = guardian }
+    let notices = reportConnectionTrouble(guardian.connectionStates(), program: "permission-harness") { guardian.connectionError }
     defer { notices.cancel() }
-    for await q in center.questions() {
+    for await q in guardian.questions() {
         guard parts[0] != "never" else {
             printOut("\(q.id): left unanswered")
             continue
@@ -124,7 +129,7 @@ func scriptedGuardian(_ a: Arguments) async throws -> Int32 {
         Task {
             if delay > 0 { try? await Task.sleep(for: .seconds(delay)) }
             do {
-                try await center.answer(q, with: choice)
+                try await guardian.answer(q, with: choice)
                 printOut("\(q.id): \(terminalSafe(choice.id))")
             } catch {
                 printErr("\(q.id): \(ClientOptions.describe(error))")

@@ -57,51 +57,56 @@ final class DemoScriptTests: XCTestCase {
     }
 
     /// `scripts/demo.sh --manual` on a pseudo-terminal, as someone at a terminal runs it:
-    /// once the view shows the question, `answer` is typed in one write (as keys typed fast
-    /// arrive), and once the view says it answered (unless `answer` is empty), `q`. Returns
-    /// the status and all the terminal showed; nil (and a failure) when a step never comes.
-    private func runManualDemo(answer: String) throws -> (status: Int32, screen: String)? {
+    /// once the view shows the question, `keys` are typed in one write (as keys typed fast
+    /// arrive in one read). Returns the status and all the terminal showed; nil (and a
+    /// failure) when a step never comes.
+    private func runManualDemo(typing keys: String) throws -> (status: Int32, screen: String)? {
         var name = [CChar](repeating: 0, count: 128)
         let master = cs_open_pty(&name, name.count)
-        let path = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        guard master >= 0, let terminal = FileHandle(forUpdatingAtPath: path) else {
+        guard master >= 0 else {
             XCTFail("no pseudo-terminal: \(String(cString: strerror(errno)))")
             return nil
         }
-        defer { close(master) }
+        let path = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard let terminal = FileHandle(forUpdatingAtPath: path) else {
+            close(master)
+            XCTFail("cannot open \(path)")
+            return nil
+        }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/bash")
         process.arguments = [repository.appendingPathComponent("scripts/demo.sh").path, "--manual"]
         process.environment = ProcessInfo.processInfo.environment.merging(["PERMISSION_BIN_DIR": productsDirectory.path]) { $1 }
         (process.standardInput, process.standardOutput, process.standardError) = (terminal, terminal, terminal)
         let screen = Screen()
-        process.terminationHandler = { _ in screen.note { $0.ended = true } }
-        try process.run()
+        do { try process.run() } catch {
+            close(master)
+            throw error
+        }
         try terminal.close()
+        // The thread owns the master side from here: it reads to the end (EIO once the demo
+        // and all it started are gone), then closes it.
         Thread {
             var buf = [UInt8](repeating: 0, count: 4096)
             while true {
                 let n = read(master, &buf, buf.count)
-                if n <= 0 { break }  // EIO once the demo and all it started are gone
+                if n <= 0 { break }
                 screen.note { $0.text += String(decoding: buf[0..<n], as: UTF8.self) }
             }
+            close(master)
+            screen.note { $0.closed = true }
         }.start()
-        func type(_ keys: String) { _ = keys.utf8CString.withUnsafeBufferPointer { write(master, $0.baseAddress, $0.count - 1) } }
         func fail(_ why: String) -> (Int32, String)? {
             XCTFail("\(why): \(screen.text)")
-            kill(-process.processIdentifier, SIGKILL)
+            // SIGTERM first: the demo's own cleanup stops its relay and removes its directory.
+            kill(-process.processIdentifier, SIGTERM)
+            if !screen.await({ $0.closed }, seconds: 10) { kill(-process.processIdentifier, SIGKILL) }
             process.waitUntilExit()
             return nil
         }
         guard screen.await({ $0.text.contains("1 pending") }) else { return fail("the view never showed the question") }
-        if !answer.isEmpty {
-            type(answer)
-            guard screen.await({ $0.text.contains("answered: Approve") }) else {
-                return fail("typing \(answer.debugDescription) answered nothing")
-            }
-        }
-        type("q")
-        guard screen.await({ $0.ended }) else { return fail("the demo did not end after q") }
+        _ = keys.utf8CString.withUnsafeBufferPointer { write(master, $0.baseAddress, $0.count - 1) }
+        guard screen.await({ $0.closed }) else { return fail("the demo did not end after \(keys.debugDescription)") }
         process.waitUntilExit()
         return (process.terminationStatus, screen.text)
     }
@@ -110,7 +115,8 @@ final class DemoScriptTests: XCTestCase {
     private final class Screen: @unchecked Sendable {
         struct State {
             var text = ""
-            var ended = false
+            /// The terminal was read to its end: the demo, and all it started, are gone.
+            var closed = false
         }
         private let condition = NSCondition()
         private var state = State()
@@ -132,9 +138,10 @@ final class DemoScriptTests: XCTestCase {
         }
     }
 
-    /// Keys typed together (`j` then `a`, in one read) each count.
+    /// Keys typed together, in one read, each count (`j` moves, `a` answers), and `q` right
+    /// after an answer lets it go first.
     func testTheManualDemoTakesKeysTypedTogether() throws {
-        guard let run = try runManualDemo(answer: "ja") else { return }
+        guard let run = try runManualDemo(typing: "jaq") else { return }
         XCTAssertEqual(run.status, 0, run.screen)
         XCTAssertTrue(run.screen.contains("approved: Approve (by sam)"), run.screen)
     }
@@ -142,7 +149,7 @@ final class DemoScriptTests: XCTestCase {
     /// Quitting the view without answering ends the demo, rather than leaving it waiting
     /// for the question to expire.
     func testTheManualDemoEndsWhenTheViewIsQuitWithoutAnAnswer() throws {
-        guard let run = try runManualDemo(answer: "") else { return }
+        guard let run = try runManualDemo(typing: "q") else { return }
         XCTAssertEqual(run.status, 0, run.screen)
         XCTAssertTrue(run.screen.contains("you quit without answering"), run.screen)
     }

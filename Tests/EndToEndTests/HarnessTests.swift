@@ -189,6 +189,8 @@ final class HarnessTests: XCTestCase {
             "permission-harness", ["guardian", "--family", "f0", "--policy", "approve-after:0.2s", "--socket", relay.socket], env: [:],
             stderrInLines: true)
         defer { bot.stop() }
+        let giveUp = bot.stopAfter(seconds: 60, signal: SIGKILL)  // a line that never comes fails the test, not CI
+        defer { giveUp.cancel() }
         let joined = try XCTUnwrap(bot.nextLine(containing: "joined f0 as "))
         let member = try XCTUnwrap(joined.split(separator: " ").dropFirst(3).first?.split(separator: ";").first.map(String.init))
         XCTAssertTrue(member.hasPrefix("harness-guardian-"), joined)

@@ -3,7 +3,7 @@
 // Who the child is comes from the environment: PERMISSION_MEMBER and PERMISSION_TOKEN
 // (or PERMISSION_CREDENTIALS), PERMISSION_RELAY_SOCKET when not the default socket.
 //
-//     swift run AskApp +15550100
+//     swift run AskApp +15550123
 
 import Foundation
 import PermissionKit
