@@ -5,12 +5,33 @@ import Foundation
 import XCTest
 
 final class DemoScriptTests: XCTestCase {
-    /// What a pipe gave, gathered on another thread.
+    /// What a pipe or a terminal gave, gathered on another thread, awaited as it comes.
     private final class Output: @unchecked Sendable {
-        private let lock = NSLock()
+        private let condition = NSCondition()
         private var data = Data()
-        func append(_ more: Data) { lock.withLock { data.append(more) } }
-        var text: String { lock.withLock { String(decoding: data, as: UTF8.self) } }
+        private var closed = false  // read to its end
+
+        func append(_ more: Data) {
+            condition.withLock { data.append(more) }
+            condition.broadcast()
+        }
+
+        func close() {
+            condition.withLock { closed = true }
+            condition.broadcast()
+        }
+
+        var text: String { condition.withLock { String(decoding: data, as: UTF8.self) } }
+
+        /// Whether the output came to hold `part` (nil: came to its end) within `seconds`.
+        func await(_ part: String?, seconds: Double = 60) -> Bool {
+            let deadline = Date().addingTimeInterval(seconds)
+            return condition.withLock {
+                func holds() -> Bool { part.map { String(decoding: data, as: UTF8.self).contains($0) } ?? closed }
+                while !holds() { if !condition.wait(until: deadline) { return holds() } }
+                return true
+            }
+        }
     }
 
     private let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -78,7 +99,7 @@ final class DemoScriptTests: XCTestCase {
         process.arguments = [repository.appendingPathComponent("scripts/demo.sh").path, "--manual"]
         process.environment = ProcessInfo.processInfo.environment.merging(["PERMISSION_BIN_DIR": productsDirectory.path]) { $1 }
         (process.standardInput, process.standardOutput, process.standardError) = (terminal, terminal, terminal)
-        let screen = Screen()
+        let screen = Output()
         do { try process.run() } catch {
             close(master)
             throw error
@@ -91,51 +112,24 @@ final class DemoScriptTests: XCTestCase {
             while true {
                 let n = read(master, &buf, buf.count)
                 if n <= 0 { break }
-                screen.note { $0.text += String(decoding: buf[0..<n], as: UTF8.self) }
+                screen.append(Data(buf[0..<n]))
             }
             close(master)
-            screen.note { $0.closed = true }
+            screen.close()
         }.start()
         func fail(_ why: String) -> (Int32, String)? {
             XCTFail("\(why): \(screen.text)")
             // SIGTERM first: the demo's own cleanup stops its relay and removes its directory.
             kill(-process.processIdentifier, SIGTERM)
-            if !screen.await({ $0.closed }, seconds: 10) { kill(-process.processIdentifier, SIGKILL) }
+            if !screen.await(nil, seconds: 10) { kill(-process.processIdentifier, SIGKILL) }
             process.waitUntilExit()
             return nil
         }
-        guard screen.await({ $0.text.contains("1 pending") }) else { return fail("the view never showed the question") }
+        guard screen.await("1 pending") else { return fail("the view never showed the question") }
         _ = keys.utf8CString.withUnsafeBufferPointer { write(master, $0.baseAddress, $0.count - 1) }
-        guard screen.await({ $0.closed }) else { return fail("the demo did not end after \(keys.debugDescription)") }
+        guard screen.await(nil) else { return fail("the demo did not end after \(keys.debugDescription)") }
         process.waitUntilExit()
         return (process.terminationStatus, screen.text)
-    }
-
-    /// What the terminal showed, and whether the demo ended, awaited as they change.
-    private final class Screen: @unchecked Sendable {
-        struct State {
-            var text = ""
-            /// The terminal was read to its end: the demo, and all it started, are gone.
-            var closed = false
-        }
-        private let condition = NSCondition()
-        private var state = State()
-
-        func note(_ change: (inout State) -> Void) {
-            condition.withLock { change(&state) }
-            condition.broadcast()
-        }
-
-        var text: String { condition.withLock { state.text } }
-
-        /// Whether `holds` came true within `seconds`.
-        func await(_ holds: (State) -> Bool, seconds: Double = 60) -> Bool {
-            let deadline = Date().addingTimeInterval(seconds)
-            return condition.withLock {
-                while !holds(state) { if !condition.wait(until: deadline) { return holds(state) } }
-                return true
-            }
-        }
     }
 
     /// Keys typed together, in one read, each count (`j` moves, `a` answers), and `q` right
