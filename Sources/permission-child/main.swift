@@ -442,7 +442,7 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
             for q in list {
                 if json {
                     var o: JSONObject = [
-                        "id": .string(q.id.uuidString), "topic": .string(q.topicKind), "status": .string(q.status),
+                        "questionId": .string(q.id.uuidString), "topic": .string(q.topicKind), "status": .string(q.status),
                         "attempt": .int(Int64(q.attempt)), "handles": .array(q.handles.map { .string($0.value) }),
                     ]
                     if let c = q.choice { o["choice"] = .string(c.id) }

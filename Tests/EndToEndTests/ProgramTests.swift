@@ -176,6 +176,11 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(mine.finish(), 0)
         while mine.nextLine() != nil {}
         XCTAssertEqual(mine.lines.filter { $0.contains(#""handles":["+15550151"]"#) }.count, 2, "which question is which: \(mine.lines)")
+        // Both programs name a question's id the same way.
+        func ids(_ lines: [String]) throws -> Set<String> {
+            Set(try lines.map { try XCTUnwrap(JSON.parse($0)["questionId"]?.string, $0) })
+        }
+        XCTAssertEqual(try ids(mine.lines), try ids(now.lines))
     }
 
     /// Where notify-send offers actions, the notification of a new question has Approve and
