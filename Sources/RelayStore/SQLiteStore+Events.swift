@@ -197,6 +197,9 @@ extension SQLiteStore {
             guard offset + 4 <= frames.count, kinds.count == Int(last - first + 1) else { break }
             let length = frames[offset..<(offset + 4)].reduce(0) { $0 << 8 | Int($1) }
             guard length > 0, offset + 4 + length <= frames.count else { break }
+            // Sent as stored: a frame damaged on disk must not reach a client (every frame
+            // is a JSON object, §1), nor one of another seq.
+            guard (try? JSON.parse(frames[(offset + 4)..<(offset + 4 + length)]))?["seq"]?.int == seq else { break }
             let kind = kinds[Int(seq - first)].string.flatMap(TopicKind.init(rawValue:))
             out.append(
                 EventRecord(

@@ -16,7 +16,11 @@ extension SQLiteStore {
             throw StoreError("\(destination) already exists; choose a new file, or remove it first")
         }
         let partial = destination + ".partial"
-        unlink(partial)
+        guard access(partial, F_OK) != 0 else {
+            throw StoreError("\(partial) already exists (a backup under way, or one that was stopped): remove it first")
+        }
+        // Before SQLite opens it, which would rebuild the index the witness reads.
+        if let loss = WALWitness.loss(at: source) { throw StoreError(loss) }
         do {
             let from = try SQLiteDatabase(path: source, readOnly: true)
             try from.exec("PRAGMA busy_timeout = 5000")
@@ -77,6 +81,8 @@ extension SQLiteStore {
     /// own invariants. Empty when all is well.
     public static func check(databaseAt path: String) throws -> [String] {
         guard access(path, F_OK) == 0 else { throw StoreError("there is no store at \(path)") }
+        // Before SQLite opens it, which would rebuild the index the witness reads.
+        if let loss = WALWitness.loss(at: path) { return [loss] }
         let db = try SQLiteDatabase(path: path, readOnly: true)
         try db.exec("PRAGMA busy_timeout = 5000")
         var findings: [String] = []

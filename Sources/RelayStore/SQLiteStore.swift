@@ -64,7 +64,8 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     public init(path: String, sync: SyncMode = .normal, maxPageCount: Int? = nil, questionIndexSeconds: Double = 10) throws {
         self.path = path
         self.questionIndexSeconds = questionIndexSeconds
-        try Self.refuseEmptiedDatabase(path)
+        if let loss = WALWitness.loss(at: path) { throw StoreError(loss) }
+        let databaseLostBesideWAL = try Self.refuseEmptiedDatabase(path)
         db = try SQLiteDatabase(path: path)
         try db.exec("PRAGMA busy_timeout = 5000")
         if let maxPageCount { _ = try db.text("PRAGMA max_page_count = \(maxPageCount)") }
@@ -80,6 +81,12 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         // a bigger page cache than SQLite's default only holds memory (see performance.md).
         try db.exec("PRAGMA cache_size = -2048")
         secureDelete = try db.text("PRAGMA secure_delete") ?? "0"
+        if let state = databaseLostBesideWAL, try db.scalar("SELECT count(*) FROM sqlite_schema") == 0 {
+            // The WAL did not hold the whole database (it had been checkpointed): the rest was in the file.
+            throw StoreError(
+                "\(path) is \(state) but \(path)-wal holds changes of a store whose database was lost."
+                    + " Restore it from a backup (permission-relay restore), or move the directory aside to start with an empty store")
+        }
         try Self.migrate(db)
         checkpointer = try WALCheckpointer(path: path)
         storedIDs = StoredIDsScan(path: path)
@@ -121,13 +128,18 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
 
     /// An empty `relay.db` beside files only a used store has is a store that lost its
     /// database, not a new one: starting afresh would make every member unknown.
-    private static func refuseEmptiedDatabase(_ path: String) throws {
+    /// Where a WAL with frames lies beside an empty or missing database, returns which:
+    /// SQLite's to replay after a crash before the first checkpoint, but a store only if
+    /// it holds one.
+    private static func refuseEmptiedDatabase(_ path: String) throws -> String? {
         var st = stat()
         let size = stat(path, &st) == 0 ? Int(st.st_size) : -1
-        guard size <= 0 else { return }
+        guard size <= 0 else { return nil }
         let leftovers = ["-wal", "-changes.0", "-changes.1"].map { path + $0 }.filter { access($0, F_OK) == 0 }
-        // A WAL beside an empty database is SQLite's to replay (a crash before the first checkpoint).
-        guard leftovers.contains(where: { !$0.hasSuffix("-wal") }) else { return }
+        guard leftovers.contains(where: { !$0.hasSuffix("-wal") }) else {
+            let walHasFrames = stat(path + "-wal", &st) == 0 && st.st_size > 32  // more than its header
+            return walHasFrames ? (size < 0 ? "missing" : "empty") : nil
+        }
         throw StoreError(
             "\(path) is \(size < 0 ? "missing" : "empty") but \(leftovers.joined(separator: " and ")) hold a store's changes:"
                 + " the database was lost. Restore it from a backup (permission-relay restore), or move the directory aside"

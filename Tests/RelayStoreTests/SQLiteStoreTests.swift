@@ -219,6 +219,81 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["the stored events 1…2 of g1 cannot be read"])
     }
 
+    /// A frame changed on disk (its length kept) is not sent as stored: every frame is JSON (§1).
+    func testAFrameDamagedInPlaceIsFoundByCheckAndRefusedOnReading() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit([.event(StoreContractTests.event("g1", 1)), .event(StoreContractTests.event("g1", 2))])
+        exec("UPDATE events SET frames = replace(frames, CAST('\"seq\":2' AS BLOB), CAST('\"seq\"\u{01}2' AS BLOB))")
+        XCTAssertThrowsError(try store.events(member: "g1", after: 0, limit: 10)) { error in
+            XCTAssertTrue((error as? SQLiteError)?.isDamaged == true, "\(error)")
+        }
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["the stored events 1…2 of g1 cannot be read"])
+    }
+
+    /// The database, its WAL and the WAL's index as a relay killed now leaves them, copied
+    /// to `crashed` (the index is shared memory, read through its file).
+    private func crashImage(of store: SQLiteStore, adding members: Int) throws -> String {
+        for i in 0..<members {
+            try store.commit([
+                .member(MemberRecord(id: "m\(i)", family: "fam", role: .guardian, tokenHash: [UInt8](repeating: 7, count: 500)))
+            ])
+        }
+        let crashed = dir.appendingPathComponent("crashed").path
+        try FileManager.default.createDirectory(atPath: crashed, withIntermediateDirectories: true)
+        for suffix in ["", "-wal", "-shm"] {
+            try FileManager.default.copyItem(atPath: path + suffix, toPath: crashed + "/relay.db" + suffix)
+        }
+        return crashed + "/relay.db"
+    }
+
+    /// After a crash SQLite keeps what its WAL holds up to a damaged frame, and takes a
+    /// missing WAL for an empty one: the relay refuses both, saying which file and what to
+    /// do, as `check` does, and starts on an intact image with everything in it.
+    func testAWALThatLostCommitsItsIndexSaysItHeldIsRefused() throws {
+        let store = try SQLiteStore(path: path)
+        let intact = try crashImage(of: store, adding: 40)
+        let damaged = dir.appendingPathComponent("damaged").path, missing = dir.appendingPathComponent("missing").path
+        for copy in [damaged, missing] {
+            try FileManager.default.copyItem(atPath: URL(fileURLWithPath: intact).deletingLastPathComponent().path, toPath: copy)
+        }
+        // A byte of the page of the tenth frame from the end (4 KiB pages, after a 32-byte header).
+        let wal = try FileHandle(forUpdating: URL(fileURLWithPath: damaged + "/relay.db-wal"))
+        let frames = (try wal.seekToEnd() - 32) / (24 + 4096)
+        let at = 32 + (frames - 10) * (24 + 4096) + 24 + 100
+        try wal.seek(toOffset: at)
+        let byte = try XCTUnwrap(try wal.read(upToCount: 1))
+        try wal.seek(toOffset: at)
+        try wal.write(contentsOf: Data([byte[0] ^ 0xFF]))
+        try wal.close()
+        try FileManager.default.removeItem(atPath: missing + "/relay.db-wal")
+
+        for (copy, says) in [(damaged, "relay.db-wal is damaged: SQLite can read only"), (missing, "relay.db-wal is missing, but")] {
+            XCTAssertThrowsError(try SQLiteStore(path: copy + "/relay.db")) { error in
+                XCTAssertTrue("\(error)".contains(says) && "\(error)".contains("permission-relay restore"), "\(error)")
+            }
+            let findings = try SQLiteStore.check(databaseAt: copy + "/relay.db")
+            XCTAssertEqual(findings.count, 1)
+            XCTAssertTrue(findings.first?.contains(says) == true, "\(findings)")
+        }
+        // The evidence stays until the operator acts: a second start is refused too.
+        XCTAssertThrowsError(try SQLiteStore(path: damaged + "/relay.db"))
+        let reopened = try SQLiteStore(path: intact)
+        XCTAssertEqual(try reopened.load().members.count, 40)
+    }
+
+    /// An emptied database beside a WAL that does not hold the whole store (it had been
+    /// copied into the database) is a lost database, not a new store.
+    func testAnEmptiedDatabaseBesideAPartialWALIsRefused() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit([.member(MemberRecord(id: "early", family: "fam", role: .guardian, tokenHash: [0]))])
+        try store.checkpoint()
+        let crashed = try crashImage(of: store, adding: 3)
+        XCTAssertEqual(truncate(crashed, 0), 0)
+        XCTAssertThrowsError(try SQLiteStore(path: crashed).load()) { error in
+            XCTAssertTrue("\(error)".contains("relay.db is empty but") || (error as? SQLiteError)?.isDamaged == true, "\(error)")
+        }
+    }
+
     /// The WAL is copied into the database by a thread of its own: no commit waits for it.
     func testTheWALIsCopiedIntoTheDatabaseBesideTheWriter() throws {
         let store = try SQLiteStore(path: path)
@@ -401,6 +476,12 @@ final class SQLiteStoreTests: XCTestCase {
         let backup = dir.appendingPathComponent("backup.db").path
         try SQLiteStore.backup(databaseAt: path, to: backup)  // the WAL is not checkpointed: the backup reads it
         XCTAssertThrowsError(try SQLiteStore.backup(databaseAt: path, to: backup), "never over an existing file")
+        let other = dir.appendingPathComponent("other.db").path
+        XCTAssertTrue(FileManager.default.createFile(atPath: other + ".partial", contents: Data("mine".utf8)))
+        XCTAssertThrowsError(try SQLiteStore.backup(databaseAt: path, to: other)) { error in
+            XCTAssertTrue("\(error)".contains("other.db.partial already exists"), "\(error)")
+        }
+        XCTAssertEqual(try String(contentsOfFile: other + ".partial", encoding: .utf8), "mine", "nor over one by that name")
         try store.commit(turns[1])
         let backedUp = try SQLiteStore(path: backup).load()
         var expected = StoreSnapshot()
