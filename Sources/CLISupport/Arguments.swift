@@ -52,16 +52,24 @@ public struct Arguments {
     public func value(_ flag: String) -> String? { all[flag]?.last }
     public func values(_ flag: String) -> [String] { all[flag] ?? [] }
 
-    public func int(_ flag: String, default d: Int, min lo: Int = 0) throws -> Int {
+    /// The flag's whole number, at least `lo` and at most `hi`, or `d` when it is not given.
+    public func int(_ flag: String, default d: Int, min lo: Int = 0, max hi: Int = .max) throws -> Int {
         guard let v = value(flag) else { return d }
-        guard let n = Int(v), n >= lo else { throw CLIError.usage("\(flag) must be a whole number of at least \(lo), not \"\(v)\"") }
+        guard let n = Int(v), n >= lo, n <= hi else {
+            let range = hi == .max ? "of at least \(lo)" : "from \(lo) to \(hi)"
+            throw CLIError.usage("\(flag) must be a whole number \(range), not \"\(v)\"")
+        }
         return n
     }
 
-    public func double(_ flag: String, default d: Double, min lo: Double = 0) throws -> Double {
+    /// The flag's number, at least `lo` and at most `hi`, or `d` when it is not given.
+    public func double(_ flag: String, default d: Double, min lo: Double = 0, max hi: Double = .greatestFiniteMagnitude) throws
+        -> Double
+    {
         guard let v = value(flag) else { return d }
-        guard let n = Double(v), n >= lo, n.isFinite else {
-            throw CLIError.usage("\(flag) must be a number of at least \(lo), not \"\(v)\"")
+        guard let n = Double(v), n >= lo, n <= hi else {
+            let range = hi == .greatestFiniteMagnitude ? "of at least \(lo)" : "from \(lo) to \(hi)"
+            throw CLIError.usage("\(flag) must be a number \(range), not \"\(v)\"")
         }
         return n
     }

@@ -430,7 +430,8 @@ public final class RelayCore {
             if !handler.roles.contains(session.role) {
                 let who = session.member.map { "\($0.record.id) is a \(session.role.rawValue)" } ?? "this is an admin session"
                 let whom = handler.roles.map(\.rawValue).joined(separator: " or ")
-                result = .failure(RequestError(.forbidden, "\(type) is for a \(whom), and \(who)"))
+                let article = whom.first.map { "aeiou".contains($0) } == true ? "an" : "a"
+                result = .failure(RequestError(.forbidden, "\(type) is for \(article) \(whom), and \(who)"))
             } else {
                 result = Result { () throws(RequestError) in
                     try handler.run(self, Request(conn: conn, id: id, session: session, frame: frame, now: now))

@@ -79,6 +79,10 @@ enum Serve {
           permission-relay serve --hub nats://hub.home.arpa:4222 --device laptop
         """
 
+    /// The most a flag in seconds takes (the retention: ten years of it): times are kept in
+    /// milliseconds, which such values keep far from overflowing.
+    static let dayInSeconds = 86_400
+
     static let valueFlags: Set<String> = [
         "--socket", "--data", "--sync", "--max-frame-bytes", "--heartbeat-seconds", "--handshake-timeout-seconds",
         "--max-pending-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
@@ -104,11 +108,12 @@ enum Serve {
             throw CLIError.usage("--log-level must be debug, info, warning or error")
         }
         var core = CoreConfig()
-        core.maxFrameBytes = try a.int("--max-frame-bytes", default: core.maxFrameBytes, min: 64)
-        core.heartbeatSeconds = try a.int("--heartbeat-seconds", default: core.heartbeatSeconds, min: 1)
+        core.maxFrameBytes = try a.int("--max-frame-bytes", default: core.maxFrameBytes, min: 64, max: 1 << 30)
+        core.heartbeatSeconds = try a.int("--heartbeat-seconds", default: core.heartbeatSeconds, min: 1, max: Self.dayInSeconds)
         core.maxPendingPerChild = try a.int("--max-pending-per-child", default: core.maxPendingPerChild)
         core.askRateLimit = try a.double("--ask-rate-limit", default: core.askRateLimit)
-        core.retentionSeconds = Int64(try a.int("--retention-seconds", default: Int(core.retentionSeconds), min: 1))
+        core.retentionSeconds = Int64(
+            try a.int("--retention-seconds", default: Int(core.retentionSeconds), min: 1, max: 3650 * Self.dayInSeconds))
         core.maxSessionsPerMember = try a.int("--max-sessions-per-member", default: core.maxSessionsPerMember, min: 0)
         core.maxKnownHandlesPerChild = try a.int(
             "--max-known-handles-per-child", default: core.maxKnownHandlesPerChild, min: 0)
@@ -129,7 +134,8 @@ enum Serve {
         } else if a.value("--device") != nil {
             throw CLIError.usage("--device names this device on a hub: it goes with --hub")
         }
-        server.handshakeTimeoutSeconds = try a.double("--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds)
+        server.handshakeTimeoutSeconds = try a.double(
+            "--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds, max: Double(Self.dayInSeconds))
         server.maxConnections = try a.int("--max-connections", default: server.maxConnections, min: 1)
         server.maxOutputBytes = try a.int("--max-output-bytes", default: server.maxOutputBytes, min: 65536)
         server.maxMemberOutputBytes = try a.int("--max-member-output-bytes", default: server.maxMemberOutputBytes, min: 65536)

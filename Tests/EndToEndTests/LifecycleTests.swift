@@ -125,6 +125,15 @@ final class LifecycleTests: XCTestCase {
             XCTAssertTrue(r.stderr.hasSuffix("(see `permission-relay serve --help`)\n"), r.stderr)
             XCTAssertEqual(r.stderr.filter { $0 == "\n" }.count, 1, r.stderr)
         }
+        // Values whose milliseconds would overflow once serving are refused before it.
+        for (flag, value) in [
+            ("--handshake-timeout-seconds", "1e16"), ("--heartbeat-seconds", "10000000000000000"),
+            ("--retention-seconds", "9223372036854775807"), ("--max-frame-bytes", "9223372036854775807"),
+        ] {
+            let r = runRelay(["serve", flag, value])
+            XCTAssertEqual(r.status, 64, "\(flag) \(value): \(r.stderr)")
+            XCTAssertTrue(r.stderr.hasPrefix("permission-relay: \(flag) must be a "), r.stderr)
+        }
         XCTAssertTrue(runRelay([]).stderr.contains("no command given: serve, family"), "no command: the commands are named")
         XCTAssertEqual(runRelay(["member", "add", "fam"]).status, 64)
         let down = runRelay(["status", "--socket", "/tmp/no-such-relay.sock"])

@@ -157,6 +157,8 @@ final class HandshakeTests: XCTestCase {
         _ = h.error(g, ["type": "subscribe", "topics": []], .forbidden)
         _ = h.error(a, ["type": "limits"], .forbidden)
         _ = h.error(a, ["type": "answer", "questionId": "x", "choice": "approve"], .forbidden)
+        let refused = h.error(g, ["type": "createFamily", "family": "x"], .forbidden)["message"]?.string ?? ""
+        XCTAssertTrue(refused.hasPrefix("createFamily is for an admin, and g1 is a guardian"), refused)
     }
 
     func testSessionReplacedClosesTheOlderConnection() throws {
