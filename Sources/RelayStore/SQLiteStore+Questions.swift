@@ -85,7 +85,9 @@ struct QuestionTail: Sendable {
     }
 
     /// The listed rows of `child`.
-    func rows(of child: String) -> [Int64] { entries.lazy.filter { $0.child == child }.map(\.row) }
+    func places(of child: String) -> [QuestionPlace] {
+        entries.lazy.filter { $0.child == child }.map { QuestionPlace(createdAt: $0.createdAt, row: $0.row) }
+    }
 
     /// Forgets the listed rows up to `mark`, the end of the pass that has added them to the
     /// lookup tables. Returns the pass's ids, for the caller to let go of outside its lock.
@@ -201,7 +203,7 @@ extension SQLiteStore {
         let place = after ?? QuestionPlace(createdAt: newestFirst ? .max : .min, row: newestFirst ? .max : .min)
         // The listed rows first: a pass that ends between the two reads has its rows in the
         // tables by then (it trims the list only once they are committed there).
-        let listed = questionTail.withLock { $0.rows(of: child) }
+        let listed = questionTail.withLock { $0.places(of: child) }
         let (beyond, order) = newestFirst ? ("<", "DESC") : (">", "ASC")
         var sql = """
             SELECT \(Self.questionColumns) FROM questionPlaces p JOIN questions q ON q.key = p.key \(Self.withState)
@@ -216,14 +218,19 @@ extension SQLiteStore {
         args.append(.int(Int64(min(limit, Int(Int32.max)))))
         var out: [QuestionRecord] = []
         try reader.run(dynamic: sql, args) { out.append(try Self.question(from: $0)) }
-        // The child's rows not in the lookup tables yet (or added by a pass under way).
+        // The child's rows not in the lookup tables yet (or added by a pass under way): those
+        // past `place`, in list order, each read whole, and only until `limit` of them are
+        // found: no later one can make the page, and a child may have thousands listed.
         guard !listed.isEmpty else { return out }
-        let found = Set(out.map(\.row))
-        for row in listed where !found.contains(row) {
-            guard let q = try question(row: row), status == nil || q.status == status, inOrder(place, QuestionPlace(q)) else {
+        let inTables = Set(out.map(\.row))
+        var taken = 0
+        for candidate in listed.filter({ !inTables.contains($0.row) && inOrder(place, $0) }).sorted(by: inOrder) {
+            guard taken < limit else { break }
+            guard let q = try question(row: candidate.row), status == nil || q.status == status, inOrder(place, QuestionPlace(q)) else {
                 continue
             }
             out.append(q)
+            taken += 1
         }
         out.sort { inOrder(QuestionPlace($0), QuestionPlace($1)) }
         return Array(out.prefix(limit))

@@ -583,6 +583,35 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try listedPending(in: store), [1, 10, 3000, 3001, 3002, 3003])
     }
 
+    /// A child's list pages through its questions in the lookup tables and those still
+    /// listed in memory alike, in either order, with or without a status, each once.
+    func testPagesMergeTheListedQuestionsWithThoseInTheTables() throws {
+        let store = try storeWithChild()
+        let asked = try (Int64(1)...60).map { row in
+            var q = try StoreContractTests.question(row: row)
+            if row % 3 == 0 { q.status = .cancelled }
+            return q
+        }
+        try store.commit(asked[..<20].map { .question($0) })
+        try store.indexQuestions()
+        try store.commit(asked[20...].map { .question($0) })
+        XCTAssertEqual(store.questionTail.withLock { $0.entries.count }, 40, "40 still listed")
+        for newestFirst in [false, true] {
+            for status in [nil, QuestionStatus.cancelled] {
+                var rows: [Int64] = []
+                var after: QuestionPlace?
+                while true {
+                    let page = try store.questions(of: "c1", status: status, newestFirst: newestFirst, after: after, limit: 7)
+                    rows += page.map(\.row)
+                    guard let last = page.last else { break }
+                    after = QuestionPlace(last)
+                }
+                let expected = asked.filter { status == nil || $0.status == status }.map(\.row)
+                XCTAssertEqual(rows, newestFirst ? expected.reversed() : expected, "\(newestFirst) \(String(describing: status))")
+            }
+        }
+    }
+
     /// A store with child c1, whose questions stay listed in memory until a pass is forced.
     private func storeWithChild() throws -> SQLiteStore {
         let store = try SQLiteStore(path: path, questionIndexSeconds: 3600)
