@@ -93,7 +93,7 @@ extension RelayCore {
             read = try archive.questions(
                 of: list.child.id, status: status, newestFirst: newestFirst, after: list.after, limit: Self.pageChunk)
         } catch {
-            throw RequestError(.busy, "could not read \(list.child.id)'s questions from the store (\(error)); try again")
+            throw Self.readFailure("\(list.child.id)'s questions", error)
         }
         list.exhausted = read.count < Self.pageChunk
         list.after = read.last.map(QuestionPlace.init) ?? list.after

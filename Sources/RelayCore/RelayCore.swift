@@ -233,8 +233,18 @@ public final class RelayCore {
         do {
             return try archive.question(key)
         } catch {
-            throw RequestError(.busy, "could not read question \(key) from the store (\(error)); try again")
+            throw Self.readFailure("question \(key)", error)
         }
+    }
+
+    /// A read of the store that failed: `busy` for what may pass, `internal` for damage,
+    /// which no retry mends and the relay's operator must see to.
+    static func readFailure(_ what: String, _ error: any Error) -> RequestError {
+        guard (error as? StoreReadError)?.isDamaged == true else {
+            return RequestError(.busy, "could not read \(what) from the store (\(error)); try again")
+        }
+        return RequestError(
+            .internal, "\(what) cannot be read: the relay's store is damaged (\(error)); its operator should run `permission-relay check`")
     }
 
     /// The questions of `child` held, in order of first asking.

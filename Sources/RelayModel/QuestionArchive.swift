@@ -24,6 +24,12 @@ public struct QuestionPlace: Comparable, Sendable {
 /// The questions a store holds, read on the loop's thread between turns. It sees what is
 /// committed: the core asks it only for questions it does not hold, and it holds every
 /// question whose latest change is not committed yet.
+/// An error of a store that can tell damage on disk, which no retry mends, from a
+/// failure that may pass (a busy or full disk).
+public protocol StoreReadError: Error {
+    var isDamaged: Bool { get }
+}
+
 public protocol QuestionArchive: AnyObject {
     /// The stored question with this id, whatever its status.
     func question(_ id: QuestionID) throws -> QuestionRecord?

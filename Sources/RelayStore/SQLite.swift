@@ -2,9 +2,10 @@
 // errors carrying SQLite's own message, and transactions that roll back on throw.
 
 import CSQLite
+import RelayModel
 
 /// An error from SQLite, with its result code and message.
-public struct SQLiteError: Error, CustomStringConvertible, Sendable {
+public struct SQLiteError: StoreReadError, CustomStringConvertible, Sendable {
     public let code: Int32
     public let message: String
     public var description: String { "SQLite error \(code): \(message)" }

@@ -162,6 +162,24 @@ final class ArchiveTests: XCTestCase {
         store.failing.withLock { $0 = false }
         XCTAssertEqual(h.ok(c, ["type": "ask", "question": .object(q)])["status"]?.string, "answered")
     }
+
+    /// Damage on disk is no `busy`: no retry mends it, and the message says who must act.
+    func testADamagedStoreIsAnInternalErrorThatNamesTheCheck() throws {
+        let store = FlakyStore()
+        let h = try CoreHarness(store: store)
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"])
+        store.damaged.withLock { $0 = true }
+        let requests: [(ConnectionID, JSONObject)] = [(c, ["type": "ask", "question": .object(q)]), (g, ["type": "history"])]
+        for (conn, request) in requests {
+            let damaged = h.error(conn, request, .internal)["message"]?.string ?? ""
+            XCTAssertTrue(damaged.contains("store is damaged") && damaged.contains("permission-relay check"), damaged)
+        }
+    }
 }
 
 /// The in-memory store, whose question reads fail while `failing`, and which counts the
@@ -171,7 +189,15 @@ final class FlakyStore: RelayStore {
     let failing = Mutex(false)
     let listed = Mutex(0)
 
+    /// Its reads fail as on a damaged disk.
+    let damaged = Mutex(false)
+    struct Damage: StoreReadError, CustomStringConvertible {
+        var isDamaged: Bool { true }
+        var description: String { "database disk image is malformed" }
+    }
+
     private func check() throws {
+        if damaged.withLock({ $0 }) { throw Damage() }
         if failing.withLock({ $0 }) { throw StoreError("disk I/O error") }
     }
 
