@@ -14,6 +14,8 @@ extension RelayCore {
         }
         guard let proto = f["protocol"] else { return refuse(.unauthorized, "hello needs \"protocol\": 1") }
         guard proto.int == 1 else { return refuse(.unsupportedProtocol, "this relay speaks protocol 1, not \(proto.text)") }
+        // Like every request but ack, ping and pong (§12); a hello that fails ends the connection (§4).
+        guard id != nil else { return refuse(.badRequest, "hello needs a string \"id\", which its welcome answers") }
 
         if f["admin"]?.bool == true {
             let uid = connections[conn]?.peerUID
@@ -56,6 +58,7 @@ extension RelayCore {
         var resume: Int64?
         switch f["resume"] {
         case nil, .null?: break
+        case _ where sessionName == nil: break  // an ephemeral session ignores it (§4)
         case let v? where (v.int ?? -1) >= 0: resume = v.int
         default: return refuse(.unauthorized, "resume must be a non-negative integer seq")
         }

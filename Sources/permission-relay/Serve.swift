@@ -1,5 +1,5 @@
 // `permission-relay serve`: opens the store, takes the data directory's lock, binds
-// the socket and runs the event loop until SIGTERM or SIGINT.
+// the socket and runs the event loop until SIGTERM, SIGINT or SIGHUP.
 
 import CLISupport
 import CSystem

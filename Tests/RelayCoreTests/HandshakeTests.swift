@@ -97,6 +97,25 @@ final class HandshakeTests: XCTestCase {
         XCTAssertNil(h.closed[c], "a second hello keeps the connection")
     }
 
+    /// A hello is a request like the others, so it needs an id (§12), and as it fails the
+    /// connection ends (§4); an ephemeral session ignores `resume`, whatever it holds (§4).
+    func testAHelloNeedsAnIdAndAnEphemeralSessionIgnoresResume() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let token = JSON.string(h.tokens["c1"]!)
+        let c = h.connect()
+        h.send(c, ["type": "hello", "protocol": 1, "member": "c1", "token": token])
+        XCTAssertEqual(h.drain(c).first?["code"]?.string, "badRequest")
+        XCTAssertNotNil(h.closed[c])
+        let e = h.connect()
+        h.send(e, ["type": "hello", "id": "h", "protocol": 1, "member": "c1", "token": token, "resume": -5])
+        XCTAssertEqual(h.drain(e).first?["type"]?.string, "welcome")
+        XCTAssertNil(h.closed[e])
+        let d = h.connect()
+        h.send(d, ["type": "hello", "id": "h", "protocol": 1, "member": "c1", "token": token, "session": "s", "resume": -5])
+        XCTAssertEqual(h.drain(d).first?["code"]?.string, "unauthorized", "a durable session's resume is a seq")
+    }
+
     func testBadFramesAfterHelloKeepTheConnection() throws {
         let h = try CoreHarness()
         h.standardFamilies()
