@@ -106,6 +106,13 @@ public final class RelayServer {
     private var acceptPausedUntil: Int64?
     /// Connections refused since the last line logged about them, and why: one line a
     /// second at most, however many a flood brings.
+    /// Refused connections kept open a moment after their `busy` (write side shut), read
+    /// and discarded until the client closes: a client that sends its hello at once has it
+    /// taken rather than failing on a closed socket, and reads the `busy` (a socket closed
+    /// with unread input resets its peer's reads).
+    private var lingering: [(fd: Int32, until: Int64)] = []
+    static let lingerMillis: Int64 = 1000
+    static let maxLingering = 64
     private var refusedSinceLog = 0
     private var refusalReason = ""
     private var lastRefusalLog: Int64 = .min / 2
@@ -328,6 +335,8 @@ public final class RelayServer {
 
     private func teardown() {
         for id in Array(conns.keys) { closeNow(id) }
+        for refused in lingering { Glibc.close(refused.fd) }
+        lingering.removeAll()
         if listenFD >= 0 {
             Glibc.close(listenFD)
             removeSocketFile()
@@ -408,6 +417,7 @@ public final class RelayServer {
 
         relay.tick(now: t)
         checkTimers()
+        closeLingering()
         if let until = acceptPausedUntil, turnMillis >= until {
             acceptPausedUntil = nil
             cs_epoll_ctl(epfd, 1, listenFD, cs_epollin, Self.listenToken)
@@ -657,14 +667,33 @@ public final class RelayServer {
         }
     }
 
-    /// Tells a connection `busy`, closes it, and notes it for the log.
-    private func refuse(_ fd: Int32, _ why: String) {
+    /// Tells a connection `busy`, closes it (once its client has, or in a moment: see
+    /// `lingering`; at once when out of descriptors), and notes it for the log.
+    private func refuse(_ fd: Int32, _ why: String, linger: Bool = true) {
         let frame = RequestError(.busy, "the relay is \(why); try again later").frame(re: nil).frame
         _ = frame.withUnsafeBytes { cs_send(fd, $0.baseAddress, $0.count) }
-        Glibc.close(fd)
+        if linger && lingering.count < Self.maxLingering && Glibc.shutdown(fd, Int32(SHUT_WR)) == 0 {
+            lingering.append((fd, turnMillis + Self.lingerMillis))
+        } else {
+            Glibc.close(fd)
+        }
         refusedSinceLog += 1
         refusalReason = why
         logRefusals()
+    }
+
+    /// Closes the refused connections whose clients have closed theirs, or whose moment is over.
+    private func closeLingering() {
+        guard !lingering.isEmpty else { return }
+        lingering.removeAll { refused in
+            var n = 0
+            repeat {
+                n = scratch.withUnsafeMutableBytes { Glibc.read(refused.fd, $0.baseAddress, $0.count) }
+            } while n > 0
+            let over = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) || turnMillis >= refused.until
+            if over { Glibc.close(refused.fd) }
+            return over
+        }
     }
 
     /// Logs the connections refused since the last such line, once a second at most.
@@ -686,7 +715,7 @@ public final class RelayServer {
             Glibc.close(spareFD)
             fd = cs_accept(listenFD)
             nothingWaiting = fd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
-            if fd >= 0 { refuse(fd, "out of file descriptors") }
+            if fd >= 0 { refuse(fd, "out of file descriptors", linger: false) }
             spareFD = Self.openSpare()
         }
         if fd < 0 && !nothingWaiting { pauseAccepting() }

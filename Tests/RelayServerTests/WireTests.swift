@@ -251,6 +251,26 @@ final class WireTests: XCTestCase {
         _ = (a, b)
     }
 
+    /// A refused client that sends its hello only once the `busy` and the end of the
+    /// relay's writing are there to read (as one that sends at once may find) has it
+    /// taken, then reads them.
+    func testARefusedClientsHelloIsTakenAndItReadsBusy() throws {
+        let relay = try InProcessRelay { server, _ in server.maxConnections = 1 }
+        defer { relay.stop() }
+        let held = try relay.connect()
+        for _ in 0..<5 {
+            let c = try BlockingConnection(path: relay.socket)
+            c.setTimeout(seconds: 10)
+            let endOfWriting = Int16(0x2000)  // POLLRDHUP
+            var ready = pollfd(fd: c.fd, events: endOfWriting, revents: 0)
+            XCTAssertEqual(poll(&ready, 1, 10_000), 1, "the relay has written all it will")
+            try c.send(["type": "hello", "id": "h", "protocol": 1, "admin": true])
+            XCTAssertEqual(try c.receive()?["code"]?.string, "busy")
+            XCTAssertNil(try c.receive(), "then the end")
+        }
+        _ = held
+    }
+
     func testSlowConsumerIsDroppedAndResumesLater() throws {
         let relay = try InProcessRelay { server, _ in server.maxOutputBytes = 65536 }
         defer { relay.stop() }
