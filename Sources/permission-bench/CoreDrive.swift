@@ -54,7 +54,7 @@ final class CoreDrive {
         core = RelayCore(config: config, snapshot: try store.load(), archive: store, now: .now())
 
         core.connected(Self.admin, peerUID: getuid())
-        try request(Self.admin, ["type": "hello", "protocol": 1, "admin": true])
+        try request(Self.admin, ["type": "hello", "id": "a", "protocol": 1, "admin": true])
         for f in 0..<families {
             try request(Self.admin, ["type": "createFamily", "id": "f", "family": .string("b\(f)")])
             for (conn, member, role) in [(child(f), "c\(f)", "child"), (guardian(f), "g\(f)", "guardian")] {
