@@ -145,9 +145,8 @@ final class ArchiveTests: XCTestCase {
         XCTAssertLessThanOrEqual(store.listed.withLock { $0 }, 64, "one chunk read, not 300 questions")
     }
 
-    /// A store that cannot be read gets a clear `busy`, and nothing changes.
-    func testAnUnreadableStoreIsBusyNotAnAnswer() throws {
-        let store = FlakyStore()
+    /// A harness over `store` where c1 asked a question that g1 answered.
+    private func answered(over store: FlakyStore) throws -> (CoreHarness, ConnectionID, ConnectionID, JSONObject) {
         let h = try CoreHarness(store: store)
         h.standardFamilies()
         let (c, _) = h.login("c1")
@@ -155,6 +154,13 @@ final class ArchiveTests: XCTestCase {
         let q = h.question()
         h.ok(c, ["type": "ask", "question": .object(q)])
         h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"])
+        return (h, c, g, q)
+    }
+
+    /// A store that cannot be read gets a clear `busy`, and nothing changes.
+    func testAnUnreadableStoreIsBusyNotAnAnswer() throws {
+        let store = FlakyStore()
+        let (h, c, g, q) = try answered(over: store)
         store.failing.withLock { $0 = true }
         let busy = h.error(c, ["type": "ask", "question": .object(q)], .busy)
         XCTAssertTrue(busy["message"]?.string?.contains("could not read question") ?? false, JSON.object(busy).text)
@@ -166,13 +172,7 @@ final class ArchiveTests: XCTestCase {
     /// Damage on disk is no `busy`: no retry mends it, and the message says who must act.
     func testADamagedStoreIsAnInternalErrorThatNamesTheCheck() throws {
         let store = FlakyStore()
-        let h = try CoreHarness(store: store)
-        h.standardFamilies()
-        let (c, _) = h.login("c1")
-        let (g, _) = h.login("g1")
-        let q = h.question()
-        h.ok(c, ["type": "ask", "question": .object(q)])
-        h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"])
+        let (h, c, g, q) = try answered(over: store)
         store.damaged.withLock { $0 = true }
         let requests: [(ConnectionID, JSONObject)] = [(c, ["type": "ask", "question": .object(q)]), (g, ["type": "history"])]
         for (conn, request) in requests {

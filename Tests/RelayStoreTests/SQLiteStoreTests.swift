@@ -209,25 +209,23 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [1, 2, 3])
     }
 
+    /// A row cut short, or a frame changed in place (its length kept: every frame is JSON,
+    /// §1), is found by check and never read as events.
     func testARowWhoseFramesAreDamagedIsFoundByCheckAndRefusedOnReading() throws {
-        let store = try SQLiteStore(path: path)
-        try store.commit([.event(StoreContractTests.event("g1", 1)), .event(StoreContractTests.event("g1", 2))])
-        exec("UPDATE events SET frames = substr(frames, 1, length(frames) - 3)")
-        XCTAssertThrowsError(try store.events(member: "g1", after: 0, limit: 10)) { error in
-            XCTAssertTrue((error as? SQLiteError)?.isDamaged == true, "\(error)")
+        let damages = [
+            "UPDATE events SET frames = substr(frames, 1, length(frames) - 3)",
+            "UPDATE events SET frames = replace(frames, CAST('\"seq\":2' AS BLOB), CAST('\"seq\"\u{01}2' AS BLOB))",
+        ]
+        for (n, damage) in damages.enumerated() {
+            let path = dir.appendingPathComponent("damaged\(n).db").path
+            let store = try SQLiteStore(path: path)
+            try store.commit([.event(StoreContractTests.event("g1", 1)), .event(StoreContractTests.event("g1", 2))])
+            exec(damage, at: path)
+            XCTAssertThrowsError(try store.events(member: "g1", after: 0, limit: 10), damage) { error in
+                XCTAssertTrue((error as? SQLiteError)?.isDamaged == true, "\(error)")
+            }
+            XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["the stored events 1…2 of g1 cannot be read"], damage)
         }
-        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["the stored events 1…2 of g1 cannot be read"])
-    }
-
-    /// A frame changed on disk (its length kept) is not sent as stored: every frame is JSON (§1).
-    func testAFrameDamagedInPlaceIsFoundByCheckAndRefusedOnReading() throws {
-        let store = try SQLiteStore(path: path)
-        try store.commit([.event(StoreContractTests.event("g1", 1)), .event(StoreContractTests.event("g1", 2))])
-        exec("UPDATE events SET frames = replace(frames, CAST('\"seq\":2' AS BLOB), CAST('\"seq\"\u{01}2' AS BLOB))")
-        XCTAssertThrowsError(try store.events(member: "g1", after: 0, limit: 10)) { error in
-            XCTAssertTrue((error as? SQLiteError)?.isDamaged == true, "\(error)")
-        }
-        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["the stored events 1…2 of g1 cannot be read"])
     }
 
     /// The database, its WAL and the WAL's index as a relay killed now leaves them, copied
