@@ -552,7 +552,8 @@ public final class RelayCore {
                 guard let n = NormalizedHandle(json: h) else {
                     throw RequestError(
                         .badRequest,
-                        "\(key)[\(i)] is not a valid handle: it needs a non-empty value and a kind of phoneNumber, emailAddress or custom")
+                        "\(key)[\(i)] is not a valid handle: it needs a kind of phoneNumber, emailAddress or custom, and a value"
+                            + " of that kind (a phone number has digits, an email address an @, a custom handle is not empty)")
                 }
                 if !out.contains(n) { out.append(n) }
             }

@@ -124,6 +124,9 @@ final class BoundsTests: XCTestCase {
         XCTAssertTrue(refused["message"]?.string?.contains("c1 would keep 4 handles") ?? false, JSON.object(refused).text)
         XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty, "none of them was added")
         XCTAssertEqual(h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": phones([2, 3, 3])])["known"]?.int, 3)
+        let noAt: JSON = .array([.object(["value": "kim.example.org", "kind": "emailAddress"])])
+        let invalid = h.error(g, ["type": "addKnownHandles", "child": "c1", "handles": noAt], .badRequest)["message"]?.string ?? ""
+        XCTAssertTrue(invalid.contains("handles[0] is not a valid handle") && invalid.contains("an email address an @"), invalid)
         // An answer is never refused: an approval makes its handles known past the limit.
         let q = h.question(handles: ["+1 555 0109"])
         h.ok(c, ["type": "ask", "question": .object(q)])
