@@ -13,7 +13,10 @@ extension RelayCore {
             close(conn, .handshakeFailed, notify: false)
         }
         guard let proto = f["protocol"] else { return refuse(.unauthorized, "hello needs \"protocol\": 1") }
-        guard proto.int == 1 else { return refuse(.unsupportedProtocol, "this relay speaks protocol 1, not \(proto.text)") }
+        guard proto.int == 1 else {
+            let asked = proto.int.map(String.init) ?? "\"protocol\": \(proto.text == "null" ? "a number out of range" : proto.text)"
+            return refuse(.unsupportedProtocol, "this relay speaks protocol 1, not \(asked)")
+        }
         // Like every request but ack, ping and pong (§12); a hello that fails ends the connection (§4).
         guard id != nil else { return refuse(.badRequest, "hello needs a string \"id\", which its welcome answers") }
 

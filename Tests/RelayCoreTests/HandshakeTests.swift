@@ -74,6 +74,11 @@ final class HandshakeTests: XCTestCase {
         let c = h.connect()
         h.send(c, ["type": "hello", "id": "h", "protocol": 2, "admin": true])
         XCTAssertEqual(h.drain(c).first?["code"]?.string, "unsupportedProtocol")
+        let huge = h.connect()
+        h.sendRaw(huge, Array(#"{"type":"hello","id":"h","protocol":1e400}"#.utf8))
+        let said = h.drain(huge).first ?? [:]
+        XCTAssertEqual(said["code"]?.string, "unsupportedProtocol")
+        XCTAssertEqual(said["message"]?.string, #"this relay speaks protocol 1, not "protocol": a number out of range"#)
         let stranger = h.connect(uid: 4242)
         h.send(stranger, ["type": "hello", "id": "h", "protocol": 1, "admin": true])
         XCTAssertEqual(h.drain(stranger).first?["code"]?.string, "unauthorized")
