@@ -54,22 +54,23 @@ public struct Arguments {
 
     /// The flag's whole number, at least `lo` and at most `hi`, or `d` when it is not given.
     public func int(_ flag: String, default d: Int, min lo: Int = 0, max hi: Int = .max) throws -> Int {
-        guard let v = value(flag) else { return d }
-        guard let n = Int(v), n >= lo, n <= hi else {
-            let range = hi == .max ? "of at least \(lo)" : "from \(lo) to \(hi)"
-            throw CLIError.usage("\(flag) must be a whole number \(range), not \"\(v)\"")
-        }
-        return n
+        try number(flag, d, lo, hi, unbounded: .max, "whole number")
     }
 
     /// The flag's number, at least `lo` and at most `hi`, or `d` when it is not given.
     public func double(_ flag: String, default d: Double, min lo: Double = 0, max hi: Double = .greatestFiniteMagnitude) throws
         -> Double
     {
+        try number(flag, d, lo, hi, unbounded: .greatestFiniteMagnitude, "number")
+    }
+
+    private func number<N: LosslessStringConvertible & Comparable>(
+        _ flag: String, _ d: N, _ lo: N, _ hi: N, unbounded: N, _ what: String
+    ) throws -> N {
         guard let v = value(flag) else { return d }
-        guard let n = Double(v), n >= lo, n <= hi else {
-            let range = hi == .greatestFiniteMagnitude ? "of at least \(lo)" : "from \(lo) to \(hi)"
-            throw CLIError.usage("\(flag) must be a number \(range), not \"\(v)\"")
+        guard let n = N(v), n >= lo, n <= hi else {  // a NaN is neither
+            let range = hi == unbounded ? "of at least \(lo)" : "from \(lo) to \(hi)"
+            throw CLIError.usage("\(flag) must be a \(what) \(range), not \"\(v)\"")
         }
         return n
     }

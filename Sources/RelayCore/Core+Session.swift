@@ -18,7 +18,7 @@ extension RelayCore {
             return refuse(.unsupportedProtocol, "this relay speaks protocol 1, not \(asked)")
         }
         // Like every request but ack, ping and pong (§12); a hello that fails ends the connection (§4).
-        guard id != nil else { return refuse(.badRequest, "hello needs a string \"id\", which its welcome answers") }
+        guard let id else { return refuse(.badRequest, "hello needs a string \"id\", which its welcome answers") }
 
         if f["admin"]?.bool == true {
             let uid = connections[conn]?.peerUID
@@ -27,7 +27,7 @@ extension RelayCore {
             }
             connections[conn]?.session = Session(role: .admin)
             var welcome: JSONObject = ["type": "welcome"]
-            welcome["re"] = id.map(JSON.string)
+            welcome["re"] = .string(id)
             welcome["role"] = "admin"
             welcome["heartbeatSeconds"] = .int(Int64(config.heartbeatSeconds))
             welcome["maxFrameBytes"] = .int(Int64(config.maxFrameBytes))
@@ -69,7 +69,7 @@ extension RelayCore {
         let head = m.head
         let session = Session(role: m.record.role, member: m)
         var welcome: JSONObject = ["type": "welcome"]
-        welcome["re"] = id.map(JSON.string)
+        welcome["re"] = .string(id)
         welcome["member"] = .string(memberID)
         welcome["role"] = .string(m.record.role.rawValue)
         welcome["family"] = .string(m.family.id)

@@ -21,15 +21,15 @@ public struct QuestionPlace: Comparable, Sendable {
     public static func < (a: QuestionPlace, b: QuestionPlace) -> Bool { (a.createdAt, a.row) < (b.createdAt, b.row) }
 }
 
-/// The questions a store holds, read on the loop's thread between turns. It sees what is
-/// committed: the core asks it only for questions it does not hold, and it holds every
-/// question whose latest change is not committed yet.
 /// An error of a store that can tell damage on disk, which no retry mends, from a
 /// failure that may pass (a busy or full disk).
 public protocol StoreReadError: Error {
     var isDamaged: Bool { get }
 }
 
+/// The questions a store holds, read on the loop's thread between turns. It sees what is
+/// committed: the core asks it only for questions it does not hold, and it holds every
+/// question whose latest change is not committed yet.
 public protocol QuestionArchive: AnyObject {
     /// The stored question with this id, whatever its status.
     func question(_ id: QuestionID) throws -> QuestionRecord?

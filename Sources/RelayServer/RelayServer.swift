@@ -91,6 +91,8 @@ public final class RelayServer {
     private let config: ServerConfig
     private let store: RelayStore
     private let log: Log
+    /// The store as the core reads it.
+    private let archive: DamageLoggingArchive
     private var relay: RelayCore
     private let coreConfig: CoreConfig
 
@@ -104,8 +106,6 @@ public final class RelayServer {
     private var socketFile: (dev_t, ino_t)?
     /// Accepting stopped until then, when even the spare could not take a connection.
     private var acceptPausedUntil: Int64?
-    /// Connections refused since the last line logged about them, and why: one line a
-    /// second at most, however many a flood brings.
     /// Refused connections kept open a moment after their `busy` (write side shut), read
     /// and discarded until the client closes: a client that sends its hello at once has it
     /// taken rather than failing on a closed socket, and reads the `busy` (a socket closed
@@ -113,6 +113,8 @@ public final class RelayServer {
     private var lingering: [(fd: Int32, until: Int64)] = []
     static let lingerMillis: Int64 = 1000
     static let maxLingering = 64
+    /// Connections refused since the last line logged about them, and why: one line a
+    /// second at most, however many a flood brings.
     private var refusedSinceLog = 0
     private var refusalReason = ""
     private var lastRefusalLog: Int64 = .min / 2
@@ -232,7 +234,8 @@ public final class RelayServer {
         self.coreConfig = coreConfig
         self.store = store
         self.log = log
-        self.relay = RelayCore(config: coreConfig, snapshot: try store.load(), archive: store, now: config.wallClock())
+        self.archive = DamageLoggingArchive(store, log: log, monotonicMillis: Self.monotonicMillis)
+        self.relay = RelayCore(config: coreConfig, snapshot: try store.load(), archive: archive, now: config.wallClock())
         self.committer = try Committer(store: store)
         if let url = config.hubURL {
             guard let sqlite = store as? SQLiteStore else { throw ServerError("a family hub needs the SQLite store") }
@@ -630,7 +633,7 @@ public final class RelayServer {
             closeNow(id)
         }
         do {
-            relay = RelayCore(config: coreConfig, snapshot: try store.load(), archive: store, now: config.wallClock())
+            relay = RelayCore(config: coreConfig, snapshot: try store.load(), archive: archive, now: config.wallClock())
         } catch {
             log(.error, "could not reload the store: \(error); stopping")
             stopping = true

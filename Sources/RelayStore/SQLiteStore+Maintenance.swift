@@ -11,6 +11,7 @@ extension SQLiteStore {
     /// Writes a consistent copy of the database at `source` to `destination`, a new file,
     /// with SQLite's online backup API; the copy is one self-contained file (no WAL).
     public static func backup(databaseAt source: String, to destination: String) throws {
+        if let loss = lossBeforeOpening(source) { throw StoreError(loss) }
         guard access(source, F_OK) == 0 else { throw StoreError("there is no store at \(source)") }
         guard access(destination, F_OK) != 0 else {
             throw StoreError("\(destination) already exists; choose a new file, or remove it first")
@@ -19,8 +20,6 @@ extension SQLiteStore {
         guard access(partial, F_OK) != 0 else {
             throw StoreError("\(partial) already exists (a backup under way, or one that was stopped): remove it first")
         }
-        // Before SQLite opens it, which would rebuild the index the witness reads.
-        if let loss = WALWitness.loss(at: source) { throw StoreError(loss) }
         do {
             let from = try SQLiteDatabase(path: source, readOnly: true)
             try from.exec("PRAGMA busy_timeout = 5000")
@@ -80,9 +79,8 @@ extension SQLiteStore {
     /// What is wrong with the store at `path`: SQLite's integrity check, then the relay's
     /// own invariants. Empty when all is well.
     public static func check(databaseAt path: String) throws -> [String] {
+        if let loss = lossBeforeOpening(path) { return [loss] }
         guard access(path, F_OK) == 0 else { throw StoreError("there is no store at \(path)") }
-        // Before SQLite opens it, which would rebuild the index the witness reads.
-        if let loss = WALWitness.loss(at: path) { return [loss] }
         let db = try SQLiteDatabase(path: path, readOnly: true)
         try db.exec("PRAGMA busy_timeout = 5000")
         var findings: [String] = []

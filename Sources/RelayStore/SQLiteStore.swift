@@ -64,8 +64,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     public init(path: String, sync: SyncMode = .normal, maxPageCount: Int? = nil, questionIndexSeconds: Double = 10) throws {
         self.path = path
         self.questionIndexSeconds = questionIndexSeconds
-        if let loss = WALWitness.loss(at: path) { throw StoreError(loss) }
-        let databaseLostBesideWAL = try Self.refuseEmptiedDatabase(path)
+        if let loss = Self.lossBeforeOpening(path) { throw StoreError(loss) }
         db = try SQLiteDatabase(path: path)
         try db.exec("PRAGMA busy_timeout = 5000")
         if let maxPageCount { _ = try db.text("PRAGMA max_page_count = \(maxPageCount)") }
@@ -81,12 +80,6 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         // a bigger page cache than SQLite's default only holds memory (see performance.md).
         try db.exec("PRAGMA cache_size = -2048")
         secureDelete = try db.text("PRAGMA secure_delete") ?? "0"
-        if let state = databaseLostBesideWAL, try db.scalar("SELECT count(*) FROM sqlite_schema") == 0 {
-            // The WAL did not hold the whole database (it had been checkpointed): the rest was in the file.
-            throw StoreError(
-                "\(path) is \(state) but \(path)-wal holds changes of a store whose database was lost."
-                    + " Restore it from a backup (permission-relay restore), or move the directory aside to start with an empty store")
-        }
         try Self.migrate(db)
         checkpointer = try WALCheckpointer(path: path)
         storedIDs = StoredIDsScan(path: path)
@@ -126,24 +119,28 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         Int(try db.scalar("SELECT max(version) FROM migrations") ?? 0)
     }
 
-    /// An empty `relay.db` beside files only a used store has is a store that lost its
-    /// database, not a new one: starting afresh would make every member unknown.
-    /// Where a WAL with frames lies beside an empty or missing database, returns which:
-    /// SQLite's to replay after a crash before the first checkpoint, but a store only if
-    /// it holds one.
-    private static func refuseEmptiedDatabase(_ path: String) throws -> String? {
+    /// What a store at `path` has lost that SQLite would not say, or would hide once it
+    /// opens the files (each check and backup, too, asks first): nil when nothing is.
+    static func lossBeforeOpening(_ path: String) -> String? {
+        emptiedDatabase(path) ?? WALWitness.loss(at: path)
+    }
+
+    /// An empty or missing `relay.db` beside files only a used store has (a WAL with frames:
+    /// SQLite writes a database's first page into the file itself before its WAL has any,
+    /// and deletes a WAL beside an empty one; or an older relay's journal) is a store that
+    /// lost its database, not a new one: starting afresh would make every member unknown.
+    private static func emptiedDatabase(_ path: String) -> String? {
         var st = stat()
         let size = stat(path, &st) == 0 ? Int(st.st_size) : -1
         guard size <= 0 else { return nil }
-        let leftovers = ["-wal", "-changes.0", "-changes.1"].map { path + $0 }.filter { access($0, F_OK) == 0 }
-        guard leftovers.contains(where: { !$0.hasSuffix("-wal") }) else {
-            let walHasFrames = stat(path + "-wal", &st) == 0 && st.st_size > 32  // more than its header
-            return walHasFrames ? (size < 0 ? "missing" : "empty") : nil
+        let leftovers = ["-wal", "-changes.0", "-changes.1"].map { path + $0 }.filter { file in
+            stat(file, &st) == 0 && (!file.hasSuffix("-wal") || st.st_size > 32)  // a WAL with more than its header
         }
-        throw StoreError(
-            "\(path) is \(size < 0 ? "missing" : "empty") but \(leftovers.joined(separator: " and ")) hold a store's changes:"
-                + " the database was lost. Restore it from a backup (permission-relay restore), or move the directory aside"
-                + " to start with an empty store")
+        guard !leftovers.isEmpty else { return nil }
+        let hold = leftovers.count == 1 ? "holds" : "hold"
+        return "\(path) is \(size < 0 ? "missing" : "empty") but \(leftovers.joined(separator: " and ")) \(hold) a store's"
+            + " changes: the database was lost. Restore it from a backup (permission-relay restore), or move the"
+            + " directory aside to start with an empty store"
     }
 
     private static func migrate(_ db: SQLiteDatabase) throws {

@@ -15,27 +15,28 @@ import Glibc
 enum WALWitness {
     /// What the WAL beside the database at `path` has lost of what its index says it held,
     /// in one line naming the file and what to do; nil when nothing is lost, or when there
-    /// is nothing to tell by (no index, one written before the machine last started, where
-    /// SQLite's `synchronous=NORMAL` may lose the newest commits by design, or one that
+    /// is nothing to tell by (no index; one that may predate the machine's last start, after
+    /// which SQLite's `synchronous=NORMAL` may lose the newest commits by design; or one that
     /// changes while it is read: a relay is using the store).
     static func loss(at path: String) -> String? {
-        guard let index = Index(path + "-shm"), index.frames > index.backfilled, !index.predatesBoot else { return nil }
+        guard let index = Index(path + "-shm"), index.frames > index.backfilled, !index.mayPredateBoot else { return nil }
         let verdict = readable(path + "-wal", index: index)
         guard Index(path + "-shm") == index else { return nil }  // live: being written meanwhile
-        let unapplied = index.frames - index.backfilled
+        let unapplied = "\(index.frames - index.backfilled) pages of changes not yet in \(path)"
+        let restore = "restore a backup (permission-relay restore)"
         switch verdict {
         case .missing:
-            return "\(path)-wal is missing, but \(path)-shm says it held \(unapplied) pages of changes not yet in \(path):"
-                + " they are lost. Put the WAL back, or restore a backup (permission-relay restore); to go on without"
-                + " those changes, remove \(path)-shm and start again"
+            return "\(path)-wal is missing, but \(path)-shm says it held \(unapplied): they are lost. Put the WAL back, or"
+                + " \(restore); to go on without those changes, remove \(path)-shm and start again"
         case .otherLog:
-            return "\(path)-wal is not the WAL \(path)-shm describes (it held \(unapplied) pages of changes not yet in"
-                + " \(path)). Put the right WAL back, or restore a backup (permission-relay restore); to go on without"
-                + " those changes, remove \(path)-shm and start again"
+            // SQLite would replay it as it is, were the index gone: it goes too.
+            return "\(path)-wal is not the WAL \(path)-shm describes, which held \(unapplied). Put the right WAL back, or"
+                + " \(restore); to go on without those changes, move both \(path)-wal and"
+                + " \(path)-shm aside and start again"
         case .frames(let valid) where valid < index.frames:
             return "\(path)-wal is damaged: SQLite can read only \(valid) of the \(index.frames) pages it held when the"
-                + " relay last ran, so changes already acknowledged would be lost. Restore a backup (permission-relay"
-                + " restore); to go on with what can be read, remove \(path)-shm and start again"
+                + " relay last ran, so changes already acknowledged would be lost: \(restore), or, to go on with what can"
+                + " be read, remove \(path)-shm and start again"
         case .frames:
             return nil
         }
@@ -48,7 +49,9 @@ enum WALWitness {
         var pageSize: Int
         var salt: [UInt8]
         var change: UInt32
-        var predatesBoot: Bool
+        /// Written before the machine last started, or at a time the clock has not reached
+        /// yet (set back since: a machine without a clock of its own may start at a saved time).
+        var mayPredateBoot: Bool
 
         init?(_ path: String) {
             let fd = open(path, O_RDONLY | O_CLOEXEC)
@@ -60,13 +63,14 @@ enum WALWitness {
             // mxFrame, nPage, aFrameCksum[2], aSalt[2], aCksum[2]; in the machine's order.
             guard bytes[0..<48] == bytes[48..<96], bytes[12] == 1, Self.word(bytes, 0) == 3_007_000 else { return nil }
             change = Self.word(bytes, 8)
-            let size = Int(bytes[14]) | Int(bytes[15]) << 8
-            pageSize = size == 1 ? 65536 : size
+            let size = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 14, as: UInt16.self) }
+            pageSize = size == 1 ? 65536 : Int(size)
             frames = Self.word(bytes, 16)
             salt = Array(bytes[32..<40])
             backfilled = Self.word(bytes, 96)  // WalCkptInfo.nBackfill
             var st = stat()
-            predatesBoot = fstat(fd, &st) == 0 && Self.bootTime.map { st.st_mtim.tv_sec < $0 } ?? false
+            let written = fstat(fd, &st) == 0 ? st.st_mtim.tv_sec : 0
+            mayPredateBoot = Self.bootTime.map { written < $0 } ?? false || written > time(nil)
         }
 
         static func word(_ bytes: [UInt8], _ at: Int) -> UInt32 {
@@ -106,7 +110,8 @@ enum WALWitness {
         var committed: UInt32 = 0
         for n in 0..<index.frames {
             let at = off_t(32 + Int(n) * frame.count)
-            guard pread(fd, &frame, frame.count, at) == frame.count, Array(frame[8..<16]) == index.salt else { break }
+            guard pread(fd, &frame, frame.count, at) == frame.count, bigEndian(frame, 0) != 0, Array(frame[8..<16]) == index.salt
+            else { break }
             sums = checksum(frame[0..<8], wordsBigEndian: wordsBigEndian, from: sums)
             sums = checksum(frame[24...], wordsBigEndian: wordsBigEndian, from: sums)
             guard sums == (bigEndian(frame, 16), bigEndian(frame, 20)) else { break }

@@ -79,8 +79,8 @@ enum Serve {
           permission-relay serve --hub nats://hub.home.arpa:4222 --device laptop
         """
 
-    /// The most a flag in seconds takes (the retention: ten years of it): times are kept in
-    /// milliseconds, which such values keep far from overflowing.
+    /// The unit of the bounds on flags in seconds (a day; ten years for the retention):
+    /// times are kept in milliseconds, which such values keep far from overflowing.
     static let dayInSeconds = 86_400
 
     static let valueFlags: Set<String> = [

@@ -251,7 +251,8 @@ final class SQLiteStoreTests: XCTestCase {
         let store = try SQLiteStore(path: path)
         let intact = try crashImage(of: store, adding: 40)
         let damaged = dir.appendingPathComponent("damaged").path, missing = dir.appendingPathComponent("missing").path
-        for copy in [damaged, missing] {
+        let foreign = dir.appendingPathComponent("foreign").path
+        for copy in [damaged, missing, foreign] {
             try FileManager.default.copyItem(atPath: URL(fileURLWithPath: intact).deletingLastPathComponent().path, toPath: copy)
         }
         // A byte of the page of the tenth frame from the end (4 KiB pages, after a 32-byte header).
@@ -264,8 +265,17 @@ final class SQLiteStoreTests: XCTestCase {
         try wal.write(contentsOf: Data([byte[0] ^ 0xFF]))
         try wal.close()
         try FileManager.default.removeItem(atPath: missing + "/relay.db-wal")
+        // Another store's WAL in its place (SQLite would replay it, were the index gone).
+        let other = try SQLiteStore(path: dir.appendingPathComponent("other.db").path)
+        try other.commit([.family("elsewhere")])
+        try FileManager.default.removeItem(atPath: foreign + "/relay.db-wal")
+        try FileManager.default.copyItem(atPath: dir.appendingPathComponent("other.db-wal").path, toPath: foreign + "/relay.db-wal")
 
-        for (copy, says) in [(damaged, "relay.db-wal is damaged: SQLite can read only"), (missing, "relay.db-wal is missing, but")] {
+        let cases = [
+            (damaged, "relay.db-wal is damaged: SQLite can read only"), (missing, "relay.db-wal is missing, but"),
+            (foreign, "relay.db-wal is not the WAL"),
+        ]
+        for (copy, says) in cases {
             XCTAssertThrowsError(try SQLiteStore(path: copy + "/relay.db")) { error in
                 XCTAssertTrue("\(error)".contains(says) && "\(error)".contains("permission-relay restore"), "\(error)")
             }
@@ -279,16 +289,23 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try reopened.load().members.count, 40)
     }
 
-    /// An emptied database beside a WAL that does not hold the whole store (it had been
-    /// copied into the database) is a lost database, not a new store.
-    func testAnEmptiedDatabaseBesideAPartialWALIsRefused() throws {
+    /// An emptied or missing database beside a WAL with frames is a lost database, not a
+    /// new store (SQLite would delete the WAL, and the next start would serve an empty
+    /// store): start, check and backup refuse it, every time.
+    func testAnEmptiedOrMissingDatabaseBesideAWALIsRefusedEveryTime() throws {
         let store = try SQLiteStore(path: path)
-        try store.commit([.member(MemberRecord(id: "early", family: "fam", role: .guardian, tokenHash: [0]))])
-        try store.checkpoint()
         let crashed = try crashImage(of: store, adding: 3)
         XCTAssertEqual(truncate(crashed, 0), 0)
-        XCTAssertThrowsError(try SQLiteStore(path: crashed).load()) { error in
-            XCTAssertTrue("\(error)".contains("relay.db is empty but") || (error as? SQLiteError)?.isDamaged == true, "\(error)")
+        for state in ["empty", "missing"] {
+            if state == "missing" { try FileManager.default.removeItem(atPath: crashed) }
+            for _ in 0..<2 {
+                XCTAssertThrowsError(try SQLiteStore(path: crashed)) { error in
+                    XCTAssertTrue("\(error)".contains("relay.db is \(state) but") && "\(error)".contains("was lost"), "\(error)")
+                }
+            }
+            XCTAssertTrue(try SQLiteStore.check(databaseAt: crashed).first?.contains("relay.db is \(state) but") == true)
+            XCTAssertThrowsError(try SQLiteStore.backup(databaseAt: crashed, to: dir.appendingPathComponent("\(state).db").path))
+            XCTAssertGreaterThan(try FileManager.default.attributesOfItem(atPath: crashed + "-wal")[.size] as? Int ?? 0, 32)
         }
     }
 
