@@ -84,7 +84,7 @@ struct QuestionTail: Sendable {
         return i < entries.count && entries[i].row == row ? i : nil
     }
 
-    /// The listed rows of `child`.
+    /// The places of the listed questions of `child`.
     func places(of child: String) -> [QuestionPlace] {
         entries.lazy.filter { $0.child == child }.map { QuestionPlace(createdAt: $0.createdAt, row: $0.row) }
     }
