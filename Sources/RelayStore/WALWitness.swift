@@ -84,7 +84,7 @@ enum WALWitness {
         }
     }
 
-    enum Verdict: Equatable {
+    enum Verdict {
         case missing
         case otherLog
         /// How many of its first frames SQLite's recovery keeps: up to the last commit
