@@ -12,7 +12,8 @@ extension RelayCore {
             send(conn, RequestError(code, message).frame(re: id))
             close(conn, .handshakeFailed, notify: false)
         }
-        guard let proto = f["protocol"] else { return refuse(.unauthorized, "hello needs \"protocol\": 1") }
+        // "Must be 1; otherwise unsupportedProtocol" (§4): a hello without one asks for none this relay speaks.
+        guard let proto = f["protocol"] else { return refuse(.unsupportedProtocol, "hello needs \"protocol\": 1") }
         guard proto.int == 1 else {
             let asked = proto.int.map(String.init) ?? "\"protocol\": \(proto.text == "null" ? "a number out of range" : proto.text)"
             return refuse(.unsupportedProtocol, "this relay speaks protocol 1, not \(asked)")

@@ -79,6 +79,9 @@ final class HandshakeTests: XCTestCase {
         let said = h.drain(huge).first ?? [:]
         XCTAssertEqual(said["code"]?.string, "unsupportedProtocol")
         XCTAssertEqual(said["message"]?.string, #"this relay speaks protocol 1, not "protocol": a number out of range"#)
+        let unsaid = h.connect()
+        h.send(unsaid, ["type": "hello", "id": "h", "member": "c1", "token": "t"])
+        XCTAssertEqual(h.drain(unsaid).first?["code"]?.string, "unsupportedProtocol", "no protocol is not protocol 1")
         let stranger = h.connect(uid: 4242)
         h.send(stranger, ["type": "hello", "id": "h", "protocol": 1, "admin": true])
         XCTAssertEqual(h.drain(stranger).first?["code"]?.string, "unauthorized")
