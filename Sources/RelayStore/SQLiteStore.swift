@@ -256,8 +256,11 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         Set(stored.split(separator: ",").compactMap { TopicKind(rawValue: String($0)) })
     }
 
+    /// `which` is quoted from the damaged row: its control characters are written escaped,
+    /// so that a terminal or log shows them rather than acts on them.
     static func unreadable(_ what: String, _ which: String) -> SQLiteError {
-        SQLiteError(code: 11, message: "a stored \(what) \(which) cannot be read")  // SQLITE_CORRUPT: the data is damaged
+        let shown = which.unicodeScalars.map { $0.properties.generalCategory == .control ? $0.escaped(asASCII: true) : String($0) }
+        return SQLiteError(code: 11, message: "a stored \(what) \(shown.joined()) cannot be read")  // SQLITE_CORRUPT: the data is damaged
     }
 
     // MARK: - Writing

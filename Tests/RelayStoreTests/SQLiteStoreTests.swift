@@ -810,6 +810,19 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), ["question \(q.id) (row 1) cannot be read"])
     }
 
+    /// A damaged row is quoted with its control characters escaped: a terminal shows them.
+    func testDamagedContentIsQuotedEscaped() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        let q = try StoreContractTests.question(row: 1)
+        try store.commit([.question(q)])
+        try store.db.run("UPDATE questions SET content = ? WHERE key = 1", [.blob(Array("{\u{1B}[2J\u{7}é\n".utf8))])
+        XCTAssertThrowsError(try store.question(q.key)) { error in
+            let message = (error as? SQLiteError)?.message ?? ""
+            XCTAssertEqual(message, #"a stored question {\u{1B}[2J\u{07}é\n cannot be read"#)
+        }
+    }
+
     /// An indexing pass takes the ids listed when it begins and adds them to the lookup by id
     /// a stretch at a time: each is found by id before, during and after the pass, as is one
     /// stored (or asked again) while it runs.
