@@ -1,16 +1,17 @@
-// The store's questions as the core reads them, with damage on disk logged: the core can
-// only tell the client that asked, and the relay's operator must hear of it too.
+// The store's questions as the core reads them, with every failed read logged: the core
+// can only tell the client that asked, and the relay's operator must hear of it too.
 
 import RelayModel
 import RelayProtocol
 
-final class DamageLoggingArchive: QuestionArchive {
+final class LoggingArchive: QuestionArchive {
     private let store: any QuestionArchive
     private let log: Log
     private let monotonicMillis: () -> Int64
-    private var lastLogged: Int64?
+    /// When damage was last logged, and when another failure was.
+    private var lastLogged: [Bool: Int64] = [:]
 
-    /// A minute between two such lines: each read of a damaged question fails alike.
+    /// A minute between two lines of a kind: each read of a damaged question fails alike.
     static let quietMillis: Int64 = 60_000
 
     init(_ store: any QuestionArchive, log: Log, monotonicMillis: @escaping () -> Int64) {
@@ -33,13 +34,22 @@ final class DamageLoggingArchive: QuestionArchive {
         do {
             return try read()
         } catch {
+            let damaged = (error as? StoreReadError)?.isDamaged == true
             let now = monotonicMillis()
-            if (error as? StoreReadError)?.isDamaged == true, lastLogged.map({ now - $0 >= Self.quietMillis }) ?? true {
-                lastLogged = now
-                log(
-                    .error,
-                    "the store is damaged: \(what) cannot be read (\(error)); run `permission-relay check`, and restore a"
-                        + " backup (docs/operations.md, \"A damaged store\")")
+            if lastLogged[damaged].map({ now - $0 >= Self.quietMillis }) ?? true {
+                lastLogged[damaged] = now
+                if damaged {
+                    log(
+                        .error,
+                        "the store is damaged: \(what) cannot be read (\(error)); run `permission-relay check`, and restore a"
+                            + " backup (docs/operations.md, \"A damaged store\")")
+                } else {
+                    // An I/O error from a failing disk looks like this too, and may not pass.
+                    log(
+                        .warning,
+                        "could not read \(what) from the store (\(error)); the client was told to try again. If this"
+                            + " goes on, look at the disk (`dmesg`) and run `permission-relay check`")
+                }
             }
             throw error
         }

@@ -92,7 +92,7 @@ public final class RelayServer {
     private let store: RelayStore
     private let log: Log
     /// The store as the core reads it.
-    private let archive: DamageLoggingArchive
+    private let archive: LoggingArchive
     private var relay: RelayCore
     private let coreConfig: CoreConfig
 
@@ -234,7 +234,7 @@ public final class RelayServer {
         self.coreConfig = coreConfig
         self.store = store
         self.log = log
-        self.archive = DamageLoggingArchive(store, log: log, monotonicMillis: Self.monotonicMillis)
+        self.archive = LoggingArchive(store, log: log, monotonicMillis: Self.monotonicMillis)
         self.relay = RelayCore(config: coreConfig, snapshot: try store.load(), archive: archive, now: config.wallClock())
         self.committer = try Committer(store: store)
         if let url = config.hubURL {
