@@ -6,10 +6,12 @@
 // The unindexed rows are the newest (those above `indexedThroughRow`) and are listed in
 // memory instead (`EventTail`, rebuilt at start from those rows alone). Their ids are
 // given here, in order, never at or below the mark (SQLite would give a dropped top id
-// again). A pruning step takes them in order of appending once they are settled: it drops
-// each that every durable session has acknowledged (or that is past retention), adds each
-// that must stay to the (member, lastSeq) index, the table `eventIndex` (schema step 10),
-// and moves the mark past them.
+// again). Pruning steps look at them in order of appending once they are settled: each
+// row that every durable session has acknowledged (or that is past retention) goes; one
+// that must stay waits, listed, for a round that adds the rows waiting to the
+// (member, lastSeq) index, the table `eventIndex` (schema step 10), a member at a time:
+// its entries then share their pages, where a step's rows spread over every member's.
+// The mark moves up to the first row still waiting.
 
 import RelayModel
 import RelayProtocol
@@ -22,6 +24,8 @@ struct EventTail: Sendable {
         let first: Int64
         let last: Int64
         let id: Int64
+        /// When its last event was appended (milliseconds), for the retention window.
+        let at: Int64
     }
     /// Every row up to it is indexed (or gone); every row above it is listed in `rows`.
     var indexedThrough: Int64 = 0
@@ -43,6 +47,12 @@ struct EventTail: Sendable {
         order.append((row.id, member))
         stored[member] = row.last
         nextRow = row.id + 1
+    }
+
+    /// Forgets `member`'s oldest listed rows, through `seq`: dropped.
+    mutating func dropFront(_ member: String, through seq: Int64) {
+        while let first = rows[member]?.first, first.last <= seq { rows[member]!.removeFirst() }
+        if rows[member]?.isEmpty == true { rows[member] = nil }
     }
 
     /// Forgets the listed rows up to `mark`: indexed or dropped.
@@ -82,13 +92,27 @@ extension SQLiteStore {
             }
         }
         let next = t.nextRow
-        try db.run("SELECT id, member, firstSeq, lastSeq FROM events WHERE id > ? ORDER BY id", [.int(t.indexedThrough)]) {
+        try db.run("SELECT id, member, firstSeq, lastSeq, at FROM events WHERE id > ? ORDER BY id", [.int(t.indexedThrough)]) {
             r in
             let member = r.text(1), last = r.int(3)
-            t.append(member, EventTail.Row(first: r.int(2), last: last, id: r.int(0)))
+            t.append(member, EventTail.Row(first: r.int(2), last: last, id: r.int(0), at: r.int(4)))
             t.stored[member] = max(t.stored[member] ?? 0, last)
         }
         t.nextRow = max(t.nextRow, next)
+        // A round cut short goes on: every row up to its end was looked at, and those left
+        // stay (some may be in the index already).
+        var s = EventScan(examinedThrough: t.indexedThrough)
+        if let through: Int64 = try db.scalar("SELECT value FROM settings WHERE key = 'indexRoundThrough'"), through > t.indexedThrough {
+            for (member, rows) in t.rows {
+                let waiting = rows.prefix { $0.id <= through }.count
+                guard waiting > 0 else { continue }
+                s.staying.insert(member)
+                s.stayingRows += waiting
+            }
+            s.examinedThrough = through
+            s.round = IndexRound(through: through, members: s.staying.sorted())
+        }
+        eventScan = s
         tail.withLock { $0 = t }
     }
 
@@ -137,7 +161,13 @@ extension SQLiteStore {
             } else {
                 try db.run("INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames) VALUES(?,?,?,?,?,?)", values)
             }
-            rows.append((member, EventTail.Row(first: list[0].seq, last: list[list.count - 1].seq, id: db.lastInsertedRow)))
+            rows.append(
+                (
+                    member,
+                    EventTail.Row(
+                        first: list[0].seq, last: list[list.count - 1].seq, id: db.lastInsertedRow,
+                        at: list[list.count - 1].at.milliseconds)
+                ))
         }
         return rows
     }
@@ -216,9 +246,22 @@ extension SQLiteStore {
     public func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough settled: Int64, limit: Int)
         throws -> PruneStep
     {
+        if eventScan.round == nil, roundDue(eventScan) {
+            eventScan.round = IndexRound(through: eventScan.examinedThrough, members: eventScan.staying.sorted())
+        }
+        if eventScan.round != nil { return try indexStep(limit: limit) }
+        return try examineStep(olderThan: cutoff, acknowledged: acknowledged, settledThrough: settled, limit: limit)
+    }
+
+    /// Drops the rows that may go: the indexed ones, the ones waiting for a round, then the
+    /// settled ones not looked at yet, each of which either goes or waits.
+    private func examineStep(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough settled: Int64, limit: Int)
+        throws -> PruneStep
+    {
         var step = PruneStep()
         let (indexedThrough, pinned, stored) = tail.withLock { ($0.indexedThrough, $0.pinned, $0.stored) }
         var pinnedNow = pinned
+        var scan = eventScan
         var newMark = indexedThrough
         // Acknowledged as far as the stored cursors say, too: a cursor not committed yet
         // (its commit may still fail) lets nothing go.
@@ -232,6 +275,8 @@ extension SQLiteStore {
             return last <= storedAck[member]!
         }
         var budget = limit
+        // Listed rows that go, each member's oldest: through which seq.
+        var droppedListed: [String: Int64] = [:]
         // Dropped events are copies of what the questions hold; their freed pages are not
         // written again only to be zeroed (which `secure_delete` on, as Debian builds it,
         // does: it made dropping an event cost what writing it did). Cells on pages that
@@ -239,16 +284,11 @@ extension SQLiteStore {
         try db.exec("PRAGMA secure_delete = FAST")
         defer { try? db.exec("PRAGMA secure_delete = \(secureDelete)") }
         try db.transaction {
-            // A stream whose oldest rows stay keeps its newer ones too: what stays of each
-            // stream is always its newest events, without a hole.
-            var kept: Set<String> = []
+            // What stays of each stream is always its newest events, without a hole: the
+            // indexed rows (the oldest) go first, then those waiting, then the new ones.
             var dropped: [String: Int64] = [:]
-            // Indexed rows (those that had to stay) that may go now, oldest first.
             for (member, oldest) in pinned where budget > 0 {
-                guard try mayGo(member, last: oldest.last, at: oldest.at) else {
-                    kept.insert(member)
-                    continue
-                }
+                guard try mayGo(member, last: oldest.last, at: oldest.at) else { continue }
                 var remaining: (last: Int64, at: Int64)?
                 var ids: [Int64] = []
                 try db.run(
@@ -269,43 +309,55 @@ extension SQLiteStore {
                 }
                 budget -= ids.count
                 pinnedNow[member] = remaining
-                if remaining != nil { kept.insert(member) }
             }
-            // Then the settled unindexed rows, every one of them in order of appending (so
-            // that a run of neighbours to drop holds no row that was not looked at).
+            for member in scan.staying where budget > 0 && pinnedNow[member] == nil {
+                let rows = tail.withLock { $0.rows[member] ?? [] }
+                var ids: [Int64] = []
+                var waits = false
+                for row in rows {
+                    guard row.id <= scan.examinedThrough else { break }
+                    guard ids.count < budget, try mayGo(member, last: row.last, at: row.at) else {
+                        waits = true
+                        break
+                    }
+                    ids.append(row.id)
+                    dropped[member] = row.last
+                    droppedListed[member] = row.last
+                }
+                for id in ids { try db.run("DELETE FROM events WHERE id = ?", [.int(id)]) }
+                budget -= ids.count
+                scan.stayingRows -= ids.count
+                if !waits { scan.staying.remove(member) }
+            }
+            // Then the settled rows not looked at yet, every one of them in order of
+            // appending (so that a run of neighbours to drop holds no row that was not looked at).
             var rows: [(id: Int64, member: String, last: Int64, at: Int64)] = []
             if budget > 0 {
                 try db.run(
                     "SELECT id, member, lastSeq, at FROM events WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
-                    [.int(indexedThrough), .int(settled), .int(Int64(budget))]
+                    [.int(scan.examinedThrough), .int(settled), .int(Int64(budget))]
                 ) { r in rows.append((r.int(0), r.text(1), r.int(2), r.int(3))) }
             }
             // Neighbouring rows that go, go in one statement: they share their pages.
             var run: (from: Int64, to: Int64)?
-            var staying: [(member: String, last: Int64, id: Int64)] = []
             func endRun() throws {
                 guard let r = run else { return }
                 try db.run("DELETE FROM events WHERE id BETWEEN ? AND ?", [.int(r.from), .int(r.to)])
                 run = nil
             }
             for row in rows {
-                if !kept.contains(row.member), try mayGo(row.member, last: row.last, at: row.at) {
+                if pinnedNow[row.member] == nil, !scan.staying.contains(row.member), try mayGo(row.member, last: row.last, at: row.at) {
                     run = (run?.from ?? row.id, row.id)
                     dropped[row.member] = row.last
+                    droppedListed[row.member] = row.last
                 } else {
                     try endRun()
-                    staying.append((row.member, row.last, row.id))
-                    kept.insert(row.member)
-                    if pinnedNow[row.member] == nil { pinnedNow[row.member] = (row.last, row.at) }
+                    scan.staying.insert(row.member)
+                    scan.stayingRows += 1
                 }
-                newMark = row.id
+                scan.examinedThrough = row.id
             }
             try endRun()
-            // In the index's order: each member's entries go onto its pages together.
-            staying.sort { ($0.member, $0.last) < ($1.member, $1.last) }
-            for s in staying {
-                try db.run("INSERT INTO eventIndex(member, lastSeq, id) VALUES(?, ?, ?)", [.text(s.member), .int(s.last), .int(s.id)])
-            }
             budget -= rows.count
             for (member, last) in dropped where last >= stored[member] ?? 0 {
                 // Every event of it is gone: its head is kept apart, so that a seq is never given again.
@@ -313,16 +365,108 @@ extension SQLiteStore {
                     "INSERT INTO heads(member, head) VALUES(?, ?) ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head)",
                     [.text(member), .int(last)])
             }
+            // Up to the first row that waits: each waiting member's first listed row that stays.
+            let firstWaiting = tail.withLock { t in
+                scan.staying.compactMap { m in t.rows[m]?.first { $0.last > droppedListed[m] ?? 0 }?.id }.min()
+            }
+            newMark = max(indexedThrough, firstWaiting.map { min($0 - 1, scan.examinedThrough) } ?? scan.examinedThrough)
             if newMark != indexedThrough {
                 try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES('indexedThroughRow', ?)", [.int(newMark)])
             }
             step.through = dropped
         }
+        eventScan = scan
         tail.withLock { t in
             t.pinned = pinnedNow
+            for (member, seq) in droppedListed { t.dropFront(member, through: seq) }
             t.trim(through: newMark)
         }
-        step.more = budget <= 0
+        step.more = budget <= 0 || roundDue(scan)
         return step
+    }
+
+    /// Enough rows wait to share their index pages, or a few have held the mark back for
+    /// long: every row above it is listed in memory, and read at start.
+    private func roundDue(_ scan: EventScan) -> Bool {
+        scan.stayingRows >= eventIndexRoundRows
+            || (scan.stayingRows > 0 && scan.examinedThrough - tail.withLock { $0.indexedThrough } >= 4 * Int64(eventIndexRoundRows))
+    }
+
+    /// Adds the next members' waiting rows of the round to the index, in its order: each
+    /// member's entries onto its pages together. The round's last step moves the mark to
+    /// its end; one cut short by a crash goes on at the next start (`loadTail`), its
+    /// entries added again or left as they are.
+    private func indexStep(limit: Int) throws -> PruneStep {
+        guard var round = eventScan.round else { return PruneStep() }
+        let firstStep = round.next == 0 && round.after == 0
+        var entries: [(member: String, row: EventTail.Row)] = []
+        tail.withLock { t in
+            while entries.count < limit, round.next < round.members.count {
+                let member = round.members[round.next]
+                var full = false
+                for row in t.rows[member] ?? [] where row.last > round.after {
+                    guard row.id <= round.through else { break }
+                    guard entries.count < limit else {
+                        full = true
+                        break
+                    }
+                    entries.append((member, row))
+                }
+                if full {
+                    round.after = entries[entries.count - 1].row.last
+                } else {
+                    (round.next, round.after) = (round.next + 1, 0)
+                }
+            }
+        }
+        let done = round.next >= round.members.count
+        try db.transaction {
+            if firstStep {
+                try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES('indexRoundThrough', ?)", [.int(round.through)])
+            }
+            for e in entries {
+                try db.run(
+                    "INSERT OR IGNORE INTO eventIndex(member, lastSeq, id) VALUES(?, ?, ?)",
+                    [.text(e.member), .int(e.row.last), .int(e.row.id)])
+            }
+            if done {
+                try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES('indexedThroughRow', ?)", [.int(round.through)])
+                try db.run("DELETE FROM settings WHERE key = 'indexRoundThrough'")
+            }
+        }
+        tail.withLock { t in
+            for e in entries where t.pinned[e.member] == nil { t.pinned[e.member] = (e.row.last, e.row.at) }
+            if done { t.trim(through: round.through) }
+        }
+        if done {
+            eventScan = EventScan(examinedThrough: round.through)
+        } else {
+            eventScan.round = round
+        }
+        return PruneStep(more: true)
+    }
+}
+
+/// Where pruning stands among the unindexed rows (the writer's thread's alone).
+struct EventScan {
+    /// Every row up to it was looked at by a step: the ones that could go are gone, and
+    /// those left (of the members in `staying`, `stayingRows` of them) wait for a round.
+    var examinedThrough: Int64
+    var staying: Set<String> = []
+    var stayingRows = 0
+    /// The round under way, if any.
+    var round: IndexRound?
+}
+
+/// A round adding the rows waiting up to `through` to the index, member by member.
+struct IndexRound {
+    let through: Int64
+    let members: [String]
+    /// The member it is at, and the seq through which that member's rows are added.
+    var next = 0
+    var after: Int64 = 0
+
+    init(through: Int64, members: [String]) {
+        (self.through, self.members) = (through, members)
     }
 }

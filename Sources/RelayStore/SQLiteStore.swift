@@ -36,6 +36,12 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     public let path: String
     /// The rows outside the events index, and each stream's newest seq (see `EventTail`).
     let tail = Mutex(EventTail())
+    /// Where pruning stands among the rows outside the index: the writer's thread's alone.
+    var eventScan = EventScan(examinedThrough: 0)
+    /// A round adds the rows waiting to the index once there are this many: the more, the
+    /// more entries of each member share a page (and the more rows are listed in memory,
+    /// and read at start).
+    var eventIndexRoundRows = 32_768
     /// The build's `secure_delete` (Debian's: on), which every change but pruning keeps.
     let secureDelete: String
     /// The questions not in the lookup tables yet (see SQLiteStore+Questions.swift).

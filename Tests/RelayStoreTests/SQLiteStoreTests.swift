@@ -879,7 +879,14 @@ final class SQLiteStoreTests: XCTestCase {
         ])
         for seq in Int64(1)...3 { try store.commit([.event(StoreContractTests.event("g1", seq, at: seq))]) }
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [], "unindexed rows above the mark are as they should be")
-        // Nothing acknowledged: pruning keeps the rows, in the index.
+        // Nothing acknowledged: pruning keeps the rows, and a round adds them to the index.
+        store.eventIndexRoundRows = 3
+        XCTAssertTrue(
+            try store.prune(
+                olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0], settledThrough: StoreContractTests.later, limit: 10
+            )
+            .more)
+        XCTAssertEqual(try store.db.scalar("SELECT count(*) FROM eventIndex"), 0, "the rows wait for a round")
         _ = try store.prune(
             olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0], settledThrough: StoreContractTests.later, limit: 10)
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
@@ -904,6 +911,133 @@ final class SQLiteStoreTests: XCTestCase {
     private func guardians(_ ids: [String], cursors: [String: Int64] = [:]) -> [Change] {
         ids.map { .member(MemberRecord(id: $0, family: "fam", role: .guardian, tokenHash: [0])) }
             + ids.map { .session(SessionRecord(member: $0, name: "tab", cursor: cursors[$0] ?? 0, topics: [])) }
+    }
+
+    /// Rows that stay wait, listed, for a round, which adds them to the index member by
+    /// member; the mark stops at the first row waiting, and a waiting row that may go
+    /// later goes without being indexed.
+    func testRowsThatStayWaitForARoundThatIndexesThemMemberByMember() throws {
+        let store = try SQLiteStore(path: path)
+        store.eventIndexRoundRows = 4
+        try store.commit(guardians(["g1", "g2", "g3"]))
+        for seq in Int64(1)...3 {
+            try store.commit([event("g1", seq, at: seq), event("g2", seq, at: seq), event("g3", seq, at: seq)])
+        }
+        func prune(_ acknowledged: [String: Int64], limit: Int = 100) throws -> PruneStep {
+            try store.prune(
+                olderThan: Timestamp(milliseconds: 0), acknowledged: acknowledged, settledThrough: StoreContractTests.later, limit: limit)
+        }
+        func indexed() throws -> [String] {
+            var out: [String] = []
+            try store.db.run("SELECT member, lastSeq FROM eventIndex ORDER BY member, lastSeq") { r in
+                out.append("\(r.text(0)) \(r.int(1))")
+            }
+            return out
+        }
+        func mark() throws -> Int64? { try store.db.scalar("SELECT value FROM settings WHERE key = 'indexedThroughRow'") }
+        // g1 acknowledged its first event, in the store too; g1's later rows, and g2's and g3's, wait.
+        try store.commit([.session(SessionRecord(member: "g1", name: "tab", cursor: 1, topics: []))])
+        var step = try prune(["g1": 1])
+        XCTAssertEqual(step.through, ["g1": 1])
+        XCTAssertTrue(step.more, "8 rows wait: a round is due")
+        XCTAssertEqual(try indexed(), [])
+        XCTAssertEqual(try mark(), 1, "up to the first row that waits (g2's first)")
+        // The waiting rows of g2 go once acknowledged, without an index entry.
+        try store.commit([.session(SessionRecord(member: "g2", name: "tab", cursor: 3, topics: []))])
+        store.eventIndexRoundRows = 100
+        step = try prune(["g1": 1, "g2": 3])
+        XCTAssertEqual(step.through, ["g2": 3])
+        XCTAssertFalse(step.more)
+        XCTAssertEqual(try store.events(member: "g2", after: 0, limit: 10), [])
+        XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [2, 3])
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        // A round of steps of two entries: each member's together, in the index's order.
+        store.eventIndexRoundRows = 4
+        for _ in 0..<3 { XCTAssertEqual(try prune(["g1": 1, "g2": 3], limit: 2).through, [:]) }
+        XCTAssertEqual(try indexed(), ["g1 2", "g1 3", "g3 1", "g3 2", "g3 3"])
+        XCTAssertEqual(try mark(), 9, "the last row of the round")
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        XCTAssertEqual(try store.events(member: "g3", after: 1, limit: 10).map(\.seq), [2, 3])
+        // Indexed now, they go as acknowledged, as indexed rows do.
+        try store.commit([.session(SessionRecord(member: "g3", name: "tab", cursor: 2, topics: []))])
+        XCTAssertEqual(try prune(["g1": 1, "g2": 3, "g3": 2]).through, ["g3": 2])
+        XCTAssertEqual(try indexed(), ["g1 2", "g1 3", "g3 3"])
+        let reopened = try SQLiteStore(path: path)
+        XCTAssertEqual(try reopened.events(member: "g1", after: 0, limit: 10).map(\.seq), [2, 3])
+        XCTAssertEqual(try reopened.events(member: "g3", after: 0, limit: 10).map(\.seq), [3])
+        XCTAssertEqual(try reopened.load().firstRetained, ["g1": 2, "g3": 3])
+    }
+
+    /// A few rows that stay, with many that go after them, get a round too: the mark, and
+    /// the rows listed above it, do not stay behind for as long as those few wait.
+    func testAFewRowsThatStayDoNotHoldTheMarkBack() throws {
+        let store = try SQLiteStore(path: path)
+        store.eventIndexRoundRows = 10
+        try store.commit(guardians(["g1", "g2"]))
+        try store.commit([event("g1", 1, at: 1)])
+        for seq in Int64(1)...50 { try store.commit([event("g2", seq, at: seq)]) }
+        try store.commit([.session(SessionRecord(member: "g2", name: "tab", cursor: 50, topics: []))])
+        func prune() throws -> PruneStep {
+            try store.prune(
+                olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0, "g2": 50], settledThrough: StoreContractTests.later,
+                limit: 20)
+        }
+        var step = try prune()
+        XCTAssertEqual(step.through, ["g2": 19])
+        XCTAssertEqual(try store.db.scalar("SELECT value FROM settings WHERE key = 'indexedThroughRow'"), 0, "held at g1's row")
+        var steps = 1
+        while step.more {
+            step = try prune()
+            steps += 1
+            XCTAssertLessThan(steps, 10, "pruning must end")
+        }
+        XCTAssertEqual(try store.db.scalar("SELECT count(*) FROM eventIndex"), 1, "g1's row, in a round")
+        XCTAssertEqual(try store.db.scalar("SELECT value FROM settings WHERE key = 'indexedThroughRow'"), 51)
+        XCTAssertEqual(store.tail.withLock { $0.rows.count }, 0, "nothing listed")
+        XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.seq), [1])
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+    }
+
+    /// A round cut short (the relay killed between its steps) goes on at the next start:
+    /// the rows it had indexed are not indexed twice, none is missed, and the mark then
+    /// passes them all.
+    func testARoundCutShortGoesOnAtTheNextStart() throws {
+        let store = try SQLiteStore(path: path)
+        store.eventIndexRoundRows = 1
+        try store.commit(guardians(["g1", "g2"]))
+        for seq in Int64(1)...4 { try store.commit([event("g1", seq, at: seq), event("g2", seq, at: seq)]) }
+        let acknowledged: [String: Int64] = ["g1": 0, "g2": 0]
+        XCTAssertTrue(
+            try store.prune(
+                olderThan: Timestamp(milliseconds: 0), acknowledged: acknowledged, settledThrough: StoreContractTests.later, limit: 100
+            )
+            .more)
+        // The round's first step: three of g1's four rows.
+        _ = try store.prune(
+            olderThan: Timestamp(milliseconds: 0), acknowledged: acknowledged, settledThrough: StoreContractTests.later, limit: 3)
+        XCTAssertEqual(try store.db.scalar("SELECT count(*) FROM eventIndex"), 3)
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [], "rows above the mark may be in the index")
+        try store.commit([event("g1", 5, at: 5)])  // after the round's end: looked at later
+
+        let reopened = try SQLiteStore(path: path)
+        reopened.eventIndexRoundRows = 100
+        XCTAssertEqual(try reopened.events(member: "g1", after: 0, limit: 10).map(\.seq), [1, 2, 3, 4, 5])
+        var steps = 0
+        while try reopened.prune(
+            olderThan: Timestamp(milliseconds: 0), acknowledged: acknowledged, settledThrough: StoreContractTests.later, limit: 3
+        ).more {
+            steps += 1
+            XCTAssertLessThan(steps, 10, "pruning must end")
+        }
+        XCTAssertEqual(try reopened.db.scalar("SELECT count(*) FROM eventIndex"), 8, "each row of the round once")
+        XCTAssertEqual(try reopened.db.scalar("SELECT value FROM settings WHERE key = 'indexedThroughRow'"), 8)
+        XCTAssertNil(try reopened.db.scalar("SELECT value FROM settings WHERE key = 'indexRoundThrough'") as Int64?)
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        for member in ["g1", "g2"] {
+            XCTAssertEqual(
+                try SQLiteStore(path: path).events(member: member, after: 0, limit: 10).map(\.seq),
+                member == "g1" ? [1, 2, 3, 4, 5] : [1, 2, 3, 4])
+        }
     }
 
     /// Every row dropped (an idle relay): the next row's id is still above the mark, so
