@@ -95,6 +95,20 @@ public struct NormalizedHandle: Hashable, Sendable, Comparable {
     public var key: String { kind.rawValue + ":" + value }
 
     public static func < (a: NormalizedHandle, b: NormalizedHandle) -> Bool { a.key < b.key }
+
+    /// Exactly, by the value's bytes: Swift's strings would take "é" and "e" followed by
+    /// a combining accent as equal, and the contract compares custom values exactly.
+    public static func == (a: NormalizedHandle, b: NormalizedHandle) -> Bool {
+        a.kind == b.kind && a.value.utf8.elementsEqual(b.value.utf8)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(kind)
+        hasher.combine(value.utf8.count)
+        if value.utf8.withContiguousStorageIfAvailable({ hasher.combine(bytes: UnsafeRawBufferPointer($0)) }) == nil {
+            for byte in value.utf8 { hasher.combine(byte) }
+        }
+    }
 }
 
 extension String {

@@ -283,4 +283,20 @@ final class AnswerTests: XCTestCase {
         _ = h.error(g, ["type": "addKnownHandles", "child": "oc1", "handles": [phone]], .notFound)
         _ = h.error(c, ["type": "knownHandles", "handles": "x"], .badRequest)
     }
+
+    /// Custom values are compared exactly (§5): the same text in another Unicode form is
+    /// another handle.
+    func testCustomHandlesAreComparedByTheirExactText() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        let composed: JSON = .object(["value": "Caf\u{E9}", "kind": "custom"])
+        let decomposed: JSON = .object(["value": "Cafe\u{301}", "kind": "custom"])
+        XCTAssertEqual(h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": [composed]])["known"]?.int, 1)
+        XCTAssertEqual(h.ok(c, ["type": "knownHandles", "handles": [decomposed]])["known"]?.array, [])
+        let known = h.ok(c, ["type": "knownHandles", "handles": [composed, decomposed]])["known"]?.array ?? []
+        XCTAssertEqual(known.map { Array(($0["value"]?.string ?? "").utf8) }, [Array("Caf\u{E9}".utf8)], "by its bytes")
+        XCTAssertEqual(h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": [decomposed]])["known"]?.int, 2)
+    }
 }

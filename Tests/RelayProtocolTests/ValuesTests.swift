@@ -102,6 +102,12 @@ final class ValuesTests: XCTestCase {
         XCTAssertNil(NormalizedHandle(kind: .emailAddress, rawValue: "kim"))
         XCTAssertEqual(NormalizedHandle(kind: .custom, rawValue: " Kim ")?.value, " Kim ")
         XCTAssertNil(NormalizedHandle(kind: .custom, rawValue: ""))
+        // Exactly: canonically equivalent text is not the same handle.
+        let composed = NormalizedHandle(kind: .custom, rawValue: "Caf\u{E9}"),
+            decomposed = NormalizedHandle(kind: .custom, rawValue: "Cafe\u{301}")
+        XCTAssertNotEqual(composed, decomposed)
+        XCTAssertEqual(Set([composed, decomposed, NormalizedHandle(kind: .custom, rawValue: "Caf\u{E9}")]).count, 2)
+        XCTAssertNotEqual(NormalizedHandle(kind: .custom, rawValue: "a@b"), NormalizedHandle(kind: .emailAddress, rawValue: "a@b"))
     }
 
     func testIdentifiers() {
