@@ -41,7 +41,7 @@ extension RelayCore {
                 throw RequestError(.badRequest, "\"unixUID\" must be a Unix account's uid (a whole number from 0)")
             }
             unixUID = UInt32(n)
-            if let bound = members.values.first(where: { !$0.isRemoved && $0.record.unixUID == unixUID }) {
+            if let bound = boundMembers[UInt32(n)] {
                 throw RequestError(.conflict, "the account with uid \(n) is already bound to member \(bound.record.id)")
             }
         }
@@ -68,6 +68,7 @@ extension RelayCore {
         let id = try r.string("member")
         guard let m = members[id], !m.isRemoved else { throw RequestError(.notFound, "no member \(id)") }
         m.record.removed = true
+        if let uid = m.record.unixUID { boundMembers[uid] = nil }
         m.record.unixUID = nil  // the account may be bound again
         persist(.member(m.record))
         for c in m.live { close(c.id, .memberRemoved) }

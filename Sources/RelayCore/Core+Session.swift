@@ -39,6 +39,12 @@ extension RelayCore {
         // The refusals say the same whether or not the member exists.
         let memberID = f["member"]?.string
         let m = memberID.flatMap { members[$0] }.flatMap { $0.isRemoved ? nil : $0 }
+        // A bound account is only ever its member (§13), whatever token it shows.
+        if let uid = connections[conn]?.peerUID, let bound = boundMembers[uid], bound !== m {
+            return refuse(
+                .unauthorized,
+                "this Unix account (uid \(uid)) is bound to member \"\(bound.id)\", and says hello only as that member")
+        }
         if let token = f["token"]?.string {
             guard let m, Token.matches(token, m.record.tokenHash) else { return refuse(.unauthorized, "unknown member or wrong token") }
         } else {

@@ -92,6 +92,8 @@ public final class RelayCore {
     // Identity, and each member's streams, sessions, questions and contacts.
     var families: [String: Family] = [:]
     var members: [String: Member] = [:]
+    /// The members bound to Unix accounts, by uid (§13: an account is only ever that member).
+    var boundMembers: [UInt32: Member] = [:]
     // The questions held (a child's ids are also in its `Member`); the others are read
     // from the archive.
     var questions = QuestionTable()
@@ -276,6 +278,7 @@ public final class RelayCore {
     func add(_ m: Member) {
         members[m.id] = m
         guard !m.isRemoved else { return }
+        if let uid = m.record.unixUID { boundMembers[uid] = m }
         if m.record.role == .guardian { m.family.guardians.append(m) } else { m.family.children.append(m) }
     }
 

@@ -60,6 +60,18 @@ final class HandshakeTests: XCTestCase {
             unbound["message"]?.string?.replacingOccurrences(of: "c1", with: "M"),
             unknown["message"]?.string?.replacingOccurrences(of: "nobody", with: "M"), "an unbound member and an unknown one alike")
         XCTAssertEqual(hello(nil, uid: 1001)["code"]?.string, "unauthorized", "a member is named")
+        // Not with another member's token either (§13); from any other account, the token works.
+        func helloWithToken(uid: UInt32?) -> JSONObject {
+            let c = h.connect(uid: uid)
+            h.send(c, ["type": "hello", "id": "h", "protocol": 1, "member": "c1", "token": .string(h.tokens["c1"]!)])
+            return h.drain(c).first ?? [:]
+        }
+        let asOther = helloWithToken(uid: 1001)
+        XCTAssertEqual(asOther["code"]?.string, "unauthorized", "a bound account is only ever its member")
+        XCTAssertEqual(
+            asOther["message"]?.string, #"this Unix account (uid 1001) is bound to member "kid", and says hello only as that member"#)
+        XCTAssertEqual(helloWithToken(uid: 1002)["type"]?.string, "welcome")
+        XCTAssertEqual(helloWithToken(uid: nil)["type"]?.string, "welcome")
 
         // Removed, the account may be bound again; the store keeps the binding across a restart.
         h.ok(a, ["type": "removeMember", "member": "kid"])
@@ -67,6 +79,9 @@ final class HandshakeTests: XCTestCase {
         try h.restart()
         XCTAssertEqual(hello("kid2", uid: 1001)["type"]?.string, "welcome")
         XCTAssertEqual(hello("kid", uid: 1001)["code"]?.string, "unauthorized")
+        XCTAssertEqual(helloWithToken(uid: 1001)["code"]?.string, "unauthorized", "bound again, after a restart")
+        h.ok(h.admin(), ["type": "removeMember", "member": "kid2"])
+        XCTAssertEqual(helloWithToken(uid: 1001)["type"]?.string, "welcome", "an account bound to no member needs only a token")
     }
 
     func testUnsupportedProtocolAndAdminOnlyForOwnUID() throws {
