@@ -12,14 +12,15 @@ extension RelayCore {
             send(conn, RequestError(code, message).frame(re: id))
             close(conn, .handshakeFailed, notify: false)
         }
-        // "Must be 1; otherwise unsupportedProtocol" (§4): a hello without one asks for none this relay speaks.
-        guard let proto = f["protocol"] else { return refuse(.unsupportedProtocol, "hello needs \"protocol\": 1") }
+        // Before a hello succeeds, a frame that is not a valid one gets unauthorized "instead"
+        // of the code it would get after (§1): a hello without a protocol or an id too. One
+        // that asks for another protocol is unsupportedProtocol (§4).
+        guard let proto = f["protocol"] else { return refuse(.unauthorized, "hello needs \"protocol\": 1") }
         guard proto.int == 1 else {
             let asked = proto.int.map(String.init) ?? "\"protocol\": \(proto.text == "null" ? "a number out of range" : proto.text)"
             return refuse(.unsupportedProtocol, "this relay speaks protocol 1, not \(asked)")
         }
-        // Like every request but ack, ping and pong (§12); a hello that fails ends the connection (§4).
-        guard let id else { return refuse(.badRequest, "hello needs a string \"id\", which its welcome answers") }
+        guard let id else { return refuse(.unauthorized, "hello needs a string \"id\", which its welcome answers") }
 
         if f["admin"]?.bool == true {
             let uid = connections[conn]?.peerUID

@@ -96,7 +96,8 @@ final class HandshakeTests: XCTestCase {
         XCTAssertEqual(said["message"]?.string, #"this relay speaks protocol 1, not "protocol": a number out of range"#)
         let unsaid = h.connect()
         h.send(unsaid, ["type": "hello", "id": "h", "member": "c1", "token": "t"])
-        XCTAssertEqual(h.drain(unsaid).first?["code"]?.string, "unsupportedProtocol", "no protocol is not protocol 1")
+        XCTAssertEqual(h.drain(unsaid).first?["code"]?.string, "unauthorized", "a hello with no protocol is not a valid one (§1)")
+        XCTAssertNotNil(h.closed[unsaid])
         let stranger = h.connect(uid: 4242)
         h.send(stranger, ["type": "hello", "id": "h", "protocol": 1, "admin": true])
         XCTAssertEqual(h.drain(stranger).first?["code"]?.string, "unauthorized")
@@ -120,15 +121,15 @@ final class HandshakeTests: XCTestCase {
         XCTAssertNil(h.closed[c], "a second hello keeps the connection")
     }
 
-    /// A hello is a request like the others, so it needs an id (§12), and as it fails the
-    /// connection ends (§4); an ephemeral session ignores `resume`, whatever it holds (§4).
+    /// A hello needs an id: without one it is not a valid hello, which gets `unauthorized`
+    /// and a close (§1, §4); an ephemeral session ignores `resume`, whatever it holds (§4).
     func testAHelloNeedsAnIdAndAnEphemeralSessionIgnoresResume() throws {
         let h = try CoreHarness()
         h.standardFamilies()
         let token = JSON.string(h.tokens["c1"]!)
         let c = h.connect()
         h.send(c, ["type": "hello", "protocol": 1, "member": "c1", "token": token])
-        XCTAssertEqual(h.drain(c).first?["code"]?.string, "badRequest")
+        XCTAssertEqual(h.drain(c).first?["code"]?.string, "unauthorized")
         XCTAssertNotNil(h.closed[c])
         let e = h.connect()
         h.send(e, ["type": "hello", "id": "h", "protocol": 1, "member": "c1", "token": token, "resume": -5])
