@@ -94,7 +94,10 @@ public struct NormalizedHandle: Hashable, Sendable, Comparable {
     /// One string that identifies the handle (kind and value).
     public var key: String { kind.rawValue + ":" + value }
 
-    public static func < (a: NormalizedHandle, b: NormalizedHandle) -> Bool { a.key < b.key }
+    /// By kind, then by the value's bytes (as `==` compares them).
+    public static func < (a: NormalizedHandle, b: NormalizedHandle) -> Bool {
+        a.kind != b.kind ? a.kind.rawValue < b.kind.rawValue : a.value.utf8.lexicographicallyPrecedes(b.value.utf8)
+    }
 
     /// Exactly, by the value's bytes: Swift's strings would take "é" and "e" followed by
     /// a combining accent as equal, and the contract compares custom values exactly.
