@@ -111,6 +111,9 @@ extension SQLiteStore {
             }
             s.examinedThrough = through
             s.round = IndexRound(through: through, members: s.staying.sorted())
+            // Rows up to its end were looked at, some dropped: an id there given again would
+            // be taken for one looked at, and end below the mark outside the index.
+            t.nextRow = max(t.nextRow, through + 1)
         }
         eventScan = s
         tail.withLock { $0 = t }

@@ -1040,6 +1040,44 @@ final class SQLiteStoreTests: XCTestCase {
         }
     }
 
+    /// A round cut short whose end was a row since dropped (the top id): a row committed
+    /// after the restart gets an id above the round's end, so it is looked at, and neither
+    /// hidden below the mark nor its seq given again.
+    func testARowCommittedAfterARestartMidRoundIsAboveTheRound() throws {
+        let store = try SQLiteStore(path: path)
+        store.eventIndexRoundRows = 2
+        try store.commit(guardians(["g1", "g2"], cursors: ["g2": 1]))
+        try store.commit([event("g1", 1, at: 1)])  // row 1: stays
+        try store.commit([event("g1", 2, at: 2)])  // row 2: stays
+        try store.commit([event("g2", 1, at: 3)])  // row 3: acknowledged, goes
+        let acknowledged: [String: Int64] = ["g1": 0, "g2": 1]
+        func prune(_ s: SQLiteStore, limit: Int) throws -> PruneStep {
+            try s.prune(
+                olderThan: Timestamp(milliseconds: 0), acknowledged: acknowledged, settledThrough: StoreContractTests.later, limit: limit)
+        }
+        var step = try prune(store, limit: 100)
+        XCTAssertEqual(step.through, ["g2": 1])
+        XCTAssertTrue(step.more, "two rows wait: a round is due")
+        _ = try prune(store, limit: 1)  // the round's first step: g1's row 1 only
+        XCTAssertEqual(try store.db.scalar("SELECT value FROM settings WHERE key = 'indexRoundThrough'"), 3)
+
+        let reopened = try SQLiteStore(path: path)
+        reopened.eventIndexRoundRows = 2
+        XCTAssertEqual(reopened.eventPosition, 3, "ids go on above the round's end")
+        try reopened.commit([event("g2", 2, at: 4)])
+        var steps = 0
+        repeat {
+            step = try prune(reopened, limit: 1)
+            steps += 1
+        } while step.more && steps < 20
+        XCTAssertEqual(try reopened.events(member: "g2", after: 1, limit: 10).map(\.seq), [2])
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+        let again = try SQLiteStore(path: path)
+        XCTAssertEqual(try again.events(member: "g2", after: 1, limit: 10).map(\.seq), [2], "after another restart")
+        XCTAssertEqual(try again.load().heads["g2"], 2)
+        XCTAssertThrowsError(try again.commit([event("g2", 2, at: 5)]), "a seq is never stored twice")
+    }
+
     /// Every row dropped (an idle relay): the next row's id is still above the mark, so
     /// pruning, a restart and `check` all see it (SQLite would give the dropped top id again).
     func testARowAfterEveryRowWasDroppedIsNotHiddenBelowTheMark() throws {
