@@ -62,7 +62,7 @@ public struct StoreSnapshot: Sendable, Equatable {
         s.families.sort()
         s.members.sort { $0.id < $1.id }
         s.questions.sort { $0.row < $1.row }
-        s.knownHandles.sort { ($0.child, $0.handle.key) < ($1.child, $1.handle.key) }
+        s.knownHandles.sort { ($0.child, $0.handle) < ($1.child, $1.handle) }
         s.sessions.sort { ($0.member, $0.name) < ($1.member, $1.name) }
         return s
     }
