@@ -468,8 +468,4 @@ struct IndexRound {
     /// The member it is at, and the seq through which that member's rows are added.
     var next = 0
     var after: Int64 = 0
-
-    init(through: Int64, members: [String]) {
-        (self.through, self.members) = (through, members)
-    }
 }
