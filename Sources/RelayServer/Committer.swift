@@ -1,9 +1,9 @@
-// The store's writer: a thread that commits the loop's batches of changes (and runs its
-// pruning steps) one at a time, in the order given, while the loop goes on reading and
-// deciding. The loop holds each batch's replies until it hears the batch is committed;
-// while one batch is being committed the next turns' changes gather into the next, so
-// the busier the relay, the more turns share a transaction (group commit). The thread
-// wakes the loop through a pipe in its epoll set.
+// The store's writer: a thread that commits the loop's turns of changes (and runs its
+// pruning steps) in the order given, while the loop goes on reading and deciding. The loop
+// holds each turn's replies until it hears the turn is committed. The turns handed over
+// while one transaction is being committed all go into the next, which the writer starts
+// as soon as the last ends, so the busier the relay, the more turns share a transaction
+// (group commit). The thread wakes the loop through a pipe in its epoll set.
 //
 // A pruning step is three jobs: its events, then the questions' lookup tables, then their
 // forgetting, each queued behind any commit handed over meanwhile (so its outcome comes
@@ -19,6 +19,7 @@ import RelayStore
 
 final class Committer: @unchecked Sendable {
     enum Job {
+        /// A turn's changes.
         case commit([Change])
         /// A step of pruning events, and of the questions' upkeep (forgetting those past
         /// `questionsKept`); one outcome for its three parts.
@@ -30,7 +31,10 @@ final class Committer: @unchecked Sendable {
     }
 
     enum Outcome {
-        case committed
+        /// The next `turns` commit jobs, in one transaction.
+        case committed(turns: Int)
+        /// The transaction of the next commit jobs failed; those handed over since are
+        /// dropped, uncommitted, until `resume`.
         case commitFailed(any Error)
         case pruned(PruneStep)
         /// A pruning step failed, or a part of the questions' upkeep after it (`done`: what
@@ -46,6 +50,8 @@ final class Committer: @unchecked Sendable {
     private var jobs: [Job] = []
     private var outcomes: [Outcome] = []
     private var busy = false
+    /// Since a commit failed: the turns handed over are dropped, made on what was not stored.
+    private var dropping = false
     private var stopping = false
     private var running = true
 
@@ -58,6 +64,10 @@ final class Committer: @unchecked Sendable {
     /// Queues a job; its outcome comes back through `takeOutcomes`, in the order jobs end.
     func submit(_ job: Job) {
         condition.lock()
+        if case .commit = job, dropping {
+            condition.unlock()
+            return
+        }
         jobs.append(job)
         condition.broadcast()
         condition.unlock()
@@ -71,6 +81,14 @@ final class Committer: @unchecked Sendable {
         let done = outcomes
         outcomes.removeAll(keepingCapacity: true)
         return done
+    }
+
+    /// After a failed commit, once the loop has reloaded its state from the store: turns
+    /// handed over from now on are committed again.
+    func resume() {
+        condition.lock()
+        dropping = false
+        condition.unlock()
     }
 
     /// Whether no job is queued or under way: the store is then the caller's to use.
@@ -107,12 +125,25 @@ final class Committer: @unchecked Sendable {
             condition.unlock()
             let outcome: Outcome
             switch job {
-            case .commit(let changes):
+            case .commit(var changes):
+                // With the turns queued behind it, up to the next other job.
+                condition.lock()
+                var turns = 1
+                while case .commit(let more) = jobs.first {
+                    changes += more
+                    turns += 1
+                    jobs.removeFirst()
+                }
+                condition.unlock()
                 do {
                     try store.commit(changes)
-                    outcome = .committed
+                    outcome = .committed(turns: turns)
                 } catch {
                     outcome = .commitFailed(error)
+                    condition.lock()
+                    dropping = true
+                    jobs.removeAll { if case .commit = $0 { true } else { false } }
+                    condition.unlock()
                 }
             case .prune(let cutoff, let acknowledged, let settled, let questionsKept, let limit):
                 do {

@@ -120,10 +120,10 @@ public final class RelayServer {
     private var lastRefusalLog: Int64 = .min / 2
     private let signalPipe: [Int32]
     private let committer: Committer
-    /// The batch being committed (the changes, for replays, and what waits to be sent).
-    private var committing: Batch?
-    /// Turns gathered while a batch is being committed.
-    private var gathering = Batch()
+    /// Turns whose changes are with the writer, oldest first, and what each waits to send.
+    private var uncommitted: [Batch] = []
+    /// Messages from the hub taken this turn: told handled once its changes are committed.
+    private var turnHubAcks: [HubMessage] = []
     /// A pruning step is due / with the writer.
     private var pruneWanted = false
     private var pruneInFlight = false
@@ -180,16 +180,16 @@ public final class RelayServer {
     /// The link to the family hub, when the relay has one (`ServerConfig.hubURL`).
     private let bridge: HubBridge?
 
-    /// Turns' changes and what they send, waiting for one commit.
+    /// A turn's changes, as the writer has them, and what waits for their commit.
     private struct Batch {
-        var changes: [Change] = []
         /// The core's last take of changes in it (`RelayCore.takes`).
-        var take: Int64 = 0
+        var take: Int64
+        /// Whether it changed anything (the hub's outbox, perhaps).
+        var changed: Bool
         var outputs: [CoreOutput] = []
         /// Messages from the hub whose changes are in this batch (or an earlier one): the
         /// hub is told they are handled once it is committed.
         var hubAcks: [HubMessage] = []
-        var isEmpty: Bool { changes.isEmpty && outputs.isEmpty && hubAcks.isEmpty }
     }
 
     /// A class, so that its buffers are changed in place: a struct copied out of `conns`
@@ -360,7 +360,7 @@ public final class RelayServer {
         for id in Array(conns.keys) { relay.drop(id, .shutdown) }
         relay.flushCursors()
         finishTurn()
-        while committing != nil {
+        while !uncommitted.isEmpty {
             committer.waitUntilIdle()
             collectOutcomes()
         }
@@ -395,7 +395,7 @@ public final class RelayServer {
         var timeout = idleTimeout
         if let d = relay.nextDeadline { timeout = max(0, min(timeout, Int(d.milliseconds - now.milliseconds) + 1)) }
         if let until = acceptPausedUntil { timeout = max(0, min(timeout, Int(until - Self.monotonicMillis()) + 1)) }
-        if committing == nil && relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) {
+        if uncommitted.isEmpty && relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) {
             timeout = 0
         }
 
@@ -434,69 +434,56 @@ public final class RelayServer {
             lastCursorFlush = turnMillis
         }
         finishTurn()
-        if pruneWanted { submit() }  // also in a turn that changed nothing
+        if pruneWanted { submitPruneStep() }  // also in a turn that changed nothing
         flushTouched()  // what the server queued itself (pings) while the turn's replies wait
     }
 
-    /// Sends the turn's frames now when nothing waits to be committed; otherwise holds
-    /// them, with the turn's changes, for the next batch.
+    /// Hands the turn's changes to the writer, holding its frames until they are committed;
+    /// sends them now when it changed nothing and nothing waits to be committed. The writer
+    /// takes every turn handed over while it committed the last into its next transaction
+    /// (group commit), without waiting for the loop to collect the last one's outcome.
     private func finishTurn() {
         let changes = relay.takeChanges()
-        if changes.isEmpty && committing == nil && gathering.isEmpty {
-            dispatchOutputs()
+        var batch = Batch(take: relay.takes, changed: !changes.isEmpty, hubAcks: turnHubAcks)
+        turnHubAcks.removeAll()
+        relay.drainOutputs { batch.outputs.append($0) }
+        if changes.isEmpty {
+            guard let last = uncommitted.indices.last else { return release(batch) }
+            // Behind the frames waiting for a commit, as they were queued.
+            uncommitted[last].outputs += batch.outputs
+            uncommitted[last].hubAcks += batch.hubAcks
+            uncommitted[last].take = batch.take
+        } else if changes.count <= Self.inlineCommitChanges && uncommitted.isEmpty && !pruneInFlight && committer.isIdle {
+            // The writer is idle and the batch small: committed here, its replies go now,
+            // without two threads waking each other for a commit of a few rows.
+            do {
+                try store.commit(changes)
+                failedCommits = 0
+                release(batch)
+                store.finishCommits()
+            } catch {
+                commitFailed(error)
+            }
+        } else {
+            uncommitted.append(batch)
+            committer.submit(.commit(changes))
+        }
+    }
+
+    /// Hands a pruning step to the writer when one is due: under load, one every 10 ms at
+    /// most, as it takes the writer from commits (the store checks the cursors it has, so a
+    /// step may go before a commit of newer ones).
+    private func submitPruneStep() {
+        guard pruneWanted && !pruneInFlight, let pass = pruning, uncommitted.isEmpty || turnMillis - lastPruneStep >= 10 else {
             return
         }
-        gathering.changes += changes
-        gathering.take = relay.takes
-        relay.drainOutputs { gathering.outputs.append($0) }
-        submit()
-    }
-
-    /// Hands the gathered turns to the writer unless it is committing a batch already,
-    /// then a pruning step when one is due.
-    private func submit() {
-        if committing == nil && !gathering.isEmpty {
-            if gathering.changes.isEmpty {
-                release(gathering)
-                gathering.outputs.removeAll(keepingCapacity: true)
-                gathering.hubAcks.removeAll()
-            } else if gathering.changes.count <= Self.inlineCommitChanges && !pruneInFlight && committer.isIdle {
-                // The writer is idle and the batch small: committed here, its replies go now,
-                // without two threads waking each other for a commit of a few rows.
-                let batch = gathering
-                gathering = Batch()
-                do {
-                    try store.commit(batch.changes)
-                    failedCommits = 0
-                    release(batch)
-                    store.finishCommits()
-                } catch {
-                    commitFailed(error)
-                }
-            } else {
-                handToWriter()
-            }
-        }
-        // A pruning step takes the writer from commits: under load, one every 10 ms at most
-        // (the store checks the cursors it has, so a step may go before a commit of newer ones).
-        if pruneWanted && !pruneInFlight, let pass = pruning,
-            committing == nil || turnMillis - lastPruneStep >= 10
-        {
-            pruneWanted = false
-            pruneInFlight = true
-            lastPruneStep = turnMillis
-            committer.submit(
-                .prune(
-                    olderThan: pass.cutoff, acknowledged: pass.acknowledged, settledThrough: pass.settled,
-                    questionsKept: config.questionsKept, limit: Self.pruneStepRows))
-        }
-    }
-
-    /// The gathered turns become the batch the writer commits.
-    private func handToWriter() {
-        committing = gathering
-        gathering = Batch()
-        committer.submit(.commit(committing!.changes))
+        pruneWanted = false
+        pruneInFlight = true
+        lastPruneStep = turnMillis
+        committer.submit(
+            .prune(
+                olderThan: pass.cutoff, acknowledged: pass.acknowledged, settledThrough: pass.settled,
+                questionsKept: config.questionsKept, limit: Self.pruneStepRows))
     }
 
     /// A committed batch: its frames are sent, the hub told its messages are handled, and
@@ -506,7 +493,7 @@ public final class RelayServer {
         dispatch(batch.outputs)
         guard let bridge else { return }
         bridge.acknowledge(batch.hubAcks)
-        if !batch.changes.isEmpty { bridge.noteOutboxChanged() }
+        if batch.changed { bridge.noteOutboxChanged() }
     }
 
     /// What the bridge brought from the hub: outbox messages it stored, and messages of
@@ -537,7 +524,7 @@ public final class RelayServer {
                 case .ignored(let why): log(.info, "from the family hub: \(why)")
                 case .applied, .known: break
                 }
-                gathering.hubAcks.append(m)
+                turnHubAcks.append(m)
             }
         }
     }
@@ -546,13 +533,11 @@ public final class RelayServer {
     private func collectOutcomes() {
         for outcome in committer.takeOutcomes() {
             switch outcome {
-            case .committed:
+            case .committed(let turns):
                 failedCommits = 0
-                guard let done = committing.take() else { continue }
-                // The writer goes on with the turns gathered meanwhile while this batch's
-                // frames are written to the sockets, rather than waiting for them.
-                if !gathering.changes.isEmpty { handToWriter() }
-                release(done)
+                let done = uncommitted.prefix(turns)
+                uncommitted.removeFirst(done.count)
+                for batch in done { release(batch) }
             case .commitFailed(let error):
                 commitFailed(error)
             case .pruned(let step):
@@ -573,14 +558,14 @@ public final class RelayServer {
                     "could not prune old events or forget old questions (tried again in \(Int(config.pruneIntervalSeconds)) s): \(error)")
             }
         }
-        submit()
+        submitPruneStep()
     }
 
     /// The next step of each replay whose connection has room: its events from the store.
     /// None while a batch is with the writer: the frames of a step held for a commit do not
     /// count in the connection's unsent bytes, and steps taken meanwhile would pile up.
     private func replaySteps(now: Timestamp) {
-        guard !relay.replaying.isEmpty, committing == nil else { return }
+        guard !relay.replaying.isEmpty, uncommitted.isEmpty else { return }
         for id in relay.replaying {
             guard let c = conns[id], c.pendingBytes < replayLowWater, let (member, after) = relay.replayPosition(id) else {
                 continue
@@ -588,8 +573,7 @@ public final class RelayServer {
             let limit = coreConfig.replayBatch
             do {
                 let stored = try store.events(member: member, after: after, limit: limit)
-                let uncommitted = [committing?.changes ?? [], gathering.changes]
-                if let why = relay.continueReplay(id, stored: stored, limit: limit, uncommitted: uncommitted) {
+                if let why = relay.continueReplay(id, stored: stored, limit: limit) {
                     log(.error, "connection \(id): \(why)")
                 }
             } catch {
@@ -616,8 +600,8 @@ public final class RelayServer {
             .error,
             "could not commit to the store: \(error); nothing of it was sent, closing every connection so "
                 + "clients resend, and refusing new ones for \(pause / 1000) s")
-        committing = nil
-        gathering = Batch()
+        uncommitted.removeAll()
+        turnHubAcks.removeAll()
         (pruning, pruneWanted) = (nil, false)
         relay.drainOutputs { _ in }
         _ = relay.takeChanges()
@@ -634,6 +618,7 @@ public final class RelayServer {
         }
         do {
             relay = RelayCore(config: coreConfig, snapshot: try store.load(), archive: archive, now: config.wallClock())
+            committer.resume()
         } catch {
             log(.error, "could not reload the store: \(error); stopping")
             stopping = true

@@ -1,5 +1,6 @@
 // The writer's jobs: a commit handed over during a part of a pruning step goes before the
-// step's next part, so that it waits for one part of the step, not all three.
+// step's next part, so that it waits for one part of the step, not all three; the turns
+// handed over during a commit share the next; a failed commit drops those made on it.
 
 import Dispatch
 import Foundation
@@ -76,14 +77,64 @@ final class CommitterTests: XCTestCase {
         XCTAssertEqual(store.calls.withLock { $0 }, ["commit", "finish"])
     }
 
+    func testTheTurnsHandedOverDuringACommitShareTheNextTransaction() throws {
+        let store = OrderedStore()
+        store.holdsCommit.withLock { $0 = true }
+        let committer = try Committer(store: store)
+        defer { committer.stop() }
+        defer { store.letEveryGateOpen() }
+        committer.submit(.commit([.family("smiths")]))
+        XCTAssertEqual(store.commitGate.started.wait(timeout: .now() + 10), .success)
+        for family in ["joneses", "browns", "greens"] { committer.submit(.commit([.family(family)])) }
+        store.holdsCommit.withLock { $0 = false }
+        store.commitGate.mayEnd.signal()
+        committer.waitUntilIdle()
+
+        XCTAssertEqual(store.transactions.withLock { $0 }, [["smiths"], ["joneses", "browns", "greens"]])
+        let turns = committer.takeOutcomes().map { outcome -> Int in
+            guard case .committed(let turns) = outcome else { return -1 }
+            return turns
+        }
+        XCTAssertEqual(turns, [1, 3], "an outcome per transaction, saying how many turns it held")
+    }
+
+    /// The turns handed over after a turn whose commit fails were made on what it would
+    /// have stored: none is committed until the loop has reloaded and resumes the writer.
+    func testAFailedCommitDropsTheTurnsHandedOverUntilResumed() throws {
+        let store = OrderedStore()
+        store.holdsCommit.withLock { $0 = true }
+        store.failing.withLock { $0 = "commit" }
+        let committer = try Committer(store: store)
+        defer { committer.stop() }
+        defer { store.letEveryGateOpen() }
+        committer.submit(.commit([.family("smiths")]))
+        XCTAssertEqual(store.commitGate.started.wait(timeout: .now() + 10), .success)
+        committer.submit(.commit([.family("joneses")]))
+        store.holdsCommit.withLock { $0 = false }
+        store.commitGate.mayEnd.signal()
+        committer.waitUntilIdle()
+        store.failing.withLock { $0 = nil }
+        committer.submit(.commit([.family("browns")]))  // before the loop has heard
+        committer.waitUntilIdle()
+
+        let outcomes = committer.takeOutcomes()
+        guard outcomes.count == 1, case .commitFailed = outcomes[0] else { return XCTFail("one failure: \(outcomes)") }
+        XCTAssertEqual(store.calls.withLock { $0 }, ["commit"], "no commit after the failed one")
+        committer.resume()
+        committer.submit(.commit([.family("greens")]))
+        committer.waitUntilIdle()
+        XCTAssertEqual(store.transactions.withLock { $0 }, [["greens"]])
+        guard case .committed(1)? = committer.takeOutcomes().first else { return XCTFail("committed once resumed") }
+    }
+
     private let pruneJob = Committer.Job.prune(
         olderThan: Timestamp(milliseconds: 0), acknowledged: ["alex": 7], settledThrough: 1,
         questionsKept: QuestionsKept(count: 10), limit: 100)
 }
 
-/// A store that records the order of the writer's calls, whose pruning step and lookup
-/// tables' step (and, if it `holdsFinish`, the finishing of a commit) each wait to be let
-/// end, and whose questions' upkeep always has more to do (or fails in the part named
+/// A store that records the order of the writer's calls and the families each commit
+/// names, whose pruning step and lookup tables' step (and, if it `holdsFinish`, the
+/// finishing of a commit; if it `holdsCommit`, a commit) each wait to be let end, and whose questions' upkeep always has more to do (or fails in the part named
 /// `failing`).
 private final class OrderedStore: RelayStore {
     struct Gate {
@@ -101,12 +152,23 @@ private final class OrderedStore: RelayStore {
     let prune = Gate()
     let lookups = Gate()
     let finish = Gate()
+    let commitGate = Gate()
     let holdsFinish = Mutex(false)
+    let holdsCommit = Mutex(false)
+    let transactions = Mutex<[[String]]>([])
     let failing = Mutex<String?>(nil)
 
     func load() throws -> StoreSnapshot { try inner.load() }
     func commit(_ changes: [Change]) throws {
-        calls.withLock { $0.append("commit") }
+        if holdsCommit.withLock({ $0 }) { commitGate.pass() }
+        try call("commit")
+        transactions.withLock {
+            $0.append(
+                changes.compactMap {
+                    guard case .family(let id) = $0 else { return nil }
+                    return id
+                })
+        }
         try inner.commit(changes)
     }
     func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
@@ -135,7 +197,7 @@ private final class OrderedStore: RelayStore {
         finish.pass()
     }
     func letEveryGateOpen() {
-        for gate in [prune, lookups, finish] { gate.mayEnd.signal() }
+        for gate in [prune, lookups, finish, commitGate] { gate.mayEnd.signal() }
     }
     private func call(_ name: String) throws {
         calls.withLock { $0.append(name) }
