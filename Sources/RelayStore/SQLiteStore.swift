@@ -79,9 +79,10 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             throw StoreError("could not switch \(path) to WAL mode (got \(mode ?? "nothing"))")
         }
         try db.exec("PRAGMA synchronous = \(sync == .full ? "FULL" : "NORMAL")")
-        // The WAL is reused from its start after each checkpoint; past 64 MiB it is also cut
-        // back, so a burst does not keep its size on disk.
-        try db.exec("PRAGMA journal_size_limit = \(64 << 20)")
+        // The WAL is reused from its start after each checkpoint; past 256 MiB (the most it
+        // reaches under steady writing, `WALCheckpointer.hardLimitPages`) it is also cut back,
+        // so a burst does not keep its size on disk.
+        try db.exec("PRAGMA journal_size_limit = \(256 << 20)")
         // The writer touches the newest pages of each table, and the kernel caches the rest:
         // a bigger page cache than SQLite's default only holds memory (see performance.md).
         try db.exec("PRAGMA cache_size = -2048")

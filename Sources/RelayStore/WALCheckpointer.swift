@@ -35,12 +35,16 @@ final class WALCheckpointer: @unchecked Sendable {
     static let pages: Int32 = 1000
     /// Past this, the thread copies again whenever more than `writerTailPages` are left to
     /// copy, and the writer copies a shorter rest: the WAL starts again before `hardLimitPages`.
-    static let catchUpPages: Int32 = 12288
+    /// Each time, the writer waits for two syncs, and so do the replies of its next commit:
+    /// the longer the WAL may grow, the rarer that is under steady writing, and the fewer
+    /// cycles' latency it sets (see performance.md), at the cost of its room on disk
+    /// (`journal_size_limit`).
+    static let catchUpPages: Int32 = 49152
     /// The most left to copy for the writer to copy it itself before
     /// `hardLimitPages` (as far as the last checkpoint says: a failed one is taken as done).
     static let writerTailPages: Int32 = 256
     /// Past this, the writer copies whatever is left, once its commit is done.
-    static let hardLimitPages: Int32 = 16384
+    static let hardLimitPages: Int32 = 65536
 
     let condition = NSCondition()
     // Guarded by `condition`.
