@@ -128,12 +128,10 @@ final class Committer: @unchecked Sendable {
             case .commit(var changes):
                 // With the turns queued behind it, up to the next other job.
                 condition.lock()
-                var turns = 1
-                while case .commit(let more) = jobs.first {
-                    changes += more
-                    turns += 1
-                    jobs.removeFirst()
-                }
+                let behind = jobs.prefix { if case .commit = $0 { true } else { false } }
+                for case .commit(let more) in behind { changes += more }
+                let turns = 1 + behind.count
+                jobs.removeFirst(behind.count)
                 condition.unlock()
                 do {
                     try store.commit(changes)

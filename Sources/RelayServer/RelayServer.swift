@@ -5,14 +5,13 @@
 //   2. accept, read every ready socket, feed whole frames to the core (a replaying
 //      session's further frames wait until its replay has caught up);
 //   3. run the core's timers, the handshake and heartbeat checks, and replay steps
-//      (events read from the store, then those not committed yet);
+//      (events read from the store, then this turn's, while no turn waits for a commit);
 //   4. hand the turn's changes to the writer, and hold the turn's frames and closes
-//      until they are committed: turns gather while a commit runs and are committed
-//      together (group commit). A turn that changed nothing while nothing waits sends
-//      at once;
-//   5. for each batch committed, hand the writer the turns gathered meanwhile, then
-//      queue the batch's frames and write them (EPOLLOUT only for leftovers), and
-//      close the connections marked for closing;
+//      until they are committed: the turns handed over while a commit runs are
+//      committed together in the next (group commit). A turn that changed nothing
+//      while nothing waits sends at once;
+//   5. for each turn committed, queue its frames and write them (EPOLLOUT only for
+//      leftovers), and close the connections marked for closing;
 //   6. a bounded step of pruning when one is due, through the writer too.
 
 import CSystem
@@ -486,7 +485,7 @@ public final class RelayServer {
                 questionsKept: config.questionsKept, limit: Self.pruneStepRows))
     }
 
-    /// A committed batch: its frames are sent, the hub told its messages are handled, and
+    /// A committed turn: its frames are sent, the hub told its messages are handled, and
     /// the bridge woken for what it may have added to the outbox.
     private func release(_ batch: Batch) {
         relay.committed(throughTake: batch.take)
@@ -529,7 +528,7 @@ public final class RelayServer {
         }
     }
 
-    /// What the writer has done since the last call: batches committed are sent.
+    /// What the writer has done since the last call: turns committed are sent.
     private func collectOutcomes() {
         for outcome in committer.takeOutcomes() {
             switch outcome {
@@ -562,7 +561,7 @@ public final class RelayServer {
     }
 
     /// The next step of each replay whose connection has room: its events from the store.
-    /// None while a batch is with the writer: the frames of a step held for a commit do not
+    /// None while a turn is with the writer: the frames of a step held for a commit do not
     /// count in the connection's unsent bytes, and steps taken meanwhile would pile up.
     private func replaySteps(now: Timestamp) {
         guard !relay.replaying.isEmpty, uncommitted.isEmpty else { return }
@@ -587,8 +586,8 @@ public final class RelayServer {
     /// A replaying connection gets its next step once its unsent bytes fall below this.
     private var replayLowWater: Int { min(65536, config.maxOutputBytes / 4) }
 
-    /// A batch could not be committed (a full disk, say): nothing of it, nor of the turns
-    /// gathered behind it, is sent. Every connection is told and closed (clients resend
+    /// A commit failed (a full disk, say): nothing of its turns, nor of those handed over
+    /// behind them, is sent. Every connection is told and closed (clients resend
     /// what was not acknowledged), new ones are refused for a while, and the core is
     /// rebuilt from what the store holds.
     private func commitFailed(_ error: any Error) {
