@@ -136,6 +136,9 @@ public final class RelayServer {
     private var memberBacklog: [String: Int] = [:]
     private var totalBacklog = 0
     private var stopping = false
+    /// A commit failed and the store could not be read back: the core holds changes the
+    /// store never took, so nothing it decides from then on is stored or sent.
+    private var storeLost = false
     // Times on the monotonic clock, in milliseconds (`Self.monotonicMillis`), as are the
     // connections' own.
     private var lastPrune: Int64
@@ -362,6 +365,11 @@ public final class RelayServer {
         while !uncommitted.isEmpty {
             committer.waitUntilIdle()
             collectOutcomes()
+            if !uncommitted.isEmpty && committer.isIdle {
+                // Turns the writer will never commit: nothing of them was sent.
+                log(.error, "stopping with \(uncommitted.count) turns not committed; nothing of them was sent")
+                break
+            }
         }
         drainBeforeClosing(milliseconds: 1000)
         for id in Array(conns.keys) { closeNow(id) }
@@ -443,6 +451,11 @@ public final class RelayServer {
     /// (group commit), without waiting for the loop to collect the last one's outcome.
     private func finishTurn() {
         let changes = relay.takeChanges()
+        guard !storeLost else {
+            relay.drainOutputs { _ in }
+            turnHubAcks.removeAll()
+            return
+        }
         var batch = Batch(take: relay.takes, changed: !changes.isEmpty, hubAcks: turnHubAcks)
         turnHubAcks.removeAll()
         relay.drainOutputs { batch.outputs.append($0) }
@@ -534,6 +547,7 @@ public final class RelayServer {
             switch outcome {
             case .committed(let turns):
                 failedCommits = 0
+                assert(turns <= uncommitted.count, "an outcome for turns never handed over")
                 let done = uncommitted.prefix(turns)
                 uncommitted.removeFirst(done.count)
                 for batch in done { release(batch) }
@@ -621,6 +635,7 @@ public final class RelayServer {
         } catch {
             log(.error, "could not reload the store: \(error); stopping")
             stopping = true
+            storeLost = true
         }
     }
 

@@ -79,10 +79,11 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             throw StoreError("could not switch \(path) to WAL mode (got \(mode ?? "nothing"))")
         }
         try db.exec("PRAGMA synchronous = \(sync == .full ? "FULL" : "NORMAL")")
-        // The WAL is reused from its start after each checkpoint; past 256 MiB (the most it
-        // reaches under steady writing, `WALCheckpointer.hardLimitPages`) it is also cut back,
-        // so a burst does not keep its size on disk.
-        try db.exec("PRAGMA journal_size_limit = \(256 << 20)")
+        // The WAL is reused from its start after each checkpoint; past 288 MiB it is also cut
+        // back, so a burst does not keep its size on disk. Under steady writing it reaches
+        // `WALCheckpointer.hardLimitPages` frames of a 4 KiB page and a 24-byte header
+        // (257.5 MiB) and the commits that pass them: kept, as it would only grow again.
+        try db.exec("PRAGMA journal_size_limit = \(288 << 20)")
         // The writer touches the newest pages of each table, and the kernel caches the rest:
         // a bigger page cache than SQLite's default only holds memory (see performance.md).
         try db.exec("PRAGMA cache_size = -2048")

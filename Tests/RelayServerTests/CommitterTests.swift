@@ -86,16 +86,24 @@ final class CommitterTests: XCTestCase {
         committer.submit(.commit([.family("smiths")]))
         XCTAssertEqual(store.commitGate.started.wait(timeout: .now() + 10), .success)
         for family in ["joneses", "browns", "greens"] { committer.submit(.commit([.family(family)])) }
+        committer.submit(pruneJob)  // not overtaken: the turns after it wait for it
+        committer.submit(.commit([.family("whites")]))
         store.holdsCommit.withLock { $0 = false }
+        store.prune.mayEnd.signal()
+        store.lookups.mayEnd.signal()
         store.commitGate.mayEnd.signal()
         committer.waitUntilIdle()
 
-        XCTAssertEqual(store.transactions.withLock { $0 }, [["smiths"], ["joneses", "browns", "greens"]])
-        let turns = committer.takeOutcomes().map { outcome -> Int in
-            guard case .committed(let turns) = outcome else { return -1 }
-            return turns
+        XCTAssertEqual(store.transactions.withLock { $0 }, [["smiths"], ["joneses", "browns", "greens"], ["whites"]])
+        XCTAssertEqual(store.calls.withLock { $0 }, ["commit", "commit", "prune", "commit", "lookups", "forget"])
+        let outcomes = committer.takeOutcomes().map { outcome -> String in
+            switch outcome {
+            case .committed(let turns): "\(turns)"
+            case .pruned: "pruned"
+            default: "\(outcome)"
+            }
         }
-        XCTAssertEqual(turns, [1, 3], "an outcome per transaction, saying how many turns it held")
+        XCTAssertEqual(outcomes, ["1", "3", "1", "pruned"], "an outcome per transaction, saying how many turns it held")
     }
 
     /// The turns handed over after a turn whose commit fails were made on what it would
@@ -110,7 +118,10 @@ final class CommitterTests: XCTestCase {
         committer.submit(.commit([.family("smiths")]))
         XCTAssertEqual(store.commitGate.started.wait(timeout: .now() + 10), .success)
         committer.submit(.commit([.family("joneses")]))
+        committer.submit(pruneJob)  // not a turn: it goes on
         store.holdsCommit.withLock { $0 = false }
+        store.prune.mayEnd.signal()
+        store.lookups.mayEnd.signal()
         store.commitGate.mayEnd.signal()
         committer.waitUntilIdle()
         store.failing.withLock { $0 = nil }
@@ -118,8 +129,10 @@ final class CommitterTests: XCTestCase {
         committer.waitUntilIdle()
 
         let outcomes = committer.takeOutcomes()
-        guard outcomes.count == 1, case .commitFailed = outcomes[0] else { return XCTFail("one failure: \(outcomes)") }
-        XCTAssertEqual(store.calls.withLock { $0 }, ["commit"], "no commit after the failed one")
+        guard outcomes.count == 2, case .commitFailed = outcomes[0], case .pruned = outcomes[1] else {
+            return XCTFail("the failure, then the pruning step's: \(outcomes)")
+        }
+        XCTAssertEqual(store.calls.withLock { $0 }, ["commit", "prune", "lookups", "forget"], "no commit after the failed one")
         committer.resume()
         committer.submit(.commit([.family("greens")]))
         committer.waitUntilIdle()

@@ -1,0 +1,130 @@
+// A commit that fails on the store's writer (a burst of asks too large for the loop to
+// commit itself): nothing of it is acknowledged, the writer commits again once the loop
+// has rebuilt its core, and should the store not be readable then, the relay stops.
+
+import Foundation
+import RelayModel
+import RelayProtocol
+import RelayServer
+import RelayStore
+import Synchronization
+import XCTest
+
+final class WriterFailureTests: XCTestCase {
+    func testAFailedCommitOnTheWriterKeepsWhatWasAcknowledgedAndTheWriterCommitsAgain() throws {
+        let store = FailingStore(loadsFailAfterAFailure: false)
+        let logged = LoggedLines()
+        let relay = try InProcessRelay(store: store, log: logged.log)
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        store.failsLargeCommits.withLock { $0 = true }
+        try c.sendRaw(burst(of: 200, prefix: "b"))
+        let acknowledged = Set(try c.untilClosed().compactMap { $0["re"]?.string })
+        XCTAssertNotNil(logged.first(containing: "could not commit to the store"))
+        store.failsLargeCommits.withLock { $0 = false }
+
+        Thread.sleep(forTimeInterval: 1.2)  // new connections are refused for a second
+        let g = try relay.connect()
+        try g.hello("g1", tokens["g1"]!)
+        try g.send(["type": "pending", "id": "p"])
+        let stored = Set(try g.expect(type: "ok")["questions"]!.array!.compactMap { $0["id"]?.string })
+        XCTAssertEqual(stored.count, acknowledged.count, "stored: the asks acknowledged (\(acknowledged.sorted()))")
+        // The writer takes a burst again: it has resumed.
+        let c2 = try relay.connect()
+        try c2.hello("c1", tokens["c1"]!)
+        try c2.sendRaw(burst(of: 100, prefix: "x"))
+        for _ in 0..<100 { try c2.expect(type: "ok") }
+    }
+
+    /// The core then holds changes the store never took: its shutdown stores and sends
+    /// nothing, and ends (the turns it made went to a writer that drops them).
+    func testAFailedCommitThenAStoreThatCannotBeReadStopsTheRelay() throws {
+        let store = FailingStore(loadsFailAfterAFailure: true)
+        let logged = LoggedLines()
+        let relay = try InProcessRelay(store: store, log: logged.log) { server, _ in
+            server.cursorFlushSeconds = 3600  // the cursor below is stored at the shutdown
+            server.pruneIntervalSeconds = 3600
+        }
+        let tokens = try relay.provision()
+        let g = try relay.connect()
+        try g.hello("g1", tokens["g1"]!, session: "phone")
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        try c.send(["type": "ask", "id": "first", "question": .object(sampleQuestion())])
+        try c.expect(type: "ok")
+        try g.send(["type": "ack", "seq": try g.expect(type: "question")["seq"]!])
+        try g.send(["type": "ping"])
+        try g.expect(type: "pong")
+
+        store.failsLargeCommits.withLock { $0 = true }
+        try c.sendRaw(burst(of: 200, prefix: "b"))
+        XCTAssertNotNil(logged.first(containing: "could not commit to the store"))
+        XCTAssertNotNil(logged.first(containing: "could not reload the store"))
+        let stopped = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            relay.stop()
+            stopped.signal()
+        }
+        XCTAssertEqual(stopped.wait(timeout: .now() + 10), .success, "the relay stops")
+    }
+
+    private func burst(of count: Int, prefix: String) -> [UInt8] {
+        (0..<count).flatMap { i in
+            (["type": "ask", "id": .string("\(prefix)\(i)"), "question": .object(sampleQuestion())] as JSONObject).frame
+        }
+    }
+}
+
+/// A memory store whose commits of more than 64 changes (the writer's, never the loop's)
+/// fail while told to; after such a failure its loads fail too if so made, and the
+/// writer's next `finishCommits` takes 2 s (so that the loop's next turns reach a writer
+/// that is busy).
+private final class FailingStore: RelayStore {
+    let inner = MemoryStore()
+    let failsLargeCommits = Mutex(false)
+    let loadsFail = Mutex(false)
+    let slowFinish = Mutex(false)
+    let loadsFailAfterAFailure: Bool
+
+    init(loadsFailAfterAFailure: Bool) { self.loadsFailAfterAFailure = loadsFailAfterAFailure }
+
+    func load() throws -> StoreSnapshot {
+        if loadsFail.withLock({ $0 }) { throw StoreError("disk I/O error") }
+        return try inner.load()
+    }
+    func commit(_ changes: [Change]) throws {
+        if changes.count > 64, failsLargeCommits.withLock({ $0 }) {
+            loadsFail.withLock { $0 = loadsFailAfterAFailure }
+            slowFinish.withLock { $0 = true }
+            throw StoreError("disk I/O error")
+        }
+        try inner.commit(changes)
+    }
+    func finishCommits() {
+        if slowFinish.withLock({ s in
+            defer { s = false }; return s
+        }) {
+            Thread.sleep(forTimeInterval: 2)
+        }
+        inner.finishCommits()
+    }
+    func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
+        try inner.events(member: member, after: seq, limit: limit)
+    }
+    var eventPosition: Int64 { inner.eventPosition }
+    func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, limit: Int) throws -> PruneStep {
+        try inner.prune(olderThan: cutoff, acknowledged: acknowledged, settledThrough: settledThrough, limit: limit)
+    }
+    func updateQuestionLookups() throws -> Bool { try inner.updateQuestionLookups() }
+    func forgetQuestions(keeping limits: QuestionsKept, limit: Int) throws -> Bool {
+        try inner.forgetQuestions(keeping: limits, limit: limit)
+    }
+    func question(_ id: QuestionID) throws -> QuestionRecord? { try inner.question(id) }
+    func questions(of child: String, status: QuestionStatus?, newestFirst: Bool, after: QuestionPlace?, limit: Int) throws
+        -> [QuestionRecord]
+    {
+        try inner.questions(of: child, status: status, newestFirst: newestFirst, after: after, limit: limit)
+    }
+}
