@@ -1,6 +1,8 @@
-// A commit that fails on the store's writer (a burst of asks too large for the loop to
-// commit itself): nothing of it is acknowledged, the writer commits again once the loop
-// has rebuilt its core, and should the store not be readable then, the relay stops.
+// The server and the store's writer, through bursts of asks too large for the loop to
+// commit itself: a turn that changes nothing sends behind the turns waiting for the
+// writer; a commit that fails there acknowledges nothing of it, the writer commits again
+// once the loop has rebuilt its core, and should the store not be readable then, the
+// relay stops.
 
 import Foundation
 import RelayModel
@@ -10,9 +12,31 @@ import RelayStore
 import Synchronization
 import XCTest
 
-final class WriterFailureTests: XCTestCase {
+final class WriterTests: XCTestCase {
+    func testAReplyThatChangesNothingWaitsBehindTheTurnsWithTheWriter() throws {
+        let store = WriterStore(loadsFailAfterAFailure: false)
+        store.holdsLargeCommits.withLock { $0 = true }
+        let relay = try InProcessRelay(store: store)
+        defer { relay.stop() }
+        defer { store.largeCommit.mayEnd.signal() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        try c.sendRaw(burst(of: 200, prefix: "b"))
+        XCTAssertEqual(store.largeCommit.started.wait(timeout: .now() + 10), .success, "the writer commits the burst")
+        try c.send(["type": "ping"])  // its pong changes nothing
+        store.largeCommit.mayEnd.signal()
+        var before: [String] = []
+        while true {
+            let f = try c.next()
+            if f["type"]?.string == "pong" { break }
+            before.append(f["re"]?.string ?? "\(f)")
+        }
+        XCTAssertEqual(before, (0..<200).map { "b\($0)" }, "every ask's reply before the pong")
+    }
+
     func testAFailedCommitOnTheWriterKeepsWhatWasAcknowledgedAndTheWriterCommitsAgain() throws {
-        let store = FailingStore(loadsFailAfterAFailure: false)
+        let store = WriterStore(loadsFailAfterAFailure: false)
         let logged = LoggedLines()
         let relay = try InProcessRelay(store: store, log: logged.log)
         defer { relay.stop() }
@@ -41,7 +65,7 @@ final class WriterFailureTests: XCTestCase {
     /// The core then holds changes the store never took: its shutdown stores and sends
     /// nothing, and ends (the turns it made went to a writer that drops them).
     func testAFailedCommitThenAStoreThatCannotBeReadStopsTheRelay() throws {
-        let store = FailingStore(loadsFailAfterAFailure: true)
+        let store = WriterStore(loadsFailAfterAFailure: true)
         let logged = LoggedLines()
         let relay = try InProcessRelay(store: store, log: logged.log) { server, _ in
             server.cursorFlushSeconds = 3600  // the cursor below is stored at the shutdown
@@ -78,11 +102,13 @@ final class WriterFailureTests: XCTestCase {
 }
 
 /// A memory store whose commits of more than 64 changes (the writer's, never the loop's)
-/// fail while told to; after such a failure its loads fail too if so made, and the
-/// writer's next `finishCommits` takes 2 s (so that the loop's next turns reach a writer
-/// that is busy).
-private final class FailingStore: RelayStore {
+/// wait to be let end while it `holdsLargeCommits`, and fail while told to; after such a
+/// failure its loads fail too if so made, and the writer's next `finishCommits` takes 2 s
+/// (so that the loop's next turns reach a writer that is busy).
+private final class WriterStore: RelayStore {
     let inner = MemoryStore()
+    let holdsLargeCommits = Mutex(false)
+    let largeCommit = (started: DispatchSemaphore(value: 0), mayEnd: DispatchSemaphore(value: 0))
     let failsLargeCommits = Mutex(false)
     let loadsFail = Mutex(false)
     let slowFinish = Mutex(false)
@@ -95,6 +121,10 @@ private final class FailingStore: RelayStore {
         return try inner.load()
     }
     func commit(_ changes: [Change]) throws {
+        if changes.count > 64, holdsLargeCommits.withLock({ $0 }) {
+            largeCommit.started.signal()
+            largeCommit.mayEnd.wait()
+        }
         if changes.count > 64, failsLargeCommits.withLock({ $0 }) {
             loadsFail.withLock { $0 = loadsFailAfterAFailure }
             slowFinish.withLock { $0 = true }
