@@ -238,10 +238,9 @@ extension RelayCore {
     /// Sends the next step of `conn`'s replay: `stored`, what the store gave for its
     /// `replayPosition` (in order; at most `limit` events), up to about `replayBudgetBytes`;
     /// once the store had no more, this turn's events (the reactor replays only when no
-    /// other changes wait to be committed). The session
-    /// goes live when it has caught up with its stream's head. An event missing on the
-    /// way ends the connection instead (a replay never skips one): the returned text says
-    /// why, for the log.
+    /// other changes wait to be committed). The session goes live when it has caught up
+    /// with its stream's head. An event missing on the way ends the connection instead (a
+    /// replay never skips one): the returned text says why, for the log.
     public func continueReplay(_ conn: ConnectionID, stored: [EventRecord], limit: Int) -> String? {
         guard let s = connections[conn]?.session, let after = s.replayAfter, let member = s.member else { return nil }
         var last = after
@@ -273,7 +272,7 @@ extension RelayCore {
             s.replayAfter = last
             return nil
         }
-        // What the store's read already saw is passed over.
+        // This turn's events, after those the store gave.
         for case .event(let e) in changes where e.seq > last && e.member == member.id {
             guard deliver(e) else { return broken(next: e.seq) }
         }
