@@ -8,6 +8,12 @@
 import Foundation
 import PermissionKit
 
+/// Writes a line at once, also through a pipe (where `print` holds it until exit):
+/// "waiting" is news while the app waits.
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data("\(line)\n".utf8))
+}
+
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data("AskApp: \(message)\n".utf8))
     exit(1)
@@ -29,12 +35,12 @@ question.expirationDate = Date().addingTimeInterval(3600)  // unanswered by then
 do {
     try await center.ask(question)  // returns once the relay has stored it
 } catch AskError.communicationLimitsNotEnabled {
-    print("approved: communication limits are off")
+    say("approved: communication limits are off")
     exit(0)
 } catch {
     fail(error.localizedDescription + (center.lastError.map { " (\($0))" } ?? ""))  // the relay's reason
 }
-print("asked to message \(value); waiting for a guardian")
+say("asked to message \(value); waiting for a guardian")
 
 /// How the question ended: a guardian's response, or closed without one.
 enum Ending: Sendable {
@@ -63,13 +69,13 @@ await center.close()  // records the response as processed: the next run is not 
 
 switch ending {
 case .response(let r) where r.choice.answer == .approval:
-    print("approved by \(r.guardian): \(r.choice.title)")
+    say("approved by \(r.guardian): \(r.choice.title)")
     exit(0)
 case .response(let r):
-    print("denied by \(r.guardian): \(r.choice.title)")
+    say("denied by \(r.guardian): \(r.choice.title)")
     exit(2)
 case .closed(let reason):
-    print("closed unanswered: \(reason.rawValue)")
+    say("closed unanswered: \(reason.rawValue)")
     exit(3)
 case nil:
     fail(center.connectionError?.description ?? "the connection to the relay ended")
