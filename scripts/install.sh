@@ -17,8 +17,10 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --user|--system) mode="${1#--}" ;;
         --no-start) start=0 ;;
-        --prefix) prefix="${2:?--prefix needs a directory}"; shift ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --prefix)
+            [ $# -ge 2 ] || { echo "install.sh: --prefix needs a directory (see scripts/install.sh --help)" >&2; exit 64; }
+            prefix="$2"; shift ;;
+        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown option $1 (see scripts/install.sh --help)" >&2; exit 64 ;;
     esac
     shift

@@ -330,6 +330,11 @@ func run() async throws -> Int32 {
     let a = try Arguments(Array(args.dropFirst()), valueFlags: flags, switchFlags: ["--wait", "--json", "--new"])
     let known = ["ask", "ask-update", "cancel", "watch", "known", "limits", "questions"]
     guard known.contains(command) else { throw CLIError.usage("unknown command \"\(command)\"") }
+    if a.value("--timeout") != nil && !a.has("--wait") { throw CLIError.usage("--timeout is how long --wait waits: give --wait too") }
+    let statuses = ["pending", "answered", "cancelled", "expired"]
+    if let status = a.value("--status"), !statuses.contains(status) {
+        throw CLIError.usage("unknown status \"\(status)\": use \(statuses.joined(separator: ", "))")
+    }
     // `watch` keeps its place in the child's events in a durable session. An ask that does
     // not wait opens that session too, unless it already follows the topic: its place, kept
     // from the ask on, is where a later `watch` finds the response that came meanwhile. A

@@ -2,6 +2,7 @@
 // live as they arrive and close, answered with single keys. One task owns the view
 // state; keys, questions, closures and clock ticks reach it through one stream.
 
+import CLISupport
 import CSystem
 import ClientCommands
 import Foundation
@@ -27,7 +28,7 @@ struct InteractiveView {
     }
 
     /// Runs until `q` (status 0) or Ctrl-C (130, as for SIGINT: the raw terminal turns
-    /// the key into a byte instead of a signal).
+    /// the key into a byte instead of a signal); throws when the relay refuses the credentials.
     func run() async throws -> Int32 {
         defer { terminal.restore() }
         let (inputs, feed) = AsyncStream<Input>.makeStream()
@@ -135,7 +136,8 @@ struct InteractiveView {
             case .connection(let s):
                 connection = s
                 if s == .replaced { message = replacedNotice }
-                if s == .refused { message = refusal(center.connectionError) + " (q to quit)" }
+                // Ends the view as it ends `watch`: said in full once the terminal is back.
+                if s == .refused { throw CLIError.failure(refusal(center.connectionError)) }
             }
             if let quitting, sending == 0 || ContinuousClock.now >= quitting.deadline { return quitting.status }
             selected = min(selected, max(pending.count - 1, 0))

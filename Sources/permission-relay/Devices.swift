@@ -31,7 +31,16 @@ struct HubCommand: Sendable {
             \(commands.map { "  \($0.words.dropFirst().joined(separator: " "))\n      \($0.summary)" }.joined(separator: "\n"))
 
             Run `permission-relay \(word) <command> --help` for a command's options.
+
+            EXAMPLES:
+            \(commands.flatMap(\.examples).joined(separator: "\n"))
             """
+    }
+
+    /// The lines of its usage's EXAMPLES section.
+    var examples: [String] {
+        guard let start = usage.range(of: "EXAMPLES:\n") else { return [] }
+        return usage[start.upperBound...].split(separator: "\n").map(String.init)
     }
 
     static func unknown(_ word: String, _ rest: [String]) -> CLIError {

@@ -71,7 +71,9 @@ enum Paths {
     static var storeCommandOwner: uid_t? { geteuid() == 0 ? nil : geteuid() }
 
     /// Refuses anything but a regular file where the relay keeps its files in `dir`: a link
-    /// there would have the relay write through it to whatever it points at.
+    /// there would have the relay write through it to whatever it points at. Makes those
+    /// files private to their owner: a store copied into place by hand may be readable by
+    /// all, and SQLite gives its WAL the database's mode.
     static func checkStoreFiles(in dir: String) throws {
         for name in ["relay.db", "relay.db-wal", "relay.db-shm", "relay.db-journal", "relay.lock"] {
             var st = stat()
@@ -80,6 +82,11 @@ enum Paths {
             guard st.st_mode & S_IFMT == S_IFREG else {
                 throw CLIError.failure(
                     "\(path) is not a regular file (a link is never followed); remove it, or restore the store from a backup")
+            }
+            if st.st_mode & 0o077 != 0 && chmod(path, st.st_mode & 0o700) != 0 {
+                throw CLIError.failure(
+                    "\(path) may be read by others (mode \(String(st.st_mode & 0o7777, radix: 8))) and cannot be made private:"
+                        + " \(String(cString: strerror(errno))); chmod 600 \(path)")
             }
         }
     }

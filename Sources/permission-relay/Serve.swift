@@ -159,7 +159,10 @@ enum Serve {
         server.dataDirectory = data
         if server.hubURL != nil { try linkDevice(data: data, named: a.value("--device"), &server, &core) }
         try Paths.checkStoreFiles(in: data)
-        if inherited == nil { try Paths.makePrivateDirectory((socket as NSString).deletingLastPathComponent) }
+        if inherited == nil {
+            let socketDirectory = (socket as NSString).deletingLastPathComponent
+            try Paths.makePrivateDirectory(socketDirectory.isEmpty ? "." : socketDirectory)  // a bare name: here
+        }
         let lock = try lockDataDirectory(data)
         defer { Glibc.close(lock) }
 

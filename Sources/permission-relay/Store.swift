@@ -33,6 +33,7 @@ struct StoreCommand: Sendable {
               permission-relay backup ~/relay-backup-$(date +%F).db
             """,
         run: { args in
+            umask(0o077)  // a backup holds what the store does, and is as private
             let (dest, data) = try fileAndData(args, "DEST")
             do {
                 try SQLiteStore.backup(databaseAt: Paths.canonical(data) + "/relay.db", to: dest)
@@ -58,6 +59,7 @@ struct StoreCommand: Sendable {
               permission-relay restore ~/relay-backup-2026-12-01.db
             """,
         run: { args in
+            umask(0o077)  // the store put in place, as private as the relay makes its own
             let (backup, given) = try fileAndData(args, "BACKUP")
             let data = try Paths.makePrivateDirectory(given, owner: Paths.storeCommandOwner)
             try Paths.checkStoreFiles(in: data)

@@ -89,6 +89,26 @@ final class LifecycleTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.destinationOfSymbolicLink(atPath: link), notes)
     }
 
+    func testASocketNamedWithoutADirectoryIsMadeInTheWorkingDirectory() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bare-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: relayBinary)
+        p.arguments = ["serve", "--socket", "relay.sock", "--data", "data"]
+        p.currentDirectoryURL = dir
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        try p.run()
+        let said = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)  // its first line, or EOF
+        XCTAssertTrue(said.contains("listening on relay.sock"), said)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: dir.appendingPathComponent("relay.sock").path))
+        kill(p.processIdentifier, SIGTERM)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+    }
+
     func testARelayStoppingLeavesAnotherRelaysSocketInItsPlace() throws {
         let first = try RelayProcess()
         try first.start()
@@ -105,6 +125,8 @@ final class LifecycleTests: XCTestCase {
         for words in [
             ["--help"], ["serve", "--help"], ["family", "create", "--help"], ["member", "add", "--help"],
             ["member", "remove", "--help"], ["token", "rotate", "--help"], ["limits", "set", "--help"], ["status", "--help"],
+            ["backup", "--help"], ["restore", "--help"], ["check", "--help"], ["hub", "--help"], ["hub", "init", "--help"],
+            ["device", "--help"], ["device", "add", "--help"],
         ] {
             let r = runRelay(words)
             XCTAssertEqual(r.status, 0, words.joined(separator: " "))

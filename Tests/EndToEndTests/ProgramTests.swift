@@ -429,6 +429,8 @@ final class ProgramTests: XCTestCase {
                 "permission-guardian", ["pending"], env: ["PERMISSION_MEMBER": "", "PERMISSION_TOKEN": "", "PERMISSION_CREDENTIALS": ""]
             ).finish(), 64)
         XCTAssertEqual(try child(["ask", "+1555", "--choice", "broken"]).finish(), 64)
+        XCTAssertEqual(try child(["ask", "+15550177", "--timeout", "1"]).finish(), 64, "--timeout is --wait's: never ignored")
+        XCTAssertEqual(try child(["questions", "--status", "bogus"]).finish(), 64)
         // A usage error is one line: the problem, and where help is.
         let fax = try child(["ask", "fax:12345"], stderrInLines: true)
         XCTAssertEqual(fax.finish(), 64, "an unknown kind of handle")
@@ -529,6 +531,25 @@ final class ProgramTests: XCTestCase {
         XCTAssertTrue(waitForScreen(again) { $0.contains("No questions waiting.") })
         _ = tmux(["send-keys", "-t", again, "C-c"])
         XCTAssertTrue(waitForScreen(again) { $0.contains("exited 130") && $0.contains("\nicanon") })
+    }
+
+    /// Refused credentials end the view with 1, said in full under it, as they end `watch`.
+    func testGuardianTerminalViewEndsWithOneWhenTheCredentialsAreRefused() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
+            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
+        }
+        let session = "pgr\(getpid())"
+        let view =
+            "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --member g0 --token nope"
+        let command = "sh -c '\(view); echo \"exited $?\"; sleep 60'"
+        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "200", "-y", "20", command]), 0)
+        defer { _ = tmux(["kill-session", "-t", session]) }
+        XCTAssertTrue(
+            waitForScreen(session) { screen in
+                let unwrapped = screen.replacingOccurrences(of: "\n", with: "")
+                return screen.contains("exited 1") && unwrapped.contains("permission-guardian: the relay refused the credentials")
+                    && unwrapped.contains("permission-relay token rotate MEMBER")
+            })
     }
 
     func testGuardianTerminalViewFitsTheTerminalAndScrollsToTheSelection() throws {

@@ -8,6 +8,8 @@ import XCTest
 
 final class StoreCommandTests: XCTestCase {
     func testABackupTakenWhileServingIsCheckedAndRestoresEverythingUpToIt() throws {
+        let umaskBefore = umask(0o022)  // files others may read, unless the relay says otherwise
+        defer { umask(umaskBefore) }
         let relay = try RelayProcess()
         try relay.start()
         let tokens = try relay.provision(families: 1)
@@ -20,6 +22,7 @@ final class StoreCommandTests: XCTestCase {
         defer { try? FileManager.default.removeItem(atPath: backup) }
         let b = runRelay(["backup", backup, "--data", relay.data])
         XCTAssertEqual(b.status, 0, b.stderr)
+        XCTAssertEqual(try mode(of: backup), 0o600, "as private as the store")
         XCTAssertEqual(runRelay(["backup", backup, "--data", relay.data]).status, 1, "never over an existing file")
         XCTAssertEqual(try child.request(["type": "ask", "question": question()])["type"]?.string, "ok")  // after the backup
 
@@ -33,11 +36,27 @@ final class StoreCommandTests: XCTestCase {
         XCTAssertEqual(relay.terminate(), 0)
         let r = runRelay(["restore", backup, "--data", relay.data])
         XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(try mode(of: relay.data + "/relay.db"), 0o600)
         try relay.start()
         let guardian = try relay.connect()
         _ = try guardian.hello("g0", tokens["g0"]!)
         let pending = try guardian.request(["type": "pending"])["questions"]?.array?.compactMap { $0["id"]?.string }
         XCTAssertEqual(Set(pending ?? []), Set(before), "what was there at the backup, and nothing after")
+    }
+
+    func testAStoreOthersMayReadIsMadePrivateAtStart() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        _ = try relay.provision(families: 1)
+        XCTAssertEqual(relay.terminate(), 0)
+        XCTAssertEqual(chmod(relay.data + "/relay.db", 0o644), 0)  // copied into place by hand, say
+        try relay.start()
+        XCTAssertEqual(try mode(of: relay.data + "/relay.db"), 0o600)
+        XCTAssertEqual(try mode(of: relay.data + "/relay.db-wal"), 0o600, "SQLite gives the WAL the database's mode")
+    }
+
+    private func mode(of path: String) throws -> Int {
+        (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? -1
     }
 
     func testCheckReportsADamagedStoreAndExitsOne() throws {

@@ -38,7 +38,9 @@ do {
     say("approved: communication limits are off")
     exit(0)
 } catch {
-    fail(error.localizedDescription + (center.lastError.map { " (\($0))" } ?? ""))  // the relay's reason
+    // The relay's reason, when the error does not say it already.
+    let reason = center.lastError.map(String.init(describing:)) ?? ""
+    fail(error.localizedDescription + (error.localizedDescription.contains(reason) ? "" : " (\(reason))"))
 }
 say("asked to message \(value); waiting for a guardian")
 
