@@ -18,7 +18,7 @@ while [ $# -gt 0 ]; do
         --user|--system) mode="${1#--}" ;;
         --no-start) start=0 ;;
         --prefix)
-            [ $# -ge 2 ] || { echo "install.sh: --prefix needs a directory (see scripts/install.sh --help)" >&2; exit 64; }
+            case "${2:-}" in ""|-*) echo "install.sh: --prefix needs a directory (see scripts/install.sh --help)" >&2; exit 64 ;; esac
             prefix="$2"; shift ;;
         -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown option $1 (see scripts/install.sh --help)" >&2; exit 64 ;;

@@ -58,7 +58,8 @@ int cs_accept(int listen_fd) {
 static int fill_addr(struct sockaddr_un *addr, const char *path) {
     memset(addr, 0, sizeof *addr);
     addr->sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof addr->sun_path) return -1;
+    /* An empty name is Linux's abstract namespace, which no file mode protects. */
+    if (path[0] == 0 || strlen(path) >= sizeof addr->sun_path) return -1;
     strcpy(addr->sun_path, path);
     return 0;
 }
@@ -120,7 +121,7 @@ int cs_sd_notify(const char *state) {
 
 int cs_connect_unix(const char *path) {
     struct sockaddr_un addr;
-    if (fill_addr(&addr, path) != 0) { errno = ENAMETOOLONG; return -1; }
+    if (fill_addr(&addr, path) != 0) { errno = path[0] == 0 ? EINVAL : ENAMETOOLONG; return -1; }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     int rc;

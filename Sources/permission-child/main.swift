@@ -42,7 +42,8 @@ let usage = """
                                  keeps its place between runs)
       known HANDLE...            Print which handles are known (approved)
       limits                     Print whether communication limits are on
-      questions [--status S] [--json]   List this child's questions, newest first
+      questions [--status S] [--json]   List this child's questions, newest first (S: pending, answered,
+                                 cancelled or expired)
 
     OPTIONS:
     \(ClientOptions.help)
@@ -150,7 +151,7 @@ func send<T: QuestionTopic>(
     _ q: PermissionQuestion<T>, existing: QuestionSummary?, center: AskCenter, waiting: Waiting, stop: SignalStop, _ a: Arguments
 ) async throws -> Int32 {
     let json = a.has("--json")
-    let timeout = try a.double("--timeout", default: 0)  // a mistake in it is said before anything is asked
+    let timeout = try a.double("--timeout", default: 0)  // checked with the command line
     guard a.has("--wait") else {
         if let existing {
             printOut(
@@ -330,10 +331,18 @@ func run() async throws -> Int32 {
     let a = try Arguments(Array(args.dropFirst()), valueFlags: flags, switchFlags: ["--wait", "--json", "--new"])
     let known = ["ask", "ask-update", "cancel", "watch", "known", "limits", "questions"]
     guard known.contains(command) else { throw CLIError.usage("unknown command \"\(command)\"") }
-    if a.value("--timeout") != nil && !a.has("--wait") { throw CLIError.usage("--timeout is how long --wait waits: give --wait too") }
-    let statuses = ["pending", "answered", "cancelled", "expired"]
-    if let status = a.value("--status"), !statuses.contains(status) {
-        throw CLIError.usage("unknown status \"\(status)\": use \(statuses.joined(separator: ", "))")
+    // Options of one command, checked before anything is sent.
+    if a.value("--timeout") != nil {
+        guard command == "ask" || command == "ask-update" else { throw CLIError.usage("--timeout is an option of ask and ask-update") }
+        guard a.has("--wait") else { throw CLIError.usage("--timeout is how long --wait waits: give --wait too") }
+        _ = try a.double("--timeout", default: 0)
+    }
+    if let status = a.value("--status") {
+        guard command == "questions" else { throw CLIError.usage("--status is an option of questions") }
+        let statuses = QuestionStatus.allCases.map(\.rawValue)
+        guard statuses.contains(status) else {
+            throw CLIError.usage("unknown status \"\(status)\": use \(statuses.joined(separator: ", "))")
+        }
     }
     // `watch` keeps its place in the child's events in a durable session. An ask that does
     // not wait opens that session too, unless it already follows the topic: its place, kept

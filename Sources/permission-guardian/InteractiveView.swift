@@ -136,8 +136,12 @@ struct InteractiveView {
             case .connection(let s):
                 connection = s
                 if s == .replaced { message = replacedNotice }
-                // Ends the view as it ends `watch`: said in full once the terminal is back.
-                if s == .refused { throw CLIError.failure(refusal(center.connectionError)) }
+                // Ends the view as it ends `watch`: said in full once the terminal is back,
+                // on a screen cleared of the view.
+                if s == .refused {
+                    try? FileHandle.standardOutput.write(contentsOf: Data("\u{1B}[H\u{1B}[2J".utf8))
+                    throw CLIError.failure(refusal(center.connectionError))
+                }
             }
             if let quitting, sending == 0 || ContinuousClock.now >= quitting.deadline { return quitting.status }
             selected = min(selected, max(pending.count - 1, 0))

@@ -180,8 +180,9 @@ struct AdminCommand: Sendable {
             describe: { r in
                 r.fields.flatMap { f -> [String] in
                     guard let inner = f.value.object else { return ["\(f.key): \(f.value.text)"] }
-                    return inner.fields.map {
-                        "\(f.key) \($0.key): \($0.value.string ?? ($0.value == .null ? "not known yet" : $0.value.text))"
+                    return inner.fields.map { field in
+                        let none = field.key == "lastContact" ? "never" : "unknown"  // the inbox, while out of reach
+                        return "\(f.key) \(field.key): \(field.value.string ?? (field.value == .null ? none : field.value.text))"
                     }
                 }.joined(separator: "\n")
             }),

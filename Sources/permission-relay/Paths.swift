@@ -70,24 +70,58 @@ enum Paths {
     /// work on the directory of a relay that runs as a user of its own.
     static var storeCommandOwner: uid_t? { geteuid() == 0 ? nil : geteuid() }
 
+    /// The files the relay keeps in its data directory.
+    static let storeFiles = ["relay.db", "relay.db-wal", "relay.db-shm", "relay.db-journal", "relay.lock"]
+
     /// Refuses anything but a regular file where the relay keeps its files in `dir`: a link
     /// there would have the relay write through it to whatever it points at. Makes those
     /// files private to their owner: a store copied into place by hand may be readable by
     /// all, and SQLite gives its WAL the database's mode.
     static func checkStoreFiles(in dir: String) throws {
-        for name in ["relay.db", "relay.db-wal", "relay.db-shm", "relay.db-journal", "relay.lock"] {
-            var st = stat()
+        for name in storeFiles {
             let path = dir + "/" + name
-            guard lstat(path, &st) == 0 else { continue }
-            guard st.st_mode & S_IFMT == S_IFREG else {
-                throw CLIError.failure(
-                    "\(path) is not a regular file (a link is never followed); remove it, or restore the store from a backup")
+            // Changed through the file opened, never by its name again: a link put in its
+            // place meanwhile (the directory may be another user's, when root restores) is
+            // not followed.
+            let notRegular = CLIError.failure(
+                "\(path) is not a regular file (a link is never followed); remove it, or restore the store from a backup")
+            let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+            guard fd >= 0 else {
+                switch errno {
+                case ENOENT: continue
+                case EACCES: throw CLIError.failure("cannot read \(path): permission denied; \(ownershipAdvice(path))")
+                default: throw notRegular  // a link (ELOOP), a socket (ENXIO), …
+                }
             }
-            if st.st_mode & 0o077 != 0 && chmod(path, st.st_mode & 0o700) != 0 {
+            defer { close(fd) }
+            var st = stat()
+            guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { throw notRegular }
+            if st.st_mode & 0o077 != 0 && fchmod(fd, (st.st_mode & 0o700) | 0o600) != 0 {
                 throw CLIError.failure(
-                    "\(path) may be read by others (mode \(String(st.st_mode & 0o7777, radix: 8))) and cannot be made private:"
-                        + " \(String(cString: strerror(errno))); chmod 600 \(path)")
+                    "\(path) may be read by others (mode \(String(st.st_mode & 0o7777, radix: 8))) and cannot be made private: "
+                        + ownershipAdvice(path))
             }
+        }
+    }
+
+    /// What to do about a store file this user cannot change.
+    private static func ownershipAdvice(_ path: String) -> String {
+        var st = stat()
+        guard lstat(path, &st) == 0, st.st_uid != geteuid() else { return "chmod 600 \(path)" }
+        return "it belongs to uid \(st.st_uid): give it to the relay's user (chown), then chmod 600 \(path)"
+    }
+
+    /// Gives the files of the store in `dir` that root made to `owner`: root restoring the
+    /// store of a relay that runs as another user. Each through the file opened, never
+    /// following a link, and only a regular file root owns (made by the restore).
+    static func giveStoreFiles(in dir: String, to owner: uid_t, group: gid_t) {
+        for name in storeFiles {
+            let fd = open(dir + "/" + name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+            guard fd >= 0 else { continue }
+            defer { close(fd) }
+            var st = stat()
+            guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_uid == 0 else { continue }
+            _ = fchown(fd, owner, group)
         }
     }
 }

@@ -99,6 +99,8 @@ enum Serve {
             throw CLIError.usage("--socket is for a relay that binds its own socket; this one was given one (socket activation)")
         }
         let socket = inherited?.path ?? a.value("--socket") ?? Paths.defaultSocket
+        // Linux takes an empty name for one outside the file system, where anyone may connect.
+        guard !socket.isEmpty else { throw CLIError.usage("--socket needs a path") }
         let dataOption = a.value("--data") ?? ServiceManager.stateDirectory ?? Paths.defaultData
         guard let sync = SyncMode(rawValue: a.value("--sync") ?? "normal") else {
             throw CLIError.usage("--sync must be normal or full")
@@ -161,7 +163,7 @@ enum Serve {
         try Paths.checkStoreFiles(in: data)
         if inherited == nil {
             let socketDirectory = (socket as NSString).deletingLastPathComponent
-            try Paths.makePrivateDirectory(socketDirectory.isEmpty ? "." : socketDirectory)  // a bare name: here
+            try Paths.makePrivateDirectory(socketDirectory.isEmpty ? FileManager.default.currentDirectoryPath : socketDirectory)
         }
         let lock = try lockDataDirectory(data)
         defer { Glibc.close(lock) }

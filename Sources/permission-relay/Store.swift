@@ -72,9 +72,7 @@ struct StoreCommand: Sendable {
             }
             // Root restoring the store of a relay that runs as another user gives it that user's.
             var st = stat()
-            if geteuid() == 0, stat(data, &st) == 0, st.st_uid != 0 {
-                for name in ["relay.db", "relay.db-wal", "relay.db-shm"] { _ = chown(data + "/" + name, st.st_uid, st.st_gid) }
-            }
+            if geteuid() == 0, stat(data, &st) == 0, st.st_uid != 0 { Paths.giveStoreFiles(in: data, to: st.st_uid, group: st.st_gid) }
             printOut("restored \(backup) into \(data)/relay.db; start the relay to serve it")
         })
 

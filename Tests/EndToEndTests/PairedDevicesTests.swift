@@ -83,7 +83,7 @@ final class PairedDevicesTests: XCTestCase {
         }
         XCTAssertEqual(try admin.request(["type": "status"])["hub"]?["connected"]?.bool, false)
         let said = relay(["status", "--socket", tablet.socket])
-        XCTAssertTrue(said.contains("hub connected: false\n") && said.contains("hub inbox: not known yet\n"), said)
+        XCTAssertTrue(said.contains("hub connected: false\n") && said.contains("hub inbox: unknown\n"), said)
         // Its child's program says why its question waits.
         let asked = runToEnd(
             process(

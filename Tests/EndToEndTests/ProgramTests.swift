@@ -430,7 +430,10 @@ final class ProgramTests: XCTestCase {
             ).finish(), 64)
         XCTAssertEqual(try child(["ask", "+1555", "--choice", "broken"]).finish(), 64)
         XCTAssertEqual(try child(["ask", "+15550177", "--timeout", "1"]).finish(), 64, "--timeout is --wait's: never ignored")
+        XCTAssertEqual(try child(["ask", "+15550177", "--wait", "--timeout", "soon"]).finish(), 64)
+        XCTAssertEqual(try child(["watch", "--timeout", "3"]).finish(), 64, "not an option of watch")
         XCTAssertEqual(try child(["questions", "--status", "bogus"]).finish(), 64)
+        XCTAssertEqual(try child(["known", "+15550177", "--status", "pending"]).finish(), 64, "not an option of known")
         // A usage error is one line: the problem, and where help is.
         let fax = try child(["ask", "fax:12345"], stderrInLines: true)
         XCTAssertEqual(fax.finish(), 64, "an unknown kind of handle")
@@ -541,13 +544,15 @@ final class ProgramTests: XCTestCase {
         let session = "pgr\(getpid())"
         let view =
             "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --member g0 --token nope"
-        let command = "sh -c '\(view); echo \"exited $?\"; sleep 60'"
+        let command =
+            "sh -c '\(view); echo \"exited $?\"; stty -a | tr \" \" \"\\n\" | grep -x -e -echo -e -icanon -e echo -e icanon; sleep 60'"
         XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "200", "-y", "20", command]), 0)
         defer { _ = tmux(["kill-session", "-t", session]) }
         XCTAssertTrue(
             waitForScreen(session) { screen in
                 let unwrapped = screen.replacingOccurrences(of: "\n", with: "")
-                return screen.contains("exited 1") && unwrapped.contains("permission-guardian: the relay refused the credentials")
+                return screen.contains("exited 1\n") && screen.contains("\nicanon") && screen.contains("\necho")
+                    && unwrapped.contains("permission-guardian: the relay refused the credentials")
                     && unwrapped.contains("permission-relay token rotate MEMBER")
             })
     }

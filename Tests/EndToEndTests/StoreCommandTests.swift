@@ -55,6 +55,28 @@ final class StoreCommandTests: XCTestCase {
         XCTAssertEqual(try mode(of: relay.data + "/relay.db-wal"), 0o600, "SQLite gives the WAL the database's mode")
     }
 
+    /// Root restoring the store of a relay that runs as a user of its own gives that user the
+    /// files it made, the lock included (or that relay could not start).
+    func testRootRestoringAnotherUsersStoreGivesThatUserItsFiles() throws {
+        guard geteuid() == 0 else { throw XCTSkip("restoring as root for another user needs root (CI runs as root)") }
+        let relay = try RelayProcess()
+        try relay.start()
+        _ = try relay.provision(families: 1)
+        let backup = relay.dir.appendingPathComponent("backup.db").path
+        XCTAssertEqual(runRelay(["backup", backup, "--data", relay.data]).status, 0)
+        XCTAssertEqual(relay.terminate(), 0)
+        let nobody: uid_t = 65534
+        try FileManager.default.removeItem(atPath: relay.data + "/relay.lock")
+        for path in [relay.data] + (try FileManager.default.contentsOfDirectory(atPath: relay.data)).map({ relay.data + "/" + $0 }) {
+            XCTAssertEqual(chown(path, nobody, nobody), 0, path)
+        }
+        let r = runRelay(["restore", backup, "--data", relay.data])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        for name in ["relay.db", "relay.lock"] {
+            XCTAssertEqual(try FileManager.default.attributesOfItem(atPath: relay.data + "/" + name)[.ownerAccountID] as? Int, 65534, name)
+        }
+    }
+
     private func mode(of path: String) throws -> Int {
         (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? -1
     }

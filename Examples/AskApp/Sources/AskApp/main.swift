@@ -38,9 +38,10 @@ do {
     say("approved: communication limits are off")
     exit(0)
 } catch {
+    var said = error.localizedDescription
     // The relay's reason, when the error does not say it already.
-    let reason = center.lastError.map(String.init(describing:)) ?? ""
-    fail(error.localizedDescription + (error.localizedDescription.contains(reason) ? "" : " (\(reason))"))
+    if let reason = center.lastError?.description, !reason.isEmpty, !said.contains(reason) { said += " (\(reason))" }
+    fail(said)
 }
 say("asked to message \(value); waiting for a guardian")
 
