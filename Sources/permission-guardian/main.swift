@@ -47,12 +47,32 @@ let flags: Set<String> = ClientOptions.valueFlags.union(["--child", "--choice", 
 
 func line(_ o: JSONObject) -> String { JSON.object(o).text }
 
+/// What a child asks to do, said of `people`.
+private func phrase(_ action: CommunicationTopic.Action, _ people: String) -> String {
+    switch action {
+    case .message: "message \(people)"
+    case .audioCall: "audio-call \(people)"
+    case .videoCall: "video-call \(people)"
+    case .call: "call \(people)"
+    case .chat: "chat with \(people)"
+    case .follow: "follow \(people)"
+    case .beFollowed: "be followed by \(people)"
+    case .friend: "become friends with \(people)"
+    case .connect: "connect with \(people)"
+    case .communicate: "communicate with \(people)"
+    }
+}
+
 /// One line about the question, safe for a terminal (`terminalSafe`).
 func summary(_ q: GuardianQuestion) -> String {
     switch q.topic {
     case .communication(let t):
-        let actions = t.actions.isEmpty ? "communicate" : t.actions.map(\.rawValue).sorted().joined(separator: "/")
-        return terminalSafe("\(q.child) asks to \(actions) with \(describePeople(t))")
+        let people = describePeople(t)
+        guard t.actions.count > 1 else {
+            return terminalSafe("\(q.child) asks to \(phrase(t.actions.first ?? .communicate, people))")
+        }
+        let ways = t.actions.map(\.rawValue).sorted().joined(separator: ", ")
+        return terminalSafe("\(q.child) asks to communicate with \(people): \(ways)")
     case .significantAppUpdate(let u):
         return terminalSafe("\(q.child) asks to keep using the app after an update: \(u.description)")
     }

@@ -481,6 +481,17 @@ final class ProgramTests: XCTestCase {
         XCTAssertFalse(text.unicodeScalars.contains { $0.value < 0x20 || $0 == "\u{202E}" }, text)
     }
 
+    func testAQuestionReadsAsWhatTheChildAsksToDo() throws {
+        XCTAssertEqual(try child(["ask", "phone:+15550190", "--name", "Kim Lee", "--action", "chat"]).finish(), 0)
+        XCTAssertEqual(try child(["ask", "+15550191", "--action", "message", "--action", "call"]).finish(), 0)
+        let pending = try guardian(["pending"])
+        XCTAssertEqual(pending.finish(), 0)
+        var text = ""
+        while let l = pending.nextLine() { text += l + "\n" }
+        XCTAssertTrue(text.contains("c0 asks to chat with Kim Lee (+15550190)"), text)
+        XCTAssertTrue(text.contains("c0 asks to communicate with +15550191: call, message"), text)
+    }
+
     func testGuardianTerminalViewShowsAQuestionAndApprovesIt() throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
             return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
@@ -490,7 +501,7 @@ final class ProgramTests: XCTestCase {
         let command = viewCommand
         XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "120", "-y", "30", command]), 0)
         defer { _ = tmux(["kill-session", "-t", session]) }
-        XCTAssertTrue(waitForScreen(session) { $0.contains("c0 asks to videoCall with Kim Lee (+15550126)") && $0.contains("1 Approve") })
+        XCTAssertTrue(waitForScreen(session) { $0.contains("c0 asks to video-call Kim Lee (+15550126)") && $0.contains("1 Approve") })
         _ = tmux(["send-keys", "-t", session, "a"])
         XCTAssertEqual(ask.finish(), 0)
         XCTAssertEqual(ask.nextLine(), "approved: Approve (by g0)")
