@@ -81,8 +81,11 @@ if [ "${1:-}" = "--manual" ]; then
     # An answer given just before quitting takes the child a moment to hear.
     for _ in $(seq 40); do kill -0 "$child_pid" 2>/dev/null || break; sleep 0.05; done
     if kill -0 "$child_pid" 2>/dev/null; then
-        echo "4. you quit without answering: alex stops waiting, the question stays pending (the demo's relay stops now)"
+        # Not the child's own advice to wait again: the demo's relay and its data go now.
+        echo "4. you quit without answering: alex stops waiting, and the demo's relay stops with its data"
         kill -INT "$child_pid"
+        wait "$child_pid" || true
+        exit 0
     fi
     wait "$child_pid" || true
     cat "$dir/child.out"

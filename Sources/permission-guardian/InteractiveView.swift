@@ -136,12 +136,8 @@ struct InteractiveView {
             case .connection(let s):
                 connection = s
                 if s == .replaced { message = replacedNotice }
-                // Ends the view as it ends `watch`: said in full once the terminal is back,
-                // on a screen cleared of the view.
-                if s == .refused {
-                    try? FileHandle.standardOutput.write(contentsOf: Data("\u{1B}[H\u{1B}[2J".utf8))
-                    throw CLIError.failure(refusal(center.connectionError))
-                }
+                // Ends the view as it ends `watch`: said in full once the terminal is back.
+                if s == .refused { throw CLIError.failure(refusal(center.connectionError)) }
             }
             if let quitting, sending == 0 || ContinuousClock.now >= quitting.deadline { return quitting.status }
             selected = min(selected, max(pending.count - 1, 0))
@@ -199,7 +195,9 @@ final class RawTerminal: Sendable {
         var raw = settings
         raw.c_lflag &= ~tcflag_t(ICANON | ECHO | ISIG)
         tcsetattr(0, TCSANOW, &raw)
-        try? FileHandle.standardOutput.write(contentsOf: Data("\u{1B}[?25l".utf8))
+        // The terminal's alternate screen, cursor hidden: what was on the screen before is
+        // there again after the view, as after `less`.
+        try? FileHandle.standardOutput.write(contentsOf: Data("\u{1B}[?1049h\u{1B}[?25l".utf8))
     }
 
     func restore() {
@@ -209,7 +207,7 @@ final class RawTerminal: Sendable {
             })
         else { return }
         tcsetattr(0, TCSANOW, &settings)
-        try? FileHandle.standardOutput.write(contentsOf: Data("\u{1B}[?25h\r\n".utf8))
+        try? FileHandle.standardOutput.write(contentsOf: Data("\u{1B}[?25h\u{1B}[?1049l".utf8))
     }
 }
 

@@ -146,6 +146,7 @@ final class DemoScriptTests: XCTestCase {
         guard let run = try runManualDemo(typing: "q") else { return }
         XCTAssertEqual(run.status, 0, run.screen)
         XCTAssertTrue(run.screen.contains("you quit without answering"), run.screen)
+        XCTAssertFalse(run.screen.contains("run the same command again"), "the demo's relay is gone: " + run.screen)
     }
 
     /// Without PERMISSION_BIN_DIR the demo runs the release programs, and builds them first

@@ -519,6 +519,20 @@ final class ProgramTests: XCTestCase {
         XCTAssertTrue(waitForScreen(session) { $0.contains("No questions waiting.") && !$0.contains("loading") })
     }
 
+    /// The view has a screen of its own: after `q`, the terminal shows what it did before.
+    func testGuardianTerminalViewGivesTheScreenBackAsItWas() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
+            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
+        }
+        let session = "pgb\(getpid())"
+        let command = "sh -c 'echo before the view; \(viewCommand); echo \"exited $?\"; sleep 60'"
+        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "100", "-y", "20", command]), 0)
+        defer { _ = tmux(["kill-session", "-t", session]) }
+        XCTAssertTrue(waitForScreen(session) { $0.contains("No questions waiting.") && !$0.contains("before the view") })
+        _ = tmux(["send-keys", "-t", session, "q"])
+        XCTAssertTrue(waitForScreen(session) { $0.hasPrefix("before the view\nexited 0\n") })
+    }
+
     /// SIGTERM ends the view with 143 and gives the terminal back as it was (echo, lines).
     func testGuardianTerminalViewStopsOnSIGTERMAndRestoresTheTerminal() throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
