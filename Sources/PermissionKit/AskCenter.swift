@@ -7,7 +7,7 @@ import RelayProtocol
 import Synchronization
 
 /// The relay refused a request: its error code and message (beyond Apple's API).
-public struct RelayError: Error, Sendable, CustomStringConvertible {
+public struct RelayError: Error, Sendable, CustomStringConvertible, LocalizedError {
     /// The contract's error code, e.g. `tooManyPending` (protocol.md lists them all).
     public let code: String
     /// The relay's explanation, for people.
@@ -15,6 +15,8 @@ public struct RelayError: Error, Sendable, CustomStringConvertible {
     /// Extra fields of the error frame (e.g. `answeredBy` with `alreadyAnswered`).
     public let details: [String: String]
     public var description: String { "\(code): \(message)" }
+    /// What `localizedDescription` says: the description.
+    public var errorDescription: String? { description }
 
     /// An error as the relay would send it (for tests and stand-ins).
     public init(code: String, message: String, details: [String: String] = [:]) {
@@ -43,7 +45,10 @@ public struct AskReceipt: Sendable, Equatable {
 public struct QuestionOutcome: Sendable, Equatable {
     /// Why it ended: withdrawn by the child (any of its apps), or unanswered in time.
     public enum Reason: String, Sendable {
-        case cancelled, expired
+        /// Withdrawn by the child: by any of its apps, on any of its devices.
+        case cancelled
+        /// Unanswered by its expiration date: its default choice stands.
+        case expired
     }
     /// The question that ended.
     public let questionID: UUID
@@ -83,11 +88,15 @@ public struct QuestionSummary: Sendable {
 
 /// Where a handle stands for this child.
 public enum HandleState: Sendable, Equatable {
+    /// Never asked about, or forgotten.
     case notDetermined
+    /// A question about it waits for a guardian.
     case pending
     /// Approved; `until` is set for a time-limited approval.
     case approved(until: Date?)
+    /// The last question about it was denied.
     case denied
+    /// The last question about it expired unanswered, or its time-limited approval ran out.
     case expired
 }
 
@@ -191,7 +200,10 @@ public final class AskCenter: Sendable {
     // MARK: - Streams
 
     /// Every response to questions of this topic, from now on (and those already received
-    /// in this process). Each call returns its own complete sequence.
+    /// in this process), and those that came while the app was not running and it has not
+    /// processed. Each call returns its own complete sequence. Unlike Apple's, it ends: when
+    /// the center is closed, has no credentials, or the relay refused them
+    /// (`connectionError` says which).
     ///
     /// A response counts as processed once the loop that took it asks for the next one
     /// (or ends), and every other loop it went to too: an app stopped at any moment gets
@@ -204,8 +216,9 @@ public final class AskCenter: Sendable {
     }
 
     /// Questions that closed without a response: cancelled (here or on another device) or
-    /// expired, from now on (and those already received in this process). Processed as
-    /// responses are: once every loop that took one asks for the next.
+    /// expired, from now on (and those already received in this process, and those that
+    /// came while the app was not running). Processed as responses are: once every loop
+    /// that took one asks for the next. Ends as `responses(for:)` does.
     public func outcomes() -> some AsyncSequence<QuestionOutcome, Never> & Sendable {
         progress.noteOutcomesUsed()
         register([CommunicationTopic.id, SignificantAppUpdateTopic.id])

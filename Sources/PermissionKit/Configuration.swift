@@ -172,7 +172,7 @@ public struct RelayConfiguration: Sendable {
 }
 
 /// Failures of the connection underneath the API types.
-public enum ClientError: Error, Sendable, CustomStringConvertible {
+public enum ClientError: Error, Sendable, CustomStringConvertible, LocalizedError {
     /// The relay could not be reached before the request's deadline.
     case unavailable(String)
     /// The relay refused the member or token.
@@ -199,4 +199,7 @@ public enum ClientError: Error, Sendable, CustomStringConvertible {
         case .closed: return "the client was closed"
         }
     }
+
+    /// What `localizedDescription` says: the description.
+    public var errorDescription: String? { description }
 }

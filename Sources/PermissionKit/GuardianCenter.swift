@@ -10,7 +10,9 @@ import Synchronization
 public struct GuardianQuestion: Sendable, Identifiable {
     /// What the child asks about.
     public enum Topic: Sendable {
+        /// To communicate with people.
         case communication(CommunicationTopic)
+        /// To keep using the app after a significant update.
         case significantAppUpdate(SignificantAppUpdateTopic)
     }
 
@@ -191,6 +193,8 @@ public final class GuardianCenter: Sendable {
             try await call(["type": "addKnownHandles", "child": .string(child), "handles": .array(handles.map(\.wire))])["known"]?.int ?? 0)
     }
 
+    /// Makes handles unknown for a child (asking about them again); returns how many the
+    /// child has now.
     @discardableResult
     public func removeKnownHandles(_ handles: [CommunicationHandle], for child: String) async throws -> Int {
         Int(

@@ -8,7 +8,12 @@ import RelayProtocol
 public struct CommunicationHandle: Codable, Hashable, Sendable {
     /// The kind of a handle.
     public enum Kind: String, Codable, Hashable, Sendable, CaseIterable {
-        case phoneNumber, emailAddress, custom
+        /// A phone number; compared by its digits.
+        case phoneNumber
+        /// An e-mail address; compared lower-cased.
+        case emailAddress
+        /// An app's own kind of id, compared as it is.
+        case custom
     }
 
     /// The value of the communication handle.
@@ -30,7 +35,9 @@ public struct CommunicationHandle: Codable, Hashable, Sendable {
     }
 }
 
-/// A topic a question can be about.
+/// A topic a question can be about: `CommunicationTopic` or `SignificantAppUpdateTopic`.
+/// (Apple has an `ask` for each; here `ask` is generic, and the relay refuses a question
+/// of any other topic with `invalidQuestion`.)
 public protocol QuestionTopic: Codable, Sendable {
     /// The unique identifier for the topic (also its subscription name on the wire).
     static var id: String { get }
@@ -43,7 +50,26 @@ public struct CommunicationTopic: QuestionTopic, Hashable {
 
     /// A communication action you can request permission for.
     public enum Action: String, Codable, Hashable, Sendable, CaseIterable {
-        case message, audioCall, videoCall, call, chat, follow, beFollowed, friend, connect, communicate
+        /// Send messages.
+        case message
+        /// Make or take audio calls.
+        case audioCall
+        /// Make or take video calls.
+        case videoCall
+        /// Make or take calls of either kind.
+        case call
+        /// Chat.
+        case chat
+        /// Follow the person.
+        case follow
+        /// Be followed by the person.
+        case beFollowed
+        /// Become friends.
+        case friend
+        /// Connect.
+        case connect
+        /// Communicate in any way (what a topic without actions asks for).
+        case communicate
     }
 
     /// Who the child wants to communicate with.
@@ -89,10 +115,14 @@ public struct SignificantAppUpdateTopic: QuestionTopic, Hashable {
 public struct PermissionChoice: Codable, Hashable, Sendable, Identifiable {
     /// What a choice means.
     public enum Answer: String, Codable, Hashable, Sendable {
-        case approval, denial
+        /// Choosing it approves: the question's handles become known.
+        case approval
+        /// Choosing it denies.
+        case denial
     }
 
-    /// The choice's id, unique within its question; a guardian answers with it.
+    /// The choice's id, unique within its question (Apple asks for ids unique everywhere;
+    /// the relay keeps choices per question); a guardian answers with it.
     public var id: String
     /// What the guardian is shown, unique within its question.
     public var title: String
@@ -115,7 +145,8 @@ public struct PermissionChoice: Codable, Hashable, Sendable, Identifiable {
     public static let decline = PermissionChoice(id: "decline", title: "Decline", answer: .denial)
 }
 
-/// A question for a guardian.
+/// A question for a guardian. A value type, where Apple's is a class: declare it with
+/// `var` to set `expirationDate` after creating it, or pass `expirationDate:`.
 public struct PermissionQuestion<Topic: QuestionTopic>: Codable, Sendable, Identifiable {
     /// The question's id: asking again with it resends the same question (or asks again
     /// after it was cancelled or expired).
@@ -179,18 +210,21 @@ public struct PermissionResponse<Topic: QuestionTopic>: Sendable {
 }
 
 /// An error that can occur when asking a guardian.
-public enum AskError: Error, Sendable, LocalizedError, Equatable {
+public enum AskError: Error, Sendable, LocalizedError, Hashable {
     /// A failure the relay named with a code this library does not know.
     case unknown
     /// Communication limits are off for this child: the app may allow the contact directly.
     case communicationLimitsNotEnabled
-    /// The child's family has no guardian to ask.
+    /// The child's family has no guardian to ask (Apple's case, for its own setup that
+    /// is missing: contact sync).
     case contactSyncNotSetup
     /// The question breaks a rule (its message says which).
     case invalidQuestion
     /// A failure underneath the API: refused credentials, a relay error of its own kind.
     case systemError(underlyingError: any Error)
-    /// The relay cannot be reached, or the child may not ask (bad credentials, too many questions).
+    /// The relay cannot be reached, or this member may not ask now: not a child
+    /// (`forbidden`), too many questions pending, asking too fast, or the relay busy.
+    /// `AskCenter.lastError` says which.
     case notAvailable
 
     public var errorDescription: String? {
@@ -200,7 +234,19 @@ public enum AskError: Error, Sendable, LocalizedError, Equatable {
         case .contactSyncNotSetup: return "No guardian is set up to receive questions."
         case .invalidQuestion: return "The permission question is invalid."
         case .systemError(let e): return "A system error occurred: \(e)"
-        case .notAvailable: return "Asking for permission isn't available right now."
+        case .notAvailable: return "Asking for permission isn't available: the relay cannot be reached, or may not take this question now."
+        }
+    }
+
+    /// Hashes the case only, as `==` compares.
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .unknown: hasher.combine(0)
+        case .communicationLimitsNotEnabled: hasher.combine(1)
+        case .contactSyncNotSetup: hasher.combine(2)
+        case .invalidQuestion: hasher.combine(3)
+        case .systemError: hasher.combine(4)
+        case .notAvailable: hasher.combine(5)
         }
     }
 
@@ -221,8 +267,8 @@ public enum AskError: Error, Sendable, LocalizedError, Equatable {
         case "communicationLimitsNotEnabled": self = .communicationLimitsNotEnabled
         case "contactSyncNotSetup": self = .contactSyncNotSetup
         case "invalidQuestion", "badRequest": self = .invalidQuestion
-        case "unauthorized", "forbidden", "tooManyPending", "rateLimited", "busy": self = .notAvailable
-        case "internal", "badFrame", "frameTooLarge", "unknownType", "unsupportedProtocol", "notFound", "conflict",
+        case "forbidden", "tooManyPending", "rateLimited", "busy": self = .notAvailable
+        case "unauthorized", "internal", "badFrame", "frameTooLarge", "unknownType", "unsupportedProtocol", "notFound", "conflict",
             "alreadyAnswered", "expired", "cancelled", "invalidChoice":
             self = .systemError(underlyingError: ClientError.relay(code: code, message: message))
         default: self = .unknown

@@ -21,7 +21,9 @@ let usage = """
       answer ID CHOICE                  Answer a question with a choice id (approve, decline, or a custom one)
       watch [--json]                    Print questions and closures as they come
       auto --approve|--decline [--choice ID] [--count N]
-                                        A bot that answers every question (N: stop after N answers)
+                                        A bot that answers every question, the oldest pending first, with
+                                        its first approval (or denial) choice, or choice ID where it has one
+                                        (N: stop after N answers)
       limits CHILD on|off               Turn a child's communication limits on or off
       known add|remove CHILD HANDLE...  Make handles known, or unknown, for a child
       history [--child C] [--limit N] [--json]   Questions, newest first, with their answers

@@ -9,8 +9,8 @@ final class ValueTests: XCTestCase {
     func testEveryRelayErrorCodeMapsToAnAskError() {
         let expected: [String: AskError] = [
             "communicationLimitsNotEnabled": .communicationLimitsNotEnabled, "contactSyncNotSetup": .contactSyncNotSetup,
-            "invalidQuestion": .invalidQuestion, "badRequest": .invalidQuestion, "unauthorized": .notAvailable,
-            "forbidden": .notAvailable, "tooManyPending": .notAvailable, "rateLimited": .notAvailable, "busy": .notAvailable,
+            "invalidQuestion": .invalidQuestion, "badRequest": .invalidQuestion, "forbidden": .notAvailable,
+            "tooManyPending": .notAvailable, "rateLimited": .notAvailable, "busy": .notAvailable,
         ]
         for code in ErrorCode.allCases.map(\.rawValue) {
             let e = AskError(code: code, message: "m")
@@ -21,6 +21,10 @@ final class ValueTests: XCTestCase {
             }
         }
         XCTAssertEqual(AskError(code: "somethingNew", message: ""), .unknown, "an unknown code never crashes")
+        XCTAssertEqual(Set<AskError>([.notAvailable, .notAvailable, .invalidQuestion]).count, 2, "hashed as compared: by case")
+        // Said in full where an app logs `localizedDescription`.
+        XCTAssertEqual(RelayError(code: "notFound", message: "no such question").localizedDescription, "notFound: no such question")
+        XCTAssertEqual(ClientError.unauthorized("wrong token").localizedDescription, "the relay refused the credentials: wrong token")
     }
 
     func testQuestionDefaultsAndWireRoundTrip() throws {
