@@ -76,7 +76,9 @@ enum Paths {
     /// Refuses anything but a regular file where the relay keeps its files in `dir`: a link
     /// there would have the relay write through it to whatever it points at. Makes those
     /// files private to their owner: a store copied into place by hand may be readable by
-    /// all, and SQLite gives its WAL the database's mode.
+    /// all, and SQLite gives its WAL the database's mode. Called before SQLite opens the
+    /// store, as `giveStoreFiles` is after: closing any descriptor of `relay.db` drops the
+    /// process's POSIX locks on it, SQLite's among them.
     static func checkStoreFiles(in dir: String) throws {
         for name in storeFiles {
             let path = dir + "/" + name
