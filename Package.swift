@@ -72,6 +72,7 @@ let package = Package(
         .testTarget(name: "permission-benchTests", dependencies: ["permission-bench", "RelayProtocol"]),
         .testTarget(name: "permission-harnessTests", dependencies: ["permission-harness"]),
         .testTarget(name: "permission-guardianTests", dependencies: ["permission-guardian"]),
+        .testTarget(name: "ClientCommandsTests", dependencies: ["ClientCommands"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -65,7 +65,10 @@ let usage = """
       permission-child ask kim@example.org --choice hour:"For an hour":approval:3600 --choice no:No:denial
       permission-child ask-update --description "Version 2 adds group chat" --wait
       permission-child watch --json
+      permission-child cancel 6F9619FF-8B86-D011-B42D-00CF4FC964FF
       permission-child known +15550100 kim@example.org
+      permission-child limits
+      permission-child questions --status pending
     """
 
 let flags: Set<String> = ClientOptions.valueFlags.union([
@@ -324,13 +327,14 @@ func printResponses<T: QuestionTopic>(
 func run() async throws -> Int32 {
     let args = Array(CommandLine.arguments.dropFirst())
     guard let command = args.first else { throw CLIError.usage("no command given") }
-    if command == "-h" || command == "--help" || command == "help" || args.contains("--help") || args.contains("-h") {
-        printOut(usage)
+    if let help = CommandHelp.requested(by: args, usage: usage, program: "permission-child") {
+        printOut(help)
         return 0
     }
     let a = try Arguments(Array(args.dropFirst()), valueFlags: flags, switchFlags: ["--wait", "--json", "--new"])
-    let known = ["ask", "ask-update", "cancel", "watch", "known", "limits", "questions"]
-    guard known.contains(command) else { throw CLIError.usage("unknown command \"\(command)\"") }
+    guard CommandHelp.text(for: command, in: usage, program: "permission-child") != nil else {
+        throw CLIError.usage("unknown command \"\(command)\"")
+    }
     // Options of one command, checked before anything is sent.
     if a.value("--timeout") != nil {
         guard command == "ask" || command == "ask-update" else { throw CLIError.usage("--timeout is an option of ask and ask-update") }

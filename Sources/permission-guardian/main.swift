@@ -41,8 +41,11 @@ let usage = """
       permission-guardian
       permission-guardian pending
       permission-guardian answer 6F9619FF-8B86-D011-B42D-00CF4FC964FF approve
+      permission-guardian watch --json
       permission-guardian auto --approve
+      permission-guardian limits alex on
       permission-guardian known add alex +15550100
+      permission-guardian history --child alex --limit 20
     """
 
 let flags: Set<String> = ClientOptions.valueFlags.union(["--child", "--choice", "--count", "--limit"])
@@ -159,8 +162,8 @@ enum NotifySend {
 
 func run() async throws -> Int32 {
     let args = Array(CommandLine.arguments.dropFirst())
-    if args.contains("--help") || args.contains("-h") || args.first == "help" {
-        printOut(usage)
+    if let help = CommandHelp.requested(by: args, usage: usage, program: "permission-guardian") {
+        printOut(help)
         return 0
     }
     let command = args.first.flatMap { $0.hasPrefix("-") ? nil : $0 }

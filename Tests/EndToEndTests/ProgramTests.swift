@@ -414,14 +414,26 @@ final class ProgramTests: XCTestCase {
     }
 
     func testHelpUsageAndErrors() throws {
-        for (program, args) in [
-            ("permission-child", ["--help"]), ("permission-guardian", ["--help"]), ("permission-child", ["ask", "--help"]),
-        ] {
+        func help(_ program: String, _ args: [String]) throws -> String {
             let p = try ProgramRun(program, args, env: [:])
             XCTAssertEqual(p.finish(), 0)
             var text = ""
             while let l = p.nextLine() { text += l + "\n" }
+            return text
+        }
+        for program in ["permission-child", "permission-guardian"] {
+            let text = try help(program, ["--help"])
             XCTAssertTrue(text.contains("EXAMPLES:") && text.contains("EXIT STATUS:"), program)
+        }
+        // A command's help is that command's: its options, the shared ones, its examples.
+        for (program, args, usage, own, others) in [
+            ("permission-child", ["ask", "--help"], "permission-child ask HANDLE... [options]", "--choice", "ask-update"),
+            ("permission-guardian", ["help", "history"], "permission-guardian history [--child C]", "--limit 20", "auto --approve"),
+        ] {
+            let text = try help(program, args)
+            XCTAssertTrue(text.hasPrefix("USAGE: \(usage)"), text)
+            XCTAssertTrue(text.contains(own) && text.contains("--credentials FILE") && text.contains("EXAMPLES:"), text)
+            XCTAssertFalse(text.contains(others), text)
         }
         XCTAssertEqual(try ProgramRun("permission-child", ["fly"], env: [:]).finish(), 64)
         XCTAssertEqual(
