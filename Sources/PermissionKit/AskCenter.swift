@@ -92,7 +92,8 @@ public enum HandleState: Sendable, Equatable {
     case notDetermined
     /// A question about it waits for a guardian.
     case pending
-    /// Approved; `until` is set for a time-limited approval.
+    /// Approved; `until` is when it stops being known (the timed approval that ends last),
+    /// nil when it is known for good.
     case approved(until: Date?)
     /// The last question about it was denied.
     case denied
@@ -320,19 +321,15 @@ public final class AskCenter: Sendable {
     /// Where `handle` stands: known, waiting for an answer, denied, expired, or never asked.
     public func state(for handle: CommunicationHandle) async throws -> HandleState {
         guard let key = handle.normalized else { return .notDetermined }
-        let known = try await call(["type": "knownHandles", "handles": [handle.wire]])["known"]?.array ?? []
+        // Known: until when the relay says (timed approvals), whichever question made it so.
+        let reply = try await call(["type": "knownHandles", "handles": [handle.wire]])
+        if reply["known"]?.array?.isEmpty == false {
+            return .approved(until: reply["timed"]?.array?.first?["until"]?.string.flatMap(Date.init(rfc3339:)))
+        }
         // Newest first: the pages after the one that names the handle cannot change the answer.
         let asks = { (q: QuestionSummary) in q.handles.contains { $0.normalized == key } }
         let latest = try await session.list(["type": "questions"]) { QuestionSummary(wire: $0).map(asks) ?? false }
             .compactMap(QuestionSummary.init(wire:)).first(where: asks)
-        if !known.isEmpty {
-            if let q = latest, q.status == "answered", q.choice?.answer == .approval, let s = q.choice?.durationSeconds,
-                let at = q.answeredAt
-            {
-                return .approved(until: at.addingTimeInterval(Double(s)))
-            }
-            return .approved(until: nil)
-        }
         switch (latest?.status, latest?.choice?.answer) {
         case ("pending"?, _): return .pending
         case ("answered"?, .denial?): return .denied

@@ -170,7 +170,18 @@ extension RelayCore {
 
     func knownHandles(_ r: Request) throws(RequestError) -> ReplyFields {
         let asked = try r.handles("handles")
-        return ["known": .array(asked.filter { r.member.isKnown($0, at: r.now) }.map(\.json))]
+        var known: [JSON] = []
+        var timed: [JSON] = []  // those known only for a while, and until when (protocol.md)
+        for h in asked {
+            guard let k = r.member.known[h], k.isKnown(at: r.now) else { continue }
+            known.append(h.json)
+            if !k.permanent, let until = k.until {
+                timed.append(.object(["value": .string(h.value), "kind": .string(h.kind.rawValue), "until": .string(until.rfc3339)]))
+            }
+        }
+        var reply: JSONObject = ["known": .array(known)]
+        if !timed.isEmpty { reply["timed"] = .array(timed) }
+        return .object(reply)
     }
 
     // MARK: - Shared by several requests

@@ -40,7 +40,7 @@ let usage = """
       cancel ID                  Withdraw a pending question
       watch [--json]             Print responses and outcomes as they come (from its first run on: it
                                  keeps its place between runs)
-      known HANDLE...            Print which handles are known (approved)
+      known HANDLE...            Print which handles are known (approved), and until when for a timed approval
       limits                     Print whether communication limits are on
       questions [--status S] [--json]   List this child's questions, newest first (S: pending, answered,
                                  cancelled or expired)
@@ -447,10 +447,12 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
             let knownSet = try await center.knownHandles(in: Set(handles))
             for h in handles {
                 let isKnown = knownSet.contains(h)
-                printOut(
-                    json
-                        ? line(["handle": .string(h.value), "kind": .string(h.kind.rawValue), "known": .bool(isKnown)])
-                        : "\(h.value): \(isKnown ? "known" : "not known")")
+                // Until when, for a handle a timed approval made known (one more request each).
+                var until: String?
+                if isKnown, case .approved(let end?) = try await center.state(for: h) { until = ISO8601DateFormatter().string(from: end) }
+                var o: JSONObject = ["handle": .string(h.value), "kind": .string(h.kind.rawValue), "known": .bool(isKnown)]
+                if let until { o["until"] = .string(until) }
+                printOut(json ? line(o) : "\(h.value): \(isKnown ? "known" : "not known")\(until.map { " until \($0)" } ?? "")")
             }
         case "limits":
             let on = try await center.limitsEnabled()

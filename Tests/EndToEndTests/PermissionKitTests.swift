@@ -79,6 +79,44 @@ final class PermissionKitTests: XCTestCase {
         }
     }
 
+    /// A known handle's state says until when the relay keeps it known: the timed approval
+    /// that ends last, whichever question came last, and no end once a guardian makes it
+    /// known for good.
+    func testAHandlesStateEndsWhenTheRelayForgetsIt() async throws {
+        let (relay, tokens, _, guardian) = try family()
+        let child = AskCenter(configuration: config(relay, "c0", tokens))
+        let handle = CommunicationHandle(value: "+1 555 0142", kind: .phoneNumber)
+        let hour = PermissionChoice(id: "hour", title: "An hour", answer: .approval, durationSeconds: 3600)
+        let minute = PermissionChoice(id: "minute", title: "A minute", answer: .approval, durationSeconds: 60)
+        var responses = child.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        /// Until when `choice` makes the handle known, as its response says.
+        func approve(with choice: PermissionChoice) async throws -> Date {
+            let q = PermissionQuestion(
+                topic: CommunicationTopic(personInformation: [.init(handle: handle)]), choices: [hour, minute, .decline])
+            try await child.ask(q)
+            try await guardian.answer(q.id, with: choice.id)
+            let r = try await next(&responses)
+            XCTAssertEqual(r.choice, choice)
+            return r.answeredAt.addingTimeInterval(Double(choice.durationSeconds ?? 0))
+        }
+        func until() async throws -> Date? {
+            guard case .approved(let until) = try await child.state(for: handle) else {
+                XCTFail("the handle is known")
+                return nil
+            }
+            return until
+        }
+        let end = try await approve(with: hour)
+        var known = try await until()
+        XCTAssertEqual(known?.timeIntervalSince1970 ?? 0, end.timeIntervalSince1970, accuracy: 0.001)
+        _ = try await approve(with: minute)
+        known = try await until()
+        XCTAssertEqual(known?.timeIntervalSince1970 ?? 0, end.timeIntervalSince1970, accuracy: 0.001, "the hour's end")
+        _ = try await guardian.addKnownHandles([handle], for: "c0")
+        known = try await until()
+        XCTAssertNil(known, "known for good")
+    }
+
     func testPendingQuestionsTooLargeForOneReplyAllReachTheGuardian() async throws {
         // Questions with 200 KiB avatars, more of them than the relay lets a connection hold
         // unsent: in one reply, the relay dropped the guardian asking, at every try.

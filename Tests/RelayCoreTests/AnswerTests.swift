@@ -159,6 +159,9 @@ final class AnswerTests: XCTestCase {
         ])
         h.ok(c, ["type": "ask", "question": .object(q)])
         h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "min"])
+        let known = h.ok(c, ["type": "knownHandles", "handles": [.object(["value": "+15550100", "kind": "phoneNumber"])]])
+        XCTAssertEqual(known["known"], [.object(["value": "+15550100", "kind": "phoneNumber"])])
+        XCTAssertNil(known["timed"], "known for good: no end")
         h.advance(seconds: 120)
         XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty)
     }
@@ -183,15 +186,26 @@ final class AnswerTests: XCTestCase {
             h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": .string(choice)])
         }
         func known() -> Int? { h.ok(c, ["type": "knownHandles", "handles": [handle]])["known"]?.array?.count }
+        /// Until when the relay says the handle is known.
+        func until() -> String? {
+            let r = h.ok(c, ["type": "knownHandles", "handles": [handle]])
+            XCTAssertEqual(r["known"], [handle], "the contract's shape")
+            XCTAssertEqual(r["timed"]?.array?.count, 1)
+            return r["timed"]?.array?.first?["until"]?.string
+        }
+        let start = h.now
         approve("hour")  // known until 3600
         XCTAssertEqual(h.events(c, "knownHandlesChanged").count, 1)
+        XCTAssertEqual(until(), start.adding(seconds: 3600).rfc3339)
         h.advance(seconds: 10)
         approve("min")  // would end at 70: changes nothing
         XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty)
+        XCTAssertEqual(until(), start.adding(seconds: 3600).rfc3339, "the latest approval is not the one that ends last")
         h.advance(seconds: 190)
         XCTAssertEqual(known(), 1, "still known at 200")
         approve("two")  // until 7400
         XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty, "it was known already")
+        XCTAssertEqual(until(), start.adding(seconds: 7400).rfc3339)
         h.advance(seconds: 3500)
         XCTAssertEqual(known(), 1, "still known at 3700: the later approval extended it")
         XCTAssertTrue(h.events(c, "knownHandlesChanged").isEmpty)
