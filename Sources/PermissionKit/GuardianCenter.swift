@@ -74,6 +74,8 @@ public struct ClosedQuestion: Sendable, Equatable {
     public let reason: String
     /// The guardian who answered.
     public let by: String?
+    /// The choice that guardian made (nil unless answered, or from a relay that does not say).
+    public let choice: PermissionChoice?
 }
 
 /// Receives a family's questions and answers them.
@@ -246,7 +248,8 @@ public final class GuardianCenter: Sendable {
         case "questionClosed":
             if let id = e["questionId"]?.string.flatMap(UUID.init(uuidString:)) {
                 let closed = ClosedQuestion(
-                    questionID: id, child: e["child"]?.string ?? "", reason: e["reason"]?.string ?? "", by: e["by"]?.string)
+                    questionID: id, child: e["child"]?.string ?? "", reason: e["reason"]?.string ?? "", by: e["by"]?.string,
+                    choice: e["choice"].flatMap(PermissionChoice.init(wire:)))
                 for c in hub.withLock({ $0.closedConsumers.values.map(\.yield) }) { c(closed) }
             }
         default: break

@@ -266,18 +266,22 @@ extension RelayCore {
         if let child, !child.isRemoved {
             appendEvent(to: child, topic: q.content.kind, type: "questionClosed", toChild, now: now)
         }
-        tellGuardiansClosed(q, in: child?.family ?? families[q.family], reason: reason, by: nil, now: now)
+        tellGuardiansClosed(q, in: child?.family ?? families[q.family], now: now)
     }
 
-    /// Appends `questionClosed` to every guardian's stream of the question's family.
-    func tellGuardiansClosed(
-        _ q: QuestionRecord, in family: Family?, reason: QuestionStatus, by guardian: String?, now: Timestamp
-    ) {
-        appendEvent(to: family?.guardians ?? [], topic: nil, type: "questionClosed", capacity: 160, now: now) { out in
+    /// Appends `questionClosed` to every guardian's stream of the question's family, for
+    /// the question's status now; an answered one says by whom, and (an extension, see
+    /// protocol.md) with which choice, so that the other guardians learn what was decided.
+    func tellGuardiansClosed(_ q: QuestionRecord, in family: Family?, now: Timestamp) {
+        appendEvent(to: family?.guardians ?? [], topic: nil, type: "questionClosed", capacity: 256, now: now) { out in
             out.appendJSONField("questionId", q.key)
             out.appendJSONField("child", q.child)
-            out.appendJSONField("reason", name: reason.name)
-            if let guardian { out.appendJSONField("by", guardian) }
+            out.appendJSONField("reason", name: q.status.name)
+            if q.status == .answered, let o = q.outcome {
+                out.appendJSONField("by", o.guardian)
+                out.appendJSONKey("choice")
+                o.choice.encode(into: &out)
+            }
         }
     }
 }

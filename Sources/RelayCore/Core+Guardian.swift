@@ -59,7 +59,7 @@ extension RelayCore {
                 appendResponseFields(q, to: &$0)
             }
         }
-        tellGuardiansClosed(q, in: child?.family ?? families[q.family], reason: .answered, by: guardian, now: now)
+        tellGuardiansClosed(q, in: child?.family ?? families[q.family], now: now)
         if let child, choice.answer == .approval && q.content.kind == .communication {
             let until = choice.durationSeconds.map { now.adding(seconds: $0) }
             learn(q.content.handles, child: child, until: until, actions: q.content.actions, now: now)

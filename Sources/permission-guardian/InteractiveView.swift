@@ -121,7 +121,7 @@ struct InteractiveView {
             case .closed(let c):
                 pending.removeAll { $0.id == c.questionID }
                 if !message.hasPrefix("answered") {
-                    message = "a question of \(c.child) closed: \(c.reason)\(c.by.map { " by \($0)" } ?? "")"
+                    message = "a question of \(c.child) closed: \(c.reason)\(closedBy(c))"
                 }
             case .answered(let text):
                 message = text

@@ -52,6 +52,12 @@ let flags: Set<String> = ClientOptions.valueFlags.union(["--child", "--choice", 
 
 func line(_ o: JSONObject) -> String { JSON.object(o).text }
 
+/// Who answered a closed question, and with what: ` by sam (For an hour)`; empty for none.
+func closedBy(_ c: ClosedQuestion) -> String {
+    guard let by = c.by else { return "" }
+    return terminalSafe(" by \(by)\(c.choice.map { " (\($0.title))" } ?? "")")
+}
+
 /// What a child asks to do, said of `people`.
 private func phrase(_ action: CommunicationTopic.Action, _ people: String) -> String {
     switch action {
@@ -262,7 +268,8 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter, _ term
                         "reason": .string(c.reason),
                     ]
                     if let by = c.by { o["by"] = .string(by) }
-                    printOut(json ? line(o) : "closed \(c.questionID): \(c.reason)\(c.by.map { " by \($0)" } ?? "")")
+                    if let choice = c.choice { o["choice"] = .string(choice.id) }
+                    printOut(json ? line(o) : "closed \(c.questionID): \(c.reason)\(closedBy(c))")
                 }
             }
         }

@@ -56,6 +56,7 @@ enum Actor {
                     for await c in center.closedQuestions() {
                         var o: JSONObject = ["event": "closed", "id": .string(c.questionID.uuidString), "reason": .string(c.reason)]
                         if let by = c.by { o["by"] = .string(by) }
+                        if let choice = c.choice { o["choice"] = .string(choice.id) }
                         out.emit(o)
                     }
                 },

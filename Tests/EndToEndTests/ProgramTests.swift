@@ -336,6 +336,8 @@ final class ProgramTests: XCTestCase {
         let closed = try JSON.parse(watch.nextLine() ?? "")
         XCTAssertEqual(closed["type"]?.string, "questionClosed")
         XCTAssertEqual(closed["questionId"]?.string, id)
+        XCTAssertEqual(closed["by"]?.string, "g0")
+        XCTAssertEqual(closed["choice"]?.string, "approve", "what the guardian decided")
         watch.stop()
         let said = try String(contentsOfFile: log, encoding: .utf8)
         XCTAssertFalse(said.contains("another client opened this session"), said)

@@ -37,6 +37,7 @@ final class AnswerTests: XCTestCase {
             XCTAssertEqual(closed.count, 1)
             XCTAssertEqual(closed[0]["reason"]?.string, "answered")
             XCTAssertEqual(closed[0]["by"]?.string, "g1")
+            XCTAssertEqual(closed[0]["choice"], resp[0]["choice"], "what was decided, for the other guardians")
         }
         XCTAssertEqual(toChild[1]["added"]?.array?.count, 2, "an approval makes every handle known")
         let known = h.ok(c, ["type": "knownHandles", "handles": [.object(["value": "+15550100", "kind": "phoneNumber"])]])
