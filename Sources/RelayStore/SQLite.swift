@@ -249,6 +249,7 @@ enum SQLValue {
 struct Row {
     let stmt: OpaquePointer
     func isNull(_ i: Int32) -> Bool { sqlite3_column_type(stmt, i) == SQLITE_NULL }
+    func anyNull(_ columns: ClosedRange<Int32>) -> Bool { columns.contains(where: isNull) }
     func int(_ i: Int32) -> Int64 { sqlite3_column_int64(stmt, i) }
     func text(_ i: Int32) -> String {
         guard let p = sqlite3_column_text(stmt, i) else { return "" }

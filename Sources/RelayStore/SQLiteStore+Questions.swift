@@ -146,6 +146,11 @@ extension SQLiteStore {
     static let withState = "LEFT JOIN questionStates s ON s.key = q.key"
     /// A question's status, in a query joined `withState`.
     static let status = "coalesce(s.status, q.status)"
+    /// A finished question, in a query joined `withState`. Only these are let go (forgotten,
+    /// or left out of what start reads): a status damaged on disk is none of them, so its
+    /// question is read, and refused as damaged, rather than dropped unseen.
+    static let finished = "\(status) IN ('answered', 'cancelled', 'expired')"
+    static let notFinished = "(\(status) IS NULL OR \(status) NOT IN ('answered', 'cancelled', 'expired'))"
 
     /// A question from a row of `questionColumns`.
     static func question(from r: Row) throws -> QuestionRecord {
@@ -284,7 +289,7 @@ extension SQLiteStore {
             let rows = pass.rows(of: stretch)
             try db.run(
                 dynamic:
-                    "INSERT OR IGNORE INTO pendingQuestions(key) SELECT q.key FROM questions q \(Self.withState) WHERE q.key > ? AND q.key <= ? AND \(Self.status) = 'pending'",
+                    "INSERT OR IGNORE INTO pendingQuestions(key) SELECT q.key FROM questions q \(Self.withState) WHERE q.key > ? AND q.key <= ? AND \(Self.notFinished)",
                 [.int(rows.after), .int(rows.upTo)])
             // Twice what a step may list: the entries answered since stay fewer than the pending.
             try sweepPendingList(limit: 2 * QuestionIndexPass.step)
@@ -330,7 +335,10 @@ extension SQLiteStore {
             // again since the pass chose it is pending again: it stays.
             for row in step {
                 try db.run(
-                    "DELETE FROM questions WHERE key = ?1 AND coalesce((SELECT status FROM questionStates WHERE key = ?1), status) != 'pending'",
+                    """
+                    DELETE FROM questions WHERE key = ?1
+                        AND coalesce((SELECT status FROM questionStates WHERE key = ?1), status) IN ('answered', 'cancelled', 'expired')
+                    """,
                     [.int(row)])
             }
             // Rows are never given twice, also once their question is gone.
@@ -367,7 +375,7 @@ extension SQLiteStore {
             try db.run(
                 dynamic: """
                     SELECT p.key, length(CAST(q.content AS BLOB)) FROM questionPlaces p JOIN questions q ON q.key = p.key \(Self.withState)
-                    WHERE p.child = ? AND p.key <= ? AND \(Self.status) != 'pending' ORDER BY p.createdAt, p.key
+                    WHERE p.child = ? AND p.key <= ? AND \(Self.finished) ORDER BY p.createdAt, p.key
                     """, [.text(child.child), .int(mark)]
             ) { r in
                 guard taken < share, child.count > limits.count || child.bytes > limits.bytes else { throw SQLiteDatabase.stop }

@@ -184,8 +184,9 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         defer { try? reader.exec("COMMIT") }
         var s = StoreSnapshot()
         try reader.run("SELECT id FROM families ORDER BY id") { r in s.families.append(r.text(0)) }
+        // A NULL where the schema allows none is damage on disk, never read as "" or 0.
         try reader.run("SELECT id, family, role, tokenHash, removed, limitsEnabled, unixUID FROM members") { r in
-            guard let role = Role(rawValue: r.text(2)) else { throw Self.unreadable("member", r.text(0)) }
+            guard let role = Role(rawValue: r.text(2)), !r.anyNull(0...5) else { throw Self.unreadable("member", r.text(0)) }
             s.members.append(
                 MemberRecord(
                     id: r.text(0), family: r.text(1), role: role, tokenHash: r.blob(3), removed: r.int(4) != 0,
@@ -201,7 +202,8 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             try reader.scalar("SELECT max(key) FROM questions") ?? 0,
             try reader.scalar("SELECT value FROM settings WHERE key = 'lastQuestionRow'") ?? 0)
         try reader.run("SELECT row, child, kind, value, permanent, until, actions FROM knownHandles") { r in
-            guard let kind = HandleKind(rawValue: r.text(2)), let actions = (try? JSON.parse(r.text(6)))?.array else {
+            guard let kind = HandleKind(rawValue: r.text(2)), let actions = (try? JSON.parse(r.text(6)))?.array, !r.anyNull(0...4)
+            else {
                 throw Self.unreadable("known handle of", r.text(1))
             }
             s.knownHandles.append(
@@ -211,9 +213,13 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                     actions: actions.compactMap(\.string)))
         }
         try reader.run("SELECT member, name, cursor, topics FROM sessions") { r in
+            guard !r.anyNull(0...3) else { throw Self.unreadable("session of", r.text(0)) }
             s.sessions.append(SessionRecord(member: r.text(0), name: r.text(1), cursor: r.int(2), topics: Self.topics(r.text(3))))
         }
-        try reader.run("SELECT member, head FROM heads") { r in s.heads[r.text(0)] = r.int(1) }
+        try reader.run("SELECT member, head FROM heads") { r in
+            guard !r.anyNull(0...1) else { throw Self.unreadable("stream head of", r.text(0)) }
+            s.heads[r.text(0)] = r.int(1)
+        }
         // Each stream's oldest event: through the index where it has indexed rows, else
         // its oldest row listed in memory.
         let t = tail.withLock { $0 }
@@ -232,13 +238,14 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     }
 
     /// The pending questions, in order of rows: those the list holds up to the lookup
-    /// tables' mark (`?1`), and those above it. (CROSS JOIN: the list is read, and each
+    /// tables' mark (`?1`), and those above it; and any whose status is damaged, which
+    /// `question(from:)` refuses. (CROSS JOIN: the list is read, and each
     /// question it names; SQLite would otherwise read every question up to the mark.)
     private static let pending = """
         SELECT \(questionColumns) FROM pendingQuestions p CROSS JOIN questions q ON q.key = p.key \(withState)
-            WHERE p.key <= ?1 AND \(status) = 'pending'
+            WHERE p.key <= ?1 AND \(notFinished)
         UNION ALL
-        SELECT \(questionColumns) FROM questions q \(withState) WHERE q.key > ?1 AND \(status) = 'pending'
+        SELECT \(questionColumns) FROM questions q \(withState) WHERE q.key > ?1 AND \(notFinished)
         ORDER BY 8
         """  // the key: the last of `questionColumns`
 

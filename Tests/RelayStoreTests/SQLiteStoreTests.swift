@@ -697,6 +697,57 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
     }
 
+    /// A question whose status is damaged on disk (in its row or its state's) is neither
+    /// left out of what a start reads, as if finished, nor forgotten: the start is refused
+    /// as damaged, naming it. Listed by an indexing pass (rows 1–3) or above its mark (4).
+    func testAQuestionWhoseStatusIsDamagedStopsTheStartAndIsNeverForgotten() throws {
+        let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        var asked = try (Int64(1)...3).map { try StoreContractTests.question(row: $0) }
+        try store.commit(asked.map { .question($0) })
+        try store.indexQuestions()
+        asked[2].status = .cancelled
+        try store.commit([.questionState(asked[2]), .question(try StoreContractTests.question(row: 4))])
+        XCTAssertEqual(try store.load().questions.map(\.row), [1, 2, 4])
+        for (row, damage) in [
+            (1, "UPDATE questions SET status = 'pen\u{1}ding' WHERE key = 1"),
+            (3, "UPDATE questionStates SET status = 'cancel' WHERE key = 3"),
+            (4, "UPDATE questions SET status = 'pendinh' WHERE key = 4"),
+        ] {
+            let copy = dir.appendingPathComponent("damaged\(row).db").path
+            try SQLiteStore.backup(databaseAt: path, to: copy)
+            exec(damage, at: copy)
+            XCTAssertThrowsError(try SQLiteStore(path: copy).load(), damage) { error in
+                XCTAssertTrue((error as? SQLiteError)?.isDamaged == true, "\(error)")
+                XCTAssertTrue("\(error)".contains(asked.first { $0.row == row }.map(\.id) ?? "question"), "\(error)")
+            }
+            let reopened = try SQLiteStore(path: copy, questionIndexSeconds: 0)
+            while try reopened.maintainQuestions(keeping: QuestionsKept(count: 1), limit: 1000) {}
+            XCTAssertEqual(try reopened.db.scalar("SELECT count(*) FROM questions WHERE key = ?", [.int(Int64(row))]), 1, damage)
+        }
+    }
+
+    /// A NULL where the schema has none (a damaged cell) is refused as damage, never read
+    /// as an empty member id, family or session. (The schema is loosened to write one.)
+    func testANullInAColumnThatHasNoneStopsTheStart() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit([
+            .family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1])),
+            .session(SessionRecord(member: "c1", name: "app", cursor: 0, topics: [])),
+        ])
+        for (table, column) in [("members", "family"), ("sessions", "topics")] {
+            let copy = dir.appendingPathComponent("null-\(table).db").path
+            try SQLiteStore.backup(databaseAt: path, to: copy)
+            exec(
+                "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = replace(sql, '\(column) TEXT NOT NULL', '\(column) TEXT') WHERE name = '\(table)'",
+                at: copy)
+            exec("UPDATE \(table) SET \(column) = NULL", at: copy)
+            XCTAssertThrowsError(try SQLiteStore(path: copy).load(), table) { error in
+                XCTAssertTrue((error as? SQLiteError)?.isDamaged == true, "\(error)")
+            }
+        }
+    }
+
     /// The other order: a forgetting step deletes a finished row, then a commit stores it
     /// again (the core had read it and asked it anew): it is found again, and listed.
     func testARowStoredAgainAfterAForgettingStepDeletedItIsInTheLookupTables() throws {
