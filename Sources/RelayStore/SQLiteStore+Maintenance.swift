@@ -45,8 +45,11 @@ extension SQLiteStore {
     }
 
     /// Puts the backup at `backup` in place as the store at `path`, whose relay must be
-    /// stopped; the store it replaces (with its WAL) is kept beside it as `path.replaced`.
-    public static func restore(backup: String, to path: String) throws {
+    /// stopped. The store it replaces (with its WAL) is kept beside it as `path.replaced`,
+    /// or, when an earlier restore kept one there, `path.replaced.2` and so on: a restore
+    /// never writes over a store. Returns where it was kept (nil: there was none).
+    @discardableResult
+    public static func restore(backup: String, to path: String) throws -> String? {
         let copy = try SQLiteDatabase(path: backup, readOnly: true)
         guard try copy.text("PRAGMA quick_check") == "ok", try copy.scalar("SELECT max(version) FROM migrations") != nil else {
             throw StoreError("\(backup) is not a backup of a relay's store, or a damaged one")
@@ -62,22 +65,26 @@ extension SQLiteStore {
             throw error
         }
         try syncFile(staging)
+        var replaced: String?
         if access(path, F_OK) == 0 {
-            let replaced = path + ".replaced"
-            for suffix in ["", "-wal", "-shm"] { unlink(replaced + suffix) }
+            let kept =
+                (1...).lazy.map { $0 == 1 ? path + ".replaced" : path + ".replaced.\($0)" }
+                .first { name in ["", "-wal"].allSatisfy { access(name + $0, F_OK) != 0 } }!
             for suffix in ["", "-wal"] where access(path + suffix, F_OK) == 0 {
-                guard rename(path + suffix, replaced + suffix) == 0 else {
+                guard rename(path + suffix, kept + suffix) == 0 else {
                     throw StoreError("cannot move \(path + suffix) aside: \(String(cString: strerror(errno)))")
                 }
             }
+            replaced = kept
         }
         unlink(path + "-shm")
         guard rename(staging, path) == 0 else { throw StoreError("cannot put the backup in place: \(String(cString: strerror(errno)))") }
         try syncDirectory(of: path)
+        return replaced
     }
 
     /// What is wrong with the store at `path`: SQLite's integrity check, then the relay's
-    /// own invariants. Empty when all is well.
+    /// own invariants. Empty when all is well; throws for a store of another relay version.
     public static func check(databaseAt path: String) throws -> [String] {
         if let loss = lossBeforeOpening(path) { return [loss] }
         guard access(path, F_OK) == 0 else { throw StoreError("there is no store at \(path)") }
@@ -93,8 +100,13 @@ extension SQLiteStore {
         }
         guard findings.isEmpty else { return findings }
         let version = Int(try db.scalar("SELECT max(version) FROM migrations") ?? 0)
+        // Another version's store is not damaged: this relay's rules are not its rules.
+        guard version <= migrations.count else {
+            throw StoreError(
+                "its schema version \(version) is newer than this relay knows (\(migrations.count)); check it with a newer relay")
+        }
         guard version == migrations.count else {
-            return ["schema version \(version), where this relay writes \(migrations.count): start the relay once to upgrade it"]
+            throw StoreError("its schema version \(version) is an older relay's; start this relay once to upgrade it, then check it")
         }
         for n in 0..<2 where access("\(path)-changes.\(n)", F_OK) == 0 {
             findings.append("\(path)-changes.\(n) is a journal of an older relay: the next start folds it into the database")

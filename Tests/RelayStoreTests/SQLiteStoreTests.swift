@@ -43,6 +43,16 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertThrowsError(try SQLiteStore(path: path)) { error in
             XCTAssertTrue("\(error)".contains("newer than this relay knows"), "\(error)")
         }
+        // Not damage, for check either: it says which relay can check it.
+        XCTAssertThrowsError(try SQLiteStore.check(databaseAt: path)) { error in
+            XCTAssertTrue(
+                "\(error)".contains("newer than this relay knows (\(SQLiteStore.migrations.count)); check it with a newer relay"),
+                "\(error)")
+        }
+        exec("DELETE FROM migrations WHERE version >= \(SQLiteStore.migrations.count)")
+        XCTAssertThrowsError(try SQLiteStore.check(databaseAt: path)) { error in
+            XCTAssertTrue("\(error)".contains("an older relay's; start this relay once to upgrade it"), "\(error)")
+        }
     }
 
     func testASchemaTwoDatabaseIsConverted() throws {
@@ -505,12 +515,16 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(backedUp.normalized.questions, expected.normalized.questions)
         XCTAssertEqual(backedUp.normalized.sessions, expected.normalized.sessions)
 
-        try SQLiteStore.restore(backup: backup, to: path)
-        XCTAssertTrue(FileManager.default.fileExists(atPath: path + ".replaced"))
+        let replacedHeld = try store.load().normalized.questions
+        XCTAssertEqual(try SQLiteStore.restore(backup: backup, to: path), path + ".replaced")
         let restored = try SQLiteStore(path: path).load()
         XCTAssertEqual(restored.normalized.sessions, expected.normalized.sessions)
         XCTAssertEqual(restored.heads, expected.heads)
         XCTAssertThrowsError(try SQLiteStore.restore(backup: path + ".replaced-wal", to: path), "not a backup")
+        // Restored again (the wrong backup, say): the first store replaced is still there.
+        XCTAssertEqual(try SQLiteStore.restore(backup: backup, to: path), path + ".replaced.2")
+        XCTAssertEqual(try SQLiteStore(path: path + ".replaced").load().normalized.questions, replacedHeld)
+        XCTAssertNotEqual(replacedHeld, expected.normalized.questions, "the store replaced first held more than the backup")
     }
 
     /// Questions stored since the last indexing pass are listed in memory: found by id and
