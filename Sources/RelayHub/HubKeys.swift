@@ -105,9 +105,11 @@ public struct HubKeys: Sendable {
     /// device joins with. The family's account, as it must now be, is handed to `push`
     /// (which gives it to the hub) before anything is kept here: a failed push changes
     /// nothing. A key removed before is trusted again; a key the name was given before
-    /// (a device reset, or replaced) is revoked: one name, one device.
+    /// (a device reset, or replaced) is revoked: one name, one device. `held` gives the
+    /// account as the hub holds it (see `current(of:held:)`).
     public func addDevice(
-        _ name: String, publicKey devicePublicKey: String, family: String, names: HubFamilyNames, push: (HubJWT) throws -> Void
+        _ name: String, publicKey devicePublicKey: String, family: String, names: HubFamilyNames,
+        held: (_ account: String) -> HubJWT? = { _ in nil }, push: (HubJWT) throws -> Void
     ) throws -> HubJWT {
         guard NKey.isPublicKey(devicePublicKey, of: .user) else {
             throw NKeyError("\(devicePublicKey) is not a device's key (`permission-relay device key` on the device prints it: U…)")
@@ -115,7 +117,7 @@ public struct HubKeys: Sendable {
         if let other = try devices(of: family).first(where: { $0.publicKey == devicePublicKey && $0.name != name && $0.removedAt == nil }) {
             throw NKeyError("this key is paired as \(other.name) of family \(family) already; remove that device first, or use its name")
         }
-        let (key, account) = try account(of: family)
+        let (key, account) = try current(of: family, held: held)
         // A revocation holds back every JWT of the key issued until then: a key added
         // again is trusted only once it is gone.
         var revoked = account.revocations
@@ -124,7 +126,9 @@ public struct HubKeys: Sendable {
         if let before = try? HubJWT(try Self.read(path)), before.subject != devicePublicKey {
             revoked[before.subject] = Int64(Date().timeIntervalSince1970)
         }
-        let updated = revoked == account.revocations ? account : try signAccount(key.publicKey, family: family, revoked: revoked)
+        let updated =
+            revoked == account.revocations
+            ? account : try signAccount(key.publicKey, family: family, revoked: revoked, after: account.issuedAt)
         let device = try HubJWT.sign(
             subject: devicePublicKey, name: name, nats: HubJWT.deviceClaims(family: family, names: names), by: key,
             issuedAt: Int64(Date().timeIntervalSince1970))
@@ -135,19 +139,36 @@ public struct HubKeys: Sendable {
     }
 
     /// Stops trusting a device of `family`: its key is revoked in the family's account,
-    /// handed to `push` (which gives it to the hub) before anything is kept here.
-    public func removeDevice(_ name: String, family: String, push: (HubJWT) throws -> Void) throws {
+    /// handed to `push` (which gives it to the hub) before anything is kept here. `held`:
+    /// as for `addDevice`.
+    public func removeDevice(
+        _ name: String, family: String, held: (_ account: String) -> HubJWT? = { _ in nil }, push: (HubJWT) throws -> Void
+    ) throws {
         let path = familyDirectory(family) + "/devices/\(name).jwt"
         guard FileManager.default.fileExists(atPath: path) else {
             throw NKeyError("family \(family) has no device \(name) (`permission-relay device list` shows its devices)")
         }
         let device = try HubJWT(try Self.read(path))
-        let (key, account) = try account(of: family)
+        let (key, account) = try current(of: family, held: held)
         var revoked = account.revocations
         revoked[device.subject] = Int64(Date().timeIntervalSince1970)
-        let updated = try signAccount(key.publicKey, family: family, revoked: revoked)
+        let updated = try signAccount(key.publicKey, family: family, revoked: revoked, after: account.issuedAt)
         try push(updated)
         try Self.writePrivate(familyDirectory(family) + "/account.jwt", updated.text + "\n")
+    }
+
+    /// The family's account as a change starts from: the one kept here, or the one the
+    /// hub holds (`held`, asked by the account's public key) when the hub's is newer, as
+    /// after a change made with another copy of these keys: a change made here never undoes
+    /// one made there (a device removed there stays removed). A family new here is not
+    /// asked for: the hub has none.
+    private func current(of family: String, held: (String) -> HubJWT?) throws -> (key: NKey, jwt: HubJWT) {
+        let known = FileManager.default.fileExists(atPath: familyDirectory(family) + "/account.nk")
+        let (key, local) = try account(of: family)
+        guard known, let hub = held(key.publicKey), hub.subject == key.publicKey, hub.issuer == operatorKey.publicKey,
+            hub.issuedAt > local.issuedAt
+        else { return (key, local) }
+        return (key, hub)
     }
 
     /// A family's devices: name, public key, when paired, and when removed (nil: it is not).
@@ -161,10 +182,11 @@ public struct HubKeys: Sendable {
         }
     }
 
-    private func signAccount(_ publicKey: String, family: String, revoked: [String: Int64]) throws -> HubJWT {
+    /// Signs the family's account anew, later than the one kept here and than `after`.
+    private func signAccount(_ publicKey: String, family: String, revoked: [String: Int64], after: Int64 = 0) throws -> HubJWT {
         // The hub keeps an account's newest JWT by the second it was signed in, and a
         // claim from the future is suspect: a second signing waits for the next second.
-        let previous = (try? HubJWT(try Self.read(familyDirectory(family) + "/account.jwt")))?.issuedAt ?? 0
+        let previous = max(after, (try? HubJWT(try Self.read(familyDirectory(family) + "/account.jwt")))?.issuedAt ?? 0)
         var now = Date().timeIntervalSince1970
         if Int64(now) <= previous {
             Thread.sleep(forTimeInterval: Double(previous + 1) - now)
@@ -207,6 +229,13 @@ public struct HubKeys: Sendable {
 }
 
 extension HubConnection {
+    /// The account whose public key is `account` as the hub holds it; nil when it holds
+    /// none (the hub's resolver then does not answer: this waits for the timeout).
+    public func heldAccount(_ account: String) -> HubJWT? {
+        guard let reply = try? request("$SYS.REQ.ACCOUNT.\(account).CLAIMS.LOOKUP", body: []), !reply.isEmpty else { return nil }
+        return try? HubJWT(String(decoding: reply, as: UTF8.self))
+    }
+
     /// Gives the hub a family's account as signed now (made, or with devices revoked):
     /// the hub applies it at once, cutting off a revoked device's connections.
     public func push(account: HubJWT) throws {

@@ -156,10 +156,8 @@ struct HubCommand: Sendable {
             let names = HubFamilyNames(
                 stream: HubNames.stream(family: family), subjects: HubNames.all(family: family), consumer: HubNames.consumer(device: name))
             let hub = try hubURL(a)
-            let device = try failure {
-                try keys.addDevice(name, publicKey: own?.publicKey ?? p[1], family: family, names: names) { account in
-                    try push(account, to: hub, keys, then: "\(name) is not paired")
-                }
+            let device = try onHub(hub, keys, then: "\(name) is not paired") { held, push in
+                try keys.addDevice(name, publicKey: own?.publicKey ?? p[1], family: family, names: names, held: held, push: push)
             }
             if let own {
                 try HubPaths.join(device, key: own, data: data)
@@ -229,10 +227,8 @@ struct HubCommand: Sendable {
             let family = try familyOption(a)
             let keys = try failure { try HubKeys(directory: a.value("--keys") ?? HubPaths.defaultKeys) }
             let hub = try hubURL(a)
-            try failure {
-                try keys.removeDevice(name, family: family) { account in
-                    try push(account, to: hub, keys, then: "the hub still trusts \(name)")
-                }
+            try onHub(hub, keys, then: "the hub still trusts \(name)") { held, push in
+                try keys.removeDevice(name, family: family, held: held, push: push)
             }
             printOut("removed \(name) from family \(family): the hub no longer trusts it")
         })
@@ -294,16 +290,32 @@ struct HubCommand: Sendable {
         return url
     }
 
-    /// Gives the hub the family's account as now signed; a failure says that nothing
-    /// changed (`unchanged`: what that means for the device) and what to do.
-    private static func push(_ account: HubJWT, to url: String, _ keys: HubKeys, then unchanged: String) throws {
-        do {
-            let hub = try HubConnection(url: url, name: "permission-relay admin", credentials: keys.adminCredentials, timeoutMillis: 5000)
-            try hub.push(account: account)
-        } catch {
-            throw CLIError.failure(
-                "the hub could not be told (\(error)); nothing changed and \(unchanged): run the command again once the hub at"
-                    + " \(HubConnection.redacted(url)) is reachable")
+    /// Runs a change of a family's account on the hub at `url`: `change` is given the
+    /// account as the hub holds it (`held`) and gives it the new one (`push`), over one
+    /// admin connection, made when first needed. A hub that cannot be reached or told fails
+    /// the command, saying that nothing changed (`unchanged`: what that means for the
+    /// device) and what to do.
+    private static func onHub<T>(
+        _ url: String, _ keys: HubKeys, then unchanged: String,
+        _ change: (_ held: (String) -> HubJWT?, _ push: (HubJWT) throws -> Void) throws -> T
+    ) throws -> T {
+        var hub: HubConnection?
+        func connection() throws -> HubConnection {
+            if let hub { return hub }
+            let made = try HubConnection(url: url, name: "permission-relay admin", credentials: keys.adminCredentials, timeoutMillis: 5000)
+            hub = made
+            return made
+        }
+        return try failure {
+            try change({ account in (try? connection())?.heldAccount(account) }) { account in
+                do {
+                    try connection().push(account: account)
+                } catch {
+                    throw CLIError.failure(
+                        "the hub could not be told (\(error)); nothing changed and \(unchanged): run the command again once the hub at"
+                            + " \(HubConnection.redacted(url)) is reachable")
+                }
+            }
         }
     }
 

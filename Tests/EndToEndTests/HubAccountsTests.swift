@@ -41,7 +41,9 @@ final class HubAccountsTests: XCTestCase {
     ) throws -> String {
         struct Unreachable: Error {}
         let seed = try given ?? NKey.generate(.user)
-        let jwt = try keys.addDevice(device, publicKey: seed.publicKey, family: family, names: names(family, device)) {
+        let jwt = try keys.addDevice(
+            device, publicKey: seed.publicKey, family: family, names: names(family, device), held: admin.heldAccount
+        ) {
             if failing { throw Unreachable() }
             try admin.push(account: $0)
         }
@@ -129,6 +131,28 @@ final class HubAccountsTests: XCTestCase {
             url: server.url, name: "tablet", credentials: try pair("tablet", of: "smiths", keys: keys, admin: admin, seed: seed),
             timeoutMillis: 2000)
         XCTAssertEqual(try again.publish(HubNames.ask(family: "smiths", question: "Q2"), id: "Q2", body: [2]), .stored(2))
+    }
+
+    /// A device removed with one copy of the hub's keys (a guardian's laptop, say) stays
+    /// removed when the other copy, which has not seen the removal, pairs a device next:
+    /// each change starts from the family's account as the hub holds it.
+    func testADeviceRemovedWithAnotherCopyOfTheKeysStaysRemoved() throws {
+        let (server, keys) = try startHub()
+        let admin = try HubConnection(url: server.url, name: "admin", credentials: keys.adminCredentials, timeoutMillis: 2000)
+        let tablet = try pair("tablet", of: "smiths", keys: keys, admin: admin)
+        let copyDirectory = keysDirectory + "-copy"
+        try FileManager.default.copyItem(atPath: keysDirectory, toPath: copyDirectory)
+        defer { try? FileManager.default.removeItem(atPath: copyDirectory) }
+        try HubKeys(directory: copyDirectory).removeDevice("tablet", family: "smiths", held: admin.heldAccount) {
+            try admin.push(account: $0)
+        }
+        XCTAssertThrowsError(try HubConnection(url: server.url, name: "tablet", credentials: tablet, timeoutMillis: 2000))
+        let watch = try pair("watch", of: "smiths", keys: keys, admin: admin)
+        XCTAssertTrue(try HubConnection(url: server.url, name: "watch", credentials: watch, timeoutMillis: 2000).isConnected)
+        XCTAssertThrowsError(
+            try HubConnection(url: server.url, name: "tablet", credentials: tablet, timeoutMillis: 2000), "still removed")
+        let removed = try XCTUnwrap(keys.devices(of: "smiths").first { $0.name == "tablet" })
+        XCTAssertNotNil(removed.removedAt, "this copy knows of the removal now")
     }
 
     /// A name paired again with another key (a tablet reset) is one device: the key it had
