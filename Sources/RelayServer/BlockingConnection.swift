@@ -72,11 +72,19 @@ public final class BlockingConnection {
         return try reply(to: id)
     }
 
-    /// Waits for the reply to `id` (answering pings), skipping anything else.
+    /// Waits for the reply to `id` (answering pings), skipping anything else. A connection
+    /// that ends first after an error that answers no request (a relay refusing it: out of
+    /// disk space, at its connection limit) fails with that error's words.
     public func reply(to id: String) throws -> JSONObject {
+        var refusal: JSONObject?
         while let f = try receive() {
             if f["type"]?.string == "ping" { try send(["type": "pong"]) }
             if f["re"]?.string == id { return f }
+            if f["type"]?.string == "error" && f["re"] == nil { refusal = f }
+        }
+        if let refusal {
+            throw ServerError(
+                "the relay refused the connection (\(refusal["code"]?.string ?? "error")): \(refusal["message"]?.string ?? "no reason given")")
         }
         throw ServerError("the relay closed the connection before replying")
     }

@@ -215,6 +215,11 @@ final class LimitFlagTests: XCTestCase {
         let extra = try relay.connect()
         while let f = try extra.c.receive() { refused = f }
         XCTAssertEqual(refused?["code"]?.string, "busy")
+        // An admin command refused so says why, not only that the connection closed.
+        let status = runRelay(["status", "--socket", relay.socket])
+        XCTAssertEqual(status.status, 1)
+        XCTAssertTrue(
+            status.stderr.contains("the relay refused the connection (busy): the relay is at its connection limit (4)"), status.stderr)
         _ = held
     }
 
