@@ -84,7 +84,8 @@ public final class BlockingConnection {
         }
         if let refusal {
             throw ServerError(
-                "the relay refused the connection (\(refusal["code"]?.string ?? "error")): \(refusal["message"]?.string ?? "no reason given")")
+                "the relay refused the connection (\(refusal["code"]?.string ?? "error")): \(refusal["message"]?.string ?? "no reason given")"
+            )
         }
         throw ServerError("the relay closed the connection before replying")
     }

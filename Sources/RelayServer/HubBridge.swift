@@ -47,6 +47,9 @@ final class HubBridge: @unchecked Sendable {
     /// The hub refused this device's credentials at the last try, and when (monotonic
     /// seconds): a device removed tries again every few seconds, not at every turn.
     private let refusedState = Mutex<(refused: Bool, at: Double)>((false, 0))
+    /// Since when (monotonic seconds) the hub could not be reached, and when that was
+    /// last logged: said once, then once a minute, not at every try.
+    private let unreachable = Mutex<(since: Double, logged: Double)?>(nil)
 
     /// What the hub holds for this device and it has not taken yet, as of the last look
     /// (every 5 s while linked).
@@ -168,6 +171,7 @@ final class HubBridge: @unchecked Sendable {
                 onLinkChange: { [wakeup] in wakeup.wake() })
             log(.info, "linked to the family hub at \(HubConnection.redacted(url)) as \(device)")
             refusedState.withLock { $0 = (false, now) }
+            unreachable.withLock { $0 = nil }
             condition.lock()
             connection = c
             condition.unlock()
@@ -185,7 +189,16 @@ final class HubBridge: @unchecked Sendable {
             wakeup.wake()  // the loop learns why the link is down
             return nil
         } catch {
-            log(.warning, "\(error); trying again")
+            let said = unreachable.withLock { state -> String? in
+                guard let s = state else {
+                    state = (now, now)
+                    return "\(error); trying again (said again once a minute while it lasts)"
+                }
+                guard now - s.logged >= 60 else { return nil }
+                state = (s.since, now)
+                return "\(error), for \(Int(now - s.since)) s now; trying again"
+            }
+            if let said { log(.warning, said) }
             return nil
         }
     }

@@ -90,6 +90,29 @@ final class CrossDeviceTests: XCTestCase {
         }
     }
 
+    /// A hub out of reach from the start is said once (then once a minute), not at every
+    /// try: the journal of a relay whose hub is down stays readable.
+    func testAHubOutOfReachIsLoggedOnceNotAtEveryTry() throws {
+        let closedPort = try NATSServer.freePort()
+        let relay = try RelayProcess(flags: ["--ask-rate-limit", "0", "--hub", "nats://127.0.0.1:\(closedPort)", "--device", "tablet"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        func warnings() -> Int {
+            let log = (try? String(contentsOf: relay.logFile, encoding: .utf8)) ?? ""
+            return log.components(separatedBy: "trying again").count - 1
+        }
+        let deadline = Date().addingTimeInterval(15)
+        while warnings() == 0 && Date() < deadline { usleep(50_000) }
+        XCTAssertEqual(warnings(), 1, "the first try's failure is said")
+        let child = try relay.connect()
+        _ = try child.hello("c0", tokens["c0"]!)
+        for _ in 0..<3 { _ = try ask(child) }  // each wants to go out through the hub
+        // Tries come several times a second while the hub is out of reach: a few seconds
+        // hold many of them.
+        usleep(3_000_000)
+        XCTAssertEqual(warnings(), 1, (try? String(contentsOf: relay.logFile, encoding: .utf8)) ?? "")
+    }
+
     func testAQuestionAskedWhileTheHubIsDownArrivesOnceItIsBack() throws {
         let hub = try NATSServer()
         let (tablet, laptop, tokens) = try devices(hub)

@@ -78,7 +78,7 @@ final class NATSServer {
     }
 
     /// A loopback port free now (the kernel's pick for a socket bound to port 0).
-    private static func freePort() throws -> Int {
+    static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var addr = sockaddr_in()
