@@ -142,7 +142,8 @@ struct HubCommand: Sendable {
 
             EXAMPLES:
               permission-relay device add laptop --family smiths --hub nats://hub.home.arpa:4222
-              permission-relay device add tablet UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4 --family smiths
+              permission-relay device add tablet UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4 --family smiths \\
+                --hub nats://hub.home.arpa:4222
             """,
         run: { args in
             let a = try Arguments(args, valueFlags: ["--family", "--hub", "--keys", "--data"], switchFlags: [])
@@ -175,7 +176,8 @@ struct HubCommand: Sendable {
         words: ["device", "join"], summary: "Take the token `device add` printed for this device.",
         usage: """
             OVERVIEW: Take the token `permission-relay device add` printed for this device: the
-            relay's --hub then links its family with this device's key. Restart the relay.
+            relay's --hub then links its family with this device's key: at once for a relay
+            already linked as this device, else when it is started with --hub.
 
             USAGE: permission-relay device join TOKEN [--data DIR]
 
