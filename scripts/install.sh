@@ -10,7 +10,9 @@
 #          --prefix DIR where the programs go (default: ~/.local or /usr/local)
 # PERMISSION_BIN_DIR names built programs to install instead of building them.
 set -euo pipefail
+caller="$PWD"  # relative paths given are the caller's
 cd "$(dirname "$0")/.."
+absolute() { case "$1" in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
 
 mode="" start=1 prefix=""
 while [ $# -gt 0 ]; do
@@ -19,7 +21,7 @@ while [ $# -gt 0 ]; do
         --no-start) start=0 ;;
         --prefix)
             case "${2:-}" in ""|-*) echo "install.sh: --prefix needs a directory (see scripts/install.sh --help)" >&2; exit 64 ;; esac
-            prefix="$2"; shift ;;
+            prefix="$(absolute "$2")"; shift ;;
         -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown option $1 (see scripts/install.sh --help)" >&2; exit 64 ;;
     esac
@@ -38,7 +40,7 @@ else
     systemctl=(systemctl --user)
 fi
 
-bin="${PERMISSION_BIN_DIR:-}"
+bin="${PERMISSION_BIN_DIR:+$(absolute "$PERMISSION_BIN_DIR")}"
 if [ -z "$bin" ]; then
     # The Swift runtime linked in: the installed programs must not depend on where the
     # toolchain is (a system service may not read a home directory).
@@ -47,6 +49,9 @@ if [ -z "$bin" ]; then
     bin="$(swift build -c release --static-swift-stdlib --show-bin-path)"
 fi
 
+for p in permission-relay permission-child permission-guardian; do
+    [ -x "$bin/$p" ] || { echo "install.sh: $bin/$p is not there: build the programs, or give PERMISSION_BIN_DIR where they are" >&2; exit 1; }
+done
 install -d -m 0755 "$prefix/bin" "$units"
 for p in permission-relay permission-child permission-guardian; do
     install -m 0755 "$bin/$p" "$prefix/bin/$p"
@@ -62,7 +67,11 @@ if [ "$start" = 0 ]; then
     echo "to start: ${systemctl[*]} daemon-reload && ${systemctl[*]} enable --now permission-relay.socket"
     exit 0
 fi
-"${systemctl[@]}" daemon-reload
+if ! "${systemctl[@]}" daemon-reload; then
+    echo "install.sh: systemd is not running for this $mode (${systemctl[*]} failed): the programs and units are installed;" \
+        "start the relay by hand (permission-relay serve), or install with --no-start where there is no systemd" >&2
+    exit 1
+fi
 "${systemctl[@]}" enable --now permission-relay.socket
 if [ "$mode" = system ]; then
     echo "the relay listens on /run/permission-relay/relay.sock; administer it as root (permission-relay family create …)"

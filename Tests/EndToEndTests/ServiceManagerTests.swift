@@ -128,6 +128,32 @@ final class ServiceManagerTests: XCTestCase {
         XCTAssertEqual(verified.status, 0, verified.output)
     }
 
+    /// Paths given to install.sh are the caller's, and programs that are not there stop it
+    /// before it makes anything.
+    func testInstallTakesPathsFromWhereItIsRunAndChecksTheProgramsFirst() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let here = URL(fileURLWithPath: "/tmp").appendingPathComponent("pin-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: here, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: here) }
+        try FileManager.default.createSymbolicLink(at: here.appendingPathComponent("built"), withDestinationURL: productsDirectory)
+        let script = root.appendingPathComponent("scripts/install.sh").path
+        func install(bin: String, prefix: String) -> (status: Int32, output: String) {
+            run(
+                [
+                    "/bin/bash", "-c",
+                    "cd \(here.path) && PERMISSION_BIN_DIR=\(bin) exec /bin/bash \(script) --user --no-start --prefix \(prefix)",
+                ],
+                env: ["HOME": here.path, "PATH": "/usr/bin:/bin"])
+        }
+        let installed = install(bin: "built", prefix: "programs")
+        XCTAssertEqual(installed.status, 0, installed.output)
+        XCTAssertTrue(FileManager.default.isExecutableFile(atPath: here.appendingPathComponent("programs/bin/permission-relay").path))
+        let missing = install(bin: "nothing", prefix: "elsewhere")
+        XCTAssertEqual(missing.status, 1, missing.output)
+        XCTAssertTrue(missing.output.contains("\(here.path)/nothing/permission-relay is not there"), missing.output)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: here.appendingPathComponent("elsewhere").path), "nothing made")
+    }
+
     private func run(_ argv: [String], env: [String: String]) -> (status: Int32, output: String) {
         runToEnd(process(argv, environment: env))
     }
