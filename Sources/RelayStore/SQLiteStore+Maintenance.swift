@@ -16,6 +16,11 @@ extension SQLiteStore {
         guard access(destination, F_OK) != 0 else {
             throw StoreError("\(destination) already exists; choose a new file, or remove it first")
         }
+        let folder = destination.lastIndex(of: "/").map { String(destination[..<$0]) } ?? "."
+        var st = stat()
+        guard stat(folder.isEmpty ? "/" : folder, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
+            throw StoreError("there is no directory \(folder) to write \(destination) in: make it first")
+        }
         let partial = destination + ".partial"
         guard access(partial, F_OK) != 0 else {
             throw StoreError("\(partial) already exists (a backup under way, or one that was stopped): remove it first")
@@ -50,6 +55,9 @@ extension SQLiteStore {
     /// never writes over a store. Returns where it was kept (nil: there was none).
     @discardableResult
     public static func restore(backup: String, to path: String) throws -> String? {
+        guard access(backup, R_OK) == 0 else {
+            throw StoreError("cannot read \(backup): \(String(cString: strerror(errno)))")
+        }
         let copy = try SQLiteDatabase(path: backup, readOnly: true)
         guard try copy.text("PRAGMA quick_check") == "ok", try copy.scalar("SELECT max(version) FROM migrations") != nil else {
             throw StoreError("\(backup) is not a backup of a relay's store, or a damaged one")

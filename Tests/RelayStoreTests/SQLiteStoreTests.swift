@@ -502,6 +502,12 @@ final class SQLiteStoreTests: XCTestCase {
         let backup = dir.appendingPathComponent("backup.db").path
         try SQLiteStore.backup(databaseAt: path, to: backup)  // the WAL is not checkpointed: the backup reads it
         XCTAssertThrowsError(try SQLiteStore.backup(databaseAt: path, to: backup), "never over an existing file")
+        XCTAssertThrowsError(try SQLiteStore.backup(databaseAt: path, to: dir.path + "/missing/backup.db")) { error in
+            XCTAssertTrue("\(error)".contains("there is no directory \(dir.path)/missing to write"), "\(error)")
+        }
+        XCTAssertThrowsError(try SQLiteStore.restore(backup: dir.path + "/missing.db", to: path)) { error in
+            XCTAssertTrue("\(error)".contains("cannot read \(dir.path)/missing.db: No such file or directory"), "\(error)")
+        }
         let other = dir.appendingPathComponent("other.db").path
         XCTAssertTrue(FileManager.default.createFile(atPath: other + ".partial", contents: Data("mine".utf8)))
         XCTAssertThrowsError(try SQLiteStore.backup(databaseAt: path, to: other)) { error in
