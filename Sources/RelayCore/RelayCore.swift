@@ -81,7 +81,7 @@ public struct CoreConfig: Sendable {
 
 public final class RelayCore {
     let config: CoreConfig
-    let startedAt: Timestamp
+    private(set) var startedAt: Timestamp
     /// The changes made since the last `takeChanges`, in order.
     private(set) var changes: [Change] = []
     /// No event is stamped before the one before it, whatever the wall clock does: a
@@ -143,6 +143,17 @@ public final class RelayCore {
     public var hubLink: (connected: Bool, lastContact: Timestamp?, inbox: Int?) = (false, nil, nil)
     /// The hub refused this device's credentials at the last try (it was removed).
     public var hubRefused = false
+
+    /// Takes over what `status` counts from the core this one replaces (rebuilt from the
+    /// store after a failed commit): the relay's uptime and frames since its start, not the
+    /// rebuild's, and the hub link as the reactor last saw it.
+    public func carryOver(from previous: RelayCore) {
+        startedAt = previous.startedAt
+        framesIn += previous.framesIn
+        framesOut += previous.framesOut
+        hubLink = previous.hubLink
+        hubRefused = previous.hubRefused
+    }
 
     /// Builds the core with the live state the store holds (`snapshot`); what is finished
     /// it reads from `archive` when a request needs it.

@@ -630,7 +630,9 @@ public final class RelayServer {
             closeNow(id)
         }
         do {
-            relay = RelayCore(config: coreConfig, snapshot: try store.load(), archive: archive, now: config.wallClock())
+            let rebuilt = RelayCore(config: coreConfig, snapshot: try store.load(), archive: archive, now: config.wallClock())
+            rebuilt.carryOver(from: relay)
+            relay = rebuilt
             committer.resume()
         } catch {
             log(.error, "could not reload the store: \(error); stopping")

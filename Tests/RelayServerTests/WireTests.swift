@@ -315,6 +315,7 @@ final class WireTests: XCTestCase {
         let kept = sampleQuestion()
         try c.send(["type": "ask", "id": "ok", "question": .object(kept)])
         try c.expect(type: "ok")
+        let before = try status(relay)
         // A question too large for the capped database: no reply; the connection is told
         // why, and closed.
         try c.send(["type": "ask", "id": "big", "question": .object(sampleQuestion(avatarBytes: 200_000))])
@@ -332,6 +333,10 @@ final class WireTests: XCTestCase {
         try g.send(["type": "pending", "id": "p"])
         let pending = try g.expect(type: "ok")["questions"]!.array!
         XCTAssertEqual(pending.map { $0["id"] }, [kept["id"]])
+        // The relay rebuilt its state from the store; what `status` counts goes on.
+        let after = try status(relay)
+        XCTAssertGreaterThan(after["framesIn"]?.int ?? 0, before["framesIn"]?.int ?? 0, "\(before) \(after)")
+        XCTAssertGreaterThanOrEqual(after["uptimeSeconds"]?.int ?? 0, 1, "counted from the start, a second ago and more")
         // A second failure in a row doubles the pause; a commit that succeeds ends the series.
         let big: JSONObject = ["type": "ask", "id": "big", "question": .object(sampleQuestion(avatarBytes: 200_000))]
         let c2 = try relay.connect()
@@ -347,6 +352,15 @@ final class WireTests: XCTestCase {
         try c3.send(big)
         _ = try c3.untilClosed()
         try expectRefusal(relay, for: 1)
+    }
+
+    /// The relay's `status` reply, asked over an admin session of its own.
+    private func status(_ relay: InProcessRelay) throws -> JSONObject {
+        let a = try relay.connect()
+        try a.send(["type": "hello", "id": "h", "protocol": 1, "admin": true])
+        try a.expect(type: "welcome")
+        try a.send(["type": "status", "id": "s"])
+        return try a.expect(type: "ok")
     }
 
     /// Expects a new connection to be refused for about `seconds` more, for a full disk.
