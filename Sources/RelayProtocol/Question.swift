@@ -45,6 +45,9 @@ public struct Choice: Sendable, Equatable {
     public let answer: Answer
     /// For an approval that lasts this many seconds.
     public let durationSeconds: Int64?
+    /// The longest a timed approval may last: 100 years (of 365 days), longer than any
+    /// contact needs and far inside what a timestamp in milliseconds holds.
+    public static let maxDurationSeconds: Int64 = 100 * 365 * 86400
     /// `json`, encoded once: an answer's choice is written into its response, the
     /// question's outcome and the store.
     public let encoded: [UInt8]
@@ -313,8 +316,10 @@ extension QuestionContent {
                 switch o["durationSeconds"] {
                 case nil, .null?: break
                 case let v?:
-                    guard let d = v.int, d > 0, d <= 100 * 365 * 86400 else {
-                        throw invalid("choices[\(n)].durationSeconds must be a positive whole number of seconds")
+                    guard let d = v.int, d > 0, d <= Choice.maxDurationSeconds else {
+                        throw invalid(
+                            "choices[\(n)].durationSeconds must be a whole number of seconds from 1 to \(Choice.maxDurationSeconds) (100 years)"
+                        )
                     }
                     guard answer == .approval else {
                         throw invalid("choices[\(n)].durationSeconds is only meaningful on an approval")

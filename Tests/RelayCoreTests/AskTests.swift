@@ -116,10 +116,23 @@ final class AskTests: XCTestCase {
             let r = h.error(c, ["type": "ask", "question": .object(bad)], .invalidQuestion)
             XCTAssertNotNil(r["message"])
         }
+        // A timed approval lasts from a second to 100 years, and the refusal says so.
+        func timed(_ seconds: Int64) -> JSONObject {
+            h.question(choices: [
+                .object(["id": "t", "title": "T", "answer": "approval", "durationSeconds": .int(seconds)]),
+                .object(["id": "no", "title": "No", "answer": "denial"]),
+            ])
+        }
+        for seconds in [0, Choice.maxDurationSeconds + 1] {
+            let r = h.error(c, ["type": "ask", "question": .object(timed(seconds))], .invalidQuestion)
+            XCTAssertEqual(
+                r["message"]?.string, "choices[0].durationSeconds must be a whole number of seconds from 1 to 3153600000 (100 years)")
+        }
         XCTAssertTrue(h.events(g, "question").isEmpty, "rejected questions leave nothing behind")
         XCTAssertEqual(h.ok(g, ["type": "pending"])["questions"]?.array?.count, 0)
         // Boundaries that are accepted.
         h.ok(c, ["type": "ask", "question": .object(h.question(handles: (0..<64).map { "+1 555 \($0)" }))])
+        h.ok(c, ["type": "ask", "question": .object(timed(Choice.maxDurationSeconds))])
         var offset = h.question()
         offset["expirationDate"] = "2026-12-01T12:00:00+01:00"
         h.ok(c, ["type": "ask", "question": .object(offset)])
