@@ -70,7 +70,7 @@ extension RelayCore {
         switch f["resume"] {
         case nil, .null?: break
         case _ where sessionName == nil: break  // an ephemeral session ignores it (§4)
-        case let v? where (v.int ?? -1) >= 0: resume = v.int
+        case let v? where v.seq != nil: resume = v.seq
         default: return refuse(.unauthorized, "resume must be a non-negative integer seq")
         }
 
@@ -322,5 +322,15 @@ extension RelayCore {
             out[id] = acknowledged
         }
         return out
+    }
+}
+
+extension JSON {
+    /// A seq a client gives (`ack`, `resume`): a whole number from 0; one too large for 64
+    /// bits is above every head, and counts as the head as any other above it does (§4, §6).
+    var seq: Int64? {
+        if let i = int { return i >= 0 ? i : nil }
+        guard let d = number, d.rounded() == d, d >= 9.0e18 else { return nil }
+        return .max
     }
 }

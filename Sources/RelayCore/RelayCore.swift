@@ -434,7 +434,7 @@ public final class RelayCore {
         case "pong":
             break
         case "ack":
-            guard let seq = frame["seq"]?.int, seq >= 0 else {
+            guard let seq = frame["seq"]?.seq else {
                 send(conn, RequestError(.badRequest, "ack needs a non-negative integer \"seq\"").frame(re: id))
                 return
             }
