@@ -180,6 +180,9 @@ public func refusal(_ error: ClientError?) -> String {
         // No token was given: the member was to be known by the account.
         return "\(said); check --member, or give credentials (--credentials FILE) if the member has a token"
     }
+    if case .unauthorized(let why)? = error, why.contains("says hello only as that member") {
+        return said  // the account speaks for its member alone: no token changes that
+    }
     return "\(said); check the member and token: a rotated token or a removed member is refused"
         + " (`permission-relay token rotate MEMBER` issues a new token)"
 }
