@@ -665,11 +665,17 @@ final class SQLiteStoreTests: XCTestCase {
     /// A store (its questions added to the lookup tables at the first chance) with child c1
     /// and, from row 1, `count` cancelled questions of it, in the lookup tables.
     private func storeWithCancelledQuestions(_ count: Int64) throws -> (SQLiteStore, [QuestionRecord]) {
+        try storeWithQuestions(count, status: .cancelled)
+    }
+
+    /// A store where child c1 asked questions at rows 1 to `count`, stored with `status`,
+    /// all in the lookup tables.
+    private func storeWithQuestions(_ count: Int64, status: QuestionStatus = .pending) throws -> (SQLiteStore, [QuestionRecord]) {
         let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
         try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
         let asked = try (Int64(1)...count).map { row in
             var q = try StoreContractTests.question(row: row)
-            q.status = .cancelled
+            q.status = status
             return q
         }
         try store.commit(asked.map { .question($0) })
@@ -695,11 +701,7 @@ final class SQLiteStoreTests: XCTestCase {
     /// and then pending again from the hub), are forgotten by that state: the answered go,
     /// with their states, and the one pending again stays.
     func testForgettingGoesByAQuestionsStateRow() throws {
-        let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
-        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
-        var asked = try (Int64(1)...6).map { try StoreContractTests.question(row: $0) }
-        try store.commit(asked.map { .question($0) })
-        try store.indexQuestions()
+        var (store, asked) = try storeWithQuestions(6)
         for i in 0..<5 {
             asked[i].status = .answered
             asked[i].outcome = Outcome(choice: asked[i].content.choices[0], guardian: "g1", answeredAt: Timestamp(milliseconds: 9))
@@ -721,11 +723,7 @@ final class SQLiteStoreTests: XCTestCase {
     /// left out of what a start reads, as if finished, nor forgotten: the start is refused
     /// as damaged, naming it. Listed by an indexing pass (rows 1–3) or above its mark (4).
     func testAQuestionWhoseStatusIsDamagedStopsTheStartAndIsNeverForgotten() throws {
-        let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
-        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
-        var asked = try (Int64(1)...3).map { try StoreContractTests.question(row: $0) }
-        try store.commit(asked.map { .question($0) })
-        try store.indexQuestions()
+        var (store, asked) = try storeWithQuestions(3)
         asked[2].status = .cancelled
         try store.commit([.questionState(asked[2]), .question(try StoreContractTests.question(row: 4))])
         XCTAssertEqual(try store.load().questions.map(\.row), [1, 2, 4])
