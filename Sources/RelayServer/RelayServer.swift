@@ -296,6 +296,18 @@ public final class RelayServer {
         spareFD = Self.openSpare()
     }
 
+    /// Whether something accepts connections at the socket `path` (errno says why not).
+    public static func isServed(_ path: String) -> Bool {
+        let probe = cs_connect_unix(path)
+        guard probe >= 0 else { return false }
+        Glibc.close(probe)
+        return true
+    }
+
+    public static func servedAlready(_ path: String) -> String {
+        "another relay is already serving \(path); stop it first or choose another --socket"
+    }
+
     private func bindSocketPath() throws {
         let path = config.socketPath
         var st = stat()
@@ -304,11 +316,7 @@ public final class RelayServer {
             guard st.st_mode & S_IFMT == S_IFSOCK else {
                 throw ServerError("\(path) exists and is not a socket; choose another --socket, or remove it if it is not needed")
             }
-            let probe = cs_connect_unix(path)
-            if probe >= 0 {
-                Glibc.close(probe)
-                throw ServerError("another relay is already serving \(path); stop it first or choose another --socket")
-            }
+            if Self.isServed(path) { throw ServerError(Self.servedAlready(path)) }
             guard errno == ECONNREFUSED || errno == ENOTSOCK else {
                 throw ServerError("\(path) exists and cannot be checked: \(String(cString: strerror(errno)))")
             }

@@ -157,6 +157,8 @@ enum Serve {
 
         let log = Log.stderr(level: level)
         umask(0o077)  // the socket and the database (with its WAL) are private to this user
+        // Before anything is made: a relay refused for a socket in use leaves no store behind.
+        if inherited == nil && RelayServer.isServed(socket) { throw CLIError.failure(RelayServer.servedAlready(socket)) }
         let data = try Paths.makePrivateDirectory(dataOption)
         server.dataDirectory = data
         if server.hubURL != nil { try linkDevice(data: data, named: a.value("--device"), &server, &core) }

@@ -67,6 +67,8 @@ final class LifecycleTests: XCTestCase {
         let second = runRelay(["serve", "--socket", relay.socket, "--data", relay.dir.appendingPathComponent("other").path])
         XCTAssertEqual(second.status, 1)
         XCTAssertTrue(second.stderr.contains("already serving"), second.stderr)
+        XCTAssertFalse(
+            FileManager.default.fileExists(atPath: relay.dir.appendingPathComponent("other").path), "refused before making a store")
         let sameData = runRelay(["serve", "--socket", relay.dir.appendingPathComponent("s2").path, "--data", relay.data])
         XCTAssertEqual(sameData.status, 1)
         XCTAssertTrue(sameData.stderr.contains("data directory"), sameData.stderr)
