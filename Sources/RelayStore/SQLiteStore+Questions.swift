@@ -418,7 +418,7 @@ extension SQLiteStore {
         var (last, seen) = (pendingSweptThrough, 0)
         try db.run(
             dynamic: """
-                SELECT p.key, \(Self.status) IS NOT 'pending' FROM pendingQuestions p LEFT JOIN questions q ON q.key = p.key \(Self.withState)
+                SELECT p.key, q.key IS NULL OR \(Self.finished) FROM pendingQuestions p LEFT JOIN questions q ON q.key = p.key \(Self.withState)
                 WHERE p.key > ? ORDER BY p.key LIMIT ?
                 """, [.int(pendingSweptThrough), .int(Int64(limit))]
         ) { r in

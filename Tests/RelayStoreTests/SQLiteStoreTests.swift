@@ -739,9 +739,14 @@ final class SQLiteStoreTests: XCTestCase {
                 XCTAssertTrue((error as? SQLiteError)?.isDamaged == true, "\(error)")
                 XCTAssertTrue("\(error)".contains(asked.first { $0.row == row }.map(\.id) ?? "question"), "\(error)")
             }
+            // Upkeep goes on (a question more, a pass of the lookup tables and its sweep of
+            // the pending list, forgetting): the damaged one stays, and is still found.
             let reopened = try SQLiteStore(path: copy, questionIndexSeconds: 0)
+            try reopened.commit([.question(try StoreContractTests.question(row: 5))])
+            try reopened.indexQuestions()
             while try reopened.maintainQuestions(keeping: QuestionsKept(count: 1), limit: 1000) {}
             XCTAssertEqual(try reopened.db.scalar("SELECT count(*) FROM questions WHERE key = ?", [.int(Int64(row))]), 1, damage)
+            XCTAssertThrowsError(try reopened.load(), "still refused after upkeep: \(damage)")
         }
     }
 
