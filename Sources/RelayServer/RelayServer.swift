@@ -304,6 +304,7 @@ public final class RelayServer {
         return true
     }
 
+    /// What a relay says when another one already serves its socket `path`.
     public static func servedAlready(_ path: String) -> String {
         "another relay is already serving \(path); stop it first or choose another --socket"
     }
