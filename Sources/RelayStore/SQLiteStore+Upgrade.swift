@@ -10,10 +10,11 @@ import RelayModel
 import RelayProtocol
 
 extension SQLiteStore {
-    func foldLegacyJournals(sync: SyncMode) throws {
+    /// Returns whether there were journals (and the tables were written anew).
+    func foldLegacyJournals(sync: SyncMode) throws -> Bool {
         let journals: [String] = (0..<2).map { "\(self.path)-changes.\($0)" }
         let paths = journals.filter { access($0, F_OK) == 0 }
-        guard !paths.isEmpty else { return }
+        guard !paths.isEmpty else { return false }
         let applied = try db.scalar("SELECT value FROM settings WHERE key = 'journalGeneration'") ?? 0
         var unapplied: [LegacyJournal] = []
         for p in paths {
@@ -81,6 +82,7 @@ extension SQLiteStore {
         if sync == .full { try db.checkpoint(mode: SQLITE_CHECKPOINT_FULL) }  // (the checkpointer starts after)
         for p in paths { unlink(p) }
         try Self.syncDirectory(of: path)
+        return true
     }
 
     static func readFile(_ path: String) throws -> [UInt8] {

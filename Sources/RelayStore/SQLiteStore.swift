@@ -94,8 +94,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         reader = try SQLiteDatabase(path: path)
         try reader.exec("PRAGMA busy_timeout = 5000")
         try loadTail()  // the fold reads the streams' heads
-        try foldLegacyJournals(sync: sync)
-        try loadTail()
+        if try foldLegacyJournals(sync: sync) { try loadTail() }
         try loadQuestionTail()
         storedIDs.build(
             expected: try storedQuestionCount(),
