@@ -20,7 +20,7 @@ extension RelayCore {
         }
         switch q.status {
         case .answered:
-            if let o = q.outcome, o.guardian == r.member.id, o.choice.id == choiceID {
+            if let o = q.outcome, o.guardian == r.member.id, o.choice.has(id: choiceID) {
                 return ["questionId": .string(key.description), "status": "answered"]
             }
             throw alreadyAnswered(q)

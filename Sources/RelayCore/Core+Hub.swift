@@ -230,7 +230,7 @@ extension RelayCore {
     private func decided(_ q: QuestionRecord, for proposal: HubProposal) throws(RequestError) -> ReplyFields {
         switch (q.status, proposal) {
         case (.answered, .answer(let guardian, let choice)):
-            guard let o = q.outcome, o.guardian == guardian, o.choice.id == choice else { throw alreadyAnswered(q) }
+            guard let o = q.outcome, o.guardian == guardian, o.choice.has(id: choice) else { throw alreadyAnswered(q) }
             return ["questionId": .string(q.id), "status": "answered"]
         case (.answered, .cancel): throw alreadyAnswered(q)
         case (.cancelled, .cancel): return ["questionId": .string(q.id), "status": "cancelled"]

@@ -45,6 +45,9 @@ public struct Choice: Sendable, Equatable {
     public let answer: Answer
     /// For an approval that lasts this many seconds.
     public let durationSeconds: Int64?
+    /// Whether this choice's id is `id`, code point for code point (ids are compared
+    /// exactly, as handles are: Swift's `==` would take canonically equivalent text as one).
+    public func has(id other: String) -> Bool { id.utf8.elementsEqual(other.utf8) }
     /// The longest a timed approval may last: 100 years (of 365 days), longer than any
     /// contact needs and far inside what a timestamp in milliseconds holds.
     public static let maxDurationSeconds: Int64 = 100 * 365 * 86400
@@ -124,7 +127,7 @@ public final class QuestionContent: Sendable, Equatable {
     /// The topic as sent on: known fields only, handles as given.
     public var topic: JSON { json["topic"] ?? .null }
 
-    public func choice(_ id: String) -> Choice? { choices.first { $0.id == id } }
+    public func choice(_ id: String) -> Choice? { choices.first { $0.has(id: id) } }
 
     /// Every field follows from the canonical encoding.
     public static func == (a: QuestionContent, b: QuestionContent) -> Bool { a === b || a.encoded == b.encoded }
@@ -326,8 +329,8 @@ extension QuestionContent {
                     }
                     duration = d
                 }
-                guard !choices.contains(where: { $0.id == cid }) else { throw invalid("choice id \"\(cid)\" is used twice") }
-                guard !choices.contains(where: { $0.title == title }) else {
+                guard !choices.contains(where: { $0.has(id: cid) }) else { throw invalid("choice id \"\(cid)\" is used twice") }
+                guard !choices.contains(where: { $0.title.utf8.elementsEqual(title.utf8) }) else {
                     throw invalid("choice title \"\(title)\" is used twice")
                 }
                 choices.append(Choice(id: cid, title: title, answer: answer, durationSeconds: duration))
@@ -343,7 +346,7 @@ extension QuestionContent {
         case nil, .null?:
             defaultChoice = choices.first { $0.answer == .denial }!.id
         case .string(let d)?:
-            guard choices.contains(where: { $0.id == d }) else {
+            guard choices.contains(where: { $0.has(id: d) }) else {
                 throw invalid("defaultChoice \"\(d)\" is not one of the question's choice ids")
             }
             defaultChoice = d

@@ -133,6 +133,16 @@ final class AskTests: XCTestCase {
         // Boundaries that are accepted.
         h.ok(c, ["type": "ask", "question": .object(h.question(handles: (0..<64).map { "+1 555 \($0)" }))])
         h.ok(c, ["type": "ask", "question": .object(timed(Choice.maxDurationSeconds))])
+        // Ids are compared code point for code point, as handles are: "café" written two ways
+        // is two ids, and an answer names the one it names.
+        let accented = h.question(choices: [
+            .object(["id": "caf\u{E9}", "title": "Precomposed", "answer": "approval"]),
+            .object(["id": "cafe\u{301}", "title": "Combining", "answer": "denial"]),
+        ])
+        h.ok(c, ["type": "ask", "question": .object(accented)])
+        h.ok(g, ["type": "answer", "questionId": accented["id"]!, "choice": "cafe\u{301}"])
+        let closed = h.events(g, "questionClosed").last { $0["questionId"] == accented["id"] }
+        XCTAssertEqual(closed?["choice"]?["title"]?.string, "Combining")
         var offset = h.question()
         offset["expirationDate"] = "2026-12-01T12:00:00+01:00"
         h.ok(c, ["type": "ask", "question": .object(offset)])
