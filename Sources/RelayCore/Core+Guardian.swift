@@ -61,7 +61,9 @@ extension RelayCore {
         }
         tellGuardiansClosed(q, in: child?.family ?? families[q.family], now: now)
         if let child, choice.answer == .approval && q.content.kind == .communication {
-            let until = choice.durationSeconds.map { now.adding(seconds: $0) }
+            // However long the approval (the contract bounds it only below), it ends by the
+            // last instant a timestamp can be written at.
+            let until = choice.durationSeconds.map { min(now.adding(seconds: $0), Timestamp.latest) }
             learn(q.content.handles, child: child, until: until, actions: q.content.actions, now: now)
         }
     }

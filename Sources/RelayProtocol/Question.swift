@@ -48,9 +48,6 @@ public struct Choice: Sendable, Equatable {
     /// Whether this choice's id is `id`, code point for code point (ids are compared
     /// exactly, as handles are: Swift's `==` would take canonically equivalent text as one).
     public func has(id other: String) -> Bool { id.utf8.elementsEqual(other.utf8) }
-    /// The longest a timed approval may last: 100 years (of 365 days), longer than any
-    /// contact needs and far inside what a timestamp in milliseconds holds.
-    public static let maxDurationSeconds: Int64 = 100 * 365 * 86400
     /// `json`, encoded once: an answer's choice is written into its response, the
     /// question's outcome and the store.
     public let encoded: [UInt8]
@@ -319,10 +316,8 @@ extension QuestionContent {
                 switch o["durationSeconds"] {
                 case nil, .null?: break
                 case let v?:
-                    guard let d = v.int, d > 0, d <= Choice.maxDurationSeconds else {
-                        throw invalid(
-                            "choices[\(n)].durationSeconds must be a whole number of seconds from 1 to \(Choice.maxDurationSeconds) (100 years)"
-                        )
+                    guard let d = v.int, d > 0 else {
+                        throw invalid("choices[\(n)].durationSeconds must be a whole number of seconds, at least 1")
                     }
                     guard answer == .approval else {
                         throw invalid("choices[\(n)].durationSeconds is only meaningful on an approval")

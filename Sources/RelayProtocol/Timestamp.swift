@@ -11,6 +11,9 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
     public static func < (a: Timestamp, b: Timestamp) -> Bool { a.milliseconds < b.milliseconds }
 
     /// `seconds` later (earlier when negative), held at the ends of the range.
+    /// The last instant RFC 3339 can write (its years have four digits).
+    public static let latest = Timestamp(milliseconds: 253_402_300_799_999)  // 9999-12-31T23:59:59.999Z
+
     public func adding(seconds: Int64) -> Timestamp {
         let (ms, product) = seconds.multipliedReportingOverflow(by: 1000)
         let (sum, total) = milliseconds.addingReportingOverflow(ms)

@@ -178,6 +178,7 @@ final class AnswerTests: XCTestCase {
             .object(["id": "min", "title": "A minute", "answer": "approval", "durationSeconds": 60]),
             .object(["id": "hour", "title": "An hour", "answer": "approval", "durationSeconds": 3600]),
             .object(["id": "two", "title": "Two hours", "answer": "approval", "durationSeconds": 7200]),
+            .object(["id": "forever", "title": "For ever", "answer": "approval", "durationSeconds": .int(1 << 62)]),
             .object(["id": "no", "title": "No", "answer": "denial"]),
         ]
         let handle: JSON = .object(["value": "+15550100", "kind": "phoneNumber"])
@@ -213,6 +214,8 @@ final class AnswerTests: XCTestCase {
         h.advance(seconds: 3701)
         XCTAssertEqual(h.events(c, "knownHandlesChanged").first?["removed"], [handle])
         XCTAssertEqual(known(), 0)
+        approve("forever")  // beyond what a timestamp can be written at: until the last that can
+        XCTAssertEqual(until(), "9999-12-31T23:59:59.999Z")
     }
 
     func testPendingAndHistory() throws {

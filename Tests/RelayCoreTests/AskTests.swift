@@ -116,23 +116,22 @@ final class AskTests: XCTestCase {
             let r = h.error(c, ["type": "ask", "question": .object(bad)], .invalidQuestion)
             XCTAssertNotNil(r["message"])
         }
-        // A timed approval lasts from a second to 100 years, and the refusal says so.
+        // A timed approval lasts a second at least, and the refusal says so.
         func timed(_ seconds: Int64) -> JSONObject {
             h.question(choices: [
                 .object(["id": "t", "title": "T", "answer": "approval", "durationSeconds": .int(seconds)]),
                 .object(["id": "no", "title": "No", "answer": "denial"]),
             ])
         }
-        for seconds in [0, Choice.maxDurationSeconds + 1] {
+        for seconds: Int64 in [0, -5] {
             let r = h.error(c, ["type": "ask", "question": .object(timed(seconds))], .invalidQuestion)
-            XCTAssertEqual(
-                r["message"]?.string, "choices[0].durationSeconds must be a whole number of seconds from 1 to 3153600000 (100 years)")
+            XCTAssertEqual(r["message"]?.string, "choices[0].durationSeconds must be a whole number of seconds, at least 1")
         }
         XCTAssertTrue(h.events(g, "question").isEmpty, "rejected questions leave nothing behind")
         XCTAssertEqual(h.ok(g, ["type": "pending"])["questions"]?.array?.count, 0)
         // Boundaries that are accepted.
         h.ok(c, ["type": "ask", "question": .object(h.question(handles: (0..<64).map { "+1 555 \($0)" }))])
-        h.ok(c, ["type": "ask", "question": .object(timed(Choice.maxDurationSeconds))])
+        h.ok(c, ["type": "ask", "question": .object(timed(1 << 53))])
         // Ids are compared code point for code point, as handles are: "café" written two ways
         // is two ids, and an answer names the one it names.
         let accented = h.question(choices: [
