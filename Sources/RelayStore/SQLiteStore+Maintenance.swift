@@ -74,7 +74,9 @@ extension SQLiteStore {
         }
         try syncFile(staging)
         var replaced: String?
-        if access(path, F_OK) == 0 {
+        // A WAL without its database (relay.db deleted) goes aside too: left, it would be
+        // replayed onto the backup.
+        if ["", "-wal"].contains(where: { access(path + $0, F_OK) == 0 }) {
             let kept =
                 (1...).lazy.map { $0 == 1 ? path + ".replaced" : path + ".replaced.\($0)" }
                 .first { name in ["", "-wal"].allSatisfy { access(name + $0, F_OK) != 0 } }!

@@ -533,6 +533,24 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertNotEqual(replacedHeld, expected.normalized.questions, "the store replaced first held more than the backup")
     }
 
+    /// A WAL left without its database (relay.db deleted after a crash, as a damaged
+    /// store's advice leads to) is put aside by a restore, never replayed onto the backup.
+    func testARestoreOverALoneWALHoldsTheBackupAlone() throws {
+        let store = try SQLiteStore(path: path)
+        let turns = try StoreContractTests.turns()
+        try store.commit(turns[0])
+        let backup = dir.appendingPathComponent("backup.db").path
+        try SQLiteStore.backup(databaseAt: path, to: backup)
+        try store.commit(turns[1] + [.family("after-the-backup")])  // in the WAL
+        let lone = dir.appendingPathComponent("lone")
+        try FileManager.default.createDirectory(at: lone, withIntermediateDirectories: true)
+        let target = lone.appendingPathComponent("relay.db").path
+        try FileManager.default.copyItem(atPath: path + "-wal", toPath: target + "-wal")
+        XCTAssertEqual(try SQLiteStore.restore(backup: backup, to: target), target + ".replaced")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: target + ".replaced-wal"), "the WAL kept, aside")
+        XCTAssertEqual(try SQLiteStore(path: target).load().families, try SQLiteStore(path: backup).load().families)
+    }
+
     /// Questions stored since the last indexing pass are listed in memory: found by id and
     /// by child before the pass, after it, and after a restart in between.
     func testQuestionsAreFoundBeforeAndAfterTheyAreIndexedAndAcrossARestart() throws {
