@@ -109,7 +109,7 @@ public struct HubKeys: Sendable {
     /// account as the hub holds it (see `current(of:held:)`).
     public func addDevice(
         _ name: String, publicKey devicePublicKey: String, family: String, names: HubFamilyNames,
-        held: (_ account: String) -> HubJWT? = { _ in nil }, push: (HubJWT) throws -> Void
+        held: (_ account: String) throws -> HubJWT? = { _ in nil }, push: (HubJWT) throws -> Void
     ) throws -> HubJWT {
         guard NKey.isPublicKey(devicePublicKey, of: .user) else {
             throw NKeyError("\(devicePublicKey) is not a device's key (`permission-relay device key` on the device prints it: U…)")
@@ -142,7 +142,7 @@ public struct HubKeys: Sendable {
     /// handed to `push` (which gives it to the hub) before anything is kept here. `held`:
     /// as for `addDevice`.
     public func removeDevice(
-        _ name: String, family: String, held: (_ account: String) -> HubJWT? = { _ in nil }, push: (HubJWT) throws -> Void
+        _ name: String, family: String, held: (_ account: String) throws -> HubJWT? = { _ in nil }, push: (HubJWT) throws -> Void
     ) throws {
         let path = familyDirectory(family) + "/devices/\(name).jwt"
         guard FileManager.default.fileExists(atPath: path) else {
@@ -160,13 +160,15 @@ public struct HubKeys: Sendable {
     /// The family's account as a change starts from: the one kept here, or the one the
     /// hub holds (`held`, asked by the account's public key) when the hub's is newer, as
     /// after a change made with another copy of these keys: a change made here never undoes
-    /// one made there (a device removed there stays removed). A family new here is not
-    /// asked for: the hub has none.
-    private func current(of family: String, held: (String) -> HubJWT?) throws -> (key: NKey, jwt: HubJWT) {
-        let known = FileManager.default.fileExists(atPath: familyDirectory(family) + "/account.nk")
+    /// one made there (a device removed there stays removed). The hub is asked once a device
+    /// of the family was paired with this copy (before, it may hold no account for it), and
+    /// a failure to ask fails the change: the hub keeps the account pushed last, so one
+    /// made without knowing the hub's could trust a removed device again.
+    private func current(of family: String, held: (String) throws -> HubJWT?) throws -> (key: NKey, jwt: HubJWT) {
+        let paired = !((try? FileManager.default.contentsOfDirectory(atPath: familyDirectory(family) + "/devices")) ?? []).isEmpty
         let (key, local) = try account(of: family)
-        guard known, let hub = held(key.publicKey), hub.subject == key.publicKey, hub.issuer == operatorKey.publicKey,
-            hub.issuedAt > local.issuedAt
+        guard paired, let hub = try held(key.publicKey), hub.subject == key.publicKey, hub.issuer == operatorKey.publicKey,
+            hub.issuedAt >= local.issuedAt
         else { return (key, local) }
         return (key, hub)
     }
@@ -188,6 +190,11 @@ public struct HubKeys: Sendable {
         // claim from the future is suspect: a second signing waits for the next second.
         let previous = max(after, (try? HubJWT(try Self.read(familyDirectory(family) + "/account.jwt")))?.issuedAt ?? 0)
         var now = Date().timeIntervalSince1970
+        if Double(previous) - now > 10 {
+            throw NKeyError(
+                "family \(family)'s account was signed \(Int(Double(previous) - now)) s ahead of this machine's clock (by another"
+                    + " copy of the hub's keys): set the clocks right (NTP), then run the command again")
+        }
         if Int64(now) <= previous {
             Thread.sleep(forTimeInterval: Double(previous + 1) - now)
             now = Date().timeIntervalSince1970
@@ -229,11 +236,12 @@ public struct HubKeys: Sendable {
 }
 
 extension HubConnection {
-    /// The account whose public key is `account` as the hub holds it; nil when it holds
-    /// none (the hub's resolver then does not answer: this waits for the timeout).
-    public func heldAccount(_ account: String) -> HubJWT? {
-        guard let reply = try? request("$SYS.REQ.ACCOUNT.\(account).CLAIMS.LOOKUP", body: []), !reply.isEmpty else { return nil }
-        return try? HubJWT(String(decoding: reply, as: UTF8.self))
+    /// The account whose public key is `account` as the hub holds it; nil for an empty
+    /// answer. The hub's resolver does not answer for an account it does not hold: the
+    /// request then fails, as it does when the hub is out of reach.
+    public func heldAccount(_ account: String) throws -> HubJWT? {
+        let reply = try request("$SYS.REQ.ACCOUNT.\(account).CLAIMS.LOOKUP", body: [])
+        return reply.isEmpty ? nil : try HubJWT(String(decoding: reply, as: UTF8.self))
     }
 
     /// Gives the hub a family's account as signed now (made, or with devices revoked):

@@ -299,24 +299,26 @@ struct HubCommand: Sendable {
     /// device) and what to do.
     private static func onHub<T>(
         _ url: String, _ keys: HubKeys, then unchanged: String,
-        _ change: (_ held: (String) -> HubJWT?, _ push: (HubJWT) throws -> Void) throws -> T
+        _ change: (_ held: (String) throws -> HubJWT?, _ push: (HubJWT) throws -> Void) throws -> T
     ) throws -> T {
         var hub: HubConnection?
-        func connection() throws -> HubConnection {
-            if let hub { return hub }
-            let made = try HubConnection(url: url, name: "permission-relay admin", credentials: keys.adminCredentials, timeoutMillis: 5000)
-            hub = made
-            return made
+        /// Runs `body` on the admin connection; a failure is the command's, saying what did not happen.
+        func onConnection<R>(_ what: String, _ body: (HubConnection) throws -> R) throws -> R {
+            do {
+                let c =
+                    try hub
+                    ?? HubConnection(url: url, name: "permission-relay admin", credentials: keys.adminCredentials, timeoutMillis: 5000)
+                hub = c
+                return try body(c)
+            } catch {
+                throw CLIError.failure(
+                    "the hub could not be \(what) (\(error)); nothing changed and \(unchanged): run the command again once the hub at"
+                        + " \(HubConnection.redacted(url)) is reachable")
+            }
         }
         return try failure {
-            try change({ account in (try? connection())?.heldAccount(account) }) { account in
-                do {
-                    try connection().push(account: account)
-                } catch {
-                    throw CLIError.failure(
-                        "the hub could not be told (\(error)); nothing changed and \(unchanged): run the command again once the hub at"
-                            + " \(HubConnection.redacted(url)) is reachable")
-                }
+            try change({ account in try onConnection("asked for the family's account") { try $0.heldAccount(account) } }) { account in
+                try onConnection("told") { try $0.push(account: account) }
             }
         }
     }

@@ -147,12 +147,37 @@ final class HubAccountsTests: XCTestCase {
             try admin.push(account: $0)
         }
         XCTAssertThrowsError(try HubConnection(url: server.url, name: "tablet", credentials: tablet, timeoutMillis: 2000))
+        // The hub's account cannot be asked for: the change fails, and nothing is pushed.
+        struct Unanswered: Error {}
+        var pushed = false
+        XCTAssertThrowsError(
+            try keys.addDevice(
+                "phone", publicKey: try NKey.generate(.user).publicKey, family: "smiths", names: names("smiths", "phone"),
+                held: { _ in throw Unanswered() }, push: { _ in pushed = true }))
+        XCTAssertFalse(pushed, "an account made without the hub's could trust the tablet again")
         let watch = try pair("watch", of: "smiths", keys: keys, admin: admin)
         XCTAssertTrue(try HubConnection(url: server.url, name: "watch", credentials: watch, timeoutMillis: 2000).isConnected)
         XCTAssertThrowsError(
             try HubConnection(url: server.url, name: "tablet", credentials: tablet, timeoutMillis: 2000), "still removed")
         let removed = try XCTUnwrap(keys.devices(of: "smiths").first { $0.name == "tablet" })
         XCTAssertNotNil(removed.removedAt, "this copy knows of the removal now")
+    }
+
+    /// The hub's account signed by a copy whose clock is ahead: the change says so at once
+    /// rather than wait for this clock to catch up.
+    func testAnAccountSignedAheadOfThisClockIsSaidNotWaitedFor() throws {
+        let (server, keys) = try startHub()
+        let admin = try HubConnection(url: server.url, name: "admin", credentials: keys.adminCredentials, timeoutMillis: 2000)
+        _ = try pair("tablet", of: "smiths", keys: keys, admin: admin)
+        let (key, account) = try keys.account(of: "smiths")
+        let ahead = try HubJWT.sign(
+            subject: key.publicKey, name: "smiths", nats: HubJWT.accountClaims(jetStream: true, revoked: account.revocations),
+            by: keys.operatorKey, issuedAt: Int64(Date().timeIntervalSince1970) + 3600)
+        let started = Date()
+        XCTAssertThrowsError(try keys.removeDevice("tablet", family: "smiths", held: { _ in ahead }, push: { _ in })) { error in
+            XCTAssertTrue("\(error)".contains("ahead of this machine's clock"), "\(error)")
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
     }
 
     /// A name paired again with another key (a tablet reset) is one device: the key it had
