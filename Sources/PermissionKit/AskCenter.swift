@@ -93,7 +93,7 @@ public enum HandleState: Sendable, Equatable {
     /// A question about it waits for a guardian.
     case pending
     /// Approved; `until` is when it stops being known (the timed approval that ends last),
-    /// nil when it is known for good.
+    /// nil when it is known for good (or when a relay older than `timed` does not say).
     case approved(until: Date?)
     /// The last question about it was denied.
     case denied

@@ -116,7 +116,9 @@ extension SQLiteStore {
                 "its schema version \(version) is newer than this relay knows (\(migrations.count)); check it with a newer relay")
         }
         guard version == migrations.count else {
-            throw StoreError("its schema version \(version) is an older relay's; start this relay once to upgrade it, then check it")
+            throw StoreError(
+                "its schema version \(version) is an older relay's: check it with that relay, or upgrade a copy (restore a backup"
+                    + " of it elsewhere, start this relay on it once) and check that")
         }
         for n in 0..<2 where access("\(path)-changes.\(n)", F_OK) == 0 {
             findings.append("\(path)-changes.\(n) is a journal of an older relay: the next start folds it into the database")

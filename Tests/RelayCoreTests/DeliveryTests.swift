@@ -289,9 +289,8 @@ final class AckTests: XCTestCase {
         let (c, _) = h.login("c1")
         h.ok(c, ["type": "ask", "question": .object(h.question())])
         h.ok(c, ["type": "ask", "question": .object(h.question())])
-        h.send(g, ["type": "ack", "seq": 99])
-        h.send(g, ["type": "ack", "seq": 1])
         h.sendRaw(g, Array(#"{"type":"ack","seq":18446744073709551616}"#.utf8))  // beyond 64 bits: above the head too
+        h.send(g, ["type": "ack", "seq": 1])
         XCTAssertTrue(h.drain(g).filter { $0["type"]?.string == "error" }.isEmpty, "no ack is refused")
         h.core.flushCursors()
         h.core.disconnected(g)

@@ -336,7 +336,6 @@ final class WireTests: XCTestCase {
         // The relay rebuilt its state from the store; what `status` counts goes on.
         let after = try status(relay)
         XCTAssertGreaterThan(after["framesIn"]?.int ?? 0, before["framesIn"]?.int ?? 0, "\(before) \(after)")
-        XCTAssertGreaterThanOrEqual(after["uptimeSeconds"]?.int ?? 0, 1, "counted from the start, a second ago and more")
         // A second failure in a row doubles the pause; a commit that succeeds ends the series.
         let big: JSONObject = ["type": "ask", "id": "big", "question": .object(sampleQuestion(avatarBytes: 200_000))]
         let c2 = try relay.connect()

@@ -51,7 +51,7 @@ final class SQLiteStoreTests: XCTestCase {
         }
         exec("DELETE FROM migrations WHERE version >= \(SQLiteStore.migrations.count)")
         XCTAssertThrowsError(try SQLiteStore.check(databaseAt: path)) { error in
-            XCTAssertTrue("\(error)".contains("an older relay's; start this relay once to upgrade it"), "\(error)")
+            XCTAssertTrue("\(error)".contains("an older relay's: check it with that relay, or upgrade a copy"), "\(error)")
         }
     }
 
