@@ -158,7 +158,7 @@ public struct HubKeys: Sendable {
     }
 
     /// The family's account as a change starts from: the one kept here, or the one the
-    /// hub holds (`held`, asked by the account's public key) when the hub's is newer, as
+    /// hub holds (`held`, asked by the account's public key) when that is as new or newer, as
     /// after a change made with another copy of these keys: a change made here never undoes
     /// one made there (a device removed there stays removed). The hub is asked once a device
     /// of the family was paired with this copy (before, it may hold no account for it), and
@@ -186,8 +186,9 @@ public struct HubKeys: Sendable {
 
     /// Signs the family's account anew, later than the one kept here and than `after`.
     private func signAccount(_ publicKey: String, family: String, revoked: [String: Int64], after: Int64 = 0) throws -> HubJWT {
-        // The hub keeps an account's newest JWT by the second it was signed in, and a
-        // claim from the future is suspect: a second signing waits for the next second.
+        // Each signing is later than the last, by the second (JWTs are dated in seconds),
+        // and never from the future, which is suspect: a second signing waits for the next.
+        // (nats-server keeps whichever account JWT is pushed last, older or not.)
         let previous = max(after, (try? HubJWT(try Self.read(familyDirectory(family) + "/account.jwt")))?.issuedAt ?? 0)
         var now = Date().timeIntervalSince1970
         if Double(previous) - now > 10 {
