@@ -66,7 +66,7 @@ let package = Package(
             name: "RelayServerTests", dependencies: ["RelayServer", "RelayCore", "RelayModel", "RelayStore", "RelayProtocol", "CSystem"]),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["RelayProtocol", "RelayModel", "RelayServer", "RelayStore", "RelayHub", "CSystem", "PermissionKit"]),
+            dependencies: ["RelayProtocol", "RelayModel", "RelayServer", "RelayStore", "RelayHub", "CSystem", "CSQLite", "PermissionKit"]),
         .testTarget(name: "RelayHubTests", dependencies: ["RelayHub"]),
         .testTarget(name: "PermissionKitTests", dependencies: ["PermissionKit", "RelayProtocol", "CSystem"]),
         .testTarget(name: "permission-benchTests", dependencies: ["permission-bench", "RelayProtocol"]),

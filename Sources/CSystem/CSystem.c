@@ -185,6 +185,15 @@ int cs_unblock_stop_signals(sigset_t *before) {
     return pthread_sigmask(SIG_UNBLOCK, &stops, before) == 0 ? 0 : -1;
 }
 
+int cs_block_stop_signals(void) {
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGHUP);
+    return pthread_sigmask(SIG_BLOCK, &stops, NULL) == 0 ? 0 : -1;
+}
+
 int cs_set_nonblocking(int fd) {
     int flags = fcntl(fd, F_GETFL);
     if (flags < 0) return -1;

@@ -92,6 +92,10 @@ enum Serve {
     ]
 
     static func run(_ args: [String]) throws {
+        // A stop asked for while the relay starts (loading a large store takes seconds) waits
+        // until it serves, which then stops cleanly at once: exit 0, as at any other time,
+        // rather than the signal's default end in the middle of opening the store.
+        _ = cs_block_stop_signals()
         let a = try Arguments(args, valueFlags: valueFlags, switchFlags: [])
         _ = try a.expectPositionals([])
         let inherited = try ServiceManager.inheritedSocket()

@@ -1,5 +1,6 @@
 // Start, stop, restart and refusal of the real binary; the command line.
 
+import CSQLite
 import Foundation
 import RelayProtocol
 import RelayServer
@@ -52,6 +53,47 @@ final class LifecycleTests: XCTestCase {
         XCTAssertEqual(questions, asked, "every question event queued when the relay stopped")
         XCTAssertEqual(last?["reason"]?.string, "shutdown")
         XCTAssertEqual(relay.terminate(), 0)
+    }
+
+    /// A stop asked for while the relay loads its store waits until it serves, then ends it
+    /// cleanly (exit 0), not by the signal's default (143) in the middle of opening the store.
+    func testSIGTERMWhileTheStoreLoadsStopsCleanlyOnceItServes() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        _ = try relay.provision(families: 1)
+        XCTAssertEqual(relay.terminate(), 0)
+        // 300,000 known handles of c0: seconds of loading, a wide window to stop it in.
+        var db: OpaquePointer?
+        XCTAssertEqual(sqlite3_open(relay.data + "/relay.db", &db), SQLITE_OK)
+        let fill = """
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000)
+            INSERT INTO knownHandles(row, child, kind, value, permanent, until, actions)
+            SELECT i, 'c0', 'phoneNumber', '+1555' || i, 1, NULL, '["message"]' FROM n
+            """
+        XCTAssertEqual(sqlite3_exec(db, fill, nil, nil, nil), SQLITE_OK, String(cString: sqlite3_errmsg(db)))
+        sqlite3_close(db)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: relayBinary)
+        p.arguments = ["serve", "--socket", relay.socket, "--data", relay.data]
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        // Once it has the store open, it is loading it (it listens only after).
+        let deadline = Date().addingTimeInterval(20)
+        func opened() -> Bool {
+            let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(p.processIdentifier)/fd")) ?? []
+            return fds.contains {
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(p.processIdentifier)/fd/\($0)"))?.hasSuffix(
+                    "/relay.db") == true
+            }
+        }
+        while !opened() && Date() < deadline { usleep(2_000) }
+        kill(p.processIdentifier, SIGTERM)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationReason, .exit, "ended by the signal's default")
+        XCTAssertEqual(p.terminationStatus, 0)
+        XCTAssertTrue(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("listening on"))
     }
 
     func testStaleSocketDoesNotBlockARestartAndALiveOneRefusesASecondRelay() throws {

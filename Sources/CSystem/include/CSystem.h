@@ -54,6 +54,9 @@ int cs_route_signals(int fd);
 /// `before` (unless NULL). A blocked signal is inherited across fork and exec from the
 /// thread that starts a process, and a Swift program's Dispatch threads block SIGTERM.
 int cs_unblock_stop_signals(sigset_t *before);
+/// Blocks SIGTERM, SIGINT and SIGHUP on the calling thread (and the threads it starts):
+/// they wait, pending, until `cs_route_signals` routes and unblocks them.
+int cs_block_stop_signals(void);
 int cs_set_nonblocking(int fd);
 /// send with MSG_NOSIGNAL | MSG_DONTWAIT.
 ssize_t cs_send(int fd, const void *buf, size_t len);
