@@ -111,7 +111,9 @@ extension RelayCore {
             "framesOut": .int(Int64(framesOut)),
             "uptimeSeconds": .int((r.now.milliseconds - startedAt.milliseconds) / 1000),
         ]
-        return counters.adding(hubStatus)
+        // Which relay runs (after an upgrade, say): an extension (protocol.md).
+        let version: JSONObject = config.version.isEmpty ? [:] : ["version": .string(config.version)]
+        return counters.adding(version).adding(hubStatus)
     }
 
     /// The link to the family hub, for `status`: none without one.

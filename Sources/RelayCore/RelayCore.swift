@@ -44,6 +44,8 @@ extension CoreOutput {
 
 /// The tunable limits of the relay's rules.
 public struct CoreConfig: Sendable {
+    /// The relay's version, as `status` reports it (empty: not said).
+    public var version = ""
     public var heartbeatSeconds = 15
     public var maxFrameBytes = defaultMaxFrameBytes
     /// 0: no limit.

@@ -179,7 +179,7 @@ struct AdminCommand: Sendable {
             request: { _, _ in ["type": "status"] },
             describe: { r in
                 r.fields.flatMap { f -> [String] in
-                    guard let inner = f.value.object else { return ["\(f.key): \(f.value.text)"] }
+                    guard let inner = f.value.object else { return ["\(f.key): \(f.value.string ?? f.value.text)"] }
                     return inner.fields.map { field in
                         let none = field.key == "lastContact" ? "never" : "unknown"  // the inbox, while out of reach
                         return "\(f.key) \(field.key): \(field.value.string ?? (field.value == .null ? none : field.value.text))"

@@ -114,6 +114,7 @@ enum Serve {
             throw CLIError.usage("--log-level must be debug, info, warning or error")
         }
         var core = CoreConfig()
+        core.version = programVersion
         core.maxFrameBytes = try a.int("--max-frame-bytes", default: core.maxFrameBytes, min: 64, max: 1 << 30)
         core.heartbeatSeconds = try a.int("--heartbeat-seconds", default: core.heartbeatSeconds, min: 1, max: Self.dayInSeconds)
         core.maxPendingPerChild = try a.int("--max-pending-per-child", default: core.maxPendingPerChild)

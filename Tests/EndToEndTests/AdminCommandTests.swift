@@ -137,6 +137,9 @@ final class AdminCommandTests: XCTestCase {
         let idle = runRelay(["status"] + s)
         XCTAssertEqual(idle.status, 0)
         XCTAssertTrue(idle.stdout.contains("connections: 0\nsessions: 0\n"), idle.stdout)
+        // Which relay runs, as its --version says.
+        let version = runRelay(["--version"]).stdout.split(separator: " ")[1]
+        XCTAssertTrue(idle.stdout.contains("\nversion: \(version)\n"), idle.stdout)
 
         let tokens = try relay.provision(families: 1)
         let heldAdmin = try relay.admin()  // another admin connection, left open
