@@ -176,21 +176,23 @@ int cs_route_signals(int fd) {
     return cs_unblock_stop_signals(NULL);
 }
 
-int cs_unblock_stop_signals(sigset_t *before) {
+/* SIGTERM, SIGINT and SIGHUP: the signals that stop the programs. */
+static sigset_t stop_signals(void) {
     sigset_t stops;
     sigemptyset(&stops);
     sigaddset(&stops, SIGTERM);
     sigaddset(&stops, SIGINT);
     sigaddset(&stops, SIGHUP);
+    return stops;
+}
+
+int cs_unblock_stop_signals(sigset_t *before) {
+    sigset_t stops = stop_signals();
     return pthread_sigmask(SIG_UNBLOCK, &stops, before) == 0 ? 0 : -1;
 }
 
 int cs_block_stop_signals(void) {
-    sigset_t stops;
-    sigemptyset(&stops);
-    sigaddset(&stops, SIGTERM);
-    sigaddset(&stops, SIGINT);
-    sigaddset(&stops, SIGHUP);
+    sigset_t stops = stop_signals();
     return pthread_sigmask(SIG_BLOCK, &stops, NULL) == 0 ? 0 : -1;
 }
 
