@@ -50,14 +50,17 @@ extension SQLiteStore {
     }
 
     /// Puts the backup at `backup` in place as the store at `path`, whose relay must be
-    /// stopped. The store it replaces (with its WAL) is kept beside it as `path.replaced`,
-    /// or, when an earlier restore kept one there, `path.replaced.2` and so on: a restore
-    /// never writes over a store. Returns where it was kept (nil: there was none).
+    /// stopped. The files of the store it replaces (its database, WAL and any older relay's
+    /// journals) are kept beside it under `path.replaced`, or, when an earlier restore kept
+    /// some there, `path.replaced.2` and so on: a restore never writes over a store.
+    /// Returns the files kept (none: there was no store).
     @discardableResult
-    public static func restore(backup: String, to path: String) throws -> String? {
-        guard access(backup, R_OK) == 0 else {
+    public static func restore(backup: String, to path: String) throws -> [String] {
+        var st = stat()
+        guard stat(backup, &st) == 0, access(backup, R_OK) == 0 else {
             throw StoreError("cannot read \(backup): \(String(cString: strerror(errno)))")
         }
+        guard st.st_mode & S_IFMT == S_IFREG else { throw StoreError("\(backup) is not a file: give the backup file itself") }
         let copy = try SQLiteDatabase(path: backup, readOnly: true)
         guard try copy.text("PRAGMA quick_check") == "ok", try copy.scalar("SELECT max(version) FROM migrations") != nil else {
             throw StoreError("\(backup) is not a backup of a relay's store, or a damaged one")
@@ -73,24 +76,27 @@ extension SQLiteStore {
             throw error
         }
         try syncFile(staging)
-        var replaced: String?
-        // A WAL without its database (relay.db deleted) goes aside too: left, it would be
-        // replayed onto the backup.
-        if ["", "-wal"].contains(where: { access(path + $0, F_OK) == 0 }) {
-            let kept =
+        // Every file a start reads goes aside, also without its database (relay.db deleted,
+        // as a damaged store's advice leads to): left, a WAL would be replayed onto the
+        // backup, and a journal folded into it.
+        let suffixes = ["", "-wal", "-changes.0", "-changes.1"]
+        let present = suffixes.filter { access(path + $0, F_OK) == 0 }
+        var kept: [String] = []
+        if !present.isEmpty {
+            let aside =
                 (1...).lazy.map { $0 == 1 ? path + ".replaced" : path + ".replaced.\($0)" }
-                .first { name in ["", "-wal"].allSatisfy { access(name + $0, F_OK) != 0 } }!
-            for suffix in ["", "-wal"] where access(path + suffix, F_OK) == 0 {
-                guard rename(path + suffix, kept + suffix) == 0 else {
+                .first { name in suffixes.allSatisfy { access(name + $0, F_OK) != 0 } }!
+            for suffix in present {
+                guard rename(path + suffix, aside + suffix) == 0 else {
                     throw StoreError("cannot move \(path + suffix) aside: \(String(cString: strerror(errno)))")
                 }
+                kept.append(aside + suffix)
             }
-            replaced = kept
         }
         unlink(path + "-shm")
         guard rename(staging, path) == 0 else { throw StoreError("cannot put the backup in place: \(String(cString: strerror(errno)))") }
         try syncDirectory(of: path)
-        return replaced
+        return kept
     }
 
     /// What is wrong with the store at `path`: SQLite's integrity check, then the relay's

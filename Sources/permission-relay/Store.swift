@@ -47,8 +47,8 @@ struct StoreCommand: Sendable {
         name: "restore",
         usage: """
             OVERVIEW: Put a backup in place as the relay's store. Stop the relay first; the store
-            it replaces is kept beside it as relay.db.replaced (relay.db.replaced.2, and so on,
-            when an earlier restore kept one). Everything up to the backup is there when the
+            it replaces (its database, WAL, and an older relay's journals) is kept beside it as
+            relay.db.replaced (relay.db.replaced.2, and so on, when an earlier restore kept one). Everything up to the backup is there when the
             relay starts again; clients resume from it.
 
             USAGE: permission-relay restore BACKUP [--data DIR]
@@ -66,9 +66,9 @@ struct StoreCommand: Sendable {
             try Paths.checkStoreFiles(in: data)
             let lock = try Serve.lockDataDirectory(data)
             defer { close(lock) }
-            let replaced: String?
+            let kept: [String]
             do {
-                replaced = try SQLiteStore.restore(backup: backup, to: data + "/relay.db")
+                kept = try SQLiteStore.restore(backup: backup, to: data + "/relay.db")
             } catch {
                 throw CLIError.failure("restore failed: \(error)")
             }
@@ -76,7 +76,7 @@ struct StoreCommand: Sendable {
             var st = stat()
             if geteuid() == 0, stat(data, &st) == 0, st.st_uid != 0 { Paths.giveStoreFiles(in: data, to: st.st_uid, group: st.st_gid) }
             printOut(
-                "restored \(backup) into \(data)/relay.db\(replaced.map { " (the store it replaced is kept as \($0))" } ?? ""); start the relay to serve it"
+                "restored \(backup) into \(data)/relay.db\(kept.isEmpty ? "" : " (what it replaced is kept: \(kept.joined(separator: ", ")))"); start the relay to serve it"
             )
         })
 

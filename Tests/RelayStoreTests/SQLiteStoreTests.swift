@@ -522,13 +522,13 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(backedUp.normalized.sessions, expected.normalized.sessions)
 
         let replacedHeld = try store.load().normalized.questions
-        XCTAssertEqual(try SQLiteStore.restore(backup: backup, to: path), path + ".replaced")
+        XCTAssertEqual(try SQLiteStore.restore(backup: backup, to: path).first, path + ".replaced")
         let restored = try SQLiteStore(path: path).load()
         XCTAssertEqual(restored.normalized.sessions, expected.normalized.sessions)
         XCTAssertEqual(restored.heads, expected.heads)
         XCTAssertThrowsError(try SQLiteStore.restore(backup: path + ".replaced-wal", to: path), "not a backup")
         // Restored again (the wrong backup, say): the first store replaced is still there.
-        XCTAssertEqual(try SQLiteStore.restore(backup: backup, to: path), path + ".replaced.2")
+        XCTAssertEqual(try SQLiteStore.restore(backup: backup, to: path).first, path + ".replaced.2")
         XCTAssertEqual(try SQLiteStore(path: path + ".replaced").load().normalized.questions, replacedHeld)
         XCTAssertNotEqual(replacedHeld, expected.normalized.questions, "the store replaced first held more than the backup")
     }
@@ -546,9 +546,31 @@ final class SQLiteStoreTests: XCTestCase {
         try FileManager.default.createDirectory(at: lone, withIntermediateDirectories: true)
         let target = lone.appendingPathComponent("relay.db").path
         try FileManager.default.copyItem(atPath: path + "-wal", toPath: target + "-wal")
-        XCTAssertEqual(try SQLiteStore.restore(backup: backup, to: target), target + ".replaced")
-        XCTAssertTrue(FileManager.default.fileExists(atPath: target + ".replaced-wal"), "the WAL kept, aside")
+        XCTAssertEqual(try SQLiteStore.restore(backup: backup, to: target), [target + ".replaced-wal"], "the WAL alone kept, aside")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: target + ".replaced-wal"))
         XCTAssertEqual(try SQLiteStore(path: target).load().families, try SQLiteStore(path: backup).load().families)
+    }
+
+    /// An older relay's journals left beside a lost database go aside too: a start would
+    /// fold them into the backup.
+    func testARestoreOverAnOlderRelaysJournalsHoldsTheBackupAlone() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit([.family("backed-up")])
+        let backup = dir.appendingPathComponent("backup.db").path
+        try SQLiteStore.backup(databaseAt: path, to: backup)
+        let fixture = try XCTUnwrap(Bundle.module.url(forResource: "Fixtures/journaled-store", withExtension: nil))
+        let lost = dir.appendingPathComponent("lost")
+        try FileManager.default.createDirectory(at: lost, withIntermediateDirectories: true)
+        let target = lost.appendingPathComponent("relay.db").path
+        for n in 0..<2 {
+            try FileManager.default.copyItem(atPath: fixture.path + "/relay.db-changes.\(n)", toPath: target + "-changes.\(n)")
+        }
+        XCTAssertEqual(
+            try SQLiteStore.restore(backup: backup, to: target), [target + ".replaced-changes.0", target + ".replaced-changes.1"])
+        XCTAssertEqual(try SQLiteStore(path: target).load().families, ["backed-up"])
+        XCTAssertThrowsError(try SQLiteStore.restore(backup: dir.path, to: target)) { error in
+            XCTAssertTrue("\(error)".contains("is not a file"), "\(error)")
+        }
     }
 
     /// Questions stored since the last indexing pass are listed in memory: found by id and
