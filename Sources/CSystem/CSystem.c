@@ -137,6 +137,22 @@ int cs_connect_unix(const char *path) {
     return fd;
 }
 
+int cs_unix_listener_present(const char *path) {
+    struct sockaddr_un addr;
+    if (fill_addr(&addr, path) != 0) { errno = path[0] == 0 ? EINVAL : ENAMETOOLONG; return 0; }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return 0;
+    int rc;
+    do {
+        rc = connect(fd, (struct sockaddr *)&addr, sizeof addr);
+    } while (rc != 0 && errno == EINTR);
+    int saved = errno;
+    close(fd);
+    if (rc == 0 || saved == EAGAIN) return 1;
+    errno = saved;
+    return 0;
+}
+
 long cs_peer_uid(int fd) {
     struct ucred cred;
     socklen_t len = sizeof cred;

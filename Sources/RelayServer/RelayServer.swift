@@ -296,13 +296,9 @@ public final class RelayServer {
         spareFD = Self.openSpare()
     }
 
-    /// Whether something accepts connections at the socket `path` (errno says why not).
-    public static func isServed(_ path: String) -> Bool {
-        let probe = cs_connect_unix(path)
-        guard probe >= 0 else { return false }
-        Glibc.close(probe)
-        return true
-    }
+    /// Whether something listens on the socket `path`, also one too busy to accept (errno
+    /// says why not).
+    public static func isServed(_ path: String) -> Bool { cs_unix_listener_present(path) == 1 }
 
     /// What a relay says when another one already serves its socket `path`.
     public static func servedAlready(_ path: String) -> String {

@@ -163,7 +163,13 @@ enum Serve {
         let log = Log.stderr(level: level)
         umask(0o077)  // the socket and the database (with its WAL) are private to this user
         // Before anything is made: a relay refused for a socket in use leaves no store behind.
-        if inherited == nil && RelayServer.isServed(socket) { throw CLIError.failure(RelayServer.servedAlready(socket)) }
+        if inherited == nil {
+            if RelayServer.isServed(socket) { throw CLIError.failure(RelayServer.servedAlready(socket)) }
+            if errno == EACCES {
+                throw CLIError.failure(
+                    "\(socket) cannot be reached (permission denied): choose another --socket, or one in a directory you may use")
+            }
+        }
         let data = try Paths.makePrivateDirectory(dataOption)
         server.dataDirectory = data
         if server.hubURL != nil { try linkDevice(data: data, named: a.value("--device"), &server, &core) }

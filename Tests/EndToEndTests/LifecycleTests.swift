@@ -1,6 +1,7 @@
 // Start, stop, restart and refusal of the real binary; the command line.
 
 import CSQLite
+import CSystem
 import Foundation
 import RelayProtocol
 import RelayServer
@@ -114,6 +115,36 @@ final class LifecycleTests: XCTestCase {
         let sameData = runRelay(["serve", "--socket", relay.dir.appendingPathComponent("s2").path, "--data", relay.data])
         XCTAssertEqual(sameData.status, 1)
         XCTAssertTrue(sameData.stderr.contains("data directory"), sameData.stderr)
+    }
+
+    /// A process that listens on the socket but accepts nothing (a wedged relay, its backlog
+    /// full) still has it: the relay refuses at once, rather than wait for it to accept.
+    func testASocketWhoseListenerNeverAcceptsIsRefusedAtOnce() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("wedged-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let path = dir.appendingPathComponent("s").path
+        let listener = cs_listen_unix(path, 0)
+        XCTAssertGreaterThanOrEqual(listener, 0)
+        defer { close(listener) }
+        var queued: [Int32] = []  // connections the listener never accepts, until its backlog is full
+        defer { queued.forEach { close($0) } }
+        while queued.count < 64 {
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            var addr = sockaddr_un()
+            addr.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &addr.sun_path) { buf in
+                _ = path.utf8CString.withUnsafeBytes { memcpy(buf.baseAddress!, $0.baseAddress!, $0.count) }
+            }
+            let rc = withUnsafePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            queued.append(fd)
+            if rc != 0 { break }  // EAGAIN: the backlog is full
+        }
+        let r = runRelay(["serve", "--socket", path, "--data", dir.appendingPathComponent("data").path])
+        XCTAssertEqual(r.status, 1, r.stderr)
+        XCTAssertTrue(r.stderr.contains("already serving"), r.stderr)
     }
 
     func testAFileThatIsNotASocketIsNeverRemoved() throws {

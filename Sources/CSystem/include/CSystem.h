@@ -41,6 +41,10 @@ int cs_adopt_listening_unix(int fd, char *path, size_t len);
 int cs_sd_notify(const char *state);
 /// Connects a blocking, close-on-exec Unix stream socket to path. Returns the fd or -1.
 int cs_connect_unix(const char *path);
+/// Whether something listens on the Unix socket at `path`, without waiting for it to
+/// accept: 1 if so (also when its backlog is full), else 0 with errno saying why (ECONNREFUSED,
+/// ENOENT: nothing does).
+int cs_unix_listener_present(const char *path);
 /// The peer's uid of a Unix socket (SO_PEERCRED), or -1.
 long cs_peer_uid(int fd);
 /// The peer's pid of a Unix socket (SO_PEERCRED; for a connected client, the server's), or -1.
