@@ -158,16 +158,14 @@ public struct HubKeys: Sendable {
     }
 
     /// The family's account as a change starts from: the one kept here, or the one the
-    /// hub holds (`held`, asked by the account's public key) when that is as new or newer, as
-    /// after a change made with another copy of these keys: a change made here never undoes
-    /// one made there (a device removed there stays removed). The hub is asked once a device
-    /// of the family was paired with this copy (before, it may hold no account for it), and
-    /// a failure to ask fails the change: the hub keeps the account pushed last, so one
-    /// made without knowing the hub's could trust a removed device again.
+    /// hub holds (`held`, asked by the account's public key; nil: it holds none) when that
+    /// is as new or newer, as after a change made with another copy of these keys: a change
+    /// made here never undoes one made there (a device removed there stays removed). A
+    /// failure to ask fails the change: the hub keeps the account pushed last, so one made
+    /// without knowing the hub's could trust a removed device again.
     private func current(of family: String, held: (String) throws -> HubJWT?) throws -> (key: NKey, jwt: HubJWT) {
-        let paired = !((try? FileManager.default.contentsOfDirectory(atPath: familyDirectory(family) + "/devices")) ?? []).isEmpty
         let (key, local) = try account(of: family)
-        guard paired, let hub = try held(key.publicKey), hub.subject == key.publicKey, hub.issuer == operatorKey.publicKey,
+        guard let hub = try held(key.publicKey), hub.subject == key.publicKey, hub.issuer == operatorKey.publicKey,
             hub.issuedAt >= local.issuedAt
         else { return (key, local) }
         return (key, hub)
@@ -237,10 +235,17 @@ public struct HubKeys: Sendable {
 }
 
 extension HubConnection {
-    /// The account whose public key is `account` as the hub holds it; nil for an empty
-    /// answer. The hub's resolver does not answer for an account it does not hold: the
-    /// request then fails, as it does when the hub is out of reach.
+    /// The account whose public key is `account` as the hub holds it; nil when it holds
+    /// none (a hub made anew, or one that lost its accounts). The hub's resolver answers a
+    /// lookup only for an account it holds, so the list of those it holds is asked first: a
+    /// request that fails fails this, never counts as "none".
     public func heldAccount(_ account: String) throws -> HubJWT? {
+        let list = try request("$SYS.REQ.CLAIMS.LIST", body: [])
+        let answer = try? JSONSerialization.jsonObject(with: Data(list)) as? [String: Any]
+        guard let held = answer?["data"] as? [String] else {
+            throw NKeyError("the hub's list of its accounts cannot be read: \(String(decoding: list.prefix(200), as: UTF8.self))")
+        }
+        guard held.contains(account) else { return nil }
         let reply = try request("$SYS.REQ.ACCOUNT.\(account).CLAIMS.LOOKUP", body: [])
         return reply.isEmpty ? nil : try HubJWT(String(decoding: reply, as: UTF8.self))
     }

@@ -161,6 +161,47 @@ final class HubAccountsTests: XCTestCase {
             try HubConnection(url: server.url, name: "tablet", credentials: tablet, timeoutMillis: 2000), "still removed")
         let removed = try XCTUnwrap(keys.devices(of: "smiths").first { $0.name == "tablet" })
         XCTAssertNotNil(removed.removedAt, "this copy knows of the removal now")
+
+        // A copy that has the family's account but none of its devices asks the hub too.
+        let bare = keysDirectory + "-bare"
+        try FileManager.default.copyItem(atPath: keysDirectory, toPath: bare)
+        defer { try? FileManager.default.removeItem(atPath: bare) }
+        let (key, _) = try keys.account(of: "smiths")
+        let devices = try XCTUnwrap(
+            FileManager.default.subpathsOfDirectory(atPath: bare).first { $0.hasSuffix("/devices") && $0.contains(HubJWT.hex("smiths")) })
+        for file in try FileManager.default.contentsOfDirectory(atPath: bare + "/" + devices) {
+            try FileManager.default.removeItem(atPath: bare + "/" + devices + "/" + file)
+        }
+        try keys.removeDevice("watch", family: "smiths", held: admin.heldAccount) { try admin.push(account: $0) }
+        _ = try HubKeys(directory: bare).addDevice(
+            "laptop", publicKey: try NKey.generate(.user).publicKey, family: "smiths", names: names("smiths", "laptop"),
+            held: admin.heldAccount, push: { try admin.push(account: $0) })
+        XCTAssertEqual(try admin.heldAccount(key.publicKey)?.revocations.keys.count, 2, "the tablet and the watch stay removed")
+        XCTAssertThrowsError(try HubConnection(url: server.url, name: "watch", credentials: watch, timeoutMillis: 2000))
+    }
+
+    /// A hub that lost the accounts it held (its resolver's directory emptied, or the hub
+    /// made anew from these keys) is given the family's account again by the next change,
+    /// rather than wait for a lookup it never answers.
+    func testAHubThatLostItsAccountsIsGivenTheFamilysAgain() throws {
+        let (server, keys) = try startHub()
+        var admin = try HubConnection(url: server.url, name: "admin", credentials: keys.adminCredentials, timeoutMillis: 2000)
+        let tablet = try pair("tablet", of: "smiths", keys: keys, admin: admin)
+        let (key, _) = try keys.account(of: "smiths")
+        XCTAssertEqual(try admin.heldAccount(key.publicKey)?.subject, key.publicKey)
+        server.kill()
+        let accounts = keysDirectory + "/accounts"
+        for file in try FileManager.default.contentsOfDirectory(atPath: accounts) {
+            try FileManager.default.removeItem(atPath: accounts + "/" + file)
+        }
+        try server.start()
+        admin = try HubConnection(url: server.url, name: "admin", credentials: keys.adminCredentials, timeoutMillis: 2000)
+        XCTAssertNil(try admin.heldAccount(key.publicKey), "the hub holds none")
+        XCTAssertThrowsError(try HubConnection(url: server.url, name: "tablet", credentials: tablet, timeoutMillis: 2000))
+        let phone = try pair("phone", of: "smiths", keys: keys, admin: admin)
+        for (name, credentials) in [("tablet", tablet), ("phone", phone)] {
+            XCTAssertTrue(try HubConnection(url: server.url, name: name, credentials: credentials, timeoutMillis: 2000).isConnected, name)
+        }
     }
 
     /// The hub's account signed by a copy whose clock is ahead: the change says so at once
