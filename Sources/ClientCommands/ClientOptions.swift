@@ -88,6 +88,8 @@ public enum ClientOptions {
             let hint = " (is `permission-relay serve` running, and is --socket right?)"
             switch reason {
             case nil: return "the relay is not available" + hint
+            case .unavailable(let why)? where why.contains("permission-relay serve"):  // it says what to check
+                return "the relay is not available: \(terminalSafe(why))"
             case .unavailable(let why)?: return "the relay is not available: \(terminalSafe(why))" + hint
             case let other?: return "the relay is not available: \(terminalSafe(other.description))"  // it answered, and said why
             }

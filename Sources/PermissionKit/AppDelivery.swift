@@ -4,6 +4,10 @@
 // handed again on the app's next start), and is handed twice only to an app stopped
 // while its loop body was handling it. With several loops on the same events, an event
 // is processed once every loop it went to is done with it (see `AskCenter`).
+//
+// A loop left with `break` in top-level code keeps its iterator (and what it took) until
+// the program ends, so a task that closes the center is also done with what its own loops
+// took: the task has left their bodies to close it.
 
 import Synchronization
 
@@ -13,11 +17,17 @@ final class DeliveryStream<Element: Sendable>: Sendable {
     private let continuation: AsyncStream<(seq: Int64, element: Element)>.Continuation
     private let stream: AsyncStream<(seq: Int64, element: Element)>
     private let untaken = Untaken()
+    private let inHand = InHand()
     private let settled: @Sendable (Int64) -> Void
 
     /// Events given and not yet taken by the loop.
     final class Untaken: Sendable {
         let seqs = Mutex<Set<Int64>>([])
+    }
+
+    /// Events the loops took and are not done with, each with the task whose loop took it.
+    final class InHand: Sendable {
+        let seqs = Mutex<[Int64: Int]>([:])
     }
 
     /// `settled`: the loop is done with an event; `returned`: the stream ended without
@@ -52,7 +62,25 @@ final class DeliveryStream<Element: Sendable>: Sendable {
 
     /// The app's end.
     var sequence: AppDelivery<Element> {
-        AppDelivery(events: stream, taken: { [untaken] seq in untaken.seqs.withLock { _ = $0.remove(seq) } }, processed: settled)
+        AppDelivery(
+            events: stream,
+            taken: { [untaken, inHand] seq, task in
+                untaken.seqs.withLock { _ = $0.remove(seq) }
+                inHand.seqs.withLock { $0[seq] = task }
+            },
+            processed: { [inHand, settled] seq in
+                if inHand.seqs.withLock({ $0.removeValue(forKey: seq) }) != nil { settled(seq) }
+            })
+    }
+
+    /// The task `task` (`AppDelivery.currentTask`) is done with what its loops took.
+    func settle(takenBy task: Int) {
+        let done = inHand.seqs.withLock { h -> [Int64] in
+            let seqs = h.filter { $0.value == task }.map(\.key)
+            for seq in seqs { h[seq] = nil }
+            return seqs.sorted()
+        }
+        for seq in done { settled(seq) }
     }
 }
 
@@ -60,8 +88,13 @@ final class DeliveryStream<Element: Sendable>: Sendable {
 struct AppDelivery<Element: Sendable>: AsyncSequence, Sendable {
     typealias Failure = Never
     let events: AsyncStream<(seq: Int64, element: Element)>
-    let taken: @Sendable (Int64) -> Void
+    /// The loop of the task given took the event.
+    let taken: @Sendable (Int64, Int) -> Void
+    /// The loop is done with the event (again: no effect).
     let processed: @Sendable (Int64) -> Void
+
+    /// Which task runs this (the same number as long as it lives).
+    static var currentTask: Int { withUnsafeCurrentTask { $0?.hashValue } ?? 0 }
 
     func makeAsyncIterator() -> Iterator {
         Iterator(events: events.makeAsyncIterator(), handed: Handed(processed), taken: taken)
@@ -70,12 +103,12 @@ struct AppDelivery<Element: Sendable>: AsyncSequence, Sendable {
     struct Iterator: AsyncIteratorProtocol {
         var events: AsyncStream<(seq: Int64, element: Element)>.Iterator
         let handed: Handed
-        let taken: @Sendable (Int64) -> Void
+        let taken: @Sendable (Int64, Int) -> Void
 
         mutating func next() async -> Element? {
             handed.settle()  // the loop is back: the app is done with what it was handed
             guard let (seq, element) = await events.next() else { return nil }
-            taken(seq)
+            taken(seq, AppDelivery.currentTask)
             handed.seq = seq
             return element
         }

@@ -155,8 +155,13 @@ public final class AskCenter: Sendable {
     }
 
     /// Disconnects for good; returns once what the app's loops have processed is recorded
-    /// and acknowledged. A response a loop still handles is handed again at the next start.
+    /// and acknowledged. The loops of the task that calls it are done with what they took
+    /// (also one left with `break` in top-level code, whose iterator lives on); a response
+    /// a loop of another task still handles is handed again at the next start.
     public func close() async {
+        let task = AppDelivery<Never>.currentTask
+        let open = hub.withLock { h in h.responseConsumers.values.flatMap(\.values) + h.outcomeConsumers.values }
+        for consumer in open { consumer.settle(task) }
         releaseUnwantedOutcomes()
         await session.close()
     }
@@ -207,8 +212,9 @@ public final class AskCenter: Sendable {
     /// (`connectionError` says which).
     ///
     /// A response counts as processed once the loop that took it asks for the next one
-    /// (or ends), and every other loop it went to too: an app stopped at any moment gets
-    /// again, at its next start, the response it was handling, and never loses one.
+    /// (or ends, or its task closes the center), and every other loop it went to too: an
+    /// app stopped at any moment gets again, at its next start, the response it was
+    /// handling, and never loses one.
     public func responses<Topic: QuestionTopic>(for topicType: Topic.Type)
         -> some AsyncSequence<PermissionResponse<Topic>, Never> & Sendable
     {
@@ -245,7 +251,7 @@ public final class AskCenter: Sendable {
         var notGiven: [(seq: Int64, unreadable: Bool)] = []
         let ended = hub.withLock { h -> Bool in
             guard !h.ended else { return true }
-            let consumer = EventConsumer(take: take, finish: stream.finish)
+            let consumer = EventConsumer(take: take, finish: stream.finish, settle: stream.settle(takenBy:))
             if let topic { h.responseConsumers[topic, default: [:]][key] = consumer } else { h.outcomeConsumers[key] = consumer }
             // Given while the hub is locked: nothing new overtakes them.
             let mine = { (e: JSONObject) in
@@ -438,6 +444,8 @@ struct EventConsumer: Sendable {
     /// Gives it an event.
     let take: @Sendable (Int64, JSONObject) -> Taken
     let finish: @Sendable () -> Void
+    /// The task given is done with what its loops took.
+    let settle: @Sendable (Int) -> Void
 }
 
 /// An open stream of the app's: what hands it an element, and what ends it.

@@ -449,7 +449,9 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
                 let isKnown = knownSet.contains(h)
                 // Until when, for a handle a timed approval made known (one more request each).
                 var until: String?
-                if isKnown, case .approved(let end?) = try await center.state(for: h) { until = ISO8601DateFormatter().string(from: end) }
+                if isKnown, case .approved(let end?) = try await center.state(for: h) {
+                    until = Timestamp(milliseconds: Int64((end.timeIntervalSince1970 * 1000).rounded())).rfc3339
+                }
                 var o: JSONObject = ["handle": .string(h.value), "kind": .string(h.kind.rawValue), "known": .bool(isKnown)]
                 if let until { o["until"] = .string(until) }
                 printOut(json ? line(o) : "\(h.value): \(isKnown ? "known" : "not known")\(until.map { " until \($0)" } ?? "")")

@@ -211,6 +211,8 @@ final class PermissionKitTests: XCTestCase {
         let failedAfter = await timeToFail(child)
         XCTAssertGreaterThanOrEqual(failedAfter, .milliseconds(500))
         XCTAssertEqual(child.connectionState, .unavailable)
+        let why = child.connectionError?.description ?? ""
+        XCTAssertTrue(why.contains("cannot connect to \(relay.socket)") && why.contains("is `permission-relay serve` running"), why)
 
         // A reconnect delay longer than the request's time does not make it fail late.
         var slow = config(relay, "c0", tokens, timeout: .milliseconds(500))
@@ -427,6 +429,44 @@ final class PermissionKitTests: XCTestCase {
         try await expectOnlyANewResponse(second, guardian: guardian, "the response the loop was left with does not come again")
         await second.close()
         await first.close()
+    }
+
+    /// A loop left with `break` in top-level code keeps its iterator until the program ends
+    /// (kept here by hand): the center closed by that task settles what the loop took. What
+    /// a loop of another task is still handling is handed again at the next start.
+    func testClosingTheCenterSettlesWhatTheClosingTasksLoopsTook() async throws {
+        let (relay, tokens, state, guardian) = try family()
+        let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let mine = contact(), theirs = contact()
+        var kept = first.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        try await first.ask(mine)
+        try await guardian.answer(mine.id, with: "approve")
+        let took = try await next(&kept)
+        XCTAssertEqual(took.question.id, mine.id)
+        // Another task's loop takes the next response and is still handling it at the close.
+        let (gate, release) = AsyncStream<Void>.makeStream()
+        let (taken, tookIt) = AsyncStream<UUID>.makeStream()
+        let others = first.responses(for: CommunicationTopic.self)
+        let handling = Task {
+            for await r in others where r.question.id == theirs.id {
+                tookIt.yield(r.question.id)
+                for await _ in gate {}  // handling it, until the test is over
+            }
+        }
+        try await first.ask(theirs)
+        try await guardian.answer(theirs.id, with: "approve")
+        var takenIDs = taken.makeAsyncIterator()
+        let otherTook = try await next(&takenIDs)
+        XCTAssertEqual(otherTook, theirs.id)
+        await first.close()
+        let second = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        var again = second.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        let shownAgain = try await next(&again)
+        XCTAssertEqual(shownAgain.question.id, theirs.id, "the response the closing task's loop took does not come again")
+        await second.close()
+        release.finish()
+        await handling.value
+        withExtendedLifetime(kept) {}
     }
 
     /// Two loops over the same responses: one coming back for its next does not count the

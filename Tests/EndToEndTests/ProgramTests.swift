@@ -380,11 +380,17 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(known.finish(), 0)
         let (first, second) = (known.nextLine() ?? "", known.nextLine())
         XCTAssertEqual(second, "+15550199: not known")
-        // Known for the hour the guardian chose, from the answer on.
+        // Known for the hour the guardian chose, from the answer on, to the millisecond.
         let prefix = "+1 555 0101: known until "
         XCTAssertTrue(first.hasPrefix(prefix), first)
-        let until = try XCTUnwrap(ISO8601DateFormatter().date(from: String(first.dropFirst(prefix.count))), first)
-        XCTAssertEqual(until.timeIntervalSinceNow, 3600, accuracy: 60)
+        let printed = String(first.dropFirst(prefix.count))
+        let until = try XCTUnwrap(Timestamp(rfc3339: printed), first)
+        XCTAssertEqual(Double(until.milliseconds) / 1000 - Date().timeIntervalSince1970, 3600, accuracy: 60)
+        let credentials = try JSON.parse(String(contentsOf: relay.dir.appendingPathComponent("child.json"), encoding: .utf8))
+        let c = try relay.connect()
+        _ = try c.hello("c0", credentials["token"]?.string ?? "")
+        let held = try c.request(["type": "knownHandles", "handles": [.object(["value": "+1 555 0101", "kind": "phoneNumber"])]])
+        XCTAssertEqual(held["timed"]?.array?.first?["until"]?.string, printed, "as the relay holds it")
     }
 
     func testResponsesFanOutToTwoChildProcesses() throws {

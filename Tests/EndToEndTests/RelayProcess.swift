@@ -87,7 +87,7 @@ final class RelayProcess {
         }
         let out = Pipe()
         p.standardOutput = out
-        if !FileManager.default.fileExists(atPath: logFile.path) { FileManager.default.createFile(atPath: logFile.path, contents: nil) }
+        if !FileManager.default.fileExists(atPath: logFile.path) { _ = FileManager.default.createFile(atPath: logFile.path, contents: nil) }
         let log = try FileHandle(forWritingTo: logFile)
         log.seekToEndOfFile()
         p.standardError = log

@@ -117,13 +117,13 @@ final class AskTests: XCTestCase {
             XCTAssertNotNil(r["message"])
         }
         // A timed approval lasts a second at least, and the refusal says so.
-        func timed(_ seconds: Int64) -> JSONObject {
+        func timed(_ seconds: JSON) -> JSONObject {
             h.question(choices: [
-                .object(["id": "t", "title": "T", "answer": "approval", "durationSeconds": .int(seconds)]),
+                .object(["id": "t", "title": "T", "answer": "approval", "durationSeconds": seconds]),
                 .object(["id": "no", "title": "No", "answer": "denial"]),
             ])
         }
-        for seconds: Int64 in [0, -5] {
+        for seconds: JSON in [0, -5, .double(1.5), .double(-1e19)] {
             let r = h.error(c, ["type": "ask", "question": .object(timed(seconds))], .invalidQuestion)
             XCTAssertEqual(r["message"]?.string, "choices[0].durationSeconds must be a whole number of seconds, at least 1")
         }
@@ -131,7 +131,8 @@ final class AskTests: XCTestCase {
         XCTAssertEqual(h.ok(g, ["type": "pending"])["questions"]?.array?.count, 0)
         // Boundaries that are accepted.
         h.ok(c, ["type": "ask", "question": .object(h.question(handles: (0..<64).map { "+1 555 \($0)" }))])
-        h.ok(c, ["type": "ask", "question": .object(timed(1 << 53))])
+        h.ok(c, ["type": "ask", "question": .object(timed(.int(1 << 53)))])
+        h.ok(c, ["type": "ask", "question": .object(timed(.double(1e19)))])  // whole, past Int64: as long as any
         // Ids are compared code point for code point, as handles are: "café" written two ways
         // is two ids, and an answer names the one it names.
         let accented = h.question(choices: [
