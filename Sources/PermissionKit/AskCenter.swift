@@ -169,7 +169,8 @@ public final class AskCenter: Sendable {
     // MARK: - Asking
 
     /// Sends the question to the child's guardians; returns once the relay has stored it.
-    /// A resend of the same question (same id) is safe and asks nobody twice.
+    /// A resend of the same question (same id) is safe and asks nobody twice; while it is
+    /// pending or answered the first version stands, so a changed question needs a new id.
     public func ask<Topic: QuestionTopic>(_ question: PermissionQuestion<Topic>) async throws {
         do {
             _ = try await submit(question)
