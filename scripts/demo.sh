@@ -50,7 +50,7 @@ if [ -z "$bin" ]; then
     fi
 fi
 
-dir=$(mktemp -d /tmp/permission-demo.XXXXXX)
+dir=$(mktemp -d "${TMPDIR:-/tmp}/permission-demo.XXXXXX")
 cleanup() {
     # A child still waiting would keep trying to reach the stopped relay: it is told to stop.
     [ -n "${child_pid:-}" ] && kill -INT "$child_pid" 2>/dev/null || true

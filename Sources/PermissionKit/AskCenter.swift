@@ -76,6 +76,8 @@ public struct QuestionSummary: Sendable {
     public let handles: [CommunicationHandle]
     /// The ways to communicate it asks for (empty: `communicate`, or an app update).
     public let actions: Set<CommunicationTopic.Action>
+    /// For an app update: what the update changes (nil for a communication question).
+    public let updateDescription: String?
     /// The answers it offers.
     public let choices: [PermissionChoice]
     /// When answered: the choice, who chose it and when.
@@ -511,6 +513,7 @@ extension QuestionSummary {
         expirationDate = q["expirationDate"]?.string.flatMap(Date.init(rfc3339:))
         handles = (q["topic"]?["personInformation"]?.array ?? []).compactMap { $0["handle"].flatMap(CommunicationHandle.init(wire:)) }
         actions = Set((q["topic"]?["actions"]?.array ?? []).compactMap { $0.string.flatMap(CommunicationTopic.Action.init(rawValue:)) })
+        updateDescription = topicKind == SignificantAppUpdateTopic.id ? q["topic"]?["description"]?.string : nil
         choices = (q["choices"]?.array ?? []).compactMap(PermissionChoice.init(wire:))
         choice = q["outcome"]?["choice"].flatMap(PermissionChoice.init(wire:))
         guardian = q["outcome"]?["guardian"]?.string

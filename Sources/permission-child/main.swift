@@ -36,7 +36,9 @@ let usage = """
                                    (without it, ask reports that question, and --wait waits for it)
           --wait                   Wait for the outcome; the exit status tells it
           --timeout SECONDS        With --wait: stop waiting after this long (exit 5; the question stays pending)
-      ask-update --description TEXT [--wait] [--expires …]   Ask to keep using the app after a significant update
+      ask-update --description TEXT   Ask to keep using the app after a significant update
+          --choice, --default, --expires, --id, --new, --wait, --timeout   As for ask (--new: even if a
+                                   question about the same update is pending)
       cancel ID                  Withdraw a pending question
       watch [--json]             Print responses and outcomes as they come (from its first run on: it
                                  keeps its place between runs)
@@ -163,7 +165,7 @@ func send<T: QuestionTopic>(
                         "questionId": .string(existing.id.uuidString), "status": "pending", "attempt": .int(Int64(existing.attempt)),
                         "existing": true,
                     ])
-                    : "already pending: \(existing.id), asked \(ago(existing.createdAt)) for the same people (--new asks again)")
+                    : "already pending: \(existing.id), asked \(ago(existing.createdAt)) \(sameSubject(T.self)) (--new asks again)")
             return Exit.approved
         }
         let r = try await submitting(q, center: center, json: json)
@@ -193,11 +195,14 @@ func send<T: QuestionTopic>(
     if let existing {
         waiting.set(id)
         printErr(
-            "question \(id), asked \(ago(existing.createdAt)) for the same people, is still pending; waiting for it (--new asks again)")
+            "question \(id), asked \(ago(existing.createdAt)) \(sameSubject(T.self)), is still pending; waiting for it (--new asks again)")
     } else {
         guard let r = try await submitting(q, center: center, json: json) else { return Exit.limitsOff }
         waiting.set(id)
-        if !json { printErr("asked \(r.questionID) (\(r.status)); waiting for a guardian…") }
+        if !json {
+            let known = r.allKnown ? ", though every handle is already known" : ""
+            printErr("asked \(r.questionID) (\(r.status)\(known)); waiting for a guardian…")
+        }
     }
     let ending = try await withThrowingTaskGroup(of: Ending?.self) { group in
         group.addTask {
@@ -298,6 +303,19 @@ func pendingQuestion(like new: PermissionQuestion<CommunicationTopic>, center: A
     return try await center.questions(status: "pending").first { q in
         q.topicKind == CommunicationTopic.id && Set(q.handles.compactMap(\.normalized)) == people
             && ways(q.actions) == ways(new.topic.actions) && q.choices == new.choices
+            && (q.expirationDate != nil) == (new.expirationDate != nil)
+    }
+}
+
+/// What a pending question found in place of a new one shares with it.
+func sameSubject<T: QuestionTopic>(_: T.Type) -> String {
+    T.self == SignificantAppUpdateTopic.self ? "about the same update" : "for the same people"
+}
+
+/// A pending question about the same app update, asked the same way.
+func pendingQuestion(like new: PermissionQuestion<SignificantAppUpdateTopic>, center: AskCenter) async throws -> QuestionSummary? {
+    try await center.questions(status: "pending").first { q in
+        q.topicKind == SignificantAppUpdateTopic.id && q.updateDescription == new.topic.description && q.choices == new.choices
             && (q.expirationDate != nil) == (new.expirationDate != nil)
     }
 }
@@ -408,8 +426,9 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
             return try await send(q, existing: existing, center: center, waiting: waiting, stop: stop, a)
         case "ask-update":
             guard let d = a.value("--description") else { throw CLIError.usage("ask-update needs --description TEXT") }
-            return try await send(
-                try question(SignificantAppUpdateTopic(description: d), a), existing: nil, center: center, waiting: waiting, stop: stop, a)
+            let q = try question(SignificantAppUpdateTopic(description: d), a)
+            let existing = a.has("--new") || a.value("--id") != nil ? nil : try await pendingQuestion(like: q, center: center)
+            return try await send(q, existing: existing, center: center, waiting: waiting, stop: stop, a)
         case "cancel":
             guard let id = try a.expectPositionals(["ID"]).first.flatMap(UUID.init(uuidString:)) else {
                 throw CLIError.usage("cancel needs a question id (a UUID)")
@@ -467,11 +486,12 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
                         "questionId": .string(q.id.uuidString), "topic": .string(q.topicKind), "status": .string(q.status),
                         "attempt": .int(Int64(q.attempt)), "handles": .array(q.handles.map { .string($0.value) }),
                     ]
+                    if let d = q.updateDescription { o["description"] = .string(d) }
                     if let c = q.choice { o["choice"] = .string(c.id) }
                     if let g = q.guardian { o["guardian"] = .string(g) }
                     printOut(line(o))
                 } else {
-                    let who = q.handles.map(\.value).joined(separator: ", ")
+                    let who = q.updateDescription.map { "update: \($0)" } ?? q.handles.map(\.value).joined(separator: ", ")
                     printOut(
                         terminalSafe(
                             "\(q.id)  \(q.status.padding(toLength: 9, withPad: " ", startingAt: 0))  \(q.topicKind)  \(who)\(q.choice.map { "  → \($0.title) by \(q.guardian ?? "")" } ?? "")"

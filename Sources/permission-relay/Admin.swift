@@ -61,7 +61,8 @@ struct AdminCommand: Sendable {
         }
         // The credentials file is made before anything is changed: a file that cannot be
         // written fails the command while the old token still works.
-        let credentials = try a.value("--credentials").map(CredentialsFile.init(path:))
+        let rotated = words == ["token", "rotate"] ? positionals.first : nil
+        let credentials = try a.value("--credentials").map { try CredentialsFile(path: $0, replacing: rotated) }
         defer { credentials?.discard() }
         let socket = a.value("--socket") ?? Paths.clientSocket
         if let why = RelayDefaults.distrust(socket) { throw CLIError.failure("will not use \(socket): \(why)") }
@@ -114,8 +115,8 @@ struct AdminCommand: Sendable {
                 removed member had, is refused (conflict).
 
                 --credentials FILE writes the member's id and token to FILE (mode 0600, as the
-                programs' --credentials reads it) instead of printing the token; a failure leaves
-                FILE as it was.
+                programs' --credentials reads it) instead of printing the token; FILE must be new,
+                and a failure leaves no file.
 
                 --unix-user ACCOUNT binds the member to a Unix account (a name or a uid) of the
                 relay's machine: the member's programs and apps run by that account connect with
@@ -158,7 +159,9 @@ struct AdminCommand: Sendable {
         AdminCommand(
             words: ["token", "rotate"], arguments: ["MEMBER"], extraFlags: ["--credentials"],
             summary: "Issue a new token for a member; the old one stops working at once.",
-            notes: "--credentials FILE writes the member's id and new token to FILE (mode 0600) instead of printing the token.",
+            notes:
+                "--credentials FILE writes the member's id and new token to FILE (mode 0600) instead of printing the token;"
+                + " FILE is new, or holds this member's credentials.",
             examples: ["permission-relay token rotate alex", "permission-relay token rotate alex --credentials alex.json"],
             request: { p, _ in ["type": "rotateToken", "member": .string(p[0])] },
             describe: { r in "new token for \(r["member"]?.string ?? ""): \(r["token"]?.string ?? "")" }),
@@ -249,8 +252,19 @@ struct CredentialsFile {
     private let temporary: String
     private let fd: Int32
 
-    init(path: String) throws {
+    /// `replacing`: the member whose own credentials a file already at `path` may hold, to
+    /// be replaced (a token rotated); any other file there is kept, and this refused.
+    init(path: String, replacing member: String?) throws {
         self.path = path
+        var st = stat()
+        if lstat(path, &st) == 0 {
+            let held = (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { try? JSON.parse($0)["member"]?.string }
+            guard let member, held == member else {
+                throw CLIError.failure(
+                    "\(path) exists\(held.map { " and holds \($0)'s credentials" } ?? ""): give a new file to --credentials,"
+                        + " or remove that one if it is not needed")
+            }
+        }
         temporary = path + ".tmp-\(getpid())"
         fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw CLIError.failure("cannot write the credentials to \(path): \(String(cString: strerror(errno)))") }

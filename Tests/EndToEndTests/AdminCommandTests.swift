@@ -115,10 +115,21 @@ final class AdminCommandTests: XCTestCase {
         var st = stat()
         XCTAssertEqual(stat(file, &st), 0)
         XCTAssertEqual(st.st_mode & 0o777, 0o600)
+        // Another member's credentials never go over a file that holds some.
         assertFails(
-            ["member", "add", "smiths", "alex", "--role", "child", "--credentials", file] + s,
-            "permission-relay: conflict: member alex already exists, in family smiths (member ids are unique across all families)")
+            ["member", "add", "smiths", "pat", "--role", "child", "--credentials", file] + s,
+            "permission-relay: \(file) exists and holds alex's credentials: give a new file to --credentials, or remove that one if it"
+                + " is not needed")
         XCTAssertEqual(try String(contentsOfFile: file, encoding: .utf8), first, "left as it was")
+        let other = relay.dir.appendingPathComponent("other.json").path
+        assertFails(
+            ["member", "add", "smiths", "alex", "--role", "child", "--credentials", other] + s,
+            "permission-relay: conflict: member alex already exists, in family smiths (member ids are unique across all families)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: other), "a refused request leaves no file")
+        assertFails(
+            ["token", "rotate", "pat", "--credentials", file] + s,
+            "permission-relay: \(file) exists and holds alex's credentials: give a new file to --credentials, or remove that one if it"
+                + " is not needed")
         // A file that cannot be written fails the command before anything changes.
         let nowhere = relay.dir.appendingPathComponent("no-such-dir/alex.json").path
         let unwritable = runRelay(["token", "rotate", "alex", "--credentials", nowhere] + s)

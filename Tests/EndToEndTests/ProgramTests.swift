@@ -393,6 +393,27 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(held["timed"]?.array?.first?["until"]?.string, printed, "as the relay holds it")
     }
 
+    /// Asked again while pending, an app update is the same question, as a contact is; the
+    /// list names the update.
+    func testAskingAboutTheSameUpdateAgainFindsThePendingQuestion() throws {
+        let first = try child(["ask-update", "--description", "v3 adds stories", "--json"])
+        XCTAssertEqual(first.finish(), 0)
+        let id = try XCTUnwrap(try JSON.parse(first.nextLine() ?? "")["questionId"]?.string)
+        let again = try child(["ask-update", "--description", "v3 adds stories"])
+        XCTAssertEqual(again.finish(), 0)
+        let said = again.nextLine() ?? ""
+        XCTAssertTrue(said.hasPrefix("already pending: \(id)") && said.contains("about the same update"), said)
+        let other = try child(["ask-update", "--description", "v4 adds calls", "--json"])
+        XCTAssertEqual(other.finish(), 0)
+        XCTAssertNotEqual(try JSON.parse(other.nextLine() ?? "")["questionId"]?.string, id, "another update is another question")
+        let listed = try child(["questions", "--status", "pending"])
+        XCTAssertEqual(listed.finish(), 0)
+        var lines: [String] = []
+        while let l = listed.nextLine() { lines.append(l) }
+        XCTAssertEqual(lines.count, 2, "\(lines)")
+        XCTAssertTrue(lines.contains { $0.hasPrefix(id) && $0.hasSuffix("update: v3 adds stories") }, "\(lines)")
+    }
+
     func testResponsesFanOutToTwoChildProcesses() throws {
         let tablet = try child(["watch", "--json"], session: "tablet")
         let phone = try child(["watch", "--json"], session: "phone")
