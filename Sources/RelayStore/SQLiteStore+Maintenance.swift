@@ -131,6 +131,12 @@ extension SQLiteStore {
         }
         try db.run("BEGIN")  // one snapshot for all that follows
         defer { try? db.run("COMMIT") }
+        // What a start would refuse, refused here too.
+        do {
+            _ = try readRecords(from: db, allQuestions: false)
+        } catch let e as SQLiteError where e.code == 11 {
+            findings.append(e.message + " (a start refuses the store)")
+        }
         var heads: [String: Int64] = [:]
         try db.run("SELECT member, head FROM heads") { r in heads[r.text(0)] = r.int(1) }
         try db.run("SELECT member, firstSeq, lastSeq, at, topics, frames FROM events") { r in

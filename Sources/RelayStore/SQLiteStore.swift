@@ -134,14 +134,19 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
 
     /// An empty or missing `relay.db` beside files only a used store has (a WAL with frames:
     /// SQLite writes a database's first page into the file itself before its WAL has any,
-    /// and deletes a WAL beside an empty one; or an older relay's journal) is a store that
-    /// lost its database, not a new one: starting afresh would make every member unknown.
+    /// and deletes a WAL beside an empty one; a WAL index that gives the database pages, as
+    /// one left by a clean stop does beside an empty WAL; or an older relay's journal) is a
+    /// store that lost its database, not a new one: starting afresh would make every member
+    /// unknown.
     private static func emptiedDatabase(_ path: String) -> String? {
         var st = stat()
         let size = stat(path, &st) == 0 ? Int(st.st_size) : -1
         guard size <= 0 else { return nil }
-        let leftovers = ["-wal", "-changes.0", "-changes.1"].map { path + $0 }.filter { file in
+        var leftovers = ["-wal", "-changes.0", "-changes.1"].map { path + $0 }.filter { file in
             stat(file, &st) == 0 && (!file.hasSuffix("-wal") || st.st_size > 32)  // a WAL with more than its header
+        }
+        if leftovers.isEmpty, let index = WALWitness.Index(path + "-shm"), index.pages > 0 {
+            leftovers.append("\(path)-shm (the index of a database of \(index.pages) pages)")
         }
         guard !leftovers.isEmpty else { return nil }
         let hold = leftovers.count == 1 ? "holds" : "hold"
@@ -181,44 +186,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         // One snapshot of every table, whatever the writer commits meanwhile.
         try reader.exec("BEGIN")
         defer { try? reader.exec("COMMIT") }
-        var s = StoreSnapshot()
-        try reader.run("SELECT id FROM families ORDER BY id") { r in s.families.append(r.text(0)) }
-        // A NULL where the schema allows none is damage on disk, never read as "" or 0.
-        try reader.run("SELECT id, family, role, tokenHash, removed, limitsEnabled, unixUID FROM members") { r in
-            guard let role = Role(rawValue: r.text(2)), !r.anyNull(0...5) else { throw Self.unreadable("member", r.text(0)) }
-            s.members.append(
-                MemberRecord(
-                    id: r.text(0), family: r.text(1), role: role, tokenHash: r.blob(3), removed: r.int(4) != 0,
-                    limitsEnabled: r.int(5) != 0, unixUID: r.isNull(6) ? nil : UInt32(truncatingIfNeeded: r.int(6))))
-        }
-        // Only what is live: the finished questions are read back when a request needs them.
-        let read: (sql: String, args: [SQLValue]) =
-            allQuestions
-            ? ("SELECT \(Self.questionColumns) FROM questions q \(Self.withState) ORDER BY q.key", [])
-            : (Self.pending, [.int(try reader.scalar("SELECT value FROM settings WHERE key = 'questionsIndexedThrough'") ?? 0)])
-        try reader.run(dynamic: read.sql, read.args) { s.questions.append(try Self.question(from: $0)) }
-        s.lastQuestionRow = max(
-            try reader.scalar("SELECT max(key) FROM questions") ?? 0,
-            try reader.scalar("SELECT value FROM settings WHERE key = 'lastQuestionRow'") ?? 0)
-        try reader.run("SELECT row, child, kind, value, permanent, until, actions FROM knownHandles") { r in
-            guard let kind = HandleKind(rawValue: r.text(2)), let actions = (try? JSON.parse(r.text(6)))?.array, !r.anyNull(0...4)
-            else {
-                throw Self.unreadable("known handle of", r.text(1))
-            }
-            s.knownHandles.append(
-                KnownHandleRecord(
-                    row: r.int(0), child: r.text(1), handle: NormalizedHandle(kind: kind, value: r.text(3)),
-                    permanent: r.int(4) != 0, until: r.isNull(5) ? nil : Timestamp(milliseconds: r.int(5)),
-                    actions: actions.compactMap(\.string)))
-        }
-        try reader.run("SELECT member, name, cursor, topics FROM sessions") { r in
-            guard !r.anyNull(0...3) else { throw Self.unreadable("session of", r.text(0)) }
-            s.sessions.append(SessionRecord(member: r.text(0), name: r.text(1), cursor: r.int(2), topics: Self.topics(r.text(3))))
-        }
-        try reader.run("SELECT member, head FROM heads") { r in
-            guard !r.anyNull(0...1) else { throw Self.unreadable("stream head of", r.text(0)) }
-            s.heads[r.text(0)] = r.int(1)
-        }
+        var s = try Self.readRecords(from: reader, allQuestions: allQuestions)
         // Each stream's oldest event: through the index where it has indexed rows, else
         // its oldest row listed in memory.
         let t = tail.withLock { $0 }
@@ -233,6 +201,51 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         s.lastHubOutbound = try reader.scalar("SELECT value FROM settings WHERE key = 'lastHubOutbound'") ?? 0
         // Rows are in order of appending, and so of time.
         s.lastEventAt = try reader.scalar("SELECT at FROM events ORDER BY id DESC LIMIT 1").map(Timestamp.init(milliseconds:))
+        return s
+    }
+
+    /// The records a start reads (families, members, the live questions, known handles,
+    /// sessions, stream heads), as it reads them: a row it cannot read throws, and the start
+    /// refuses the store; `check` reads them the same way.
+    static func readRecords(from db: SQLiteDatabase, allQuestions: Bool) throws -> StoreSnapshot {
+        var s = StoreSnapshot()
+        try db.run("SELECT id FROM families ORDER BY id") { r in s.families.append(r.text(0)) }
+        // A NULL where the schema allows none is damage on disk, never read as "" or 0.
+        try db.run("SELECT id, family, role, tokenHash, removed, limitsEnabled, unixUID FROM members") { r in
+            guard let role = Role(rawValue: r.text(2)), !r.anyNull(0...5) else { throw Self.unreadable("member", r.text(0)) }
+            s.members.append(
+                MemberRecord(
+                    id: r.text(0), family: r.text(1), role: role, tokenHash: r.blob(3), removed: r.int(4) != 0,
+                    limitsEnabled: r.int(5) != 0, unixUID: r.isNull(6) ? nil : UInt32(truncatingIfNeeded: r.int(6))))
+        }
+        // Only what is live: the finished questions are read back when a request needs them.
+        let read: (sql: String, args: [SQLValue]) =
+            allQuestions
+            ? ("SELECT \(Self.questionColumns) FROM questions q \(Self.withState) ORDER BY q.key", [])
+            : (Self.pending, [.int(try db.scalar("SELECT value FROM settings WHERE key = 'questionsIndexedThrough'") ?? 0)])
+        try db.run(dynamic: read.sql, read.args) { s.questions.append(try Self.question(from: $0)) }
+        s.lastQuestionRow = max(
+            try db.scalar("SELECT max(key) FROM questions") ?? 0,
+            try db.scalar("SELECT value FROM settings WHERE key = 'lastQuestionRow'") ?? 0)
+        try db.run("SELECT row, child, kind, value, permanent, until, actions FROM knownHandles") { r in
+            guard let kind = HandleKind(rawValue: r.text(2)), let actions = (try? JSON.parse(r.text(6)))?.array, !r.anyNull(0...4)
+            else {
+                throw Self.unreadable("known handle of", r.text(1))
+            }
+            s.knownHandles.append(
+                KnownHandleRecord(
+                    row: r.int(0), child: r.text(1), handle: NormalizedHandle(kind: kind, value: r.text(3)),
+                    permanent: r.int(4) != 0, until: r.isNull(5) ? nil : Timestamp(milliseconds: r.int(5)),
+                    actions: actions.compactMap(\.string)))
+        }
+        try db.run("SELECT member, name, cursor, topics FROM sessions") { r in
+            guard !r.anyNull(0...3) else { throw Self.unreadable("session of", r.text(0)) }
+            s.sessions.append(SessionRecord(member: r.text(0), name: r.text(1), cursor: r.int(2), topics: Self.topics(r.text(3))))
+        }
+        try db.run("SELECT member, head FROM heads") { r in
+            guard !r.anyNull(0...1) else { throw Self.unreadable("stream head of", r.text(0)) }
+            s.heads[r.text(0)] = r.int(1)
+        }
         return s
     }
 

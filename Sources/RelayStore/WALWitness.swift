@@ -46,6 +46,8 @@ enum WALWitness {
     struct Index: Equatable {
         var frames: UInt32
         var backfilled: UInt32
+        /// The database's size in pages as of the last commit the index describes.
+        var pages: UInt32
         var pageSize: Int
         var salt: [UInt8]
         var change: UInt32
@@ -66,6 +68,7 @@ enum WALWitness {
             let size = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 14, as: UInt16.self) }
             pageSize = size == 1 ? 65536 : Int(size)
             frames = Self.word(bytes, 16)
+            pages = Self.word(bytes, 20)
             salt = Array(bytes[32..<40])
             backfilled = Self.word(bytes, 96)  // WalCkptInfo.nBackfill
             var st = stat()

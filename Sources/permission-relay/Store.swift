@@ -3,6 +3,7 @@
 
 import CLISupport
 import Glibc
+import RelayServer
 import RelayStore
 
 struct StoreCommand: Sendable {
@@ -110,6 +111,9 @@ struct StoreCommand: Sendable {
             do {
                 findings = try SQLiteStore.check(databaseAt: Paths.canonical(data) + "/relay.db")
             } catch {
+                if Store.diskFull(error, data: data) {
+                    throw CLIError.failure("cannot check \(data)/relay.db: the disk is full; free some space and check again")
+                }
                 throw CLIError.failure("cannot check \(data)/relay.db: \(error)")
             }
             guard findings.isEmpty else {
@@ -130,9 +134,16 @@ enum Store {
                 + " `permission-relay restore BACKUP`, see what is wrong with `permission-relay check`, or move the"
                 + " directory aside to start with an empty store"
         }
-        if let e = error as? SQLiteError, e.isFull {
+        if diskFull(error, data: data) {
             return "cannot open the store in \(data): the disk is full; free some space and start again"
         }
         return "cannot open the store in \(data): \(error)"
+    }
+
+    /// Whether `error` is SQLite's for a full disk, or one it gives, as an I/O error, when
+    /// the index of the WAL cannot be made because the disk holding `data` is full.
+    static func diskFull(_ error: any Error, data: String) -> Bool {
+        guard let e = error as? SQLiteError else { return false }
+        return e.isFull || (DiskSpace.of(data).map { $0.available < 1 << 20 } ?? false)
     }
 }

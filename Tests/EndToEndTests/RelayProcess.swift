@@ -37,12 +37,12 @@ final class RelayProcess {
     /// Every relay a test holds, for the report of a stuck test.
     static let live = Mutex<[WeakRelay]>([])
 
-    /// `socket`: where to listen, when not in its own directory.
-    init(flags: [String] = ["--ask-rate-limit", "0"], openFileLimit: Int? = nil, socket: String? = nil) throws {
+    /// `socket`, `data`: where to listen and to keep the store, when not in its own directory.
+    init(flags: [String] = ["--ask-rate-limit", "0"], openFileLimit: Int? = nil, socket: String? = nil, data: String? = nil) throws {
         dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("pre-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         self.socket = socket ?? dir.appendingPathComponent("s").path
-        data = dir.appendingPathComponent("data").path
+        self.data = data ?? dir.appendingPathComponent("data").path
         self.flags = flags
         self.openFileLimit = openFileLimit
         armWatchdog()

@@ -2,6 +2,7 @@
 // backup taken while it serves, checked and restored; and a data directory of the
 // relay that kept journals beside its database, taken over at the first start.
 
+import CSQLite
 import Foundation
 import RelayProtocol
 import XCTest
@@ -94,6 +95,77 @@ final class StoreCommandTests: XCTestCase {
         XCTAssertEqual(check.status, 1)
         XCTAssertTrue(check.stderr.contains("permission-relay: SQLite: "), check.stderr)
         XCTAssertTrue(check.stderr.contains("problem found; restore a backup"), check.stderr)
+    }
+
+    /// A row a start cannot read (a role, a handle's kind, its actions) fails `check` as it
+    /// fails the start: a store that checks out is one that starts.
+    func testCheckRefusesWhatAStartRefuses() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        _ = try relay.provision(families: 1)
+        XCTAssertEqual(relay.terminate(), 0)
+        var db: OpaquePointer?
+        XCTAssertEqual(sqlite3_open(relay.data + "/relay.db", &db), SQLITE_OK)
+        XCTAssertEqual(sqlite3_exec(db, "UPDATE members SET role = 'wizard' WHERE id = 'g0'", nil, nil, nil), SQLITE_OK)
+        sqlite3_close(db)
+        let check = runRelay(["check", "--data", relay.data])
+        XCTAssertEqual(check.status, 1, check.stdout)
+        XCTAssertTrue(check.stderr.contains("a stored member g0 cannot be read (a start refuses the store)"), check.stderr)
+        let start = runRelay(["serve", "--socket", relay.socket, "--data", relay.data])
+        XCTAssertEqual(start.status, 1)
+        XCTAssertTrue(start.stderr.contains("a stored member g0 cannot be read"), start.stderr)
+    }
+
+    /// After a clean stop the WAL is empty, but its index says how large the database was:
+    /// the database deleted or emptied then is refused as lost, not served as a new store.
+    func testADatabaseLostAfterACleanStopIsRefused() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        _ = try relay.provision(families: 1)
+        XCTAssertEqual(relay.terminate(), 0)
+        let db = relay.data + "/relay.db"
+        for state in ["empty", "missing"] {
+            if state == "empty" { XCTAssertEqual(truncate(db, 0), 0) } else { try FileManager.default.removeItem(atPath: db) }
+            let start = runRelay(["serve", "--socket", relay.socket, "--data", relay.data])
+            XCTAssertEqual(start.status, 1, state)
+            XCTAssertTrue(start.stderr.contains("relay.db is \(state) but \(db)-shm") && start.stderr.contains("was lost"), start.stderr)
+            XCTAssertEqual(runRelay(["check", "--data", relay.data]).status, 1, state)
+        }
+    }
+
+    /// A store whose WAL index is gone, on a full disk: SQLite cannot make the index and
+    /// says "disk I/O error"; start and check say the disk is full.
+    func testAFullDiskIsNamedWhenTheStoreCannotBeOpened() throws {
+        guard geteuid() == 0 else { throw XCTSkip("mounting a small file system needs root (CI runs as root)") }
+        let disk = FileManager.default.temporaryDirectory.appendingPathComponent("full-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
+        func run(_ tool: String, _ args: [String]) throws -> Int32 {
+            let p = try Process.run(URL(fileURLWithPath: tool), arguments: args)
+            p.waitUntilExit()
+            return p.terminationStatus
+        }
+        guard try run("/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", disk]) == 0 else {
+            throw XCTSkip("cannot mount a tmpfs here")
+        }
+        defer {
+            _ = try? run("/bin/umount", [disk])
+            try? FileManager.default.removeItem(atPath: disk)
+        }
+        let relay = try RelayProcess(data: disk + "/data")
+        try relay.start()
+        _ = try relay.provision(families: 1)
+        XCTAssertEqual(relay.terminate(), 0)
+        try FileManager.default.removeItem(atPath: relay.data + "/relay.db-shm")
+        _ = FileManager.default.createFile(atPath: disk + "/filler", contents: nil)
+        let filler = try FileHandle(forWritingTo: URL(fileURLWithPath: disk + "/filler"))
+        while (try? filler.write(contentsOf: Data(count: 1 << 16))) != nil {}
+        try filler.close()
+        let start = runRelay(["serve", "--socket", relay.socket, "--data", relay.data])
+        XCTAssertEqual(start.status, 1)
+        XCTAssertTrue(start.stderr.contains("the disk is full; free some space and start again"), start.stderr)
+        let check = runRelay(["check", "--data", relay.data])
+        XCTAssertEqual(check.status, 1)
+        XCTAssertTrue(check.stderr.contains("the disk is full; free some space and check again"), check.stderr)
     }
 
     /// The fixture is a data directory the journaling relay left when killed: generation 2
