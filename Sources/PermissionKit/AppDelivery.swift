@@ -6,8 +6,9 @@
 // is processed once every loop it went to is done with it (see `AskCenter`).
 //
 // A loop left with `break` in top-level code keeps its iterator (and what it took) until
-// the program ends, so a task that closes the center is also done with what its own loops
-// took: the task has left their bodies to close it.
+// the program ends, so closing the center also counts what the closing task's loops took
+// as processed: a task closes it once it has handled them (the documented order). A loop
+// of another task may still be handling what it took: that is not counted.
 
 import Synchronization
 

@@ -157,9 +157,10 @@ public final class AskCenter: Sendable {
     }
 
     /// Disconnects for good; returns once what the app's loops have processed is recorded
-    /// and acknowledged. The loops of the task that calls it are done with what they took
-    /// (also one left with `break` in top-level code, whose iterator lives on); a response
-    /// a loop of another task still handles is handed again at the next start.
+    /// and acknowledged. What the loops of the calling task took counts as processed (also
+    /// what one left with `break` in top-level code took, whose iterator lives on), so call
+    /// it once that is handled; a response a loop of another task still handles is handed
+    /// again at the next start.
     public func close() async {
         let task = AppDelivery<Never>.currentTask
         let open = hub.withLock { h in h.responseConsumers.values.flatMap(\.values) + h.outcomeConsumers.values }

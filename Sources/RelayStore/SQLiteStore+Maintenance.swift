@@ -134,6 +134,7 @@ extension SQLiteStore {
         // What a start would refuse, refused here too.
         do {
             _ = try readRecords(from: db, allQuestions: false)
+            _ = try questionTail(from: db)
         } catch let e as SQLiteError where e.code == 11 {
             findings.append(e.message + " (a start refuses the store)")
         }

@@ -171,14 +171,20 @@ extension SQLiteStore {
 
     /// Lists the rows above the mark: what `QuestionTail` holds.
     func loadQuestionTail() throws {
+        let t = try Self.questionTail(from: db)
+        questionTail.withLock { $0 = t }
+    }
+
+    /// The rows above the mark, as a start lists them (`check` reads them the same way).
+    static func questionTail(from db: SQLiteDatabase) throws -> QuestionTail {
         var t = QuestionTail()
         t.indexedThrough = try db.scalar("SELECT value FROM settings WHERE key = 'questionsIndexedThrough'") ?? 0
-        t.lastPass = Self.monotonicMillis()
+        t.lastPass = monotonicMillis()
         try db.run("SELECT id, child, createdAt, key FROM questions WHERE key > ? ORDER BY key", [.int(t.indexedThrough)]) { r in
-            guard let id = QuestionID(r.text(0)) else { throw Self.unreadable("question id", r.text(0)) }
+            guard let id = QuestionID(r.text(0)) else { throw unreadable("question id", r.text(0)) }
             t.note(QuestionTail.Entry(row: r.int(3), id: id, child: r.text(1), createdAt: r.int(2)))
         }
-        questionTail.withLock { $0 = t }
+        return t
     }
 
     private static let questionByRow = "SELECT \(questionColumns) FROM questions q \(withState) WHERE q.key = ?"

@@ -149,10 +149,10 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             leftovers.append("\(path)-shm (the index of a database of \(index.pages) pages)")
         }
         guard !leftovers.isEmpty else { return nil }
-        let hold = leftovers.count == 1 ? "holds" : "hold"
-        return "\(path) is \(size < 0 ? "missing" : "empty") but \(leftovers.joined(separator: " and ")) \(hold) a store's"
-            + " changes: the database was lost. Restore it from a backup (permission-relay restore), or move the"
-            + " directory aside to start with an empty store"
+        let are = leftovers.count == 1 ? "is" : "are"
+        return "\(path) is \(size < 0 ? "missing" : "empty") but \(leftovers.joined(separator: " and ")) \(are) left of a"
+            + " store that held data: the database was lost. Restore it from a backup (permission-relay restore), or move"
+            + " the directory aside to start with an empty store"
     }
 
     private static func migrate(_ db: SQLiteDatabase) throws {

@@ -140,10 +140,11 @@ enum Store {
         return "cannot open the store in \(data): \(error)"
     }
 
-    /// Whether `error` is SQLite's for a full disk, or one it gives, as an I/O error, when
-    /// the index of the WAL cannot be made because the disk holding `data` is full.
+    /// Whether `error` is SQLite's for a full disk, or the I/O error it gives when the WAL's
+    /// index cannot be given its size (SQLITE_IOERR_SHMSIZE) because the disk holding
+    /// `data` is full.
     static func diskFull(_ error: any Error, data: String) -> Bool {
         guard let e = error as? SQLiteError else { return false }
-        return e.isFull || (DiskSpace.of(data).map { $0.available < 1 << 20 } ?? false)
+        return e.isFull || (e.code == 4874 && (DiskSpace.of(data).map { $0.available < 1 << 20 } ?? false))
     }
 }

@@ -102,18 +102,33 @@ final class StoreCommandTests: XCTestCase {
     func testCheckRefusesWhatAStartRefuses() throws {
         let relay = try RelayProcess()
         try relay.start()
-        _ = try relay.provision(families: 1)
+        let tokens = try relay.provision(families: 1)
+        let child = try relay.connect()
+        _ = try child.hello("c0", tokens["c0"]!)
+        XCTAssertEqual(try child.request(["type": "ask", "question": question()])["type"]?.string, "ok")
         XCTAssertEqual(relay.terminate(), 0)
-        var db: OpaquePointer?
-        XCTAssertEqual(sqlite3_open(relay.data + "/relay.db", &db), SQLITE_OK)
-        XCTAssertEqual(sqlite3_exec(db, "UPDATE members SET role = 'wizard' WHERE id = 'g0'", nil, nil, nil), SQLITE_OK)
-        sqlite3_close(db)
-        let check = runRelay(["check", "--data", relay.data])
-        XCTAssertEqual(check.status, 1, check.stdout)
-        XCTAssertTrue(check.stderr.contains("a stored member g0 cannot be read (a start refuses the store)"), check.stderr)
-        let start = runRelay(["serve", "--socket", relay.socket, "--data", relay.data])
-        XCTAssertEqual(start.status, 1)
-        XCTAssertTrue(start.stderr.contains("a stored member g0 cannot be read"), start.stderr)
+        func sql(_ statement: String) {
+            var db: OpaquePointer?
+            XCTAssertEqual(sqlite3_open(relay.data + "/relay.db", &db), SQLITE_OK)
+            XCTAssertEqual(sqlite3_exec(db, statement, nil, nil, nil), SQLITE_OK, statement)
+            sqlite3_close(db)
+        }
+        for (damage, repair, said) in [
+            (
+                "UPDATE members SET role = 'wizard' WHERE id = 'g0'", "UPDATE members SET role = 'guardian' WHERE id = 'g0'",
+                "a stored member g0 cannot be read"
+            ),
+            ("UPDATE questions SET id = 'not-a-uuid'", "", "a stored question id not-a-uuid cannot be read"),
+        ] {
+            sql(damage)
+            let check = runRelay(["check", "--data", relay.data])
+            XCTAssertEqual(check.status, 1, check.stdout)
+            XCTAssertTrue(check.stderr.contains(said + " (a start refuses the store)"), check.stderr)
+            let start = runRelay(["serve", "--socket", relay.socket, "--data", relay.data])
+            XCTAssertEqual(start.status, 1)
+            XCTAssertTrue(start.stderr.contains(said), start.stderr)
+            if !repair.isEmpty { sql(repair) }
+        }
     }
 
     /// After a clean stop the WAL is empty, but its index says how large the database was:
