@@ -66,7 +66,10 @@ final class DeliveryStream<Element: Sendable>: Sendable {
         AppDelivery(
             events: stream,
             taken: { [untaken, inHand] seq, task in
-                untaken.seqs.withLock { _ = $0.remove(seq) }
+                // One the stream's end already returned (it ended between the loop's read and
+                // this) counts there alone: settling it again would count it done for a loop
+                // of another stream still handling it. It comes again at the next start.
+                guard untaken.seqs.withLock({ $0.remove(seq) }) != nil else { return }
                 inHand.seqs.withLock { $0[seq] = task }
             },
             processed: { [inHand, settled] seq in
