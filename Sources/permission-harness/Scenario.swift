@@ -180,7 +180,9 @@ final class ScenarioRun {
                     roles[m] = role
                 }
             }
-            log("harness", "family \(family)\(device.isEmpty ? "" : " on \(device)"): \(spec.text)")
+            // On a shared relay, the name it has there (its members' names take the same suffix).
+            let named = suffix.isEmpty ? family : "\(family) (\(family + suffix) on the relay)"
+            log("harness", "family \(named)\(device.isEmpty ? "" : " on \(device)"): \(spec.text)")
         }
     }
 

@@ -100,6 +100,10 @@ final class HarnessTests: XCTestCase {
         while let l = twice.nextLine() { lines.append(l) }
         XCTAssertEqual(twice.finish(), 0, lines.joined(separator: "\n"))
         XCTAssertEqual(lines.last, "4 passed, 0 failed", "names are made unique, so a scenario runs twice on one relay")
+        // The timeline says what each family is called on the relay, where it stays.
+        let named = lines.compactMap { line in line.range(of: " on the relay): ").map { _ in line.split(separator: "(")[1] } }
+        XCTAssertGreaterThanOrEqual(named.count, 4, lines.joined(separator: "\n"))
+        XCTAssertEqual(Set(named).count, named.count, "each run's families have names of their own: \(named)")
     }
 
     /// Runs `executable` (a path, or a name looked up on `path` as a shell would, so that its
