@@ -38,6 +38,13 @@ final class ExamplePackageTests: XCTestCase {
         guard build.status == 0 else { return }
         print("Examples/AskApp built in \(ContinuousClock.now - started)")
 
+        // Without credentials it says which are missing, and nothing of a "system error".
+        let unset = ["PERMISSION_MEMBER": "", "PERMISSION_TOKEN": "", "PERMISSION_CREDENTIALS": "", "PERMISSION_STATE_DIR": scratch.path]
+        let bare = run(scratch.appendingPathComponent("debug/AskApp"), [], env: unset, seconds: 30)
+        XCTAssertEqual(bare.status, 1)
+        XCTAssertTrue(bare.stderr.hasPrefix("AskApp: no credentials") && bare.stderr.contains("PERMISSION_CREDENTIALS"), bare.stderr)
+        XCTAssertFalse(bare.stderr.contains("system error"), bare.stderr)
+
         let relay = try RelayProcess()
         try relay.start()
         let tokens = try relay.provision(families: 1)

@@ -22,8 +22,10 @@ func fail(_ message: String) -> Never {
 let center: AskCenter
 do {
     center = AskCenter(configuration: try RelayConfiguration.fromEnvironment())
+} catch .systemError(let why) {
+    fail("\(why)")  // which credentials are missing, and where they are read from
 } catch {
-    fail(error.localizedDescription)  // says which credentials are missing, and where they are read from
+    fail(error.localizedDescription)
 }
 
 let value = CommandLine.arguments.dropFirst().first ?? "+1 555 0100"
