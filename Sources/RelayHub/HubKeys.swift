@@ -171,11 +171,15 @@ public struct HubKeys: Sendable {
         return (key, hub)
     }
 
-    /// A family's devices: name, public key, when paired, and when removed (nil: it is not).
-    public func devices(of family: String) throws -> [(name: String, publicKey: String, added: Int64, removedAt: Int64?)] {
+    /// A family's devices paired with this copy: name, public key, when paired, and when
+    /// removed (nil: it is not), as the family's account says: the hub's (`held`, as for
+    /// `addDevice`) when it is as new as this copy's or newer, else this copy's.
+    public func devices(of family: String, held: (_ account: String) throws -> HubJWT? = { _ in nil }) throws -> [(
+        name: String, publicKey: String, added: Int64, removedAt: Int64?
+    )] {
         let folder = familyDirectory(family) + "/devices"
         guard let files = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
-        let revoked = try account(of: family).jwt.revocations
+        let revoked = try current(of: family, held: held).jwt.revocations
         return try files.filter { $0.hasSuffix(".jwt") }.sorted().map { file in
             let jwt = try HubJWT(try Self.read(folder + "/" + file))
             return (jwt.name, jwt.subject, jwt.issuedAt, revoked[jwt.subject].flatMap { $0 >= jwt.issuedAt ? $0 : nil })

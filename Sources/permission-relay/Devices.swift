@@ -238,26 +238,43 @@ struct HubCommand: Sendable {
     static let list = HubCommand(
         words: ["device", "list"], summary: "List a family's devices.",
         usage: """
-            OVERVIEW: List a family's devices: name, whether paired or removed, since when, key.
+            OVERVIEW: List a family's devices paired with these keys: name, whether paired or
+            removed, since when, key. With --hub, a device removed with another copy of the keys
+            shows as removed too.
 
-            USAGE: permission-relay device list --family FAMILY [--keys DIR] [--json]
+            USAGE: permission-relay device list --family FAMILY [--keys DIR] [--hub URL] [--json]
 
             OPTIONS:
               --family FAMILY The family
             \(keysOption)
+              --hub URL       Ask the hub which devices it no longer trusts (default: only what
+                              these keys know)
               --json          One JSON array: name, status (paired or removed), since, key
               -h, --help      Show this help.
 
             EXAMPLES:
               permission-relay device list --family smiths
-              permission-relay device list --family smiths --json
+              permission-relay device list --family smiths --hub nats://hub.home.arpa:4222 --json
             """,
         run: { args in
-            let a = try Arguments(args, valueFlags: ["--family", "--keys"], switchFlags: ["--json"])
+            let a = try Arguments(args, valueFlags: ["--family", "--keys", "--hub"], switchFlags: ["--json"])
             _ = try a.expectPositionals([])
             let family = try familyOption(a)
             let keys = try failure { try HubKeys(directory: a.value("--keys") ?? HubPaths.defaultKeys) }
-            let devices = try failure { try keys.devices(of: family) }
+            var held: (String) throws -> HubJWT? = { _ in nil }
+            if let url = a.value("--hub") {
+                let hub: HubConnection
+                do {
+                    hub = try HubConnection(
+                        url: url, name: "permission-relay admin", credentials: keys.adminCredentials, timeoutMillis: 5000)
+                } catch {
+                    throw CLIError.failure(
+                        "the hub at \(HubConnection.redacted(url)) cannot be reached (\(error)): run the command again once it is,"
+                            + " or without --hub for what these keys know")
+                }
+                held = { try hub.heldAccount($0) }
+            }
+            let devices = try failure { try keys.devices(of: family, held: held) }
             typealias Device = (name: String, publicKey: String, added: Int64, removedAt: Int64?)
             func status(_ d: Device) -> String { d.removedAt != nil ? "removed" : "paired" }
             func since(_ d: Device) -> String { Timestamp(milliseconds: (d.removedAt ?? d.added) * 1000).rfc3339 }

@@ -147,6 +147,9 @@ final class HubAccountsTests: XCTestCase {
             try admin.push(account: $0)
         }
         XCTAssertThrowsError(try HubConnection(url: server.url, name: "tablet", credentials: tablet, timeoutMillis: 2000))
+        // This copy's list learns of the removal from the hub, and only from it.
+        XCTAssertEqual(try keys.devices(of: "smiths").map { $0.removedAt != nil }, [false])
+        XCTAssertEqual(try keys.devices(of: "smiths", held: admin.heldAccount).map { $0.removedAt != nil }, [true])
         // The hub's account cannot be asked for: the change fails, and nothing is pushed.
         struct Unanswered: Error {}
         var pushed = false

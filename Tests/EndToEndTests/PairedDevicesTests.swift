@@ -70,6 +70,11 @@ final class PairedDevicesTests: XCTestCase {
         // asks waits in its outbox.
         relay(["device", "remove", "tablet", "--family", "f0", "--hub", hub.url, "--keys", keys])
         XCTAssertTrue(relay(["device", "list", "--family", "f0", "--keys", keys]).contains("tablet\tremoved"))
+        XCTAssertTrue(relay(["device", "list", "--family", "f0", "--keys", keys, "--hub", hub.url]).contains("tablet\tremoved"))
+        let (unreached, unreachedSaid) = runToEnd(
+            process([relayBinary, "device", "list", "--family", "f0", "--keys", keys, "--hub", "nats://127.0.0.1:1"], environment: [:]))
+        XCTAssertEqual(unreached, 1)
+        XCTAssertTrue(unreachedSaid.contains("cannot be reached") && unreachedSaid.contains("without --hub"), unreachedSaid)
         let laptopKey = relay(["device", "key", "--data", laptop.data]).trimmingCharacters(in: .whitespacesAndNewlines)
         let listedAsJSON = try JSON.parse(relay(["device", "list", "--family", "f0", "--keys", keys, "--json"])).array ?? []
         XCTAssertEqual(
