@@ -328,9 +328,5 @@ extension RelayCore {
 extension JSON {
     /// A seq a client gives (`ack`, `resume`): a whole number from 0; one too large for 64
     /// bits is above every head, and counts as the head as any other above it does (§4, §6).
-    var seq: Int64? {
-        if let i = int { return i >= 0 ? i : nil }
-        guard let d = number, d.rounded() == d, d >= 9.0e18 else { return nil }
-        return .max
-    }
+    var seq: Int64? { wholeNumber.flatMap { $0 >= 0 ? $0 : nil } }
 }

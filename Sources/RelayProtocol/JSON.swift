@@ -95,6 +95,13 @@ extension JSON {
         default: return nil
         }
     }
+    /// A whole number, one past Int64's range held at its end (a count or a time that
+    /// large means "more than any").
+    public var wholeNumber: Int64? {
+        if let i = int { return i }
+        guard let d = number, d.rounded() == d else { return nil }
+        return d > 0 ? .max : .min
+    }
     /// A finite number (one beyond a double's range, read as infinite, is none).
     public var number: Double? {
         switch self {

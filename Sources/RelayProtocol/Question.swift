@@ -316,8 +316,8 @@ extension QuestionContent {
                 switch o["durationSeconds"] {
                 case nil, .null?: break
                 case let v?:
-                    // A whole number past Int64 lasts as long as any: the end is capped anyway.
-                    guard let d = v.int ?? v.number.map({ $0.rounded() == $0 && $0 > 0 ? .max : 0 }), d > 0 else {
+                    // A number past Int64 lasts as long as any: the end is capped anyway.
+                    guard let d = v.wholeNumber, d > 0 else {
                         throw invalid("choices[\(n)].durationSeconds must be a whole number of seconds, at least 1")
                     }
                     guard answer == .approval else {

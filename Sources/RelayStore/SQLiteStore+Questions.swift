@@ -149,8 +149,9 @@ extension SQLiteStore {
     /// A finished question, in a query joined `withState`. Only these are let go (forgotten,
     /// or left out of what start reads): a status damaged on disk is none of them, so its
     /// question is read, and refused as damaged, rather than dropped unseen.
-    static let finished = "\(status) IN ('answered', 'cancelled', 'expired')"
-    static let notFinished = "(\(status) IS NULL OR \(status) NOT IN ('answered', 'cancelled', 'expired'))"
+    static let finishedStatuses = "('answered', 'cancelled', 'expired')"
+    static let finished = "\(status) IN \(finishedStatuses)"
+    static let notFinished = "(\(status) IS NULL OR \(status) NOT IN \(finishedStatuses))"
 
     /// A question from a row of `questionColumns`.
     static func question(from r: Row) throws -> QuestionRecord {

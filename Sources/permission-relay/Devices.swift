@@ -265,8 +265,7 @@ struct HubCommand: Sendable {
             if let url = a.value("--hub") {
                 let hub: HubConnection
                 do {
-                    hub = try HubConnection(
-                        url: url, name: "permission-relay admin", credentials: keys.adminCredentials, timeoutMillis: 5000)
+                    hub = try adminConnection(url, keys)
                 } catch {
                     throw CLIError.failure(
                         "the hub at \(HubConnection.redacted(url)) cannot be reached (\(error)): run the command again once it is,"
@@ -309,6 +308,11 @@ struct HubCommand: Sendable {
         return url
     }
 
+    /// A connection to the hub at `url` with the hub's admin credentials, kept with `keys`.
+    private static func adminConnection(_ url: String, _ keys: HubKeys) throws -> HubConnection {
+        try HubConnection(url: url, name: "permission-relay admin", credentials: keys.adminCredentials, timeoutMillis: 5000)
+    }
+
     /// Runs a change of a family's account on the hub at `url`: `change` is given the
     /// account as the hub holds it (`held`) and gives it the new one (`push`), over one
     /// admin connection, made when first needed. A hub that cannot be reached or told fails
@@ -322,9 +326,7 @@ struct HubCommand: Sendable {
         /// Runs `body` on the admin connection; a failure is the command's, saying what did not happen.
         func onConnection<R>(_ what: String, _ body: (HubConnection) throws -> R) throws -> R {
             do {
-                let c =
-                    try hub
-                    ?? HubConnection(url: url, name: "permission-relay admin", credentials: keys.adminCredentials, timeoutMillis: 5000)
+                let c = try hub ?? adminConnection(url, keys)
                 hub = c
                 return try body(c)
             } catch {

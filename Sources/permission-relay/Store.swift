@@ -49,8 +49,9 @@ struct StoreCommand: Sendable {
         usage: """
             OVERVIEW: Put a backup in place as the relay's store. Stop the relay first; the store
             it replaces (its database, WAL, and an older relay's journals) is kept beside it as
-            relay.db.replaced (relay.db.replaced.2, and so on, when an earlier restore kept one). Everything up to the backup is there when the
-            relay starts again; clients resume from it.
+            relay.db.replaced (relay.db.replaced.2, and so on, when an earlier restore kept one).
+            Everything up to the backup is there when the relay starts again; clients resume from
+            it.
 
             USAGE: permission-relay restore BACKUP [--data DIR]
 

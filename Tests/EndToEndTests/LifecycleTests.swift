@@ -131,14 +131,7 @@ final class LifecycleTests: XCTestCase {
         defer { queued.forEach { close($0) } }
         while queued.count < 64 {
             let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-            var addr = sockaddr_un()
-            addr.sun_family = sa_family_t(AF_UNIX)
-            withUnsafeMutableBytes(of: &addr.sun_path) { buf in
-                _ = path.utf8CString.withUnsafeBytes { memcpy(buf.baseAddress!, $0.baseAddress!, $0.count) }
-            }
-            let rc = withUnsafePointer(to: &addr) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-            }
+            let rc = withUnixAddress(path) { connect(fd, $0, $1) }
             queued.append(fd)
             if rc != 0 { break }  // EAGAIN: the backlog is full
         }

@@ -221,6 +221,18 @@ final class Client {
     }
 }
 
+/// Calls `body` with the address of the Unix socket at `path`, for `bind` or `connect`.
+func withUnixAddress<R>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
+    var addr = sockaddr_un()
+    addr.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &addr.sun_path) { buf in
+        for (i, b) in path.utf8.enumerated() { buf[i] = b }
+    }
+    return withUnsafePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+    }
+}
+
 func question(_ id: String = UUID().uuidString) -> JSON {
     .object([
         "id": .string(id),

@@ -190,14 +190,7 @@ private final class NotifySocket {
     init(path: String) throws {
         self.path = path
         fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &addr.sun_path) { buf in
-            for (i, b) in path.utf8.enumerated() { buf[i] = b }
-        }
-        let bound = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
+        let bound = withUnixAddress(path) { Glibc.bind(fd, $0, $1) }
         guard fd >= 0, bound == 0 else { throw ServerError("cannot bind \(path): \(String(cString: strerror(errno)))") }
     }
 
