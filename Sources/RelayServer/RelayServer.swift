@@ -264,7 +264,10 @@ public final class RelayServer {
 
     // MARK: - Start and stop
 
-    /// Binds the socket (removing a stale one, refusing a live one) and serves until SIGTERM or SIGINT.
+    /// Binds the socket (removing a stale one, refusing a live one) and serves until SIGTERM
+    /// or SIGINT. Throws once stopped when the store failed at the end: the store could not
+    /// be read back after a failed commit, or the last changes could not be committed at the
+    /// stop (nothing of those was sent): a service manager must see a failure.
     public func run(onReady: () -> Void = {}) throws {
         try bind()
         defer { teardown() }
@@ -274,7 +277,16 @@ public final class RelayServer {
         while !stopping {
             try turn()
         }
-        shutdown()
+        let failedBefore = failedCommits
+        let notCommitted = shutdown()
+        if storeLost {
+            throw ServerError("stopped because the store could not be read back after a failed commit; run `permission-relay check`")
+        }
+        if failedCommits > failedBefore || notCommitted > 0 {
+            throw ServerError(
+                "stopped with the last changes not committed (\(commitFailure.isEmpty ? "the writer stopped" : commitFailure)); nothing of them was sent,"
+                    + " and clients send them again")
+        }
     }
 
     private func bind() throws {
@@ -359,7 +371,8 @@ public final class RelayServer {
     }
 
     /// Stop accepting, answer the frames in hand, commit, say goodbye, close (§9).
-    private func shutdown() {
+    /// Returns how many turns were left that the writer will never commit.
+    private func shutdown() -> Int {
         log(.info, "shutting down")
         Glibc.close(listenFD)
         removeSocketFile()
@@ -367,12 +380,14 @@ public final class RelayServer {
         for id in Array(conns.keys) { relay.drop(id, .shutdown) }
         relay.flushCursors()
         finishTurn()
+        var notCommitted = 0
         while !uncommitted.isEmpty {
             committer.waitUntilIdle()
             collectOutcomes()
             if !uncommitted.isEmpty && committer.isIdle {
                 // Turns the writer will never commit: nothing of them was sent.
-                log(.error, "stopping with \(uncommitted.count) turns not committed; nothing of them was sent")
+                notCommitted = uncommitted.count
+                log(.error, "stopping with \(notCommitted) turns not committed; nothing of them was sent")
                 break
             }
         }
@@ -380,6 +395,7 @@ public final class RelayServer {
         for id in Array(conns.keys) { closeNow(id) }
         bridge?.stop()
         committer.stop()
+        return notCommitted
     }
 
     /// Gives what the sockets have not taken yet up to `milliseconds` to go out: the replies

@@ -300,10 +300,12 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             for q in written.questions { t.note(q) }
         }
         // Before the core lets go of a question it has just stored (once this returns).
-        if storedIDs.insert(written.questions.lazy.map(\.id)) {
+        // (A count that cannot be read leaves the filter as it is, for the next commit to
+        // try again: taken for 0, the build would read nothing and miss every id not listed.)
+        if storedIDs.insert(written.questions.lazy.map(\.id)), let expected = try? storedQuestionCount() {
             // On the writer's thread, between commits and passes: what is listed now is
             // handed over, what is committed from now on goes into both, the rest is read.
-            storedIDs.build(expected: (try? storedQuestionCount()) ?? 0, listed: questionTail.withLock { $0.entries.map(\.id) })
+            storedIDs.build(expected: expected, listed: questionTail.withLock { $0.entries.map(\.id) })
         }
         guard !written.rows.isEmpty else { return }
         tail.withLock { t in

@@ -104,6 +104,9 @@ final class StoredIDsScan: Sendable {
         var current = StoredQuestionIDs(expected: 0)
         /// Being built, if one is.
         var next: StoredQuestionIDs?
+        /// Counts the builds begun: a build's thread reads into `next`, and ends it, only
+        /// while no other has begun since (one ended by `turnOff` may still be reading).
+        var generation = 0
         /// Ids inserted since the current one's build began, and how many it read then.
         var insertedSince = 0
         var builtWith = 0
@@ -128,6 +131,9 @@ final class StoredIDsScan: Sendable {
     /// The most ids the filter holds (a byte each, and as much again while it grows or is
     /// built anew): past it, a relay that keeps that many questions looks each new id up.
     let budget = Atomic<Int>(4 << 20)
+    /// Called by a build's thread after each step of its read, before it takes the ids read
+    /// (`false`), and once it has ended its build (`true`); for tests.
+    let buildThreadStep = Mutex<(@Sendable (_ ended: Bool) -> Void)?>(nil)
 
     init(path: String) { self.path = path }
 
@@ -161,24 +167,28 @@ final class StoredIDsScan: Sendable {
     /// it, read on a connection and a thread of its own, a step at a time. A failure
     /// leaves the current filter in use (at start: none, so every id is looked up).
     func build(expected: Int, listed: [QuestionID]) {
-        let fits = state.withLock { s in
+        let generation = state.withLock { s -> Int? in
             guard expected <= budget.load(ordering: .relaxed) else {  // `expected` counts the listed too
                 s.turnOff()
-                return false
+                return nil
             }
             var next = StoredQuestionIDs(expected: expected)
             for id in listed { next.insert(id) }
             s.next = next
             s.off = false
-            return true
+            s.generation += 1
+            return s.generation
         }
-        guard fits else { return }
+        guard let generation else { return }
         // Every stored question listed (a new store's case): nothing to read.
-        guard expected > listed.count else { return finishBuild(read: 0, listed: listed.count) }
+        guard expected > listed.count else { return finishBuild(generation, read: 0, listed: listed.count) }
         let thread = Thread { [self] in
             _ = cs_name_thread("stored-ids")  // as `top -H` and `perf` show it
             var read = 0
-            defer { finishBuild(read: read, listed: listed.count) }
+            defer {
+                finishBuild(generation, read: read, listed: listed.count)
+                buildThreadStep.withLock { $0 }?(true)
+            }
             guard let db = try? SQLiteDatabase(path: path, readOnly: true) else { return read = -1 }
             _ = try? db.exec("PRAGMA busy_timeout = 5000")
             var after: (Int64, Int64)?
@@ -195,7 +205,9 @@ final class StoredIDsScan: Sendable {
                     after = (r.int(0), r.int(1))
                 }
                 guard ok != nil else { return read = -1 }
+                buildThreadStep.withLock { $0 }?(false)
                 state.withLock { s in
+                    guard s.generation == generation else { return }
                     for id in chunk { s.next?.insert(id) }
                 }
                 read += chunk.count
@@ -206,10 +218,11 @@ final class StoredIDsScan: Sendable {
     }
 
     /// The filter being built becomes the one in use, with `read` ids read from the lookup
-    /// table (-1: the read failed, and the current one stays).
-    private func finishBuild(read: Int, listed: Int) {
+    /// table (-1: the read failed, and the current one stays); unless another build has
+    /// begun since.
+    private func finishBuild(_ generation: Int, read: Int, listed: Int) {
         state.withLock { s in
-            guard var next = s.next else { return }
+            guard s.generation == generation, var next = s.next else { return }
             s.next = nil
             guard read >= 0 else { return }
             next.markComplete()

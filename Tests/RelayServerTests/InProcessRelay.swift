@@ -14,6 +14,8 @@ final class InProcessRelay: @unchecked Sendable {
     let socket: String
     private let server: RelayServer
     private let finished = DispatchSemaphore(value: 0)
+    /// What `run` threw, if it did.
+    private let failure = Mutex<String?>(nil)
 
     init(
         store: RelayStore? = nil, log: Log = Log(level: .error) { _ in },
@@ -34,11 +36,17 @@ final class InProcessRelay: @unchecked Sendable {
         server = try RelayServer(config: sc, coreConfig: cc, store: store, log: log)
         let ready = DispatchSemaphore(value: 0)
         let thread = Thread { [self] in
+            var serving = false
             do {
-                try server.run { ready.signal() }
+                try server.run {
+                    serving = true
+                    ready.signal()
+                }
             } catch {
-                XCTFail("relay stopped: \(error)")
-                ready.signal()
+                // A failure to start fails the test now; one at the stop, when told (`stop`).
+                if !serving { XCTFail("relay did not start: \(error)") }
+                failure.withLock { $0 = "\(error)" }
+                if !serving { ready.signal() }
             }
             finished.signal()
         }
@@ -47,9 +55,15 @@ final class InProcessRelay: @unchecked Sendable {
     }
 
     func stop() {
+        if let error = stopReportingFailure() { XCTFail("relay stopped: \(error)") }
+    }
+
+    /// Stops the relay; returns what its `run` threw, if it did.
+    func stopReportingFailure() -> String? {
         server.stopHandle.stop()
         finished.wait()
         try? FileManager.default.removeItem(at: dir)
+        return failure.withLock { $0 }
     }
 
     func connect() throws -> Wire {

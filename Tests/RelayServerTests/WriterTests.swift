@@ -87,11 +87,34 @@ final class WriterTests: XCTestCase {
         XCTAssertNotNil(logged.first(containing: "could not commit to the store"))
         XCTAssertNotNil(logged.first(containing: "could not reload the store"))
         let stopped = DispatchSemaphore(value: 0)
+        let failure = Mutex<String?>(nil)
         DispatchQueue.global().async {
-            relay.stop()
+            let reported = relay.stopReportingFailure()
+            failure.withLock { $0 = reported }
             stopped.signal()
         }
         XCTAssertEqual(stopped.wait(timeout: .now() + 10), .success, "the relay stops")
+        // A service manager sees a failure, not a clean stop.
+        XCTAssertTrue(failure.withLock { $0 }?.contains("could not be read back") == true, "\(failure.withLock { $0 } ?? "no failure")")
+    }
+
+    /// The cursor an ack moved is stored at the stop; when that commit fails, `run` says so.
+    func testACommitThatFailsAtTheStopIsAFailure() throws {
+        let store = WriterStore(loadsFailAfterAFailure: false)
+        let relay = try InProcessRelay(store: store) { server, _ in server.cursorFlushSeconds = 3600 }
+        let tokens = try relay.provision()
+        let g = try relay.connect()
+        try g.hello("g1", tokens["g1"]!, session: "phone")
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        try c.send(["type": "ask", "id": "first", "question": .object(sampleQuestion())])
+        try c.expect(type: "ok")
+        try g.send(["type": "ack", "seq": try g.expect(type: "question")["seq"]!])
+        try g.send(["type": "ping"])
+        try g.expect(type: "pong")
+        store.failsEveryCommit.withLock { $0 = true }
+        let failure = relay.stopReportingFailure()
+        XCTAssertTrue(failure?.contains("not committed") == true, "\(failure ?? "no failure")")
     }
 
     private func burst(of count: Int, prefix: String) -> [UInt8] {
@@ -101,7 +124,7 @@ final class WriterTests: XCTestCase {
     }
 }
 
-/// A memory store whose commits of more than 64 changes (the writer's, never the loop's)
+/// A memory store whose commits (every one, while it `failsEveryCommit`) of more than 64 changes (the writer's, never the loop's)
 /// wait to be let end while it `holdsLargeCommits`, and fail while told to; after such a
 /// failure its loads fail too if so made, and the writer's next `finishCommits` takes 2 s
 /// (so that the loop's next turns reach a writer that is busy).
@@ -110,6 +133,7 @@ private final class WriterStore: RelayStore {
     let holdsLargeCommits = Mutex(false)
     let largeCommit = (started: DispatchSemaphore(value: 0), mayEnd: DispatchSemaphore(value: 0))
     let failsLargeCommits = Mutex(false)
+    let failsEveryCommit = Mutex(false)
     let loadsFail = Mutex(false)
     let slowFinish = Mutex(false)
     let loadsFailAfterAFailure: Bool
@@ -121,6 +145,7 @@ private final class WriterStore: RelayStore {
         return try inner.load()
     }
     func commit(_ changes: [Change]) throws {
+        if failsEveryCommit.withLock({ $0 }) { throw StoreError("disk I/O error") }
         if changes.count > 64, holdsLargeCommits.withLock({ $0 }) {
             largeCommit.started.signal()
             largeCommit.mayEnd.wait()

@@ -5,6 +5,7 @@
 import Foundation
 import RelayModel
 import RelayProtocol
+import Synchronization
 import XCTest
 
 @testable import RelayStore
@@ -146,5 +147,94 @@ final class StoredQuestionIDsTests: XCTestCase {
         while !store.storedIDs.isSettled && Date() < deadline { usleep(1000) }
         XCTAssertTrue(store.storedIDs.isSettled, "on again")
         XCTAssertTrue(asked.allSatisfy { store.storedIDs.mayHold($0.key) })
+    }
+
+    /// A rebuild due when the count of stored questions cannot be read is put off: taken
+    /// for 0, it would read nothing back and take every stored id not listed for a new one.
+    func testARebuildWithoutTheStoredCountKeepsTheFilter() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("ids-\(UUID().uuidString).db").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let store = try SQLiteStore(path: path, questionIndexSeconds: 0)
+        store.storedIDs.rebuildMinimum.store(100, ordering: .relaxed)
+        func settle() {
+            let deadline = Date().addingTimeInterval(30)
+            while !store.storedIDs.isSettled && Date() < deadline { usleep(1000) }
+        }
+        try store.commit([.family("fam"), .member(MemberRecord(id: "c1", family: "fam", role: .child, tokenHash: [1]))])
+        let indexed = try (1...300).map { try StoreContractTests.question(row: Int64($0)) }
+        try store.commit(indexed.map { .question($0) })
+        try store.indexQuestions()
+        settle()
+        // Tallies whose sum overflows: `sum(count)` fails, every commit still succeeds.
+        let other = try SQLiteDatabase(path: path)
+        try other.exec("PRAGMA busy_timeout = 5000")
+        try other.exec("INSERT INTO questionTally(child, count, bytes) VALUES('x1', 9223372036854775807, 0), ('x2', 1, 0)")
+        XCTAssertThrowsError(try store.storedQuestionCount())
+        let buildsBefore = store.storedIDs.builds
+        let listed = try (301...1000).map { try StoreContractTests.question(row: Int64($0)) }  // past twice what was read
+        try store.commit(listed.map { .question($0) })
+        settle()
+        XCTAssertEqual(store.storedIDs.builds, buildsBefore, "no build without the count")
+        for q in [indexed[0], indexed[299], listed[0]] {
+            XCTAssertEqual(try store.question(q.key)?.row, q.row)
+        }
+    }
+
+    /// A build ended by the filter going past its budget may still be reading when the next
+    /// begins: it neither fills nor ends the next one.
+    func testABuildEndedWhileReadingLeavesTheNextAlone() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("ids-\(UUID().uuidString).db").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let db = try SQLiteDatabase(path: path)
+        try db.exec(
+            "CREATE TABLE questionIDs(high INTEGER NOT NULL, low INTEGER NOT NULL, key INTEGER NOT NULL, PRIMARY KEY(high, low)) WITHOUT ROWID"
+        )
+        var stored: [QuestionID] = []
+        func store(_ count: Int) throws {
+            for _ in 0..<count {
+                let id = randomID()
+                stored.append(id)
+                try db.run(
+                    "INSERT INTO questionIDs(high, low, key) VALUES(?, ?, ?)",
+                    [.int(Int64(bitPattern: id.high)), .int(Int64(bitPattern: id.low)), .int(Int64(stored.count))])
+            }
+        }
+        try store(5)
+        let scan = StoredIDsScan(path: path)
+        scan.budget.store(1000, ordering: .relaxed)
+        scan.rebuildMinimum.store(10, ordering: .relaxed)
+        // Each build's read waits, once it has read, until let go: the first, then the second.
+        let (reading, ended) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let letGo = [DispatchSemaphore(value: 0), DispatchSemaphore(value: 0)]
+        let reads = Mutex(0)
+        scan.buildThreadStep.withLock {
+            $0 = { hasEnded in
+                if hasEnded {
+                    ended.signal()
+                    return
+                }
+                let n = reads.withLock { n in
+                    defer { n += 1 }
+                    return n
+                }
+                reading.signal()
+                letGo[n].wait()
+            }
+        }
+        scan.build(expected: 5, listed: [])
+        reading.wait()
+        _ = scan.insert((0..<1001).map { _ in randomID() })  // past the budget: off, the build ended
+        XCTAssertTrue(scan.insert((0..<11).map { _ in randomID() }), "off, a build is due")
+        try store(5)
+        scan.build(expected: 10, listed: [])
+        reading.wait()
+        letGo[0].signal()  // the first read ends
+        ended.wait()
+        XCTAssertTrue(stored.allSatisfy(scan.mayHold), "a stored id taken for a new one while the second build reads")
+        letGo[1].signal()
+        ended.wait()
+        XCTAssertTrue(scan.isSettled)
+        XCTAssertEqual(scan.builds, 1, "the second build, not the first")
+        XCTAssertTrue(stored.allSatisfy(scan.mayHold))
     }
 }
