@@ -84,6 +84,10 @@ final class SQLiteDatabase {
         hook.checkpointed((try? checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE)) ?? -1)
     }
 
+    /// SQLite opened the database for reading only, though asked to write: the file is
+    /// read-only to this process.
+    var isReadOnly: Bool { sqlite3_db_readonly(db, "main") == 1 }
+
     func error(_ rc: Int32) -> SQLiteError {
         SQLiteError(code: rc, message: String(cString: sqlite3_errmsg(db)))
     }

@@ -72,6 +72,10 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         self.questionIndexSeconds = questionIndexSeconds
         if let loss = Self.lossBeforeOpening(path) { throw StoreError(loss) }
         db = try SQLiteDatabase(path: path)
+        // Served read-only, every change would fail: refused here, with what to do.
+        guard !db.isReadOnly else {
+            throw StoreError("\(path) is read-only to this user: make it the relay user's and writable (chmod 600 \(path))")
+        }
         try db.exec("PRAGMA busy_timeout = 5000")
         if let maxPageCount { _ = try db.text("PRAGMA max_page_count = \(maxPageCount)") }
         let mode = try db.text("PRAGMA journal_mode = WAL")

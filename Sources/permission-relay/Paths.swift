@@ -22,11 +22,12 @@ enum Paths {
     /// canonical path: the checks, and SQLite (which refuses links anywhere in a path it
     /// opens), go by where it really is. A service manager may give the directory as a link
     /// (systemd's `DynamicUser=` does). It must be a directory of `owner` (this user, unless
-    /// root works on a service's directory) that no one else may write to, or one that is
-    /// sticky and root's (such as /tmp): where another user can write, they could put their
-    /// own socket, or a link, in place of the relay's files.
+    /// root works on a service's directory) that no one else may write to: where another
+    /// user can write, they could put their own socket, or a link or a file of theirs, in
+    /// place of the relay's files. A socket may also be in a sticky directory of root's
+    /// (`forSocket`, such as /tmp), where no one else may remove or replace it.
     @discardableResult
-    static func makePrivateDirectory(_ dir: String, owner: uid_t? = geteuid()) throws -> String {
+    static func makePrivateDirectory(_ dir: String, owner: uid_t? = geteuid(), forSocket: Bool = false) throws -> String {
         var st = stat()
         if stat(dir, &st) != 0 {
             do {
@@ -44,7 +45,7 @@ enum Paths {
         guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
             throw CLIError.failure("\(dir) exists and is not a directory; choose another location")
         }
-        let sharedSticky = st.st_mode & S_ISVTX != 0 && st.st_uid == 0
+        let sharedSticky = forSocket && st.st_mode & S_ISVTX != 0 && st.st_uid == 0
         if let owner, st.st_uid != owner, !sharedSticky {
             throw CLIError.failure(
                 "\(dir) belongs to uid \(st.st_uid), not to this user (uid \(owner)); choose another location,"
@@ -78,8 +79,9 @@ enum Paths {
     /// files private to their owner: a store copied into place by hand may be readable by
     /// all, and SQLite gives its WAL the database's mode. Called before SQLite opens the
     /// store, as `giveStoreFiles` is after: closing any descriptor of `relay.db` drops the
-    /// process's POSIX locks on it, SQLite's among them.
-    static func checkStoreFiles(in dir: String) throws {
+    /// process's POSIX locks on it, SQLite's among them. A file of another user than `owner`
+    /// is refused: that user could read the store, or change it under the relay.
+    static func checkStoreFiles(in dir: String, owner: uid_t?) throws {
         for name in storeFiles {
             let path = dir + "/" + name
             // Changed through the file opened, never by its name again: a link put in its
@@ -98,6 +100,11 @@ enum Paths {
             defer { close(fd) }
             var st = stat()
             guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { throw notRegular }
+            if let owner, st.st_uid != owner {
+                throw CLIError.failure(
+                    "\(path) belongs to uid \(st.st_uid), not to this user (uid \(owner)); if it is the store's, give it to this"
+                        + " user (chown), else remove it")
+            }
             if st.st_mode & 0o077 != 0 && fchmod(fd, (st.st_mode & 0o700) | 0o600) != 0 {
                 throw CLIError.failure(
                     "\(path) may be read by others (mode \(String(st.st_mode & 0o7777, radix: 8))) and cannot be made private: "

@@ -173,10 +173,11 @@ enum Serve {
         let data = try Paths.makePrivateDirectory(dataOption)
         server.dataDirectory = data
         if server.hubURL != nil { try linkDevice(data: data, named: a.value("--device"), &server, &core) }
-        try Paths.checkStoreFiles(in: data)
+        try Paths.checkStoreFiles(in: data, owner: geteuid())
         if inherited == nil {
             let socketDirectory = (socket as NSString).deletingLastPathComponent
-            try Paths.makePrivateDirectory(socketDirectory.isEmpty ? FileManager.default.currentDirectoryPath : socketDirectory)
+            try Paths.makePrivateDirectory(
+                socketDirectory.isEmpty ? FileManager.default.currentDirectoryPath : socketDirectory, forSocket: true)
         }
         let lock = try lockDataDirectory(data)
         defer { Glibc.close(lock) }

@@ -65,7 +65,7 @@ struct StoreCommand: Sendable {
             umask(0o077)  // the store put in place, as private as the relay makes its own
             let (backup, given) = try fileAndData(args, "BACKUP")
             let data = try Paths.makePrivateDirectory(given, owner: Paths.storeCommandOwner)
-            try Paths.checkStoreFiles(in: data)
+            try Paths.checkStoreFiles(in: data, owner: Paths.storeCommandOwner)
             let lock = try Serve.lockDataDirectory(data)
             defer { close(lock) }
             let kept: [String]

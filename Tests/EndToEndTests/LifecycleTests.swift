@@ -364,10 +364,16 @@ final class LimitFlagTests: XCTestCase {
 }
 
 /// Runs the relay binary with `args` to its end: its status and what it printed.
-func runRelay(_ args: [String]) -> (status: Int32, stdout: String, stderr: String) {
+/// Runs the relay with `args` to its end; `asUser`: as that uid and gid (root only).
+func runRelay(_ args: [String], asUser uid: uid_t? = nil) -> (status: Int32, stdout: String, stderr: String) {
     let p = Process()
-    p.executableURL = URL(fileURLWithPath: relayBinary)
-    p.arguments = args
+    if let uid {
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        p.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", relayBinary] + args
+    } else {
+        p.executableURL = URL(fileURLWithPath: relayBinary)
+        p.arguments = args
+    }
     let out = Pipe(), err = Pipe()
     p.standardOutput = out
     p.standardError = err

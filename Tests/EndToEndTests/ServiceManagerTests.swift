@@ -229,6 +229,12 @@ final class DirectorySafetyTests: XCTestCase {
         XCTAssertEqual(r.status, 1)
         XCTAssertEqual(r.stderr, "permission-relay: \(open) may be written by others (mode 777); make it private: chmod 700 \(open)\n")
 
+        // Sticky and root's, as /tmp is: others may still put files of theirs in it.
+        let shared = try make("shared", mode: 0o1777)
+        r = serve(dir.appendingPathComponent("s0").path, shared)
+        XCTAssertEqual(r.status, 1)
+        XCTAssertTrue(r.stderr.contains("\(shared) may be written by others (mode 1777)"), r.stderr)
+
         let socketDir = try make("sockets", mode: 0o733)
         r = serve(socketDir + "/relay.sock", try make("data1", mode: 0o700))
         XCTAssertEqual(r.status, 1)
@@ -249,6 +255,13 @@ final class DirectorySafetyTests: XCTestCase {
             r = serve(dir.appendingPathComponent("s3").path, theirs)
             XCTAssertEqual(r.status, 1)
             XCTAssertTrue(r.stderr.contains("\(theirs) belongs to uid 65534, not to this user (uid 0)"), r.stderr)
+            // A file of theirs where the store goes: they could read it, or change it.
+            let mine = try make("mine", mode: 0o700)
+            XCTAssertTrue(FileManager.default.createFile(atPath: mine + "/relay.db", contents: nil))
+            XCTAssertEqual(chown(mine + "/relay.db", 65534, 65534), 0)
+            r = serve(dir.appendingPathComponent("s4").path, mine)
+            XCTAssertEqual(r.status, 1)
+            XCTAssertTrue(r.stderr.contains("\(mine)/relay.db belongs to uid 65534, not to this user (uid 0)"), r.stderr)
         }
     }
 }

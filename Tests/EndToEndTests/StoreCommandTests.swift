@@ -148,6 +148,26 @@ final class StoreCommandTests: XCTestCase {
         }
     }
 
+    /// SQLite opens a store the relay's user may not write for reading only: served so, every
+    /// change would fail. The start is refused, and says what to do.
+    func testAStoreItsUserCannotWriteIsRefused() throws {
+        guard geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else {
+            throw XCTSkip("running the relay as another user needs root and setpriv (CI has both)")
+        }
+        let relay = try RelayProcess()
+        try relay.start()
+        _ = try relay.provision(families: 1)
+        XCTAssertEqual(relay.terminate(), 0)
+        let nobody: uid_t = 65534
+        for name in ["", "/relay.db", "/relay.db-wal", "/relay.db-shm", "/relay.lock"] where access(relay.data + name, F_OK) == 0 {
+            XCTAssertEqual(chown(relay.data + name, nobody, nobody), 0, name)
+        }
+        XCTAssertEqual(chmod(relay.data + "/relay.db", 0o400), 0)
+        let start = runRelay(["serve", "--socket", relay.data + "/s", "--data", relay.data], asUser: nobody)
+        XCTAssertEqual(start.status, 1)
+        XCTAssertTrue(start.stderr.contains("relay.db is read-only to this user"), start.stderr)
+    }
+
     /// A store whose WAL index is gone, on a full disk: SQLite cannot make the index and
     /// says "disk I/O error"; start and check say the disk is full.
     func testAFullDiskIsNamedWhenTheStoreCannotBeOpened() throws {
