@@ -12,7 +12,7 @@ extension SQLiteStore {
     /// with SQLite's online backup API; the copy is one self-contained file (no WAL).
     public static func backup(databaseAt source: String, to destination: String) throws {
         if let loss = lossBeforeOpening(source) { throw StoreError(loss) }
-        guard access(source, F_OK) == 0 else { throw StoreError("there is no store at \(source)") }
+        if let why = unreadableStore(source) { throw StoreError(why) }
         guard access(destination, F_OK) != 0 else {
             throw StoreError("\(destination) already exists; choose a new file, or remove it first")
         }
@@ -37,7 +37,8 @@ extension SQLiteStore {
                     "the copy does not check out (\(check ?? "no answer")); the store may be damaged: run permission-relay check")
             }
         } catch {
-            unlink(partial)
+            // The copy's own journal files too (it takes the store's WAL mode as it copies).
+            for suffix in ["", "-wal", "-shm", "-journal"] { unlink(partial + suffix) }
             throw error
         }
         try syncFile(partial)
@@ -61,9 +62,22 @@ extension SQLiteStore {
             throw StoreError("cannot read \(backup): \(String(cString: strerror(errno)))")
         }
         guard st.st_mode & S_IFMT == S_IFREG else { throw StoreError("\(backup) is not a file: give the backup file itself") }
-        let copy = try SQLiteDatabase(path: backup, readOnly: true)
-        guard try copy.text("PRAGMA quick_check") == "ok", try copy.scalar("SELECT max(version) FROM migrations") != nil else {
-            throw StoreError("\(backup) is not a backup of a relay's store, or a damaged one")
+        let copy: SQLiteDatabase
+        let version: Int64
+        do {
+            copy = try SQLiteDatabase(path: backup, readOnly: true)
+            guard try copy.text("PRAGMA quick_check") == "ok", let v = try copy.scalar("SELECT max(version) FROM migrations") else {
+                throw StoreError("it does not check out")
+            }
+            version = v
+        } catch {
+            throw StoreError("\(backup) is not a backup of a relay's store, or a damaged one (\(error))")
+        }
+        // Put in place, it would only be refused at the next start.
+        guard version <= migrations.count else {
+            throw StoreError(
+                "\(backup) has schema version \(version), newer than this relay knows (\(migrations.count)): restore it with"
+                    + " the newer relay's programs")
         }
         let staging = path + ".restoring"
         unlink(staging)
@@ -99,11 +113,29 @@ extension SQLiteStore {
         return kept
     }
 
+    /// Why the store at `path` cannot be read, as `serve` would say (nil: it can be): there
+    /// is none, it is not this user's to read, or a link is in its place (never followed).
+    static func unreadableStore(_ path: String) -> String? {
+        let denied = "cannot read \(path): permission denied; run this as the relay's user, or as root"
+        var st = stat()
+        guard lstat(path, &st) == 0 else {
+            switch errno {
+            case ENOENT: return "there is no store at \(path)"
+            case EACCES: return denied
+            default: return "cannot read \(path): \(String(cString: strerror(errno)))"
+            }
+        }
+        guard st.st_mode & S_IFMT == S_IFREG else {
+            return "\(path) is not a regular file (a link is never followed); remove it, or restore the store from a backup"
+        }
+        return access(path, R_OK) == 0 ? nil : denied
+    }
+
     /// What is wrong with the store at `path`: SQLite's integrity check, then the relay's
     /// own invariants. Empty when all is well; throws for a store of another relay version.
     public static func check(databaseAt path: String) throws -> [String] {
         if let loss = lossBeforeOpening(path) { return [loss] }
-        guard access(path, F_OK) == 0 else { throw StoreError("there is no store at \(path)") }
+        if let why = unreadableStore(path) { throw StoreError(why) }
         let db = try SQLiteDatabase(path: path, readOnly: true)
         try db.exec("PRAGMA busy_timeout = 5000")
         var findings: [String] = []

@@ -2,6 +2,7 @@
 // socket. Backup and check work beside a running relay; restore needs it stopped.
 
 import CLISupport
+import Foundation
 import Glibc
 import RelayServer
 import RelayStore
@@ -39,6 +40,10 @@ struct StoreCommand: Sendable {
             do {
                 try SQLiteStore.backup(databaseAt: Paths.canonical(data) + "/relay.db", to: dest)
             } catch {
+                let folder = (dest as NSString).deletingLastPathComponent
+                if Store.diskFull(error, data: folder.isEmpty ? "." : folder) {
+                    throw CLIError.failure("backup failed: the disk holding \(dest) is full; free some space there, or back up elsewhere")
+                }
                 throw CLIError.failure("backup failed: \(error)")
             }
             printOut("backed up \(data)/relay.db to \(dest)")

@@ -97,6 +97,54 @@ final class StoreCommandTests: XCTestCase {
         XCTAssertTrue(check.stderr.contains("problem found; restore a backup"), check.stderr)
     }
 
+    /// Backup, check and restore name what is wrong with the file they were given, and what
+    /// to do: a link in place of the store, a store this user may not read, a damaged backup,
+    /// and one of a newer relay (which a start would refuse once it was in place).
+    func testStoreCommandsSayWhatIsWrongWithTheirFiles() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        _ = try relay.provision(families: 1)
+        XCTAssertEqual(relay.terminate(), 0)
+        let work = relay.data + "-work"
+        try FileManager.default.createDirectory(atPath: work + "/linked", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: work) }
+
+        XCTAssertEqual(symlink(relay.data + "/relay.db", work + "/linked/relay.db"), 0)
+        for command in [["check"], ["backup", work + "/b0.db"]] {
+            let r = runRelay(command + ["--data", work + "/linked"])
+            XCTAssertEqual(r.status, 1, "\(command)")
+            XCTAssertTrue(r.stderr.contains("relay.db is not a regular file (a link is never followed)"), r.stderr)
+        }
+        if geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") {
+            for command in [["check"], ["backup", "/tmp/b-\(UUID().uuidString.prefix(8)).db"]] {
+                let r = runRelay(command + ["--data", relay.data], asUser: 65534)
+                XCTAssertEqual(r.status, 1, "\(command)")
+                XCTAssertTrue(r.stderr.contains("relay.db: permission denied; run this as the relay's user"), r.stderr)
+            }
+        }
+
+        let backup = work + "/b1.db"
+        XCTAssertEqual(runRelay(["backup", backup, "--data", relay.data]).status, 0)
+        let damaged = work + "/damaged.db"
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: backup))
+        for i in 4096..<min(bytes.count, 3 * 4096) { bytes[i] = 0x5A }  // past the header page
+        try bytes.write(to: URL(fileURLWithPath: damaged))
+        var r = runRelay(["restore", damaged, "--data", relay.data])
+        XCTAssertEqual(r.status, 1)
+        XCTAssertTrue(r.stderr.contains("\(damaged) is not a backup of a relay's store, or a damaged one"), r.stderr)
+
+        var db: OpaquePointer?
+        XCTAssertEqual(sqlite3_open(backup, &db), SQLITE_OK)
+        XCTAssertEqual(
+            sqlite3_exec(db, "INSERT INTO migrations(version, name, appliedAt) VALUES(999, 'from the future', 0)", nil, nil, nil),
+            SQLITE_OK)
+        sqlite3_close(db)
+        r = runRelay(["restore", backup, "--data", relay.data])
+        XCTAssertEqual(r.status, 1)
+        XCTAssertTrue(r.stderr.contains("\(backup) has schema version 999, newer than this relay knows"), r.stderr)
+        try relay.start()  // the store was left as it was
+    }
+
     /// A row a start cannot read (a role, a handle's kind, its actions) fails `check` as it
     /// fails the start: a store that checks out is one that starts.
     func testCheckRefusesWhatAStartRefuses() throws {
@@ -171,21 +219,8 @@ final class StoreCommandTests: XCTestCase {
     /// A store whose WAL index is gone, on a full disk: SQLite cannot make the index and
     /// says "disk I/O error"; start and check say the disk is full.
     func testAFullDiskIsNamedWhenTheStoreCannotBeOpened() throws {
-        guard geteuid() == 0 else { throw XCTSkip("mounting a small file system needs root (CI runs as root)") }
-        let disk = FileManager.default.temporaryDirectory.appendingPathComponent("full-\(UUID().uuidString.prefix(8))").path
-        try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
-        func run(_ tool: String, _ args: [String]) throws -> Int32 {
-            let p = try Process.run(URL(fileURLWithPath: tool), arguments: args)
-            p.waitUntilExit()
-            return p.terminationStatus
-        }
-        guard try run("/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", disk]) == 0 else {
-            throw XCTSkip("cannot mount a tmpfs here")
-        }
-        defer {
-            _ = try? run("/bin/umount", [disk])
-            try? FileManager.default.removeItem(atPath: disk)
-        }
+        let disk = try mountSmallDisk(megabytes: 4)
+        defer { unmount(disk) }
         let relay = try RelayProcess(data: disk + "/data")
         try relay.start()
         _ = try relay.provision(families: 1)
@@ -201,6 +236,46 @@ final class StoreCommandTests: XCTestCase {
         let check = runRelay(["check", "--data", relay.data])
         XCTAssertEqual(check.status, 1)
         XCTAssertTrue(check.stderr.contains("the disk is full; free some space and check again"), check.stderr)
+    }
+
+    /// A backup onto a full disk says so, and leaves nothing behind.
+    func testABackupOntoAFullDiskSaysSoAndLeavesNothing() throws {
+        let relay = try RelayProcess()
+        try relay.start()
+        _ = try relay.provision(families: 1)
+        XCTAssertEqual(relay.terminate(), 0)
+        var db: OpaquePointer?
+        XCTAssertEqual(sqlite3_open(relay.data + "/relay.db", &db), SQLITE_OK)
+        let grow =
+            "INSERT INTO hubOutbox(id, family, subject, messageID, body, firstOnSubject) VALUES(1, 'f0', 's', 'm', randomblob(3000000), 1)"
+        XCTAssertEqual(sqlite3_exec(db, grow, nil, nil, nil), SQLITE_OK)
+        sqlite3_close(db)
+        let disk = try mountSmallDisk(megabytes: 1)
+        defer { unmount(disk) }
+        let r = runRelay(["backup", disk + "/b.db", "--data", relay.data])
+        XCTAssertEqual(r.status, 1)
+        XCTAssertTrue(r.stderr.contains("the disk holding \(disk)/b.db is full; free some space there"), r.stderr)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: disk), [])
+    }
+
+    /// A tmpfs of `megabytes` mounted on a new directory (root only: skips otherwise).
+    private func mountSmallDisk(megabytes: Int) throws -> String {
+        guard geteuid() == 0 else { throw XCTSkip("mounting a small file system needs root (CI runs as root)") }
+        let disk = FileManager.default.temporaryDirectory.appendingPathComponent("small-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
+        let mount = try Process.run(
+            URL(fileURLWithPath: "/bin/mount"), arguments: ["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", disk])
+        mount.waitUntilExit()
+        guard mount.terminationStatus == 0 else {
+            try? FileManager.default.removeItem(atPath: disk)
+            throw XCTSkip("cannot mount a tmpfs here")
+        }
+        return disk
+    }
+
+    private func unmount(_ disk: String) {
+        if let p = try? Process.run(URL(fileURLWithPath: "/bin/umount"), arguments: [disk]) { p.waitUntilExit() }
+        try? FileManager.default.removeItem(atPath: disk)
     }
 
     /// The fixture is a data directory the journaling relay left when killed: generation 2
