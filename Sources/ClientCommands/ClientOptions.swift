@@ -33,7 +33,10 @@ public enum ClientOptions {
     /// it from each other). A command that only sends requests takes its `ephemeral` form.
     public static func configuration(_ a: Arguments, app: String) throws -> RelayConfiguration {
         var env = ProcessInfo.processInfo.environment
-        if let v = a.value("--socket") { env["PERMISSION_RELAY_SOCKET"] = v }
+        if let v = a.value("--socket") {
+            guard !v.isEmpty else { throw CLIError.usage("--socket needs a path") }
+            env["PERMISSION_RELAY_SOCKET"] = v
+        }
         if let v = a.value("--member") { env["PERMISSION_MEMBER"] = v }
         if let v = a.value("--token") { env["PERMISSION_TOKEN"] = v }
         if let v = a.value("--credentials") {
@@ -88,7 +91,7 @@ public enum ClientOptions {
             let hint = " (is `permission-relay serve` running, and is --socket right?)"
             switch reason {
             case nil: return "the relay is not available" + hint
-            case .unavailable(let why)? where why.contains("permission-relay serve"):  // it says what to check
+            case .unavailable(let why)? where why.hasPrefix("cannot connect to"):  // it says what to check
                 return "the relay is not available: \(terminalSafe(why))"
             case .unavailable(let why)?: return "the relay is not available: \(terminalSafe(why))" + hint
             case let other?: return "the relay is not available: \(terminalSafe(other.description))"  // it answered, and said why

@@ -280,10 +280,7 @@ final class RelayConnection: Sendable {
         }
         let fd = cs_connect_unix(config.socketPath)
         guard fd >= 0 else {
-            let nobody = errno == ENOENT || errno == ECONNREFUSED
-            let why = String(cString: strerror(errno))
-            let hint = nobody ? " (is `permission-relay serve` running, and is this its socket?)" : ""
-            setState(.unavailable, error: .unavailable("cannot connect to \(config.socketPath): \(why)\(hint)"))
+            setState(.unavailable, error: .unavailable(RelayDefaults.connectFailure(config.socketPath, error: errno)))
             return nil
         }
         var tv = timeval(tv_sec: 5, tv_usec: 0)

@@ -50,4 +50,25 @@ public enum RelayDefaults {
         return "\(dir) belongs to uid \(st.st_uid), or others may write to it: another user could have put a relay of their own"
             + " there; remove it, or name the relay's socket (--socket or PERMISSION_RELAY_SOCKET)"
     }
+
+    /// Why a connection to the socket at `path` failed with `error` (an errno), and what to
+    /// check: for the programs, the library and the admin commands alike.
+    public static func connectFailure(_ path: String, error: Int32) -> String {
+        let start = "cannot connect to \(path)"
+        var st = stat()
+        switch error {
+        case ENOENT:
+            return "\(start): there is no socket there (is `permission-relay serve` running, and is this its socket?)"
+        case ECONNREFUSED where stat(path, &st) == 0 && st.st_mode & S_IFMT != S_IFSOCK:
+            let what = st.st_mode & S_IFMT == S_IFDIR ? "a directory" : "not a socket"
+            return "\(start): it is \(what); give the relay's socket, as `permission-relay serve` prints it"
+        case ECONNREFUSED:
+            return "\(start): no relay listens there (is `permission-relay serve` running?)"
+        case EACCES:
+            return "\(start): permission denied (the socket, or a directory above it, does not let this user in): run as"
+                + " a user the relay's socket lets in, or ask whoever runs the relay"
+        default:
+            return "\(start): \(String(cString: strerror(error)))"
+        }
+    }
 }

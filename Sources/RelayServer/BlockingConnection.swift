@@ -14,10 +14,7 @@ public final class BlockingConnection {
     /// Connects to `path`; throws a readable error when no relay listens there.
     public init(path: String) throws {
         let fd = cs_connect_unix(path)
-        guard fd >= 0 else {
-            let why = String(cString: strerror(errno))
-            throw ServerError("cannot connect to the relay at \(path): \(why) (is `permission-relay serve` running?)")
-        }
+        guard fd >= 0 else { throw ServerError(RelayDefaults.connectFailure(path, error: errno)) }
         self.fd = fd
     }
 

@@ -55,6 +55,11 @@ struct AdminCommand: Sendable {
     func run(_ args: [String]) throws {
         let a = try Arguments(args, valueFlags: extraFlags.union(["--socket"]), switchFlags: ["--json"])
         let positionals = try a.expectPositionals(arguments)
+        for (name, value) in zip(arguments, positionals) where ["FAMILY", "MEMBER", "CHILD"].contains(name) {
+            guard Identifier.isValid(value) else {
+                throw CLIError.usage("\(name) must be 1 to 64 letters, digits, '.', '_' or '-', not \"\(value)\"")
+            }
+        }
         let req = try request(positionals, a)
         if a.value("--credentials") != nil && a.value("--unix-user") != nil {
             throw CLIError.usage("--credentials is for a token, and a member bound to an account has none: give one or the other")
@@ -65,6 +70,7 @@ struct AdminCommand: Sendable {
         let credentials = try a.value("--credentials").map { try CredentialsFile(path: $0, replacing: rotated) }
         defer { credentials?.discard() }
         let socket = a.value("--socket") ?? Paths.clientSocket
+        guard !socket.isEmpty else { throw CLIError.usage("--socket needs a path") }
         if let why = RelayDefaults.distrust(socket) { throw CLIError.failure("will not use \(socket): \(why)") }
         let reply: JSONObject
         do {

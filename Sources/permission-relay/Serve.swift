@@ -142,7 +142,7 @@ enum Serve {
             throw CLIError.usage("--device names this device on a hub: it goes with --hub")
         }
         server.handshakeTimeoutSeconds = try a.double(
-            "--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds, max: Double(Self.dayInSeconds))
+            "--handshake-timeout-seconds", default: server.handshakeTimeoutSeconds, min: 0.1, max: Double(Self.dayInSeconds))
         server.maxConnections = try a.int("--max-connections", default: server.maxConnections, min: 1)
         server.maxOutputBytes = try a.int("--max-output-bytes", default: server.maxOutputBytes, min: 65536)
         server.maxMemberOutputBytes = try a.int("--max-member-output-bytes", default: server.maxMemberOutputBytes, min: 65536)

@@ -50,8 +50,19 @@ final class AdminCommandTests: XCTestCase {
         ] {
             assertFails(
                 args + ["--json", "--socket", gone],
-                "permission-relay: cannot connect to the relay at \(gone): No such file or directory (is `permission-relay serve` running?)"
+                "permission-relay: cannot connect to \(gone): there is no socket there (is `permission-relay serve` running, and is"
+                    + " this its socket?)"
             )
+        }
+        // A directory given for the socket, and a socket this user may not use, are named as such.
+        assertFails(
+            ["status", "--socket", relay.dir.path],
+            "permission-relay: cannot connect to \(relay.dir.path): it is a directory; give the relay's socket, as `permission-relay serve` prints it"
+        )
+        if geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") {
+            let r = runRelay(["status", "--socket", relay.socket], asUser: 65534)
+            XCTAssertEqual(r.status, 1)
+            XCTAssertTrue(r.stderr.contains("\(relay.socket): permission denied (the socket, or a directory above it"), r.stderr)
         }
         // What succeeds is unchanged: one JSON object.
         let added = runRelay(["member", "add", "smiths", "sam", "--role", "guardian", "--json"] + s)
@@ -99,6 +110,18 @@ final class AdminCommandTests: XCTestCase {
         let short = runRelay(["member", "add", "smiths"])
         XCTAssertEqual(short.status, 64)
         XCTAssertTrue(short.stderr.hasSuffix(" (see `permission-relay member add --help`)\n"), short.stderr)
+        // Ids the relay would refuse, and an empty socket path, are usage errors too.
+        for (args, said) in [
+            (["family", "create", ""], "FAMILY must be 1 to 64 letters, digits, '.', '_' or '-', not \"\""),
+            (["member", "add", "smiths", "a b", "--role", "child"], "MEMBER must be 1 to 64 letters"),
+            (["status", "--socket", ""], "--socket needs a path"),
+        ] {
+            let r = runRelay(args)
+            XCTAssertEqual(r.status, 64, "\(args)")
+            XCTAssertTrue(r.stderr.contains(said), r.stderr)
+        }
+        let handshake = runRelay(["serve", "--handshake-timeout-seconds", "0"])
+        XCTAssertEqual(handshake.status, 64, "every connection would be closed before its hello")
     }
 
     /// `--credentials FILE` writes the credentials for this user only, and a request that

@@ -480,6 +480,7 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(try child(["ask", "+15550177", "--wait", "--timeout", "soon"]).finish(), 64)
         XCTAssertEqual(try child(["watch", "--timeout", "3"]).finish(), 64, "not an option of watch")
         XCTAssertEqual(try child(["questions", "--status", "bogus"]).finish(), 64)
+        XCTAssertEqual(try child(["limits", "--socket", ""]).finish(), 64, "an empty socket path")
         XCTAssertEqual(try child(["known", "+15550177", "--status", "pending"]).finish(), 64, "not an option of known")
         // A usage error is one line: the problem, and where help is.
         let fax = try child(["ask", "fax:12345"], stderrInLines: true)
