@@ -333,8 +333,17 @@ public final class RelayCore {
 
     func send(_ conn: ConnectionID, _ frame: [UInt8]) {
         framesOut += 1
+        if conn == countedConnection { countedBytes += frame.count }
         outputs.append(.send(conn, frame))
     }
+
+    /// The connection whose frames `countedBytes` counts, from when it is set: the reactor
+    /// holds back a connection's further requests while what it is owed is large.
+    public var countedConnection: ConnectionID? {
+        didSet { countedBytes = 0 }
+    }
+    /// Bytes of the frames queued for `countedConnection` since it was set.
+    public private(set) var countedBytes = 0
 
     func send(_ conn: ConnectionID, _ object: JSONObject) { send(conn, object.frame) }
 

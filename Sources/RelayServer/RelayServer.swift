@@ -131,6 +131,8 @@ public final class RelayServer {
     private var conns: [ConnectionID: Conn] = [:]
     /// The connections a dispatch queued output for, each once, reused across turns.
     private var touched: [Conn] = []
+    /// Connections whose requests wait until they are owed less (`Conn.inputPaused`).
+    private var pausedInput: [Conn] = []
     private var nextID: ConnectionID = 1
     /// Unsent bytes per member, and in all (`Conn.counted`).
     private var memberBacklog: [String: Int] = [:]
@@ -219,6 +221,13 @@ public final class RelayServer {
         /// Its unsent bytes as counted in `memberBacklog` and `totalBacklog`.
         var counted = 0
         var pendingBytes: Int { out.count - outStart }
+        /// Bytes of replies to its requests not queued in `out` yet (held for a commit).
+        var unreleased = 0
+        /// Its requests wait, and its socket is not read, until it is owed less
+        /// (`RelayServer.inputPauseBytes`).
+        var inputPaused = false
+        /// What it is owed: unsent, and replies not queued yet.
+        var owed: Int { pendingBytes + unreleased }
 
         init(id: ConnectionID, fd: Int32, decoder: FrameDecoder, at now: Int64) {
             self.id = id
@@ -426,6 +435,7 @@ public final class RelayServer {
         if uncommitted.isEmpty && relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) {
             timeout = 0
         }
+        if pausedInput.contains(where: { $0.owed < inputPauseBytes }) { timeout = 0 }
 
         let n = spin.wait(timeoutMs: Int32(timeout)) { cs_epoll_wait(epfd, &ready, Int32(ready.count), $0) }
         guard n >= 0 else { throw ServerError("epoll_wait failed: \(String(cString: strerror(errno)))") }
@@ -446,6 +456,7 @@ public final class RelayServer {
             }
         }
 
+        if !pausedInput.isEmpty { resumeInput(now: t) }
         relay.tick(now: t)
         checkTimers()
         closeLingering()
@@ -776,7 +787,7 @@ public final class RelayServer {
                 c.lastHeard = turnMillis
                 c.pinged = false
                 budget -= n
-                if c.decoder.bufferedCount > coreConfig.maxFrameBytes && relay.isReplaying(id) { break }
+                if holdsEnoughInput(c) { break }
                 // A short read has most likely drained the socket: the read that would say
                 // so is saved (readiness is level-triggered, so anything left is reported again).
                 if n < scratch.count { break }
@@ -794,12 +805,27 @@ public final class RelayServer {
         }
     }
 
-    /// Feeds whole frames to the core, stopping while the session replays. The connection
+    /// Feeds whole frames to the core, stopping while the session replays, and while the
+    /// connection is owed `inputPauseBytes` or more (`resumeInput` goes on). The connection
     /// stays in `conns` meanwhile: the core's closes take effect at the dispatch.
     private func process(_ c: Conn, now: Timestamp) {
         let id = c.id
         var whole = false
+        relay.countedConnection = id
+        defer {
+            c.unreleased += relay.countedBytes
+            relay.countedConnection = nil
+        }
         while relay.takesFrames(id) {
+            guard c.owed + relay.countedBytes < inputPauseBytes else {
+                // Whole frames wait (a part after them is checked once they are taken).
+                if !c.inputPaused {
+                    c.inputPaused = true
+                    pausedInput.append(c)
+                }
+                c.partSince = nil
+                return
+            }
             switch c.decoder.withNextFrame({ relay.receive(id, body: $0, now: now) }) {
             case .frame: whole = true
             case .violation(let code, let message): relay.framingViolation(id, code, message)
@@ -892,7 +918,35 @@ public final class RelayServer {
     /// waits unwritten (it is written at the end of this turn's dispatch).
     private func enqueue(_ bytes: [UInt8], to c: Conn) {
         c.out.append(bytes: bytes)
+        c.unreleased = max(0, c.unreleased - bytes.count)  // it counted its own replies only
         touch(c)
+    }
+
+    /// A connection owed this many bytes takes no more requests until it is owed less: a
+    /// client that pipelines requests with large replies (lists) gets them one after
+    /// another, as it reads, rather than all at once past its output limit.
+    private var inputPauseBytes: Int { replayLowWater }
+
+    /// While its requests wait (a replay, or `inputPaused`), a connection is read until it
+    /// holds a frame's worth: what it sends is seen (it is not silent), and what it holds
+    /// is bounded.
+    private func holdsEnoughInput(_ c: Conn) -> Bool {
+        c.decoder.bufferedCount > coreConfig.maxFrameBytes && (c.inputPaused || relay.isReplaying(c.id))
+    }
+
+    /// Takes up again the requests of connections now owed less than `inputPauseBytes`.
+    private func resumeInput(now: Timestamp) {
+        let waiting = pausedInput
+        pausedInput.removeAll()
+        for c in waiting where conns[c.id] === c {
+            guard c.owed < inputPauseBytes else {
+                pausedInput.append(c)
+                continue
+            }
+            c.inputPaused = false
+            process(c, now: now)
+            setInterest(c)
+        }
     }
 
     /// Marks a connection to be flushed at the end of the dispatch, once.
@@ -960,7 +1014,7 @@ public final class RelayServer {
 
     private func setInterest(_ c: Conn) {
         var want = cs_epollrdhup
-        let holdReads = c.decoder.bufferedCount > coreConfig.maxFrameBytes && relay.isReplaying(c.id)
+        let holdReads = holdsEnoughInput(c)
         if c.closing == nil && !holdReads { want |= cs_epollin }
         if c.pendingBytes > 0 { want |= cs_epollout }
         guard want != c.interest else { return }

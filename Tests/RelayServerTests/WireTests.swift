@@ -301,6 +301,31 @@ final class WireTests: XCTestCase {
         XCTAssertLessThan(stale, 60 * 20_000, "the slow connection was cut before receiving everything")
     }
 
+    /// Requests pipelined behind one another whose replies are large (lists) are answered
+    /// one after another as the client reads, never all at once past its output limit:
+    /// the client is not dropped, and what the relay holds for it stays bounded.
+    func testPipelinedListRequestsAreAnsweredAsTheClientReads() throws {
+        let relay = try InProcessRelay { server, _ in server.maxOutputBytes = 1 << 20 }  // list replies of 768 KiB
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        for i in 0..<12 {
+            try c.send(["type": "ask", "id": .string("a\(i)"), "question": .object(sampleQuestion(avatarBytes: 100_000))])
+            try c.expect(type: "ok")
+        }
+        let g = try relay.connect()
+        try g.hello("g1", tokens["g1"]!)
+        try g.sendRaw((0..<50).flatMap { i in (["type": "pending", "id": .string("p\(i)")] as JSONObject).frame })
+        for i in 0..<50 {
+            let reply = try g.expect(type: "ok")
+            XCTAssertEqual(reply["re"]?.string, "p\(i)")
+            XCTAssertGreaterThan(reply["questions"]?.array?.count ?? 0, 0)
+        }
+        try g.send(["type": "ping"])
+        try g.expect(type: "pong")
+    }
+
     func testFullDiskLosesNothingAcknowledged() throws {
         let dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("prt-full-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
