@@ -615,10 +615,12 @@ public final class RelayServer {
             guard let c = conns[id], c.pendingBytes < replayLowWater, let (member, after) = relay.replayPosition(id) else {
                 continue
             }
-            let limit = coreConfig.replayBatch
+            let (limit, budget) = (coreConfig.replayBatch, coreConfig.replayBudgetBytes)
             do {
-                let stored = try store.events(member: member, after: after, limit: limit)
-                if let why = relay.continueReplay(id, stored: stored, limit: limit) {
+                let stored = try store.events(member: member, after: after, limit: limit, maxBytes: budget)
+                // Cut short by its size, the step is not the store's last (as a full one is not).
+                let cut = stored.reduce(0) { $0 + $1.frame.count } >= budget
+                if let why = relay.continueReplay(id, stored: stored, limit: cut ? stored.count : limit) {
                     log(.error, "connection \(id): \(why)")
                 }
             } catch {

@@ -43,8 +43,15 @@ public final class MemoryStore: RelayStore, Sendable {
         }
     }
 
-    public func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
-        state.withLock { Array(($0.streams[member] ?? []).lazy.filter { $0.seq > seq }.prefix(limit)) }
+    public func events(member: String, after seq: Int64, limit: Int, maxBytes: Int) throws -> [EventRecord] {
+        var bytes = 0
+        return state.withLock { s in
+            Array(
+                (s.streams[member] ?? []).lazy.filter { $0.seq > seq }.prefix(limit).prefix { e in
+                    defer { bytes += e.frame.count }
+                    return bytes < maxBytes
+                })
+        }
     }
 
     /// The memory store drops what may go whatever its position: there is no later pass to wait for.

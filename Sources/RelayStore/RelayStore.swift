@@ -17,10 +17,11 @@ public protocol RelayStore: QuestionArchive, Sendable {
     /// Makes `changes` durable, all or none, in order.
     func commit(_ changes: [Change]) throws
 
-    /// Up to `limit` events of `member` with a seq above `seq`, in order. Called from the
-    /// loop while no commit is in flight (a commit that ended between the listing of new
-    /// rows and the read could otherwise be missed).
-    func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord]
+    /// Up to `limit` events of `member` with a seq above `seq`, in order, and no more once
+    /// their frames come to `maxBytes` (one at least): a replay's step reads what it sends.
+    /// Called from the loop while no commit is in flight (a commit that ended between the
+    /// listing of new rows and the read could otherwise be missed).
+    func events(member: String, after seq: Int64, limit: Int, maxBytes: Int) throws -> [EventRecord]
 
     /// How far the committed events' appends have come: a position in their order, for
     /// `prune`'s `settledThrough`.
@@ -88,5 +89,12 @@ public struct PruneStep: Sendable, Equatable {
     public init(through: [String: Int64] = [:], more: Bool = false) {
         self.through = through
         self.more = more
+    }
+}
+
+extension RelayStore {
+    /// Up to `limit` events of `member` with a seq above `seq`, in order, whatever their size.
+    public func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
+        try events(member: member, after: seq, limit: limit, maxBytes: .max)
     }
 }

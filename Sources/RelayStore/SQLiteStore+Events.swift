@@ -185,7 +185,7 @@ extension SQLiteStore {
             """, [.text(member)]) ?? 0
     }
 
-    public func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
+    public func events(member: String, after seq: Int64, limit: Int, maxBytes: Int) throws -> [EventRecord] {
         // The unindexed rows are listed before the read begins: one the writer indexes
         // meanwhile is then read through the index as well (and taken once), never missed.
         let listed = tail.withLock { t -> ArraySlice<EventTail.Row> in
@@ -200,11 +200,15 @@ extension SQLiteStore {
         try reader.exec("BEGIN")
         defer { try? reader.exec("COMMIT") }
         var out: [EventRecord] = []
+        var bytes = 0
+        var full: Bool { out.count >= limit || bytes >= maxBytes }
         func take(_ r: Row) throws {
             for e in try Self.events(of: member, first: r.int(0), last: r.int(1), at: r.int(2), topics: r.text(3), frames: r.blob(4))
-            where e.seq > (out.last?.seq ?? seq) && out.count < limit {
+            where e.seq > (out.last?.seq ?? seq) && !full {
                 out.append(e)
+                bytes += e.frame.count
             }
+            if full { throw SQLiteDatabase.stop }  // the rows after it are not read
         }
         // Every row holds at least one event, so `limit` rows are enough.
         try reader.run(
@@ -213,7 +217,7 @@ extension SQLiteStore {
                 WHERE i.member = ? AND i.lastSeq > ? ORDER BY i.lastSeq LIMIT ?
             """,
             [.text(member), .int(seq), .int(Int64(limit))], row: take)
-        for row in listed where out.count < limit && row.last > (out.last?.seq ?? seq) {
+        for row in listed where !full && row.last > (out.last?.seq ?? seq) {
             try reader.run("SELECT firstSeq, lastSeq, at, topics, frames FROM events WHERE id = ?", [.int(row.id)], row: take)
         }
         return out

@@ -203,8 +203,8 @@ final class FlakyStore: RelayStore {
 
     func load() throws -> StoreSnapshot { try inner.load() }
     func commit(_ changes: [Change]) throws { try inner.commit(changes) }
-    func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
-        try inner.events(member: member, after: seq, limit: limit)
+    func events(member: String, after seq: Int64, limit: Int, maxBytes: Int) throws -> [EventRecord] {
+        try inner.events(member: member, after: seq, limit: limit, maxBytes: maxBytes)
     }
     var eventPosition: Int64 { inner.eventPosition }
     func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, limit: Int) throws -> PruneStep {

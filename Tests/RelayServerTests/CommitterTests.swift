@@ -184,8 +184,8 @@ private final class OrderedStore: RelayStore {
         }
         try inner.commit(changes)
     }
-    func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
-        try inner.events(member: member, after: seq, limit: limit)
+    func events(member: String, after seq: Int64, limit: Int, maxBytes: Int) throws -> [EventRecord] {
+        try inner.events(member: member, after: seq, limit: limit, maxBytes: maxBytes)
     }
     var eventPosition: Int64 { inner.eventPosition }
     func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, limit: Int) throws -> PruneStep {

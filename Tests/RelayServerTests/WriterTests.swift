@@ -117,6 +117,29 @@ final class WriterTests: XCTestCase {
         XCTAssertTrue(failure?.contains("not committed") == true, "\(failure ?? "no failure")")
     }
 
+    /// A replay step reads what it sends: events of a few hundred kilobytes each were read
+    /// again at every step, a replay's cost growing with the square of its length.
+    func testAReplayOfLargeEventsReadsEachOnce() throws {
+        let store = WriterStore(loadsFailAfterAFailure: false)
+        let relay = try InProcessRelay(store: store)
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        do { try relay.connect().hello("g1", tokens["g1"]!, session: "phone") }  // and gone
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        for i in 0..<40 {
+            try c.send(["type": "ask", "id": .string("a\(i)"), "question": .object(sampleQuestion(avatarBytes: 100_000))])
+            try c.expect(type: "ok")
+        }
+        store.eventBytesRead.withLock { $0 = 0 }
+        let g = try relay.connect()
+        try g.hello("g1", tokens["g1"]!, session: "phone", resume: 0)
+        var replayed = 0
+        for _ in 0..<40 { replayed += try g.expect(type: "question").frame.count }
+        XCTAssertLessThan(
+            store.eventBytesRead.withLock { $0 }, 2 * replayed, "read \(store.eventBytesRead.withLock { $0 }) bytes to send \(replayed)")
+    }
+
     private func burst(of count: Int, prefix: String) -> [UInt8] {
         (0..<count).flatMap { i in
             (["type": "ask", "id": .string("\(prefix)\(i)"), "question": .object(sampleQuestion())] as JSONObject).frame
@@ -134,6 +157,8 @@ private final class WriterStore: RelayStore {
     let largeCommit = (started: DispatchSemaphore(value: 0), mayEnd: DispatchSemaphore(value: 0))
     let failsLargeCommits = Mutex(false)
     let failsEveryCommit = Mutex(false)
+    /// Bytes of the event frames `events` gave.
+    let eventBytesRead = Mutex(0)
     let loadsFail = Mutex(false)
     let slowFinish = Mutex(false)
     let loadsFailAfterAFailure: Bool
@@ -165,8 +190,10 @@ private final class WriterStore: RelayStore {
         }
         inner.finishCommits()
     }
-    func events(member: String, after seq: Int64, limit: Int) throws -> [EventRecord] {
-        try inner.events(member: member, after: seq, limit: limit)
+    func events(member: String, after seq: Int64, limit: Int, maxBytes: Int) throws -> [EventRecord] {
+        let read = try inner.events(member: member, after: seq, limit: limit, maxBytes: maxBytes)
+        eventBytesRead.withLock { $0 += read.reduce(0) { $0 + $1.frame.count } }
+        return read
     }
     var eventPosition: Int64 { inner.eventPosition }
     func prune(olderThan cutoff: Timestamp, acknowledged: [String: Int64], settledThrough: Int64, limit: Int) throws -> PruneStep {

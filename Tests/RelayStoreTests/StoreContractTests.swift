@@ -199,6 +199,11 @@ final class StoreContractTests: XCTestCase {
             XCTAssertEqual(try store.events(member: "g1", after: 3, limit: 1).map(\.frame), [Self.frame(4)], name)
             XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 10).map(\.topic), [nil, nil, nil, .communication, nil], name)
             XCTAssertEqual(try store.events(member: "nobody", after: 0, limit: 10), [], name)
+            // Up to a size: the event that reaches it is the last (one at least).
+            let size = Self.frame(2).count
+            XCTAssertEqual(try store.events(member: "g1", after: 1, limit: 10, maxBytes: 2 * size).map(\.seq), [2, 3], name)
+            XCTAssertEqual(try store.events(member: "g1", after: 1, limit: 10, maxBytes: 2 * size + 1).map(\.seq), [2, 3, 4], name)
+            XCTAssertEqual(try store.events(member: "g1", after: 1, limit: 10, maxBytes: 1).map(\.seq), [2], name)
         }
     }
 
