@@ -82,6 +82,20 @@ extension RelayCore {
                 "\(child.id) already has \(pendingNow) pending questions (the limit is \(config.maxPendingPerChild)); cancel some or wait for answers"
             )
         }
+        // Summed only when the pending questions could come to the limit.
+        let bytesLimit = config.maxPendingBytesPerChild
+        if bytesLimit > 0 && (pendingNow + 1).multipliedReportingOverflow(by: config.maxFrameBytes).partialValue > bytesLimit {
+            let pendingBytes = child.held.reduce(0) { sum, key in
+                guard let q = questions[key], q.status == .pending else { return sum }
+                return sum + q.content.encoded.count
+            }
+            if pendingBytes + content.encoded.count > bytesLimit {
+                throw RequestError(
+                    .tooManyPending,
+                    "\(child.id)'s pending questions take \(pendingBytes) bytes, and this one \(content.encoded.count) more (the limit"
+                        + " is \(bytesLimit)); cancel some or wait for answers")
+            }
+        }
         if config.askRateLimit > 0 {
             let capacity = max(2 * config.askRateLimit, 1)
             var bucket = child.askBucket ?? TokenBucket(tokens: capacity, last: r.now)

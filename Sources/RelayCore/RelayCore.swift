@@ -50,6 +50,10 @@ public struct CoreConfig: Sendable {
     public var maxFrameBytes = defaultMaxFrameBytes
     /// 0: no limit.
     public var maxPendingPerChild = 256
+    /// Bytes of a child's pending questions (their JSON, avatars included), all held in
+    /// memory; 0: no limit. The default holds 64 of the largest a frame carries, as many
+    /// as every relay must accept (wire contract §7).
+    public var maxPendingBytesPerChild = 64 << 20
     /// Sustained asks per second per child, in bursts of twice as many; 0 turns rate
     /// limiting off. The default's burst lets a child fill the 64 pending questions every
     /// relay must accept (wire contract §7) at once, as after a time offline.

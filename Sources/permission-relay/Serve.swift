@@ -34,6 +34,8 @@ enum Serve {
                                            after 3N (default: 15)
           --handshake-timeout-seconds N    Close connections without hello after N seconds (default: 5)
           --max-pending-per-child N        Pending questions per child, 0 = no limit (default: 256)
+          --max-pending-bytes-per-child N  Size of a child's pending questions, avatars included,
+                                           0 = no limit (default: 67108864, 64 MiB)
           --ask-rate-limit N               Sustained asks per second per child, in bursts of 2N,
                                            0 = off (default: 32)
           --max-connections N              Open connections at most (default: 4096)
@@ -85,7 +87,7 @@ enum Serve {
 
     static let valueFlags: Set<String> = [
         "--socket", "--data", "--sync", "--max-frame-bytes", "--heartbeat-seconds", "--handshake-timeout-seconds",
-        "--max-pending-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
+        "--max-pending-per-child", "--max-pending-bytes-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
         "--max-member-output-bytes", "--max-total-output-bytes",
         "--retention-seconds", "--log-level", "--max-questions-per-child", "--spin-microseconds",
         "--max-sessions-per-member", "--max-question-bytes-per-child", "--max-known-handles-per-child", "--hub", "--device",
@@ -118,6 +120,7 @@ enum Serve {
         core.maxFrameBytes = try a.int("--max-frame-bytes", default: core.maxFrameBytes, min: 64, max: 1 << 30)
         core.heartbeatSeconds = try a.int("--heartbeat-seconds", default: core.heartbeatSeconds, min: 1, max: Self.dayInSeconds)
         core.maxPendingPerChild = try a.int("--max-pending-per-child", default: core.maxPendingPerChild)
+        core.maxPendingBytesPerChild = try a.int("--max-pending-bytes-per-child", default: core.maxPendingBytesPerChild)
         core.askRateLimit = try a.double("--ask-rate-limit", default: core.askRateLimit)
         core.retentionSeconds = Int64(
             try a.int("--retention-seconds", default: Int(core.retentionSeconds), min: 1, max: 3650 * Self.dayInSeconds))

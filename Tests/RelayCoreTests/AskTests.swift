@@ -178,6 +178,29 @@ final class AskTests: XCTestCase {
         XCTAssertEqual(h.ok(c, ["type": "limits"])["enabled"]?.bool, false)
     }
 
+    /// A child's pending questions are held in memory: past their size limit, an ask is
+    /// refused until some are answered or cancelled.
+    func testPendingQuestionsAreBoundedInSize() throws {
+        let h = try CoreHarness {
+            $0.maxPendingBytesPerChild = 1000
+            $0.maxFrameBytes = 100  // so that the sum is checked at every ask
+        }
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        var asked: [String] = []
+        var refused: JSONObject?
+        while refused == nil && asked.count < 20 {
+            let id = UUID().uuidString
+            let r = h.request(c, ["type": "ask", "question": .object(h.question(id: id))])
+            if r["type"]?.string == "ok" { asked.append(id) } else { refused = r }
+        }
+        XCTAssertEqual(refused?["code"]?.string, "tooManyPending", "\(asked.count) asks")
+        XCTAssertTrue(refused?["message"]?.string?.contains("c1's pending questions take") == true)
+        XCTAssertGreaterThan(asked.count, 1)
+        h.ok(c, ["type": "cancel", "questionId": .string(asked[0])])
+        h.ok(c, ["type": "ask", "question": .object(h.question())])
+    }
+
     func testTooManyPendingAndRateLimit() throws {
         let h = try CoreHarness {
             $0.maxPendingPerChild = 2; $0.askRateLimit = 1
