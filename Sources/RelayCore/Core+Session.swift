@@ -22,6 +22,13 @@ extension RelayCore {
         }
         guard let id else { return refuse(.unauthorized, "hello needs a string \"id\", which its welcome answers") }
 
+        switch f["admin"] {
+        case nil, .bool(false)?: break
+        case .bool(true)? where f["member"] != nil || f["token"] != nil:
+            return refuse(.unauthorized, "a hello is a member's (member and token) or an admin's (admin: true), not both")
+        case .bool(true)?: break
+        case let other?: return refuse(.unauthorized, "admin must be true or false, not \(other.text)")
+        }
         if f["admin"]?.bool == true {
             let uid = connections[conn]?.peerUID
             guard let uid, uid == 0 || uid == config.relayUID else {
@@ -51,10 +58,13 @@ extension RelayCore {
         } else {
             // No token: the member must be bound to the account at the other end (SO_PEERCRED).
             let uid = connections[conn]?.peerUID
+            guard let memberID else {
+                return refuse(.unauthorized, "hello needs \"member\" and its \"token\" (or \"admin\": true, for the relay's own user)")
+            }
             guard let m, let bound = m.record.unixUID, bound == uid else {
                 return refuse(
                     .unauthorized,
-                    "hello needs a token: no member \(memberID.map { "\"\($0)\"" } ?? "(none named)") is bound to this Unix account"
+                    "hello needs a token: no member \"\(memberID)\" is bound to this Unix account"
                         + " (uid \(uid.map(String.init) ?? "unknown"))")
             }
         }

@@ -140,6 +140,33 @@ final class HandshakeTests: XCTestCase {
         XCTAssertEqual(h.drain(d).first?["code"]?.string, "unauthorized", "a durable session's resume is a seq")
     }
 
+    /// A hello that names no member, gives `admin` as anything but a boolean, or asks to be
+    /// both a member and an admin is refused with what is wrong with it.
+    func testAHelloThatIsNeitherAMembersNorAnAdminsSaysWhatIsMissing() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let token = JSON.string(h.tokens["c1"]!)
+        for (hello, said) in [
+            (["admin": false] as JSONObject, #"hello needs "member" and its "token""#),
+            ([:], #"hello needs "member" and its "token""#),
+            (["admin": "true"], #"admin must be true or false, not "true""#),
+            (["admin": true, "member": "c1", "token": token], "a hello is a member's (member and token) or an admin's"),
+        ] {
+            let c = h.connect()
+            var f: JSONObject = ["type": "hello", "id": "h", "protocol": 1]
+            for field in hello.fields { f[field.key] = field.value }
+            h.send(c, f)
+            let r = h.drain(c).first
+            XCTAssertEqual(r?["code"]?.string, "unauthorized", "\(hello)")
+            XCTAssertTrue(r?["message"]?.string?.contains(said) == true, "\(hello): \(r?["message"]?.string ?? "no reply")")
+            XCTAssertNotNil(h.closed[c])
+        }
+        // A member's hello may say it is not an admin.
+        let c = h.connect()
+        h.send(c, ["type": "hello", "id": "h", "protocol": 1, "member": "c1", "token": token, "admin": false])
+        XCTAssertEqual(h.drain(c).first?["type"]?.string, "welcome")
+    }
+
     func testBadFramesAfterHelloKeepTheConnection() throws {
         let h = try CoreHarness()
         h.standardFamilies()
