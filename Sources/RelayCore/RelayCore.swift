@@ -579,10 +579,7 @@ public final class RelayCore {
             var out: [NormalizedHandle] = []
             for (i, h) in list.enumerated() {
                 guard let n = NormalizedHandle(json: h) else {
-                    throw RequestError(
-                        .badRequest,
-                        "\(key)[\(i)] is not a valid handle: it needs a kind of phoneNumber, emailAddress or custom, and a value"
-                            + " of that kind (a phone number has digits, an email address an @, a custom handle is not empty)")
+                    throw RequestError(.badRequest, "\(key)[\(i)] \(NormalizedHandle.whyInvalid(h))")
                 }
                 if !out.contains(n) { out.append(n) }
             }

@@ -81,6 +81,19 @@ public struct NormalizedHandle: Hashable, Sendable, Comparable {
         }
     }
 
+    /// Why `json` is not a valid handle (`init(json:)` gives nil), as the end of a sentence
+    /// that names it.
+    public static func whyInvalid(_ json: JSON) -> String {
+        guard let value = json["value"]?.string, let kindName = json["kind"]?.string else {
+            return "is not a valid handle: it needs a string \"value\" and \"kind\""
+        }
+        guard HandleKind(rawValue: kindName) != nil else {
+            return "is not a valid handle: its kind \"\(kindName)\" is not phoneNumber, emailAddress or custom"
+        }
+        return "is not a valid handle: \"\(value)\" is not a valid \(kindName) (a phone number has digits, an email address an @,"
+            + " a custom handle is not empty)"
+    }
+
     /// Reads `{"value": …, "kind": …}`; nil when it is not a valid handle.
     public init?(json: JSON) {
         guard let value = json["value"]?.string, let kindName = json["kind"]?.string,

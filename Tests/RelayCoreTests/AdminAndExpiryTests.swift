@@ -131,6 +131,15 @@ final class BoundsTests: XCTestCase {
         let noAt: JSON = .array([.object(["value": "kim.example.org", "kind": "emailAddress"])])
         let invalid = h.error(g, ["type": "addKnownHandles", "child": "c1", "handles": noAt], .badRequest)["message"]?.string ?? ""
         XCTAssertTrue(invalid.contains("handles[0] is not a valid handle") && invalid.contains("an email address an @"), invalid)
+        // Each says which handle, and what is wrong with it.
+        for (handle, said) in [
+            (JSON.object(["value": "", "kind": "phoneNumber"]), #"handles[0] is not a valid handle: "" is not a valid phoneNumber"#),
+            (.object(["value": "x", "kind": "fax"]), #"handles[0] is not a valid handle: its kind "fax" is not phoneNumber"#),
+            (.object(["value": "x"]), #"handles[0] is not a valid handle: it needs a string "value" and "kind""#),
+        ] {
+            let message = h.error(g, ["type": "addKnownHandles", "child": "c1", "handles": [handle]], .badRequest)["message"]?.string
+            XCTAssertTrue(message?.contains(said) == true, message ?? "no message")
+        }
         // An answer is never refused: an approval makes its handles known past the limit.
         let q = h.question(handles: ["+1 555 0109"])
         h.ok(c, ["type": "ask", "question": .object(q)])
