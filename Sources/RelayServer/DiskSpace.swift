@@ -24,4 +24,7 @@ public struct DiskSpace: Sendable, Equatable {
 
     /// Under a tenth of the file system free, or under a gibibyte of a large one.
     var isLow: Bool { available < min(total / 10, 1 << 30) }
+
+    /// `bytes` in MiB, or in KiB under one MiB (where "0 MiB" would hide what is left).
+    static func shown(_ bytes: UInt64) -> String { bytes < 1 << 20 ? "\(bytes >> 10) KiB" : "\(bytes >> 20) MiB" }
 }

@@ -103,6 +103,8 @@ public final class RelayServer {
     private var spareFD: Int32 = -1
     /// The socket file this relay created (device and inode).
     private var socketFile: (dev_t, ino_t)?
+    /// The socket file was found gone or another's (`checkSocketFile`).
+    private var socketFileLost = false
     /// Accepting stopped until then, when even the spare could not take a connection.
     private var acceptPausedUntil: Int64?
     /// Refused connections kept open a moment after their `busy` (write side shut), read
@@ -355,6 +357,20 @@ public final class RelayServer {
     private static func fileID(_ path: String) -> (dev_t, ino_t)? {
         var st = stat()
         return lstat(path, &st) == 0 ? (st.st_dev, st.st_ino) : nil
+    }
+
+    /// Says once (again after it came back) that the socket file is gone or another's: a
+    /// relay no client can reach would otherwise go on unnoticed.
+    private func checkSocketFile() {
+        guard let mine = socketFile else { return }  // a service manager's socket is its own
+        let ours = Self.fileID(config.socketPath).map { $0 == mine } ?? false
+        if !ours && !socketFileLost {
+            log(
+                .error,
+                "the socket \(config.socketPath) was removed or replaced: no new client can reach this relay (its connections"
+                    + " go on); stop it and start it again to listen there")
+        }
+        socketFileLost = !ours
     }
 
     /// Removes the socket file if it is still this relay's: one removed meanwhile (say, by a
@@ -846,6 +862,7 @@ public final class RelayServer {
         guard now - lastTimerScan >= 250 else { return }
         lastTimerScan = now
         logRefusals()
+        checkSocketFile()
         let hb = Int64(coreConfig.heartbeatSeconds) * 1000
         let handshake = Int64(config.handshakeTimeoutSeconds * 1000)
         for (id, c) in conns {
@@ -1067,12 +1084,12 @@ public final class RelayServer {
             lowDiskWarned = turnMillis
             log(
                 .warning,
-                "the data directory's file system has \(space.available >> 20) MiB free of \(space.total >> 20) MiB;"
+                "the data directory's file system has \(DiskSpace.shown(space.available)) free of \(DiskSpace.shown(space.total));"
                     + " once it is full the relay cannot take changes (each one fails, and clients reconnect and resend):"
                     + " free some space, or move --data")
         } else if lowDiskWarned != nil {
             lowDiskWarned = nil
-            log(.info, "the data directory's file system has room again (\(space.available >> 20) MiB free)")
+            log(.info, "the data directory's file system has room again (\(DiskSpace.shown(space.available)) free)")
         }
     }
 }

@@ -34,7 +34,9 @@ enum Paths {
                 try FileManager.default.createDirectory(
                     atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             } catch {
-                throw CLIError.failure("cannot create \(dir): \(error.localizedDescription)")
+                throw CLIError.failure(
+                    "cannot create \(dir): \(error.localizedDescription) Create it, or choose another location (\(forSocket ? "--socket" : "--data"))."
+                )
             }
         }
         guard let resolved = realpath(dir, nil) else {

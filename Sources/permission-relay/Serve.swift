@@ -253,7 +253,14 @@ enum Serve {
     static func lockDataDirectory(_ dir: String) throws -> Int32 {
         let path = dir + "/relay.lock"
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw CLIError.failure("cannot open \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            let why = String(cString: strerror(errno))
+            switch errno {
+            case EACCES: throw CLIError.failure("cannot open \(path): \(why); let this user write to \(dir) (chmod 700 \(dir))")
+            case EROFS: throw CLIError.failure("cannot open \(path): \(why); choose a data directory on a writable file system (--data)")
+            default: throw CLIError.failure("cannot open \(path): \(why)")
+            }
+        }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             Glibc.close(fd)
             throw CLIError.failure("another relay is already using the data directory \(dir); stop it first")

@@ -262,6 +262,16 @@ final class DirectorySafetyTests: XCTestCase {
             r = serve(dir.appendingPathComponent("s4").path, mine)
             XCTAssertEqual(r.status, 1)
             XCTAssertTrue(r.stderr.contains("\(mine)/relay.db belongs to uid 65534, not to this user (uid 0)"), r.stderr)
+            // Their own directory, which they may not write to: what to do about it.
+            let readOnly = try make("read-only", mode: 0o500)
+            XCTAssertEqual(chown(readOnly, 65534, 65534), 0)
+            let theirSockets = try make("their-sockets", mode: 0o700)
+            XCTAssertEqual(chown(theirSockets, 65534, 65534), 0)
+            XCTAssertEqual(chmod(dir.path, 0o755), 0)
+            let asThem = runRelay(["serve", "--socket", theirSockets + "/s", "--data", readOnly], asUser: 65534)
+            XCTAssertEqual(asThem.status, 1)
+            XCTAssertTrue(
+                asThem.stderr.contains("Permission denied; let this user write to \(readOnly) (chmod 700 \(readOnly))"), asThem.stderr)
         }
     }
 }

@@ -200,6 +200,17 @@ final class WireTests: XCTestCase {
         XCTAssertNotNil(logged.first(containing: "has room again (600 MiB free)"))
     }
 
+    /// Under a mebibyte free, the warning says how much in kibibytes, not "0 MiB".
+    func testALowDiskUnderAMebibyteSaysHowMuchIsLeft() throws {
+        let logged = LoggedLines()
+        let relay = try InProcessRelay(log: logged.log) { server, _ in
+            server.dataDirectory = "/data"
+            server.diskSpace = { _ in DiskSpace(available: 200 << 10, total: 3 << 20) }
+        }
+        defer { relay.stop() }
+        XCTAssertNotNil(logged.first(containing: "the data directory's file system has 200 KiB free of 3 MiB"))
+    }
+
     func testAFrameThatNeverEndsIsRefusedThoughItsBytesKeepComing() throws {
         let relay = try InProcessRelay { _, core in core.heartbeatSeconds = 1 }
         defer { relay.stop() }
@@ -324,6 +335,16 @@ final class WireTests: XCTestCase {
         }
         try g.send(["type": "ping"])
         try g.expect(type: "pong")
+    }
+
+    /// A relay whose socket file is removed can no longer be reached: it says so, once.
+    func testARemovedSocketFileIsLogged() throws {
+        let logged = LoggedLines()
+        let relay = try InProcessRelay(log: logged.log)
+        defer { relay.stop() }
+        XCTAssertEqual(unlink(relay.socket), 0)
+        let line = logged.first(containing: "was removed or replaced")
+        XCTAssertTrue(line?.contains("the socket \(relay.socket) was removed or replaced: no new client can reach this relay") == true)
     }
 
     func testFullDiskLosesNothingAcknowledged() throws {
