@@ -157,7 +157,7 @@ struct HubCommand: Sendable {
             let names = HubFamilyNames(
                 stream: HubNames.stream(family: family), subjects: HubNames.all(family: family), consumer: HubNames.consumer(device: name))
             let hub = try hubURL(a)
-            let device = try onHub(hub, keys, then: "\(name) is not paired") { held, push in
+            let device = try onHub(hub, keys) { held, push in
                 try keys.addDevice(name, publicKey: own?.publicKey ?? p[1], family: family, names: names, held: held, push: push)
             }
             if let own {
@@ -192,7 +192,13 @@ struct HubCommand: Sendable {
             let a = try Arguments(args, valueFlags: ["--data"], switchFlags: [])
             let token = try a.expectPositionals(["TOKEN"])[0]
             let data = a.value("--data") ?? Paths.defaultData
-            let jwt = try failure { try HubJWT(token) }
+            let jwt: HubJWT
+            do {
+                jwt = try HubJWT(token)
+            } catch {
+                throw CLIError.failure(
+                    "TOKEN is not a device's token (\(error)): give the one `permission-relay device add` printed for this device")
+            }
             guard let family = jwt.family else { throw CLIError.failure("this token is not a device's (it names no family)") }
             let key = try HubPaths.deviceKey(data: data)
             guard jwt.subject == key.publicKey else {
@@ -229,7 +235,7 @@ struct HubCommand: Sendable {
             let family = try familyOption(a)
             let keys = try failure { try HubKeys(directory: a.value("--keys") ?? HubPaths.defaultKeys) }
             let hub = try hubURL(a)
-            try onHub(hub, keys, then: "the hub still trusts \(name)") { held, push in
+            try onHub(hub, keys) { held, push in
                 try keys.removeDevice(name, family: family, held: held, push: push)
             }
             printOut("removed \(name) from family \(family): the hub no longer trusts it")
@@ -316,10 +322,9 @@ struct HubCommand: Sendable {
     /// Runs a change of a family's account on the hub at `url`: `change` is given the
     /// account as the hub holds it (`held`) and gives it the new one (`push`), over one
     /// admin connection, made when first needed. A hub that cannot be reached or told fails
-    /// the command, saying that nothing changed (`unchanged`: what that means for the
-    /// device) and what to do.
+    /// the command, saying that nothing changed and what to do.
     private static func onHub<T>(
-        _ url: String, _ keys: HubKeys, then unchanged: String,
+        _ url: String, _ keys: HubKeys,
         _ change: (_ held: (String) throws -> HubJWT?, _ push: (HubJWT) throws -> Void) throws -> T
     ) throws -> T {
         var hub: HubConnection?
@@ -331,7 +336,7 @@ struct HubCommand: Sendable {
                 return try body(c)
             } catch {
                 throw CLIError.failure(
-                    "the hub could not be \(what) (\(error)); nothing changed and \(unchanged): run the command again once the hub at"
+                    "the hub could not be \(what) (\(error)); nothing changed: run the command again once the hub at"
                         + " \(HubConnection.redacted(url)) is reachable")
             }
         }
