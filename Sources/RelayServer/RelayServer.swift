@@ -225,8 +225,8 @@ public final class RelayServer {
         var pendingBytes: Int { out.count - outStart }
         /// Bytes of replies to its requests not queued in `out` yet (held for a commit).
         var unreleased = 0
-        /// Its requests wait, and its socket is not read, until it is owed less
-        /// (`RelayServer.inputPauseBytes`).
+        /// Its requests wait (its socket read up to a frame's worth) until it is owed less
+        /// than `RelayServer.inputPauseBytes`.
         var inputPaused = false
         /// What it is owed: unsent, and replies not queued yet.
         var owed: Int { pendingBytes + unreleased }
