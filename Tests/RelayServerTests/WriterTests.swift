@@ -71,17 +71,7 @@ final class WriterTests: XCTestCase {
             server.cursorFlushSeconds = 3600  // the cursor below is stored at the shutdown
             server.pruneIntervalSeconds = 3600
         }
-        let tokens = try relay.provision()
-        let g = try relay.connect()
-        try g.hello("g1", tokens["g1"]!, session: "phone")
-        let c = try relay.connect()
-        try c.hello("c1", tokens["c1"]!)
-        try c.send(["type": "ask", "id": "first", "question": .object(sampleQuestion())])
-        try c.expect(type: "ok")
-        try g.send(["type": "ack", "seq": try g.expect(type: "question")["seq"]!])
-        try g.send(["type": "ping"])
-        try g.expect(type: "pong")
-
+        let (c, g) = try askAndAcknowledge(on: relay)
         store.failsLargeCommits.withLock { $0 = true }
         try c.sendRaw(burst(of: 200, prefix: "b"))
         XCTAssertNotNil(logged.first(containing: "could not commit to the store"))
@@ -94,6 +84,7 @@ final class WriterTests: XCTestCase {
             stopped.signal()
         }
         XCTAssertEqual(stopped.wait(timeout: .now() + 10), .success, "the relay stops")
+        withExtendedLifetime(g) {}  // open until the stop
         // A service manager sees a failure, not a clean stop.
         XCTAssertTrue(failure.withLock { $0 }?.contains("could not be read back") == true, "\(failure.withLock { $0 } ?? "no failure")")
     }
@@ -102,18 +93,10 @@ final class WriterTests: XCTestCase {
     func testACommitThatFailsAtTheStopIsAFailure() throws {
         let store = WriterStore(loadsFailAfterAFailure: false)
         let relay = try InProcessRelay(store: store) { server, _ in server.cursorFlushSeconds = 3600 }
-        let tokens = try relay.provision()
-        let g = try relay.connect()
-        try g.hello("g1", tokens["g1"]!, session: "phone")
-        let c = try relay.connect()
-        try c.hello("c1", tokens["c1"]!)
-        try c.send(["type": "ask", "id": "first", "question": .object(sampleQuestion())])
-        try c.expect(type: "ok")
-        try g.send(["type": "ack", "seq": try g.expect(type: "question")["seq"]!])
-        try g.send(["type": "ping"])
-        try g.expect(type: "pong")
+        let (_, g) = try askAndAcknowledge(on: relay)
         store.failsEveryCommit.withLock { $0 = true }
         let failure = relay.stopReportingFailure()
+        withExtendedLifetime(g) {}  // open until the stop
         XCTAssertTrue(failure?.contains("not committed") == true, "\(failure ?? "no failure")")
     }
 
@@ -138,6 +121,22 @@ final class WriterTests: XCTestCase {
         for _ in 0..<40 { replayed += try g.expect(type: "question").frame.count }
         XCTAssertLessThan(
             store.eventBytesRead.withLock { $0 }, 2 * replayed, "read \(store.eventBytesRead.withLock { $0 }) bytes to send \(replayed)")
+    }
+
+    /// c1 asks, and g1's durable session acknowledges the question (a cursor moved, stored
+    /// at the next flush); returns both connections.
+    private func askAndAcknowledge(on relay: InProcessRelay) throws -> (child: Wire, guardian: Wire) {
+        let tokens = try relay.provision()
+        let g = try relay.connect()
+        try g.hello("g1", tokens["g1"]!, session: "phone")
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        try c.send(["type": "ask", "id": "first", "question": .object(sampleQuestion())])
+        try c.expect(type: "ok")
+        try g.send(["type": "ack", "seq": try g.expect(type: "question")["seq"]!])
+        try g.send(["type": "ping"])
+        try g.expect(type: "pong")
+        return (c, g)
     }
 
     private func burst(of count: Int, prefix: String) -> [UInt8] {
