@@ -12,6 +12,7 @@ extension RelayCore {
         guard families[family] == nil else { throw RequestError(.conflict, "family \(family) already exists") }
         families[family] = Family(id: family)
         persist(.family(family))
+        note(r, "created family \(family)")
         return ["family": .string(family)]
     }
 
@@ -51,6 +52,7 @@ extension RelayCore {
         let m = Member(record, family: f)
         add(m)
         persist(.member(record))
+        note(r, "added \(role.rawValue) \(member) to family \(family)\(unixUID.map { ", bound to uid \($0)" } ?? "")")
         if role == .guardian {
             // A new guardian learns of every question of the family pending now (§6).
             for child in f.children {
@@ -71,6 +73,7 @@ extension RelayCore {
         if let uid = m.record.unixUID { boundMembers[uid] = nil }
         m.record.unixUID = nil  // the account may be bound again
         persist(.member(m.record))
+        note(r, "removed member \(id) of family \(m.family.id)")
         for c in m.live { close(c.id, .memberRemoved) }
         for durable in m.sessions.values { durable.dirty = false }  // their rows go now: no late cursor write
         m.sessions = [:]
@@ -93,6 +96,7 @@ extension RelayCore {
         let token = Token.generate()
         m.record.tokenHash = Token.hash(token)
         persist(.member(m.record))
+        note(r, "rotated the token of \(id)")
         for c in m.live { close(c.id, .tokenRotated) }
         return ["member": .string(id), "token": .string(token)]
     }

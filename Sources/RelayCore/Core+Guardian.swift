@@ -94,6 +94,7 @@ extension RelayCore {
         if child.record.limitsEnabled != enabled {
             child.record.limitsEnabled = enabled
             persist(.member(child.record))
+            note(r, "turned \(id)'s communication limits \(enabled ? "on" : "off")")
             appendEvent(to: child, topic: nil, type: "limitsChanged", ["enabled": .bool(enabled)], now: r.now)
         }
         return ["child": .string(id), "enabled": .bool(enabled)]

@@ -341,6 +341,24 @@ public final class RelayCore {
         outputs.append(.send(conn, frame))
     }
 
+    /// What admins (and guardians, for limits) changed, in words, for the log: taken with
+    /// the turn's changes, and logged once they are committed.
+    private var notes: [String] = []
+
+    /// The notes since the last call.
+    public func takeNotes() -> [String] {
+        defer { notes.removeAll() }
+        return notes
+    }
+
+    /// Notes `what` the sender of `r` changed.
+    func note(_ r: Request, _ what: String) {
+        let who =
+            r.session.role == .admin
+            ? "admin (uid \(connections[r.conn]?.peerUID.map(String.init) ?? "unknown"))" : "\(r.session.role.rawValue) \(r.member.id)"
+        notes.append("\(who) \(what)")
+    }
+
     /// The connection whose frames `countedBytes` counts, from when it is set: the reactor
     /// holds back a connection's further requests while what it is owed is large.
     public var countedConnection: ConnectionID? {

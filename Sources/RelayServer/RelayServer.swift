@@ -196,6 +196,8 @@ public final class RelayServer {
         /// Messages from the hub whose changes are in this batch (or an earlier one): the
         /// hub is told they are handled once it is committed.
         var hubAcks: [HubMessage] = []
+        /// What admins changed (`RelayCore.takeNotes`), logged once it is committed.
+        var notes: [String] = []
     }
 
     /// A class, so that its buffers are changed in place: a struct copied out of `conns`
@@ -499,12 +501,13 @@ public final class RelayServer {
     /// (group commit), without waiting for the loop to collect the last one's outcome.
     private func finishTurn() {
         let changes = relay.takeChanges()
+        let notes = relay.takeNotes()
         guard !storeLost else {
             relay.drainOutputs { _ in }
             turnHubAcks.removeAll()
             return
         }
-        var batch = Batch(take: relay.takes, changed: !changes.isEmpty, hubAcks: turnHubAcks)
+        var batch = Batch(take: relay.takes, changed: !changes.isEmpty, hubAcks: turnHubAcks, notes: notes)
         turnHubAcks.removeAll()
         relay.drainOutputs { batch.outputs.append($0) }
         if changes.isEmpty {
@@ -512,6 +515,7 @@ public final class RelayServer {
             // Behind the frames waiting for a commit, as they were queued.
             uncommitted[last].outputs += batch.outputs
             uncommitted[last].hubAcks += batch.hubAcks
+            uncommitted[last].notes += batch.notes
             uncommitted[last].take = batch.take
         } else if changes.count <= Self.inlineCommitChanges && uncommitted.isEmpty && !pruneInFlight && committer.isIdle {
             // The writer is idle and the batch small: committed here, its replies go now,
@@ -550,6 +554,7 @@ public final class RelayServer {
     /// the bridge woken for what it may have added to the outbox.
     private func release(_ batch: Batch) {
         relay.committed(throughTake: batch.take)
+        for n in batch.notes { log(.info, n) }
         dispatch(batch.outputs)
         guard let bridge else { return }
         bridge.acknowledge(batch.hubAcks)
@@ -668,6 +673,7 @@ public final class RelayServer {
         (pruning, pruneWanted) = (nil, false)
         relay.drainOutputs { _ in }
         _ = relay.takeChanges()
+        _ = relay.takeNotes()
         for c in touched { c.touched = false }
         touched.removeAll(keepingCapacity: true)
         let notice = RequestError(

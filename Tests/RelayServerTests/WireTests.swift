@@ -337,6 +337,21 @@ final class WireTests: XCTestCase {
         try g.expect(type: "pong")
     }
 
+    /// What admins change, and limits a guardian turns, are logged once committed: who did what.
+    func testAdminChangesAreLogged() throws {
+        let logged = LoggedLines()
+        let relay = try InProcessRelay(log: logged.log)
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        XCTAssertNotNil(logged.first(containing: "info: admin (uid \(getuid())) created family fam"))
+        XCTAssertNotNil(logged.first(containing: "admin (uid \(getuid())) added child c1 to family fam"))
+        let g = try relay.connect()
+        try g.hello("g1", tokens["g1"]!)
+        try g.send(["type": "setLimits", "id": "l", "child": "c1", "enabled": false])
+        try g.expect(type: "ok")
+        XCTAssertNotNil(logged.first(containing: "guardian g1 turned c1's communication limits off"))
+    }
+
     /// A relay whose socket file is removed can no longer be reached: it says so, once.
     func testARemovedSocketFileIsLogged() throws {
         let logged = LoggedLines()
