@@ -82,19 +82,12 @@ extension RelayCore {
                 "\(child.id) already has \(pendingNow) pending questions (the limit is \(config.maxPendingPerChild)); cancel some or wait for answers"
             )
         }
-        // Summed only when the pending questions could come to the limit.
         let bytesLimit = config.maxPendingBytesPerChild
-        if bytesLimit > 0 && (pendingNow + 1).multipliedReportingOverflow(by: config.maxFrameBytes).partialValue > bytesLimit {
-            let pendingBytes = child.held.reduce(0) { sum, key in
-                guard let q = questions[key], q.status == .pending else { return sum }
-                return sum + q.content.encoded.count
-            }
-            if pendingBytes + content.encoded.count > bytesLimit {
-                throw RequestError(
-                    .tooManyPending,
-                    "\(child.id)'s pending questions take \(pendingBytes) bytes, and this one \(content.encoded.count) more (the limit"
-                        + " is \(bytesLimit)); cancel some or wait for answers")
-            }
+        if bytesLimit > 0 && child.pendingBytes + content.encoded.count > bytesLimit {
+            throw RequestError(
+                .tooManyPending,
+                "\(child.id)'s pending questions take \(child.pendingBytes) bytes, and this one \(content.encoded.count) more (the"
+                    + " limit is \(bytesLimit)); cancel some or wait for answers")
         }
         if config.askRateLimit > 0 {
             let capacity = max(2 * config.askRateLimit, 1)
@@ -134,7 +127,7 @@ extension RelayCore {
         } else {
             questions.save(record)
         }
-        child.pendingQuestions += 1
+        child.pendingAdded(record)
         if let e = record.content.expiration { addDeadline(e, of: record.key) }
         appendEvent(to: child.family.guardians, topic: nil, type: "question", capacity: record.content.encoded.count + 240, now: now) {
             out in
@@ -273,7 +266,7 @@ extension RelayCore {
         q.status = reason
         questions.save(q)
         let child = members[q.child]
-        child?.pendingQuestions -= 1
+        child?.pendingEnded(q)
         persist(.questionState(q))
         var toChild: JSONObject = ["questionId": .string(q.id), "reason": .string(reason.rawValue)]
         if reason == .expired, let d = q.content.choice(q.content.defaultChoice) { toChild["defaultChoice"] = d.json }

@@ -52,7 +52,7 @@ extension RelayCore {
         entry.record.outcome = Outcome(choice: choice, guardian: guardian, answeredAt: now)
         let q = entry.record
         let child = members[q.child]
-        child?.pendingQuestions -= 1
+        child?.pendingEnded(q)
         persist(.questionState(q))
         if let child, !child.isRemoved {
             appendEvent(to: child, topic: q.content.kind, type: "response", capacity: q.content.encoded.count + 400, now: now) {

@@ -156,7 +156,7 @@ extension RelayCore {
             guard previous.child == childID else { return .ignored("question \(id) is another child's here") }
             // The same asking again, or an older one: nothing new.
             guard (previous.createdAt, previous.attempt) < (asked, attempt) else { return .known }
-            if previous.status == .pending { child.pendingQuestions -= 1 }  // left behind by the newer asking
+            if previous.status == .pending { child.pendingEnded(previous) }  // left behind by the newer asking
         }
         let record = QuestionRecord(
             content: content, child: childID, family: child.family.id, status: .pending, attempt: attempt, createdAt: asked,

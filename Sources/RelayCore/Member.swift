@@ -25,6 +25,8 @@ final class Member {
     /// The ids of its questions the core holds (`RelayCore.questions`).
     var held: Set<QuestionID> = []
     var pendingQuestions = 0
+    /// The size of its pending questions (their JSON), as the relay holds them.
+    var pendingBytes = 0
     var known: [NormalizedHandle: KnownHandle] = [:]
     var askBucket: TokenBucket?
 
@@ -34,6 +36,16 @@ final class Member {
     }
 
     var id: String { record.id }
+
+    /// Counts `q` among its pending questions, or no longer.
+    func pendingAdded(_ q: QuestionRecord) {
+        pendingQuestions += 1
+        pendingBytes += q.content.encoded.count
+    }
+    func pendingEnded(_ q: QuestionRecord) {
+        pendingQuestions -= 1
+        pendingBytes -= q.content.encoded.count
+    }
     var isRemoved: Bool { record.removed }
 
     func isKnown(_ h: NormalizedHandle, at now: Timestamp) -> Bool { known[h]?.isKnown(at: now) ?? false }

@@ -176,7 +176,7 @@ public final class RelayCore {
             questions.save(q)
             guard let child = members[q.child] else { continue }
             child.held.insert(q.key)
-            child.pendingQuestions += 1
+            child.pendingAdded(q)
             if let e = q.content.expiration { questionDeadlines.push((e, q.key)) }
         }
         for k in s.knownHandles {

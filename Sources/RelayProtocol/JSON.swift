@@ -559,6 +559,9 @@ extension JSON {
                 case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
                 case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
                 case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+                // As short as any escape a client may send: what is written never outgrows what was read.
+                case 0x08: out.append(contentsOf: [0x5C, UInt8(ascii: "b")])
+                case 0x0C: out.append(contentsOf: [0x5C, UInt8(ascii: "f")])
                 case UInt8(ascii: "\""), UInt8(ascii: "\\"): out.append(contentsOf: [0x5C, c])
                 default:
                     let hex = Array("0123456789abcdef".utf8)

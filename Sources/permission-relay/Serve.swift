@@ -35,7 +35,8 @@ enum Serve {
           --handshake-timeout-seconds N    Close connections without hello after N seconds (default: 5)
           --max-pending-per-child N        Pending questions per child, 0 = no limit (default: 256)
           --max-pending-bytes-per-child N  Size of a child's pending questions, avatars included,
-                                           0 = no limit (default: 67108864, 64 MiB)
+                                           0 = no limit (default: 67108864, 64 MiB; none with
+                                           --max-pending-per-child 0)
           --ask-rate-limit N               Sustained asks per second per child, in bursts of 2N,
                                            0 = off (default: 32)
           --max-connections N              Open connections at most (default: 4096)
@@ -120,7 +121,9 @@ enum Serve {
         core.maxFrameBytes = try a.int("--max-frame-bytes", default: core.maxFrameBytes, min: 64, max: 1 << 30)
         core.heartbeatSeconds = try a.int("--heartbeat-seconds", default: core.heartbeatSeconds, min: 1, max: Self.dayInSeconds)
         core.maxPendingPerChild = try a.int("--max-pending-per-child", default: core.maxPendingPerChild)
-        core.maxPendingBytesPerChild = try a.int("--max-pending-bytes-per-child", default: core.maxPendingBytesPerChild)
+        // No limit on their number is none on their size either, unless that is given.
+        core.maxPendingBytesPerChild = try a.int(
+            "--max-pending-bytes-per-child", default: core.maxPendingPerChild == 0 ? 0 : core.maxPendingBytesPerChild)
         core.askRateLimit = try a.double("--ask-rate-limit", default: core.askRateLimit)
         core.retentionSeconds = Int64(
             try a.int("--retention-seconds", default: Int(core.retentionSeconds), min: 1, max: 3650 * Self.dayInSeconds))

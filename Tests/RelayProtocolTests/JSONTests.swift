@@ -215,6 +215,17 @@ final class JSONTests: XCTestCase {
         }
     }
 
+    /// A string is never written longer than the shortest JSON that gives it: what the relay
+    /// stores and sends of a question outgrows the frame it came in by nothing.
+    func testEachCharacterIsWrittenNoLongerThanItsShortestEscape() throws {
+        for byte in UInt8(0)..<0x20 {
+            let s = String(Unicode.Scalar(byte))
+            let shortest = [0x08, 0x09, 0x0A, 0x0C, 0x0D].contains(byte) ? 4 : 8  // "\b" or "\u0001", quoted
+            XCTAssertEqual(JSON.string(s).encoded.count, shortest, "byte \(byte)")
+        }
+        XCTAssertEqual(JSON.string("\u{8}\u{C}").encoded, Array(#""\b\f""#.utf8))
+    }
+
     /// Documents Foundation accepts although RFC 8259 does not (or the reverse): lone
     /// surrogate escapes and numbers Foundation reads with a different range.
     private func foundationLeniency(_ bytes: [UInt8]) -> Bool {
