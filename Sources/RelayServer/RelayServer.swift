@@ -125,6 +125,8 @@ public final class RelayServer {
     private var uncommitted: [Batch] = []
     /// Messages from the hub taken this turn: told handled once its changes are committed.
     private var turnHubAcks: [HubMessage] = []
+    /// Bytes of the replies this turn queued for each connection it fed (`Conn.unreleased`).
+    private var turnOwed: [ConnectionID: Int] = [:]
     /// A pruning step is due / with the writer.
     private var pruneWanted = false
     private var pruneInFlight = false
@@ -143,6 +145,8 @@ public final class RelayServer {
     /// A commit failed and the store could not be read back: the core holds changes the
     /// store never took, so nothing it decides from then on is stored or sent.
     private var storeLost = false
+    /// A commit failed once the relay was told to stop: `run` reports it.
+    private var commitFailedWhileStopping = false
     // Times on the monotonic clock, in milliseconds (`Self.monotonicMillis`), as are the
     // connections' own.
     private var lastPrune: Int64
@@ -198,6 +202,8 @@ public final class RelayServer {
         var hubAcks: [HubMessage] = []
         /// What admins changed (`RelayCore.takeNotes`), logged once it is committed.
         var notes: [String] = []
+        /// Bytes of the replies in it for each connection (`Conn.unreleased`).
+        var owed: [ConnectionID: Int] = [:]
     }
 
     /// A class, so that its buffers are changed in place: a struct copied out of `conns`
@@ -290,12 +296,11 @@ public final class RelayServer {
         while !stopping {
             try turn()
         }
-        let failedBefore = failedCommits
         let notCommitted = shutdown()
         if storeLost {
             throw ServerError("stopped because the store could not be read back after a failed commit; run `permission-relay check`")
         }
-        if failedCommits > failedBefore || notCommitted > 0 {
+        if commitFailedWhileStopping || notCommitted > 0 {
             throw ServerError(
                 "stopped with the last changes not committed (\(commitFailure.isEmpty ? "the writer stopped" : commitFailure)); nothing of them was sent,"
                     + " and clients send them again")
@@ -404,6 +409,9 @@ public final class RelayServer {
         Glibc.close(listenFD)
         removeSocketFile()
         listenFD = -1
+        // Requests that waited for their connection to read are taken as far as their replies
+        // fit (§9: the frames in hand); clients send again what is left.
+        if !pausedInput.isEmpty { resumeInput(now: config.wallClock()) }
         for id in Array(conns.keys) { relay.drop(id, .shutdown) }
         relay.flushCursors()
         finishTurn()
@@ -502,12 +510,14 @@ public final class RelayServer {
     private func finishTurn() {
         let changes = relay.takeChanges()
         let notes = relay.takeNotes()
+        let owed = turnOwed
+        turnOwed.removeAll(keepingCapacity: true)
         guard !storeLost else {
             relay.drainOutputs { _ in }
             turnHubAcks.removeAll()
             return
         }
-        var batch = Batch(take: relay.takes, changed: !changes.isEmpty, hubAcks: turnHubAcks, notes: notes)
+        var batch = Batch(take: relay.takes, changed: !changes.isEmpty, hubAcks: turnHubAcks, notes: notes, owed: owed)
         turnHubAcks.removeAll()
         relay.drainOutputs { batch.outputs.append($0) }
         if changes.isEmpty {
@@ -516,6 +526,7 @@ public final class RelayServer {
             uncommitted[last].outputs += batch.outputs
             uncommitted[last].hubAcks += batch.hubAcks
             uncommitted[last].notes += batch.notes
+            uncommitted[last].owed.merge(batch.owed, uniquingKeysWith: +)
             uncommitted[last].take = batch.take
         } else if changes.count <= Self.inlineCommitChanges && uncommitted.isEmpty && !pruneInFlight && committer.isIdle {
             // The writer is idle and the batch small: committed here, its replies go now,
@@ -555,6 +566,7 @@ public final class RelayServer {
     private func release(_ batch: Batch) {
         relay.committed(throughTake: batch.take)
         for n in batch.notes { log(.info, n) }
+        for (id, bytes) in batch.owed { conns[id]?.unreleased -= bytes }
         dispatch(batch.outputs)
         guard let bridge else { return }
         bridge.acknowledge(batch.hubAcks)
@@ -661,6 +673,7 @@ public final class RelayServer {
     /// rebuilt from what the store holds.
     private func commitFailed(_ error: any Error) {
         failedCommits += 1
+        if stopping { commitFailedWhileStopping = true }
         let pause = Self.refusalAfterFailedCommits(failedCommits)
         refusingUntil = Self.monotonicMillis() + pause
         commitFailure = (error as? SQLiteError)?.isFull == true ? "out of disk space" : "\(error)"
@@ -674,6 +687,7 @@ public final class RelayServer {
         relay.drainOutputs { _ in }
         _ = relay.takeChanges()
         _ = relay.takeNotes()
+        turnOwed.removeAll()
         for c in touched { c.touched = false }
         touched.removeAll(keepingCapacity: true)
         let notice = RequestError(
@@ -838,6 +852,7 @@ public final class RelayServer {
         relay.countedConnection = id
         defer {
             c.unreleased += relay.countedBytes
+            turnOwed[id, default: 0] += relay.countedBytes
             relay.countedConnection = nil
         }
         while relay.takesFrames(id) {
@@ -943,20 +958,25 @@ public final class RelayServer {
     /// waits unwritten (it is written at the end of this turn's dispatch).
     private func enqueue(_ bytes: [UInt8], to c: Conn) {
         c.out.append(bytes: bytes)
-        c.unreleased = max(0, c.unreleased - bytes.count)  // it counted its own replies only
         touch(c)
     }
 
     /// A connection owed this many bytes takes no more requests until it is owed less: a
     /// client that pipelines requests with large replies (lists) gets them one after
-    /// another, as it reads, rather than all at once past its output limit.
-    private var inputPauseBytes: Int { replayLowWater }
+    /// another, as it reads, rather than all at once past its output limit. As much as
+    /// leaves room under that limit for one more reply, the largest a list makes (3 MiB by
+    /// default), so that a client that writes its requests before it reads their replies
+    /// gets as far as it can.
+    private var inputPauseBytes: Int {
+        max(replayLowWater, config.maxOutputBytes - coreConfig.listReplyBytes - coreConfig.maxFrameBytes)
+    }
 
     /// While its requests wait (a replay, or `inputPaused`), a connection is read until it
-    /// holds a frame's worth: what it sends is seen (it is not silent), and what it holds
-    /// is bounded.
+    /// holds a frame's worth (`inputPauseBytes` when paused, if more): what it sends is seen
+    /// (it is not silent), and what it holds is bounded.
     private func holdsEnoughInput(_ c: Conn) -> Bool {
-        c.decoder.bufferedCount > coreConfig.maxFrameBytes && (c.inputPaused || relay.isReplaying(c.id))
+        if c.inputPaused { return c.decoder.bufferedCount > max(coreConfig.maxFrameBytes, inputPauseBytes) }
+        return c.decoder.bufferedCount > coreConfig.maxFrameBytes && relay.isReplaying(c.id)
     }
 
     /// Takes up again the requests of connections now owed less than `inputPauseBytes`.

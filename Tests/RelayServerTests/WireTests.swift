@@ -337,6 +337,34 @@ final class WireTests: XCTestCase {
         try g.expect(type: "pong")
     }
 
+    /// A client that writes all its requests before it reads a reply is served as far as
+    /// a connection's limits allow: the relay takes its requests while their replies fit,
+    /// then holds what comes until the client reads (it does not stop reading at once, which
+    /// left such a client blocked in its write, and dropped as silent).
+    func testAClientThatWritesEverythingBeforeReadingGetsEveryReply() throws {
+        let relay = try InProcessRelay()
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        let pings = 150_000  // about 2.8 MB each way
+        let frames = (0..<pings).flatMap { _ in (["type": "ping"] as JSONObject).frame }
+        let written = DispatchSemaphore(value: 0)
+        let fd = c.c.fd
+        let writer = Thread {
+            var sent = 0
+            while sent < frames.count {
+                let n = frames.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + sent, frames.count - sent) }
+                guard n > 0 else { return }  // never signalled: the relay closed the connection
+                sent += n
+            }
+            written.signal()
+        }
+        writer.start()
+        XCTAssertEqual(written.wait(timeout: .now() + 20), .success, "the client is still blocked writing its requests")
+        for _ in 0..<pings { try c.expect(type: "pong") }
+    }
+
     /// What admins change, and limits a guardian turns, are logged once committed: who did what.
     func testAdminChangesAreLogged() throws {
         let logged = LoggedLines()
