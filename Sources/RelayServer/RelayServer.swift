@@ -1007,6 +1007,9 @@ public final class RelayServer {
             let n = c.out.withUnsafeBytes { cs_send(c.fd, $0.baseAddress! + c.outStart, c.pendingBytes) }
             if n > 0 {
                 c.outStart += n
+                // A client that reads is alive: while its requests wait it cannot be heard
+                // (its pings wait behind them), and is not taken for silent.
+                if c.inputPaused { c.lastHeard = turnMillis }
                 continue
             }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }

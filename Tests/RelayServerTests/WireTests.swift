@@ -354,7 +354,7 @@ final class WireTests: XCTestCase {
         let writer = Thread {
             var sent = 0
             while sent < frames.count {
-                let n = frames.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + sent, frames.count - sent) }
+                let n = frames.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, frames.count - sent, Int32(MSG_NOSIGNAL)) }
                 guard n > 0 else { return }  // never signalled: the relay closed the connection
                 sent += n
             }
@@ -363,6 +363,54 @@ final class WireTests: XCTestCase {
         writer.start()
         XCTAssertEqual(written.wait(timeout: .now() + 20), .success, "the client is still blocked writing its requests")
         for _ in 0..<pings { try c.expect(type: "pong") }
+    }
+
+    /// A client whose requests wait (it is owed much) cannot be heard meanwhile: its pings
+    /// wait behind them. While it reads, it is not taken for silent.
+    func testAClientThatReadsSlowlyWhileItsRequestsWaitIsNotTakenForSilent() throws {
+        let relay = try InProcessRelay { server, core in
+            server.maxOutputBytes = 1 << 20  // list replies of 768 KiB; requests wait at 64 KiB owed
+            core.heartbeatSeconds = 1
+            core.maxFrameBytes = 256 << 10  // read up to this much while they wait
+        }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        for i in 0..<8 {
+            try c.send(["type": "ask", "id": .string("a\(i)"), "question": .object(sampleQuestion(avatarBytes: 100_000))])
+            try c.expect(type: "ok")
+        }
+        let g = try relay.connect()
+        try g.hello("g1", tokens["g1"]!)
+        let pad = String(repeating: "x", count: 200_000)
+        let requests = (0..<2).flatMap { i in (["type": "pending", "id": .string("p\(i)"), "pad": .string(pad)] as JSONObject).frame }
+        let fd = g.c.fd
+        Thread {
+            var sent = 0
+            while sent < requests.count {
+                let n = requests.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, requests.count - sent, Int32(MSG_NOSIGNAL)) }
+                guard n > 0 else { return }
+                sent += n
+            }
+        }.start()
+        // About 200 KB a second: each reply takes four seconds, more than three heartbeats.
+        var decoder = FrameDecoder(maxFrameBytes: 64 << 20)
+        var replies: [String] = []
+        var chunk = [UInt8](repeating: 0, count: 16 << 10)
+        let deadline = Date().addingTimeInterval(30)
+        while replies.count < 2 && Date() < deadline {
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { break }
+            decoder.append(chunk[0..<n])
+            while case .frame(let body)? = decoder.next() {
+                let f = try JSON.parse(body)
+                XCTAssertNotEqual(f["type"]?.string, "closing", JSON.object(f.object ?? [:]).text)
+                if f["type"]?.string == "ok" { replies.append(f["re"]?.string ?? "") }
+            }
+            usleep(80_000)
+        }
+        XCTAssertEqual(replies, ["p0", "p1"])
     }
 
     /// What admins change, and limits a guardian turns, are logged once committed: who did what.
