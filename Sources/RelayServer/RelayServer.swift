@@ -233,11 +233,36 @@ public final class RelayServer {
         var pendingBytes: Int { out.count - outStart }
         /// Bytes of replies to its requests not queued in `out` yet (held for a commit).
         var unreleased = 0
-        /// Its requests wait (its socket read up to a frame's worth) until it is owed less
-        /// than `RelayServer.inputPauseBytes`.
+        /// Bytes queued in `out`, and sent, since it opened.
+        var queuedTotal = 0
+        var sentTotal = 0
+        /// Bytes of replies queued and not all sent: each batch's, until what was queued up
+        /// to its end is sent (the events queued with them are not counted, only waited for).
+        var repliesUnsent: [(end: Int, bytes: Int)] = []
+        var repliesUnsentHead = 0
+        var repliesUnsentBytes = 0
+        /// Its requests wait (its socket read up to as much again) until it is owed less than
+        /// `RelayServer.inputPauseBytes`.
         var inputPaused = false
-        /// What it is owed: unsent, and replies not queued yet.
-        var owed: Int { pendingBytes + unreleased }
+        /// What it is owed for its own requests: replies not queued yet, and not sent yet.
+        /// (Events from others do not hold its requests back: a guardian behind on questions
+        /// still has its answers taken.)
+        var owed: Int { unreleased + repliesUnsentBytes }
+
+        /// Lets go of the replies now sent.
+        func repliesSent() {
+            while repliesUnsentHead < repliesUnsent.count && repliesUnsent[repliesUnsentHead].end <= sentTotal {
+                repliesUnsentBytes -= repliesUnsent[repliesUnsentHead].bytes
+                repliesUnsentHead += 1
+            }
+            if repliesUnsentHead == repliesUnsent.count {
+                repliesUnsent.removeAll(keepingCapacity: true)
+                repliesUnsentHead = 0
+            } else if repliesUnsentHead > 64 && repliesUnsentHead > repliesUnsent.count / 2 {
+                repliesUnsent.removeFirst(repliesUnsentHead)
+                repliesUnsentHead = 0
+            }
+        }
 
         init(id: ConnectionID, fd: Int32, decoder: FrameDecoder, at now: Int64) {
             self.id = id
@@ -566,8 +591,7 @@ public final class RelayServer {
     private func release(_ batch: Batch) {
         relay.committed(throughTake: batch.take)
         for n in batch.notes { log(.info, n) }
-        for (id, bytes) in batch.owed { conns[id]?.unreleased -= bytes }
-        dispatch(batch.outputs)
+        dispatch(batch.outputs, owed: batch.owed)
         guard let bridge else { return }
         bridge.acknowledge(batch.hubAcks)
         if batch.changed { bridge.noteOutboxChanged() }
@@ -913,29 +937,31 @@ public final class RelayServer {
 
     // MARK: - Output
 
-    /// Queues and writes the core's frames of this turn.
-    private func dispatchOutputs() { dispatch { relay.drainOutputs($0) } }
-
-    /// Queues and writes frames held for a commit.
-    private func dispatch(_ outputs: [CoreOutput]) { dispatch { outputs.forEach($0) } }
-
-    private func dispatch(_ each: ((CoreOutput) -> Void) -> Void) {
+    /// Queues and writes frames held for a commit; `owed`: the bytes of each connection's
+    /// replies among them (`Batch.owed`), still owed until everything queued with them is sent.
+    private func dispatch(_ outputs: [CoreOutput], owed: [ConnectionID: Int] = [:]) {
         // A reply and the events it caused often go to one connection: looked up once.
         var lastID: ConnectionID = -1
         var last: Conn?
-        each { o in
+        for o in outputs {
             switch o {
             case .send(let id, let frame):
                 if id != lastID { (lastID, last) = (id, conns[id]) }
-                guard let c = last else { return }
+                guard let c = last else { continue }
                 enqueue(frame, to: c)
             case .close(let id, let reason):
                 if id != lastID { (lastID, last) = (id, conns[id]) }
-                guard let c = last else { return }
+                guard let c = last else { continue }
                 c.closing = reason
                 c.closingSince = Self.monotonicMillis()
                 touch(c)
             }
+        }
+        for (id, bytes) in owed where bytes > 0 {
+            guard let c = conns[id] else { continue }
+            c.unreleased -= bytes
+            c.repliesUnsent.append((end: c.queuedTotal, bytes: bytes))
+            c.repliesUnsentBytes += bytes
         }
         flushTouched()
     }
@@ -958,6 +984,7 @@ public final class RelayServer {
     /// waits unwritten (it is written at the end of this turn's dispatch).
     private func enqueue(_ bytes: [UInt8], to c: Conn) {
         c.out.append(bytes: bytes)
+        c.queuedTotal += bytes.count
         touch(c)
     }
 
@@ -1007,6 +1034,7 @@ public final class RelayServer {
             let n = c.out.withUnsafeBytes { cs_send(c.fd, $0.baseAddress! + c.outStart, c.pendingBytes) }
             if n > 0 {
                 c.outStart += n
+                c.sentTotal += n
                 // A client that reads is alive: while its requests wait it cannot be heard
                 // (its pings wait behind them), and is not taken for silent.
                 if c.inputPaused { c.lastHeard = turnMillis }
@@ -1016,6 +1044,7 @@ public final class RelayServer {
             c.peerGone = true
             break
         }
+        c.repliesSent()
         if c.outStart == c.out.count {
             c.out.removeAll(keepingCapacity: c.out.capacity <= 65536)
             c.outStart = 0

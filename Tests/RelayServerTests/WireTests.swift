@@ -365,6 +365,33 @@ final class WireTests: XCTestCase {
         for _ in 0..<pings { try c.expect(type: "pong") }
     }
 
+    /// Only a connection's own replies hold its requests back: a guardian far behind on the
+    /// questions sent to it still has its answers taken at once.
+    func testAGuardianBehindOnEventsStillHasItsAnswersTaken() throws {
+        let relay = try InProcessRelay()
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let g = try BlockingConnection(path: relay.socket)
+        var small: Int32 = 4096
+        setsockopt(g.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        let gw = Wire(g)
+        try gw.hello("g1", tokens["g1"]!)
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        try c.send(["type": "subscribe", "id": "s", "topics": ["communication"]])
+        try c.expect(type: "ok")
+        var first = ""
+        for i in 0..<30 {  // about 4 MB of question events the guardian does not read
+            let q = sampleQuestion(avatarBytes: 100_000)
+            if i == 0 { first = q["id"]!.string! }
+            try c.send(["type": "ask", "id": .string("a\(i)"), "question": .object(q)])
+            try c.expect(type: "ok")
+        }
+        try gw.send(["type": "answer", "id": "yes", "questionId": .string(first), "choice": "approve"])
+        c.c.setTimeout(seconds: 5)
+        XCTAssertEqual(try c.expect(type: "response")["question"]?["id"]?.string, first)
+    }
+
     /// A client whose requests wait (it is owed much) cannot be heard meanwhile: its pings
     /// wait behind them. While it reads, it is not taken for silent.
     func testAClientThatReadsSlowlyWhileItsRequestsWaitIsNotTakenForSilent() throws {
