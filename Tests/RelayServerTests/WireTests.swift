@@ -319,12 +319,7 @@ final class WireTests: XCTestCase {
         let relay = try InProcessRelay { server, _ in server.maxOutputBytes = 1 << 20 }  // list replies of 768 KiB
         defer { relay.stop() }
         let tokens = try relay.provision()
-        let c = try relay.connect()
-        try c.hello("c1", tokens["c1"]!)
-        for i in 0..<12 {
-            try c.send(["type": "ask", "id": .string("a\(i)"), "question": .object(sampleQuestion(avatarBytes: 100_000))])
-            try c.expect(type: "ok")
-        }
+        try askWithAvatars(12, on: relay, tokens)
         let g = try relay.connect()
         try g.hello("g1", tokens["g1"]!)
         try g.sendRaw((0..<50).flatMap { i in (["type": "pending", "id": .string("p\(i)")] as JSONObject).frame })
@@ -349,18 +344,7 @@ final class WireTests: XCTestCase {
         try c.hello("c1", tokens["c1"]!)
         let pings = 150_000  // about 2.8 MB each way
         let frames = (0..<pings).flatMap { _ in (["type": "ping"] as JSONObject).frame }
-        let written = DispatchSemaphore(value: 0)
-        let fd = c.c.fd
-        let writer = Thread {
-            var sent = 0
-            while sent < frames.count {
-                let n = frames.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, frames.count - sent, Int32(MSG_NOSIGNAL)) }
-                guard n > 0 else { return }  // never signalled: the relay closed the connection
-                sent += n
-            }
-            written.signal()
-        }
-        writer.start()
+        let written = writeInBackground(frames, to: c.c.fd)
         XCTAssertEqual(written.wait(timeout: .now() + 20), .success, "the client is still blocked writing its requests")
         for _ in 0..<pings { try c.expect(type: "pong") }
     }
@@ -402,25 +386,13 @@ final class WireTests: XCTestCase {
         }
         defer { relay.stop() }
         let tokens = try relay.provision()
-        let c = try relay.connect()
-        try c.hello("c1", tokens["c1"]!)
-        for i in 0..<8 {
-            try c.send(["type": "ask", "id": .string("a\(i)"), "question": .object(sampleQuestion(avatarBytes: 100_000))])
-            try c.expect(type: "ok")
-        }
+        try askWithAvatars(8, on: relay, tokens)
         let g = try relay.connect()
         try g.hello("g1", tokens["g1"]!)
         let pad = String(repeating: "x", count: 200_000)
         let requests = (0..<2).flatMap { i in (["type": "pending", "id": .string("p\(i)"), "pad": .string(pad)] as JSONObject).frame }
         let fd = g.c.fd
-        Thread {
-            var sent = 0
-            while sent < requests.count {
-                let n = requests.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, requests.count - sent, Int32(MSG_NOSIGNAL)) }
-                guard n > 0 else { return }
-                sent += n
-            }
-        }.start()
+        _ = writeInBackground(requests, to: fd)
         // About 200 KB a second: each reply takes four seconds, more than three heartbeats.
         var decoder = FrameDecoder(maxFrameBytes: 64 << 20)
         var replies: [String] = []
@@ -463,6 +435,32 @@ final class WireTests: XCTestCase {
         XCTAssertEqual(unlink(relay.socket), 0)
         let line = logged.first(containing: "was removed or replaced")
         XCTAssertTrue(line?.contains("the socket \(relay.socket) was removed or replaced: no new client can reach this relay") == true)
+    }
+
+    /// c1 asks `count` questions with avatars of 100 KB each (about 135 KB a question).
+    private func askWithAvatars(_ count: Int, on relay: InProcessRelay, _ tokens: [String: String]) throws {
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        for i in 0..<count {
+            try c.send(["type": "ask", "id": .string("a\(i)"), "question": .object(sampleQuestion(avatarBytes: 100_000))])
+            try c.expect(type: "ok")
+        }
+    }
+
+    /// Writes `bytes` to `fd` on a thread of its own, blocking as the socket does; the
+    /// semaphore is signalled once all are written (never, if the relay closes first).
+    private func writeInBackground(_ bytes: [UInt8], to fd: Int32) -> DispatchSemaphore {
+        let written = DispatchSemaphore(value: 0)
+        Thread {
+            var sent = 0
+            while sent < bytes.count {
+                let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
+                guard n > 0 else { return }
+                sent += n
+            }
+            written.signal()
+        }.start()
+        return written
     }
 
     func testFullDiskLosesNothingAcknowledged() throws {
