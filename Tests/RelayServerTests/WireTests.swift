@@ -286,10 +286,8 @@ final class WireTests: XCTestCase {
         let relay = try InProcessRelay { server, _ in server.maxOutputBytes = 65536 }
         defer { relay.stop() }
         let tokens = try relay.provision()
-        let g = try BlockingConnection(path: relay.socket)
-        var small: Int32 = 4096
-        setsockopt(g.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
-        let gw = Wire(g)
+        let gw = try connectReadingLittle(to: relay)
+        let g = gw.c
         try gw.send(["type": "hello", "id": "h", "protocol": 1, "member": "g1", "token": .string(tokens["g1"]!), "session": "phone"])
         try gw.expect(type: "welcome")
         let c = try relay.connect()
@@ -355,10 +353,7 @@ final class WireTests: XCTestCase {
         let relay = try InProcessRelay()
         defer { relay.stop() }
         let tokens = try relay.provision()
-        let g = try BlockingConnection(path: relay.socket)
-        var small: Int32 = 4096
-        setsockopt(g.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
-        let gw = Wire(g)
+        let gw = try connectReadingLittle(to: relay)
         try gw.hello("g1", tokens["g1"]!)
         let c = try relay.connect()
         try c.hello("c1", tokens["c1"]!)
@@ -435,6 +430,14 @@ final class WireTests: XCTestCase {
         XCTAssertEqual(unlink(relay.socket), 0)
         let line = logged.first(containing: "was removed or replaced")
         XCTAssertTrue(line?.contains("the socket \(relay.socket) was removed or replaced: no new client can reach this relay") == true)
+    }
+
+    /// A connection whose socket takes in little (4 KiB): what it does not read stays with the relay.
+    private func connectReadingLittle(to relay: InProcessRelay) throws -> Wire {
+        let c = try BlockingConnection(path: relay.socket)
+        var small: Int32 = 4096
+        setsockopt(c.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        return Wire(c)
     }
 
     /// c1 asks `count` questions with avatars of 100 KB each (about 135 KB a question).
