@@ -761,6 +761,7 @@ public final class RelayServer {
             let c = Conn(id: id, fd: fd, decoder: FrameDecoder(maxFrameBytes: coreConfig.maxFrameBytes), at: turnMillis)
             conns[id] = c
             relay.connected(id, peerUID: uid >= 0 ? UInt32(uid) : nil)
+            log(.debug, "connection \(id) opened (uid \(uid >= 0 ? String(uid) : "unknown"))")
             setInterest(c)
         }
     }
@@ -1101,6 +1102,7 @@ public final class RelayServer {
 
     private func closeNow(_ id: ConnectionID) {
         guard let c = conns.removeValue(forKey: id) else { return }
+        log(.debug, "connection \(id) closed (\(c.closing?.rawValue ?? (c.peerGone ? "by the client" : "by the relay")))")
         c.out = []
         c.outStart = 0
         count(c)

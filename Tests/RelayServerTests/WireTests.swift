@@ -420,6 +420,10 @@ final class WireTests: XCTestCase {
         try g.send(["type": "setLimits", "id": "l", "child": "c1", "enabled": false])
         try g.expect(type: "ok")
         XCTAssertNotNil(logged.first(containing: "guardian g1 turned c1's communication limits off"))
+        // Connections, at the debug level: opened, and closed with why.
+        XCTAssertNotNil(logged.first(containing: "debug: connection 1 opened (uid \(getuid()))"))
+        _ = Glibc.shutdown(g.c.fd, Int32(SHUT_RDWR))
+        XCTAssertNotNil(logged.first(containing: "closed (by the client)"))
     }
 
     /// A relay whose socket file is removed can no longer be reached: it says so, once.
