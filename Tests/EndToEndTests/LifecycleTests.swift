@@ -64,15 +64,12 @@ final class LifecycleTests: XCTestCase {
         _ = try relay.provision(families: 1)
         XCTAssertEqual(relay.terminate(), 0)
         // 300,000 known handles of c0: seconds of loading, a wide window to stop it in.
-        var db: OpaquePointer?
-        XCTAssertEqual(sqlite3_open(relay.data + "/relay.db", &db), SQLITE_OK)
         let fill = """
             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000)
             INSERT INTO knownHandles(row, child, kind, value, permanent, until, actions)
             SELECT i, 'c0', 'phoneNumber', '+1555' || i, 1, NULL, '["message"]' FROM n
             """
-        XCTAssertEqual(sqlite3_exec(db, fill, nil, nil, nil), SQLITE_OK, String(cString: sqlite3_errmsg(db)))
-        sqlite3_close(db)
+        execSQL(fill, in: relay.data + "/relay.db")
         let p = Process()
         p.executableURL = URL(fileURLWithPath: relayBinary)
         p.arguments = ["serve", "--socket", relay.socket, "--data", relay.data]
@@ -364,6 +361,14 @@ final class LimitFlagTests: XCTestCase {
 }
 
 /// Runs the relay binary with `args` to its end: its status and what it printed.
+/// Runs `statement` on the SQLite database at `path` (a stopped relay's store, or a backup).
+func execSQL(_ statement: String, in path: String, file: StaticString = #filePath, line: UInt = #line) {
+    var db: OpaquePointer?
+    XCTAssertEqual(sqlite3_open(path, &db), SQLITE_OK, path, file: file, line: line)
+    XCTAssertEqual(sqlite3_exec(db, statement, nil, nil, nil), SQLITE_OK, String(cString: sqlite3_errmsg(db)), file: file, line: line)
+    sqlite3_close(db)
+}
+
 /// Runs the relay with `args` to its end; `asUser`: as that uid and gid (root only).
 func runRelay(_ args: [String], asUser uid: uid_t? = nil) -> (status: Int32, stdout: String, stderr: String) {
     let p = Process()

@@ -2,7 +2,6 @@
 // backup taken while it serves, checked and restored; and a data directory of the
 // relay that kept journals beside its database, taken over at the first start.
 
-import CSQLite
 import Foundation
 import RelayProtocol
 import XCTest
@@ -133,12 +132,7 @@ final class StoreCommandTests: XCTestCase {
         XCTAssertEqual(r.status, 1)
         XCTAssertTrue(r.stderr.contains("\(damaged) is not a backup of a relay's store, or a damaged one"), r.stderr)
 
-        var db: OpaquePointer?
-        XCTAssertEqual(sqlite3_open(backup, &db), SQLITE_OK)
-        XCTAssertEqual(
-            sqlite3_exec(db, "INSERT INTO migrations(version, name, appliedAt) VALUES(999, 'from the future', 0)", nil, nil, nil),
-            SQLITE_OK)
-        sqlite3_close(db)
+        execSQL("INSERT INTO migrations(version, name, appliedAt) VALUES(999, 'from the future', 0)", in: backup)
         r = runRelay(["restore", backup, "--data", relay.data])
         XCTAssertEqual(r.status, 1)
         XCTAssertTrue(r.stderr.contains("\(backup) has schema version 999, newer than this relay knows"), r.stderr)
@@ -155,12 +149,7 @@ final class StoreCommandTests: XCTestCase {
         _ = try child.hello("c0", tokens["c0"]!)
         XCTAssertEqual(try child.request(["type": "ask", "question": question()])["type"]?.string, "ok")
         XCTAssertEqual(relay.terminate(), 0)
-        func sql(_ statement: String) {
-            var db: OpaquePointer?
-            XCTAssertEqual(sqlite3_open(relay.data + "/relay.db", &db), SQLITE_OK)
-            XCTAssertEqual(sqlite3_exec(db, statement, nil, nil, nil), SQLITE_OK, statement)
-            sqlite3_close(db)
-        }
+        func sql(_ statement: String) { execSQL(statement, in: relay.data + "/relay.db") }
         for (damage, repair, said) in [
             (
                 "UPDATE members SET role = 'wizard' WHERE id = 'g0'", "UPDATE members SET role = 'guardian' WHERE id = 'g0'",
@@ -244,12 +233,9 @@ final class StoreCommandTests: XCTestCase {
         try relay.start()
         _ = try relay.provision(families: 1)
         XCTAssertEqual(relay.terminate(), 0)
-        var db: OpaquePointer?
-        XCTAssertEqual(sqlite3_open(relay.data + "/relay.db", &db), SQLITE_OK)
-        let grow =
-            "INSERT INTO hubOutbox(id, family, subject, messageID, body, firstOnSubject) VALUES(1, 'f0', 's', 'm', randomblob(3000000), 1)"
-        XCTAssertEqual(sqlite3_exec(db, grow, nil, nil, nil), SQLITE_OK)
-        sqlite3_close(db)
+        execSQL(
+            "INSERT INTO hubOutbox(id, family, subject, messageID, body, firstOnSubject) VALUES(1, 'f0', 's', 'm', randomblob(3000000), 1)",
+            in: relay.data + "/relay.db")
         let disk = try mountSmallDisk(megabytes: 1)
         defer { unmount(disk) }
         let r = runRelay(["backup", disk + "/b.db", "--data", relay.data])
