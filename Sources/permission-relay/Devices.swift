@@ -84,12 +84,12 @@ struct HubCommand: Sendable {
         run: { args in
             let a = try Arguments(args, valueFlags: ["--listen", "--store"], switchFlags: [])
             guard a.positionals.count <= 1 else { throw CLIError.usage("hub init takes one DIR at most") }
-            let directory = HubPaths.absolute(a.positionals.first ?? HubPaths.defaultKeys)
+            let directory = Paths.absolute(a.positionals.first ?? HubPaths.defaultKeys)
             let listen = a.value("--listen") ?? "0.0.0.0:4222"
             guard let port = listen.split(separator: ":").last.flatMap({ Int($0) }), (1...65535).contains(port) else {
                 throw CLIError.usage("--listen must be HOST:PORT, such as 0.0.0.0:4222")
             }
-            let store = HubPaths.absolute(a.value("--store") ?? directory)
+            let store = Paths.absolute(a.value("--store") ?? directory)
             let keys = try failure { try HubKeys.create(in: directory, listen: listen, storeDirectory: store) }
             printOut(
                 """
@@ -367,11 +367,6 @@ enum HubPaths {
         if let s = env["XDG_CONFIG_HOME"], !s.isEmpty { return s + "/permission-relay/hub" }
         let home = env["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
         return home + "/.config/permission-relay/hub"
-    }
-
-    /// nats-server reads its configuration's paths from where it is started: they are absolute.
-    static func absolute(_ path: String) -> String {
-        path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
     }
 
     /// The device's credentials for its hub, where `serve --hub` looks for them.

@@ -18,6 +18,12 @@ enum Paths {
         return home + "/.local/state/permission-relay"
     }
 
+    /// `path` from the working directory: as others (a client elsewhere, nats-server reading
+    /// its configuration) must name it.
+    static func absolute(_ path: String) -> String {
+        path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+    }
+
     /// Creates `dir` and its parents (mode 0700 for what is created), and returns its
     /// canonical path: the checks, and SQLite (which refuses links anywhere in a path it
     /// opens), go by where it really is. A service manager may give the directory as a link

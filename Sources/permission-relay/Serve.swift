@@ -206,7 +206,7 @@ enum Serve {
         }
         do {
             try relay.run {
-                let listening = "listening on \(socket)\(inherited == nil ? "" : " (from the service manager)")"
+                let listening = "listening on \(Paths.absolute(socket))\(inherited == nil ? "" : " (from the service manager)")"
                 printOut("permission-relay: \(listening) (data \(data), sync \(sync.rawValue))")
                 ServiceManager.notify("READY=1\nSTATUS=\(listening)\nMAINPID=\(getpid())") { log(.warning, $0) }
             }

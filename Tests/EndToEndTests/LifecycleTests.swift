@@ -167,7 +167,7 @@ final class LifecycleTests: XCTestCase {
         p.standardError = err
         try p.run()
         let said = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)  // its first line, or EOF
-        XCTAssertTrue(said.contains("listening on relay.sock"), said)
+        XCTAssertTrue(said.contains("listening on \(dir.path)/relay.sock "), said)
         XCTAssertTrue(FileManager.default.fileExists(atPath: dir.appendingPathComponent("relay.sock").path))
         kill(p.processIdentifier, SIGTERM)
         p.waitUntilExit()
