@@ -101,6 +101,45 @@ extension RelayCore {
         return ["member": .string(id), "token": .string(token)]
     }
 
+    /// The families with their current members, in order of their ids (an extension,
+    /// protocol.md): all of them, or the one `family` names. What an operator needs to find
+    /// a member again; no token is shown. A reply holds about `listReplyBytes` (at least one
+    /// family); when more remain it says `more` and gives `next`, for `after`.
+    func listFamilies(_ r: Request) throws(RequestError) -> ReplyFields {
+        var chosen: [Family]
+        if let id = try r.optionalString("family") {
+            guard let f = families[id] else { throw RequestError(.notFound, "no family \(id)") }
+            chosen = [f]
+        } else {
+            let after = try r.optionalString("after")
+            chosen = families.values.filter { f in after.map { f.id > $0 } ?? true }
+            chosen.sort { $0.id < $1.id }
+        }
+        func describe(_ m: Member) -> JSON {
+            var fields: JSONObject = [
+                "member": .string(m.id), "role": .string(m.record.role.rawValue), "connections": .int(Int64(m.live.count)),
+            ]
+            if let uid = m.record.unixUID { fields["unixUID"] = .int(Int64(uid)) }
+            if m.record.role == .child {
+                fields["limitsEnabled"] = .bool(m.record.limitsEnabled)
+                fields["pendingQuestions"] = .int(Int64(m.pendingQuestions))
+            }
+            return .object(fields)
+        }
+        var list: [JSON] = []
+        var bytes = 0
+        for (i, f) in chosen.enumerated() {
+            if i > 0 && bytes > config.listReplyBytes {
+                return ["families": .array(list), "more": true, "next": .string(chosen[i - 1].id)]
+            }
+            let members = (f.guardians + f.children).sorted { $0.id < $1.id }
+            let entry = JSON.object(["family": .string(f.id), "members": .array(members.map(describe))])
+            bytes += entry.encoded.count + 1
+            list.append(entry)
+        }
+        return ["families": .array(list)]
+    }
+
     /// `connections` and `sessions` count members' connections, open or saying hello:
     /// admin connections, the one asking included, are left out.
     func status(_ r: Request) throws(RequestError) -> ReplyFields {

@@ -633,6 +633,7 @@ public final class RelayCore {
         "removeMember": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.removeMember(r) },
         "rotateToken": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.rotateToken(r) },
         "status": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.status(r) },
+        "families": Handler(roles: [.admin]) { c, r throws(RequestError) in try c.listFamilies(r) },
     ]
 }
 

@@ -21,6 +21,9 @@ struct AdminCommand: Sendable {
     let request: @Sendable ([String], Arguments) throws -> JSONObject
     /// A human-readable line from the ok reply.
     let describe: @Sendable (JSONObject) -> String
+    /// The array field of a reply that may come in pages (`more`, `next`): asked for
+    /// again `after` each page's `next` until all of it is there.
+    var pagedField: String? = nil
 
     /// The command's words, arguments and own flags, as its usage and its group's help show them.
     var synopsis: String {
@@ -80,7 +83,20 @@ struct AdminCommand: Sendable {
             guard welcome["type"]?.string == "welcome" else {
                 throw CLIError.failure("the relay refused an admin session: \(welcome["message"]?.string ?? welcome.encodedText)")
             }
-            reply = try c.request(req)
+            var page = try c.request(req)
+            if let field = pagedField {
+                var all = page[field]?.array ?? []
+                while page["type"]?.string == "ok", page["more"]?.bool == true, let next = page["next"]?.string {
+                    var more = req
+                    more["after"] = .string(next)
+                    page = try c.request(more)
+                    all += page[field]?.array ?? []
+                }
+                page["more"] = nil
+                page["next"] = nil
+                if page["type"]?.string == "ok" { page[field] = .array(all) }
+            }
+            reply = page
         } catch let e as ServerError {
             throw CLIError.failure(e.description)
         }
@@ -113,6 +129,20 @@ struct AdminCommand: Sendable {
             examples: ["permission-relay family create smiths"],
             request: { p, _ in ["type": "createFamily", "family": .string(p[0])] },
             describe: { r in "created family \(r["family"]?.string ?? "")" }),
+        AdminCommand(
+            words: ["family", "list"], arguments: [], extraFlags: [],
+            summary: "List the families and their members.",
+            notes: "Each member's role, and whether it is connected; for a child, its limits and pending questions.",
+            examples: ["permission-relay family list", "permission-relay family list --json"],
+            request: { _, _ in ["type": "families"] },
+            describe: { r in describeFamilies(r["families"]?.array ?? []) },
+            pagedField: "families"),
+        AdminCommand(
+            words: ["family", "show"], arguments: ["FAMILY"], extraFlags: [],
+            summary: "Show one family's members.",
+            examples: ["permission-relay family show smiths"],
+            request: { p, _ in ["type": "families", "family": .string(p[0])] },
+            describe: { r in describeFamilies(r["families"]?.array ?? []) }),
         AdminCommand(
             words: ["member", "add"], arguments: ["FAMILY", "MEMBER"], extraFlags: ["--role", "--unix-user", "--credentials"],
             summary: "Add a child or guardian to a family and print its token (shown only once).",
@@ -204,7 +234,7 @@ struct CommandGroup: Sendable {
     let summary: String
 
     static let all: [CommandGroup] = [
-        CommandGroup(word: "family", summary: "Create families."),
+        CommandGroup(word: "family", summary: "Create families, and see who is in them."),
         CommandGroup(word: "member", summary: "Add children and guardians to families, and remove them."),
         CommandGroup(word: "token", summary: "Issue members new tokens."),
         CommandGroup(word: "limits", summary: "Turn children's communication limits on or off."),
@@ -240,6 +270,30 @@ struct CommandGroup: Sendable {
 
 extension JSONObject {
     var encodedText: String { String(decoding: encoded, as: UTF8.self) }
+}
+
+/// Families as `family list` prints them: each family's id, then a line per member.
+func describeFamilies(_ families: [JSON]) -> String {
+    guard !families.isEmpty else { return "no families yet (create one: permission-relay family create FAMILY)" }
+    func plural(_ n: Int64, _ word: String) -> String { "\(n) \(word)\(n == 1 ? "" : "s")" }
+    return families.compactMap(\.object).map { f in
+        let members = f["members"]?.array?.compactMap(\.object) ?? []
+        let width = members.map { ($0["member"]?.string ?? "").count }.max() ?? 0
+        let lines = members.map { m in
+            let id = m["member"]?.string ?? ""
+            let role = m["role"]?.string ?? ""
+            var facts: [String] = []
+            if let on = m["limitsEnabled"]?.bool { facts.append("limits \(on ? "on" : "off")") }
+            if let n = m["pendingQuestions"]?.int { facts.append(plural(n, "pending question")) }
+            let connections = m["connections"]?.int ?? 0
+            facts.append(connections == 0 ? "not connected" : plural(connections, "connection"))
+            if let uid = m["unixUID"]?.int { facts.append("bound to uid \(uid)") }
+            func padded(_ s: String, _ n: Int) -> String { s + String(repeating: " ", count: max(0, n - s.count)) }
+            return "  \(padded(id, width))  \(padded(role, 8))  \(facts.joined(separator: ", "))"
+        }
+        let name = f["family"]?.string ?? ""
+        return ([members.isEmpty ? "\(name) (no members)" : name] + lines).joined(separator: "\n")
+    }.joined(separator: "\n")
 }
 
 /// The uid of a Unix account given by name or number.

@@ -11,6 +11,7 @@ let overview = """
     COMMANDS:
       serve                                   Run the relay daemon
       family create FAMILY                    Create a family
+      family list|show [FAMILY]               List the families and their members
       member add FAMILY MEMBER --role ROLE    Add a child or guardian; prints its token once
       member remove MEMBER                    Remove a member
       token rotate MEMBER                     Issue a new token for a member

@@ -1,6 +1,6 @@
 // permission-relay's admin commands as an operator runs them: what a failure prints
 // (nothing on stdout, also with --json), the help of a command group, what status
-// counts, and what adding a member id that is taken says.
+// counts, what family list shows, and what adding a member id that is taken says.
 
 import Foundation
 import RelayProtocol
@@ -184,6 +184,37 @@ final class AdminCommandTests: XCTestCase {
         XCTAssertEqual(busy["connections"]?.int, 2)
         XCTAssertEqual(busy["sessions"]?.int, 1)
         _ = (heldAdmin, silent)
+    }
+
+    func testFamilyListShowsEveryFamilyAcrossPagesAndFamilyShowOne() throws {
+        XCTAssertEqual(runRelay(["family", "list"] + s).stdout, "no families yet (create one: permission-relay family create FAMILY)\n")
+        // Output room for 64 KiB: a reply holds 48 KiB of families, a few hundred.
+        let small = try RelayProcess(flags: ["--max-output-bytes", "65536", "--max-frame-bytes", "32768"])
+        try small.start()
+        defer { small.crash() }
+        let tokens = try small.provision(families: 600)
+        let child = try small.connect()
+        _ = try child.hello("c7", tokens["c7"]!)
+        XCTAssertEqual(try child.request(["type": "ask", "question": question()])["type"]?.string, "ok")
+
+        let listed = runRelay(["family", "list", "--json", "--socket", small.socket])
+        XCTAssertEqual(listed.status, 0, listed.stderr)
+        let reply = try JSON.parse(listed.stdout.trimmingCharacters(in: .newlines))
+        let families = reply["families"]?.array?.compactMap { $0.object } ?? []
+        XCTAssertEqual(families.compactMap { $0["family"]?.string }, (0..<600).map { "f\($0)" }.sorted(), "all, in order, once")
+        XCTAssertNil(reply["more"])
+        XCTAssertEqual(runRelay(["family", "list", "--socket", small.socket]).stdout.split(separator: "\n").count, 1800)
+
+        let shown = runRelay(["family", "show", "f7", "--socket", small.socket])
+        XCTAssertEqual(
+            shown.stdout,
+            """
+            f7
+              c7  child     limits on, 1 pending question, 1 connection
+              g7  guardian  not connected
+
+            """)
+        assertFails(["family", "show", "f600", "--socket", small.socket], "permission-relay: notFound: no family f600")
     }
 
     func testMemberIdsAreUniqueAcrossAllFamiliesAndSaySo() throws {

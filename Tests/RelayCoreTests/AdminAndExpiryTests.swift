@@ -39,6 +39,41 @@ final class AdminAndExpiryTests: XCTestCase {
             "member id c2 belonged to a removed member and is never reused (member ids are unique across all families)")
     }
 
+    func testFamiliesListTheCurrentMembersInPagesAndSurviveARestart() throws {
+        let h = try CoreHarness(configure: { $0.listReplyBytes = 100 })  // a page holds about one family
+        h.standardFamilies()
+        let a = h.admin()
+        h.ok(a, ["type": "removeMember", "member": "g2"])
+        let (c1, _) = h.login("c1")
+        h.ok(c1, ["type": "ask", "question": .object(h.question())])
+        h.ok(a, ["type": "setLimits", "child": "c2", "enabled": false])
+        try h.restart()
+        let (again, _) = h.login("c1")
+        let b = h.admin()
+
+        let first = h.ok(b, ["type": "families"])
+        XCTAssertEqual(first["families"]?.array?.compactMap { $0.object?["family"]?.string }, ["fam"])
+        XCTAssertEqual(first["more"], .bool(true))
+        XCTAssertEqual(first["next"]?.string, "fam")
+        let fam = first["families"]?.array?.first?.object?["members"]?.array?.compactMap(\.object) ?? []
+        XCTAssertEqual(fam.map { $0["member"]?.string }, ["c1", "c2", "g1"], "the removed guardian is left out")
+        XCTAssertEqual(fam[0]["pendingQuestions"]?.int, 1)
+        XCTAssertEqual(fam[0]["connections"]?.int, 1)
+        XCTAssertEqual(fam[0]["limitsEnabled"], .bool(true))
+        XCTAssertEqual(fam[1]["limitsEnabled"], .bool(false))
+        XCTAssertEqual(fam[2]["role"]?.string, "guardian")
+        XCTAssertNil(fam[2]["pendingQuestions"], "a guardian asks nothing")
+        XCTAssertNil(fam[0]["token"])
+
+        let second = h.ok(b, ["type": "families", "after": "fam"])
+        XCTAssertEqual(second["families"]?.array?.compactMap { $0.object?["family"]?.string }, ["other"])
+        XCTAssertNil(second["more"], "the last page")
+        let one = h.ok(b, ["type": "families", "family": "other"])
+        XCTAssertEqual(one["families"]?.array?.first?.object?["members"]?.array?.count, 2)
+        _ = h.error(b, ["type": "families", "family": "nope"], .notFound)
+        _ = h.error(again, ["type": "families"], .forbidden)
+    }
+
     func testRotateTokenClosesConnectionsAndKeepsSessions() throws {
         let h = try CoreHarness()
         h.standardFamilies()
