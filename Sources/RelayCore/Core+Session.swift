@@ -104,14 +104,20 @@ extension RelayCore {
                 let open = "\(memberID) already has as many durable sessions open as the relay allows (\(m.sessions.count))"
                 return refuse(.busy, "\(open); close one, or connect without a session")
             }
-            var record = existing?.record ?? SessionRecord(member: memberID, name: name, cursor: head, topics: [])
+            // A new session starts at the head, having acknowledged none of the events before it:
+            // they stay for others that resume (§6) until it acknowledges one.
+            var record =
+                existing?.record
+                ?? SessionRecord(member: memberID, name: name, cursor: head, acknowledged: m.prunedThrough, topics: [])
             var start = record.cursor
             if let resume {
+                // What the client has processed: acknowledged, as by an `ack`.
                 start = min(resume, head)
                 if start > record.cursor || existing == nil { record.cursor = start }
+                record.acknowledged = max(existing == nil ? start : record.acknowledged, start)
             }
             let durable = existing ?? DurableSession(record)
-            if existing == nil || record.cursor != durable.record.cursor {
+            if existing == nil || record != durable.record {
                 durable.record = record
                 m.sessions[name] = durable
                 persist(.session(record))
@@ -158,12 +164,14 @@ extension RelayCore {
         return sessionUses
     }
 
-    /// Moves the session's cursor up to `seq` (never past its stream's head, never back).
+    /// Moves the session's cursor, and how far it has acknowledged, up to `seq` (never past
+    /// its stream's head, never back).
     func ack(_ session: Session, upTo seq: Int64) {
         guard let member = session.member, let durable = session.durable else { return }
         let target = min(seq, member.head)
-        guard target > durable.record.cursor else { return }
-        durable.record.cursor = target
+        guard target > durable.record.acknowledged else { return }  // never above the cursor
+        durable.record.acknowledged = target
+        durable.record.cursor = max(durable.record.cursor, target)
         if !durable.dirty {
             durable.dirty = true
             dirtySessions.append(durable)
@@ -326,7 +334,7 @@ extension RelayCore {
     public func acknowledgedByAllSessions() -> [String: Int64] {
         var out: [String: Int64] = [:]
         for (id, member) in members where !member.sessions.isEmpty {
-            guard let acknowledged = member.sessions.values.lazy.map(\.record.cursor).min(),
+            guard let acknowledged = member.sessions.values.lazy.map(\.record.acknowledged).min(),
                 acknowledged > member.prunedThrough
             else { continue }
             out[id] = acknowledged

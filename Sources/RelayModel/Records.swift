@@ -109,13 +109,21 @@ public struct KnownHandleRecord: Sendable, Equatable {
 public struct SessionRecord: Sendable, Equatable {
     public var member: String
     public var name: String
+    /// Where its replay starts when it connects again without `resume`.
     public var cursor: Int64
+    /// How far it has acknowledged (an `ack`, or a `resume`): only events every durable
+    /// session of the member acknowledged may go before the retention window ends (§6).
+    /// At most the cursor; below it for a session that started at the head (it has
+    /// acknowledged none of the events before it) until it acknowledges one.
+    public var acknowledged: Int64
     public var topics: Set<TopicKind>
 
-    public init(member: String, name: String, cursor: Int64, topics: Set<TopicKind>) {
+    /// `acknowledged` nil: as far as the cursor.
+    public init(member: String, name: String, cursor: Int64, acknowledged: Int64? = nil, topics: Set<TopicKind>) {
         self.member = member
         self.name = name
         self.cursor = cursor
+        self.acknowledged = acknowledged ?? cursor
         self.topics = topics
     }
 }

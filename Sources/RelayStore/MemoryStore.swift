@@ -65,7 +65,7 @@ public final class MemoryStore: RelayStore, Sendable {
             var budget = limit
             for (member, list) in s.streams where budget > 0 {
                 // As far as the stored cursors say, too (see `RelayStore.prune`).
-                let stored = s.snapshot.sessions.filter { $0.member == member }.map(\.cursor).min() ?? 0
+                let stored = s.snapshot.sessions.filter { $0.member == member }.map(\.acknowledged).min() ?? 0
                 let upTo = min(acknowledged[member] ?? 0, stored)
                 let dropped = list.prefix { ($0.at < cutoff || $0.seq <= upTo) }.prefix(budget)
                 guard let last = dropped.last else { continue }

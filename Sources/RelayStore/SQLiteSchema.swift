@@ -265,5 +265,12 @@ extension SQLiteStore {
             "",
             nil
         ),
+        (
+            // How far a session has acknowledged, where it is not its cursor (NULL): a session
+            // that starts at the head has acknowledged none of the events before it (§6).
+            "sessions' acknowledged events",
+            "ALTER TABLE sessions ADD COLUMN acknowledged INTEGER;",
+            nil
+        ),
     ]
 }

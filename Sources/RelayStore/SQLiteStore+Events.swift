@@ -277,7 +277,8 @@ extension SQLiteStore {
             if at < cutoff.milliseconds { return true }
             guard let ack = acknowledged[member], last <= ack else { return false }
             if storedAck[member] == nil {
-                storedAck[member] = try db.scalar("SELECT min(cursor) FROM sessions WHERE member = ?", [.text(member)]) ?? 0
+                storedAck[member] =
+                    try db.scalar("SELECT min(coalesce(acknowledged, cursor)) FROM sessions WHERE member = ?", [.text(member)]) ?? 0
             }
             return last <= storedAck[member]!
         }

@@ -205,11 +205,14 @@ extension SQLiteStore {
         }
         var members: [String: (role: String, removed: Bool)] = [:]
         try db.run("SELECT id, role, removed FROM members") { r in members[r.text(0)] = (r.text(1), r.int(2) != 0) }
-        try db.run("SELECT member, name, cursor FROM sessions") { r in
+        try db.run("SELECT member, name, cursor, acknowledged FROM sessions") { r in
             let (member, name, cursor) = (r.text(0), r.text(1), r.int(2))
             if members[member] == nil { findings.append("session \(name) belongs to \(member), who is not a member") }
             if cursor > heads[member] ?? 0 {
                 findings.append("session \(name) of \(member) has cursor \(cursor), beyond the stream's head \(heads[member] ?? 0)")
+            }
+            if !r.isNull(3) && r.int(3) > cursor {
+                findings.append("session \(name) of \(member) has acknowledged \(r.int(3)), beyond its cursor \(cursor)")
             }
         }
         // Read as a request reads it (content, state and outcome), and its id beside.

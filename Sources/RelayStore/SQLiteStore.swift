@@ -242,9 +242,12 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
                     permanent: r.int(4) != 0, until: r.isNull(5) ? nil : Timestamp(milliseconds: r.int(5)),
                     actions: actions.compactMap(\.string)))
         }
-        try db.run("SELECT member, name, cursor, topics FROM sessions") { r in
+        try db.run("SELECT member, name, cursor, topics, acknowledged FROM sessions") { r in
             guard !r.anyNull(0...3) else { throw Self.unreadable("session of", r.text(0)) }
-            s.sessions.append(SessionRecord(member: r.text(0), name: r.text(1), cursor: r.int(2), topics: Self.topics(r.text(3))))
+            s.sessions.append(
+                SessionRecord(
+                    member: r.text(0), name: r.text(1), cursor: r.int(2), acknowledged: r.isNull(4) ? nil : r.int(4),
+                    topics: Self.topics(r.text(3))))
         }
         try db.run("SELECT member, head FROM heads") { r in
             guard !r.anyNull(0...1) else { throw Self.unreadable("stream head of", r.text(0)) }
@@ -390,8 +393,11 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             try db.run("DELETE FROM knownHandles WHERE row = ?", [.int(k.row)])
         case .session(let s):
             try db.run(
-                "INSERT OR REPLACE INTO sessions(member, name, cursor, topics) VALUES(?,?,?,?)",
-                [.text(s.member), .text(s.name), .int(s.cursor), .text(s.topics.map(\.rawValue).sorted().joined(separator: ","))])
+                "INSERT OR REPLACE INTO sessions(member, name, cursor, topics, acknowledged) VALUES(?,?,?,?,?)",
+                [
+                    .text(s.member), .text(s.name), .int(s.cursor), .text(s.topics.map(\.rawValue).sorted().joined(separator: ",")),
+                    s.acknowledged == s.cursor ? .null : .int(s.acknowledged),
+                ])
         case .dropSessions(let member):
             try db.run("DELETE FROM sessions WHERE member = ?", [.text(member)])
         case .dropSession(let member, let name):

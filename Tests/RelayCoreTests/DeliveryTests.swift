@@ -170,6 +170,48 @@ final class DeliveryTests: XCTestCase {
         XCTAssertNil(w2["gap"], "nothing after 4 was dropped")
     }
 
+    /// A session that starts at the head has acknowledged none of the events before it:
+    /// they stay for a session that resumes from the start, across a restart too, until
+    /// every durable session acknowledged them (§6).
+    func testASessionStartingAtTheHeadLetsNoEarlierEventGoUntilItAcknowledgesOne() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("head-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        for store in [MemoryStore(), try SQLiteStore(path: dir.appendingPathComponent("relay.db").path)] as [RelayStore] {
+            let h = try CoreHarness(store: store)
+            func prune() throws -> [Int64] {
+                h.core.flushCursors()
+                h.pump()
+                let acknowledged = h.core.acknowledgedByAllSessions()
+                for _ in 0..<3 {  // a store may take a few steps to reach them
+                    let step = try store.prune(
+                        olderThan: Timestamp(milliseconds: 0), acknowledged: acknowledged, settledThrough: .max, limit: 100)
+                    for (member, seq) in step.through { h.core.eventsDropped(member: member, through: seq) }
+                }
+                return try store.events(member: "g1", after: 0, limit: 10).map(\.seq)
+            }
+            h.standardFamilies()
+            let (c, _) = h.login("c1")
+            for _ in 0..<3 { h.ok(c, ["type": "ask", "question": .object(h.question())]) }
+            let (tab, w) = h.login("g1", session: "tab")
+            XCTAssertEqual(w["cursor"]?.int, 3, "a new session starts at the head")
+            XCTAssertEqual(try prune(), [1, 2, 3], "\(store): not acknowledged by tab")
+            h.send(tab, ["type": "ack", "seq": 2])  // below its cursor: the cursor stays
+            XCTAssertEqual(try prune(), [3])
+            try h.restart()
+            XCTAssertEqual(try prune(), [3], "\(store): as stored")
+
+            let (phone, w2) = h.login("g1", session: "phone", resume: 0)
+            XCTAssertEqual(w2["gap"]?.bool, true)
+            XCTAssertEqual(h.events(phone, "question").map { $0["seq"]?.int }, [3])
+            let (again, w3) = h.login("g1", session: "tab")
+            XCTAssertEqual(w3["cursor"]?.int, 3, "its cursor never moved back")
+            h.ok(h.login("c1").0, ["type": "ask", "question": .object(h.question())])
+            for g in [again, phone] { h.send(g, ["type": "ack", "seq": 4]) }
+            XCTAssertEqual(try prune(), [], "\(store): acknowledged by both")
+        }
+    }
+
     /// Three questions of c1, and g1 in the middle of a replay of them from the start:
     /// the harness, g1's connection, and the events the store holds for it.
     private func guardianReplayingThreeQuestions() throws -> (CoreHarness, ConnectionID, [EventRecord]) {

@@ -211,7 +211,7 @@ final class HandshakeTests: XCTestCase {
             [
                 "subscribe", "ask", "cancel", "questions", "limits", "knownHandles", "answer", "pending", "setLimits",
                 "addKnownHandles", "removeKnownHandles", "history", "createFamily", "addMember", "removeMember", "rotateToken",
-                "status", "familyLink",
+                "status", "familyLink", "families",
             ])
     }
 

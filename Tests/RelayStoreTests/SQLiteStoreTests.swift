@@ -972,12 +972,16 @@ final class SQLiteStoreTests: XCTestCase {
         for seq in Int64(3)...6 { try store.commit([.event(StoreContractTests.event("g1", seq))]) }
         try store.commit([
             .session(SessionRecord(member: "g1", name: "far", cursor: 40, topics: [])),
+            .session(SessionRecord(member: "g1", name: "new", cursor: 5, acknowledged: 2, topics: [])),
             .question(try StoreContractTests.question(child: "nobody", row: 10)),
         ])
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path).count, 2, "a session acknowledged below its cursor is whole")
         exec("DELETE FROM events WHERE member = 'g1' AND firstSeq = 4")
         exec("UPDATE questionTally SET count = count + 2 WHERE child = 'c1'")
+        exec("UPDATE sessions SET acknowledged = 6 WHERE name = 'new'")
         let findings = try SQLiteStore.check(databaseAt: path)
-        XCTAssertEqual(findings.count, 4, "\(findings)")
+        XCTAssertEqual(findings.count, 5, "\(findings)")
+        XCTAssertTrue(findings.contains { $0.contains("session new of g1 has acknowledged 6, beyond its cursor 5") }, "\(findings)")
         XCTAssertTrue(findings.contains { $0.contains("the question tally of c1 says 5 questions") }, "\(findings)")
         XCTAssertTrue(findings.contains { $0.contains("g1's events 1…6 have 1 missing") }, "\(findings)")
         XCTAssertTrue(findings.contains { $0.contains("cursor 40") }, "\(findings)")
