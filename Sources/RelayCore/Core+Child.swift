@@ -29,24 +29,25 @@ extension RelayCore {
         }
         // A resend is answered before its question is validated again (§12).
         let previous = try q["id"]?.string.flatMap(QuestionID.init).flatMap { id throws(RequestError) in try question(id) }
-        if let resent = resent(previous, by: r.member) { return resent }
+        if let resent = resent(previous, by: r.member, now: r.now) { return resent }
         return try file(QuestionContent.validate(q, now: r.now), previous: previous, r)
     }
 
     /// An ask whose question was read straight from the frame's bytes (`QuestionContent.readAsk`).
     func ask(_ content: QuestionContent, _ r: Request) throws(RequestError) -> ReplyFields {
         let previous = try question(content.key)
-        if let resent = resent(previous, by: r.member) { return resent }
+        if let resent = resent(previous, by: r.member, now: r.now) { return resent }
         return try file(content, previous: previous, r)
     }
 
     /// The reply to a resend of a child's pending or answered question: the same as the
     /// first time (§12). Nil for anything else.
-    private func resent(_ previous: QuestionRecord?, by child: Member) -> ReplyFields? {
+    private func resent(_ previous: QuestionRecord?, by child: Member, now: Timestamp) -> ReplyFields? {
         guard let existing = previous, existing.child == child.id else { return nil }
         switch existing.status {
         case .pending:
-            return ["questionId": .string(existing.id), "status": "pending", "attempt": .int(existing.attempt)]
+            let ok: ReplyFields = ["questionId": .string(existing.id), "status": "pending", "attempt": .int(existing.attempt)]
+            return allKnown(existing.content, child: child, now: now) ? ok.adding(["allKnown": true]) : ok
         case .answered:
             return [
                 "questionId": .string(existing.id), "status": "answered", "attempt": .int(existing.attempt),
@@ -106,7 +107,7 @@ extension RelayCore {
             attempt: (previous?.attempt ?? 0) + 1, createdAt: previous?.createdAt ?? r.now, row: previous?.row ?? questions.newRow())
         fileAsked(record, previous: previous, child: child, now: r.now)
         tellHubAsked(record)
-        let allKnown = content.kind == .communication && content.handles.allSatisfy { child.isKnown($0, at: r.now) }
+        let allKnown = allKnown(content, child: child, now: r.now)
         return .frame(
             okFrame(re: r.id, capacity: 160) { ok in
                 ok.appendJSONField("questionId", record.key)
@@ -117,6 +118,12 @@ extension RelayCore {
                     ok.append(literal: "true")
                 }
             })
+    }
+
+    /// Whether every handle a communication question names is known to the child (`ok`'s
+    /// `allKnown`: the guardian may still be asked to confirm).
+    private func allKnown(_ content: QuestionContent, child: Member, now: Timestamp) -> Bool {
+        content.kind == .communication && content.handles.allSatisfy { child.isKnown($0, at: now) }
     }
 
     /// Holds a question asked (by the child here, or on another device) and tells the guardians.

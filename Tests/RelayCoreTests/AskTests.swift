@@ -244,7 +244,12 @@ final class AskTests: XCTestCase {
         let (c, _) = h.login("c1")
         let (g, _) = h.login("g1")
         h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": [.object(["value": "+1 (555) 0100", "kind": "phoneNumber"])]])
-        XCTAssertEqual(h.ok(c, ["type": "ask", "question": .object(h.question(handles: ["+15550100"]))])["allKnown"]?.bool, true)
+        let known = h.question(handles: ["+15550100"])
+        let first = h.ok(c, ["type": "ask", "question": .object(known)])
+        XCTAssertEqual(first["allKnown"]?.bool, true)
+        var resent = h.ok(c, ["type": "ask", "question": .object(known)])
+        resent["re"] = first["re"]
+        XCTAssertEqual(resent, first, "a resend of a pending question gets the same ok (§7)")
         XCTAssertNil(h.ok(c, ["type": "ask", "question": .object(h.question(handles: ["+15550100", "+1 555 0199"]))])["allKnown"])
     }
 
