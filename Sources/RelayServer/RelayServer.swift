@@ -31,6 +31,9 @@ public struct ServerConfig: Sendable {
     /// The NATS credentials file this device proves who it is with, for a hub where each
     /// family is an account of its own (`permission-relay device join` writes it).
     public var hubCredentials: String?
+    /// The permissions of the socket file the relay makes; the directory it is in decides
+    /// who reaches it too.
+    public var socketMode: mode_t = 0o600
     public var maxConnections = 4096
     public var handshakeTimeoutSeconds = 5.0
     /// Unsent bytes a connection may hold before it is dropped as a slow consumer.
@@ -375,7 +378,7 @@ public final class RelayServer {
             log(.info, "removing stale socket \(path) left by a relay that did not stop cleanly")
             unlink(path)
         }
-        let oldMask = umask(0o077)
+        let oldMask = umask(~config.socketMode & 0o777)
         listenFD = cs_listen_unix(path, 1024)
         umask(oldMask)
         if listenFD == -2 { throw ServerError("socket path is empty or too long (at most 107 bytes): \(path)") }

@@ -22,7 +22,9 @@ enum Serve {
                                            (default: $PERMISSION_RELAY_SOCKET, else
                                            $XDG_RUNTIME_DIR/permission-relay/relay.sock, else
                                            /tmp/permission-relay-UID/relay.sock; started by
-                                           systemd with a .socket unit, the socket it passes)
+                                           systemd with a .socket unit, the socket it passes).
+                                           Mode 0600; 0666 when root runs the relay (the
+                                           machine's, for every account: tokens decide who)
           --data DIR                       Data directory holding relay.db
                                            (default: $STATE_DIRECTORY under systemd, else
                                            $XDG_STATE_HOME/permission-relay, else
@@ -132,6 +134,9 @@ enum Serve {
             "--max-known-handles-per-child", default: core.maxKnownHandlesPerChild, min: 0)
         core.relayUID = getuid()
         var server = ServerConfig(socketPath: socket)
+        // Root's relay is the machine's, for every account as its systemd socket is (a token,
+        // or the account itself, decides who connects as whom); a user's is for that user.
+        server.socketMode = geteuid() == 0 ? 0o666 : 0o600
         server.inheritedListener = inherited?.fd
         server.questionsKept.count = try a.int("--max-questions-per-child", default: server.questionsKept.count, min: 1)
         server.questionsKept.bytes = try a.int(

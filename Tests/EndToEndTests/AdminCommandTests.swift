@@ -60,9 +60,16 @@ final class AdminCommandTests: XCTestCase {
             "permission-relay: cannot connect to \(relay.dir.path): it is a directory; give the relay's socket, as `permission-relay serve` prints it"
         )
         if geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") {
+            XCTAssertEqual(chmod(relay.dir.path, 0o700), 0)
             let r = runRelay(["status", "--socket", relay.socket], asUser: 65534)
             XCTAssertEqual(r.status, 1)
             XCTAssertTrue(r.stderr.contains("\(relay.socket): permission denied (the socket, or a directory above it"), r.stderr)
+            // Root's socket is open to every account, and only root may administer (§3).
+            XCTAssertEqual(chmod(relay.dir.path, 0o755), 0)
+            let other = runRelay(["status", "--socket", relay.socket], asUser: 65534)
+            XCTAssertEqual(other.status, 1)
+            XCTAssertEqual(other.stdout, "")
+            XCTAssertTrue(other.stderr.contains("the relay refused an admin session"), other.stderr)
         }
         // What succeeds is unchanged: one JSON object.
         let added = runRelay(["member", "add", "smiths", "sam", "--role", "guardian", "--json"] + s)

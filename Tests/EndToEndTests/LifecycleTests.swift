@@ -154,6 +154,37 @@ final class LifecycleTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.destinationOfSymbolicLink(atPath: link), notes)
     }
 
+    /// A user's relay keeps its socket to that user (0600); root's is the machine's, open to
+    /// every account (0666), as its systemd socket is.
+    func testAUsersSocketIsItsOwnAndRootsIsForEveryAccount() throws {
+        func mode(_ path: String) -> mode_t {
+            var st = stat()
+            return stat(path, &st) == 0 ? st.st_mode & 0o777 : 0
+        }
+        let relay = try RelayProcess()
+        try relay.start()
+        defer { relay.crash() }
+        XCTAssertEqual(mode(relay.socket), geteuid() == 0 ? 0o666 : 0o600)
+        guard geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else { return }
+        let dir = relay.dir.appendingPathComponent("nobody").path
+        XCTAssertEqual(mkdir(dir, 0o700), 0)
+        XCTAssertEqual(chown(dir, 65534, 65534), 0)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        p.arguments = [
+            "--reuid=65534", "--regid=65534", "--clear-groups", relayBinary, "serve", "--socket", dir + "/s", "--data", dir + "/d",
+        ]
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        let said = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)  // its first line, or EOF
+        XCTAssertTrue(said.contains("listening on \(dir)/s "), said)
+        XCTAssertEqual(mode(dir + "/s"), 0o600)
+        kill(p.processIdentifier, SIGTERM)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0)
+    }
+
     func testASocketNamedWithoutADirectoryIsMadeInTheWorkingDirectory() throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bare-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
