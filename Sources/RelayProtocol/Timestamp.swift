@@ -13,6 +13,8 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
     /// `seconds` later (earlier when negative), held at the ends of the range.
     /// The last instant RFC 3339 can write (its years have four digits).
     public static let latest = Timestamp(milliseconds: 253_402_300_799_999)  // 9999-12-31T23:59:59.999Z
+    /// The first instant RFC 3339 can write.
+    public static let earliest = Timestamp(milliseconds: -62_167_219_200_000)  // 0000-01-01T00:00:00Z
 
     public func adding(seconds: Int64) -> Timestamp {
         let (ms, product) = seconds.multipliedReportingOverflow(by: 1000)
@@ -96,7 +98,9 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         }
     }
 
-    /// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`; nil when the text is not such a timestamp.
+    /// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`; nil when the text is not such a
+    /// timestamp, or names an instant whose year in UTC would not have four digits (it
+    /// could not be written back).
     public init?(rfc3339 text: String) {
         let b = Array(text.utf8)
         var i = 0
@@ -146,6 +150,7 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         let days = Timestamp.days(fromCivil: y, mo, d)
         let seconds = days * 86400 + h * 3600 + mi * 60 + min(s, 59) - offsetMinutes * 60
         self.milliseconds = seconds * 1000 + ms
+        guard Timestamp.earliest <= self, self <= Timestamp.latest else { return nil }
     }
 
     static func daysIn(month: Int64, year: Int64) -> Int64 {

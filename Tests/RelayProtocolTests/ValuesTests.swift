@@ -42,8 +42,12 @@ final class ValuesTests: XCTestCase {
         XCTAssertEqual(Timestamp(rfc3339: "2026-12-01T18:00:00.25Z")?.rfc3339, "2026-12-01T18:00:00.250Z")
         XCTAssertEqual(Timestamp(rfc3339: "1970-01-01T00:00:00Z")?.milliseconds, 0)
         XCTAssertEqual(Timestamp(rfc3339: "2024-02-29T00:00:00Z")?.rfc3339, "2024-02-29T00:00:00Z")
+        XCTAssertEqual(Timestamp(rfc3339: "9999-12-31T23:59:59.999Z"), Timestamp.latest)
+        XCTAssertEqual(Timestamp(rfc3339: "0000-01-01T00:00:00Z"), Timestamp.earliest)
+        XCTAssertEqual(Timestamp.earliest.rfc3339, "0000-01-01T00:00:00Z")
         for bad in [
             "2026-02-30T00:00:00Z", "2026-12-01 18:00", "2026-12-01T18:00:00", "2026-13-01T00:00:00Z", "x", "2026-12-01T18:00:00.Z",
+            "9999-12-31T23:59:59-00:01", "0000-01-01T00:00:00+00:01",  // years of five digits, or below 0, in UTC
         ] {
             XCTAssertNil(Timestamp(rfc3339: bad), bad)
         }
