@@ -79,7 +79,7 @@ extension RelayCore {
         switch r.frame["limit"] {
         case nil, .null?: break
         case let v?:
-            guard let n = v.int, n > 0 else { throw RequestError(.badRequest, "\"limit\" must be a positive integer") }
+            guard let n = v.wholeNumber, n > 0 else { throw RequestError(.badRequest, "\"limit\" must be a positive integer") }
             limit = Int(min(n, 10_000))
         }
         return try page(of: children, status: nil, newestFirst: true, limit: limit, r)

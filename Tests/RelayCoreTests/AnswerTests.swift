@@ -237,6 +237,11 @@ final class AnswerTests: XCTestCase {
         XCTAssertEqual(history[1]["outcome"]?["choice"]?["title"]?.string, "Approve")
         XCTAssertEqual(h.ok(g, ["type": "history", "limit": 1])["questions"]?.array?.count, 1)
         _ = h.error(g, ["type": "history", "limit": 0], .badRequest)
+        _ = h.error(g, ["type": "history", "limit": .double(1.5)], .badRequest)
+        // A limit too large for 64 bits is as good as none, as a seq past the head is the head.
+        for huge in [JSON.double(1e19), .double(9e18), .int(.max)] {
+            XCTAssertEqual(h.ok(g, ["type": "history", "limit": huge])["questions"]?.array?.count, 2, "\(huge)")
+        }
     }
 
     func testLargeListsComeInPagesThatTogetherHoldEveryQuestionOnce() throws {
