@@ -17,7 +17,9 @@ extension RelayCore {
         // that asks for another protocol is unsupportedProtocol (§4).
         guard let proto = f["protocol"] else { return refuse(.unauthorized, "hello needs \"protocol\": 1") }
         guard proto.int == 1 else {
-            let asked = proto.int.map(String.init) ?? "\"protocol\": \(proto.text == "null" ? "a number out of range" : proto.text)"
+            // A number too large for a double reads as infinite, which JSON writes as null.
+            let outOfRange = proto != .null && proto.text == "null"
+            let asked = proto.int.map(String.init) ?? "\"protocol\": \(outOfRange ? "a number out of range" : proto.text)"
             return refuse(.unsupportedProtocol, "this relay speaks protocol 1, not \(asked)")
         }
         guard let id else { return refuse(.unauthorized, "hello needs a string \"id\", which its welcome answers") }

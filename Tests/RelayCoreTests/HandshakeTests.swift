@@ -94,6 +94,9 @@ final class HandshakeTests: XCTestCase {
         let said = h.drain(huge).first ?? [:]
         XCTAssertEqual(said["code"]?.string, "unsupportedProtocol")
         XCTAssertEqual(said["message"]?.string, #"this relay speaks protocol 1, not "protocol": a number out of range"#)
+        let null = h.connect()
+        h.sendRaw(null, Array(#"{"type":"hello","id":"h","protocol":null}"#.utf8))
+        XCTAssertEqual(h.drain(null).first?["message"]?.string, #"this relay speaks protocol 1, not "protocol": null"#)
         let unsaid = h.connect()
         h.send(unsaid, ["type": "hello", "id": "h", "member": "c1", "token": "t"])
         XCTAssertEqual(h.drain(unsaid).first?["code"]?.string, "unauthorized", "a hello with no protocol is not a valid one (§1)")
