@@ -54,7 +54,8 @@ struct InteractiveView {
                     _ = try await center.pending()
                     feed.yield(.loaded(.success(())))
                 } catch {
-                    feed.yield(.loaded(.failure(ClientCommandError(ClientOptions.describe(error)))))
+                    let why = ClientOptions.describe(error, unreachableBecause: center.connectionError)
+                    feed.yield(.loaded(.failure(ClientCommandError(why))))
                 }
             },
             Task {
@@ -132,7 +133,7 @@ struct InteractiveView {
                 loaded = true
             case .loaded(let result):
                 listed = true
-                if case .failure(let e) = result { message = "could not read the pending questions: \(e.message)" }
+                if case .failure(let e) = result { message = "\(Self.unreadable): \(e.message)" }
             case .connection(let s):
                 connection = s
                 if s == .replaced { message = replacedNotice }
@@ -147,36 +148,83 @@ struct InteractiveView {
     }
 
     /// Draws the screen, fitted to the terminal: as many questions as its height allows,
-    /// scrolled so that the selected one shows, each line cut to its width.
+    /// scrolled so that the selected one shows. The selected question and the message are
+    /// wrapped to the terminal's width, so that what is being approved is always all there;
+    /// the other questions' lines are cut to it.
     private func draw(_ pending: [GuardianQuestion], _ selected: Int, _ message: String, _ state: ConnectionState, _ listed: Bool) {
         var rows: Int32 = 24, cols: Int32 = 80
         _ = cs_terminal_size(1, &rows, &cols)
+        let width = max(Int(cols), 20)
         func line(_ text: String) -> String {
             let text = terminalSafe(text)
-            return (text.count <= Int(cols) ? text : String(text.prefix(max(Int(cols) - 1, 1))) + "…") + "\r\n"
+            return (text.count <= width ? text : String(text.prefix(width - 1)) + "…") + "\r\n"
         }
+        /// `text` in lines of the width (at spaces where it can), each after `indent`; at most `limit`.
+        func wrapped(_ text: String, indent: String, limit: Int) -> [String] {
+            var lines: [String] = []
+            var rest = Substring(terminalSafe(text))
+            let room = max(width - indent.count, 10)
+            while !rest.isEmpty && lines.count < limit {
+                var cut = rest.count <= room ? rest.endIndex : rest.index(rest.startIndex, offsetBy: room)
+                if cut < rest.endIndex, let space = rest[..<cut].lastIndex(of: " "),
+                    rest.distance(from: rest.startIndex, to: space) > room / 2
+                {
+                    cut = space
+                }
+                lines.append(indent + rest[..<cut])
+                rest = rest[cut...].drop { $0 == " " }
+            }
+            if !rest.isEmpty, let last = lines.popLast() { lines.append(String(last.prefix(width - 1)) + "…") }
+            return lines
+        }
+        func choicesLine(_ q: GuardianQuestion) -> String {
+            let left = q.expirationDate == nil ? "no expiry" : timeLeft(until: q.expirationDate) + " left"
+            let choices = q.choices.enumerated().map { "\($0.offset + 1) \($0.element.title)" }.joined(separator: ", ")
+            return "\(left) · choices: \(choices)"
+        }
+        let chosen = pending.indices.contains(selected) ? pending[selected] : nil
+        let detail: [String] =
+            chosen.map { q in
+                var lines = wrapped(summary(q), indent: "  ", limit: 4)
+                if !lines.isEmpty { lines[0] = "› " + lines[0].dropFirst(2) }
+                return lines + wrapped(choicesLine(q), indent: "    ", limit: 3)
+            } ?? []
+        let said = message.isEmpty ? [""] : wrapped(message, indent: "", limit: 3)
         // Header and a blank line, a line above and below the list for what is scrolled
         // away, and the message and keys under a blank line; one row spare, so that the last
-        // line's newline does not scroll the header away.
-        let room = max(1, (Int(rows) - 8) / 2)
+        // line's newline does not scroll the header away. Questions other than the selected
+        // one take two lines each.
+        let free = Int(rows) - 7 - said.count - max(detail.count, 2)
+        let room = 1 + max(0, free / 2)
         let first = min(max(0, selected - (room - 1) / 2), max(0, pending.count - room))
         let shown = pending.indices.clamped(to: first..<min(first + room, pending.count))
         var out = "\u{1B}[H\u{1B}[2J"
         out += line("Permission requests — \(pending.count) pending   [relay: \(state.rawValue)]") + "\r\n"
-        out += pending.isEmpty ? line(listed ? "  No questions waiting." : "  loading…") : line(first > 0 ? "  ↑ \(first) more" : "")
+        let empty = listed ? (message.hasPrefix(Self.unreadable) ? "  (none shown: see below)" : "  No questions waiting.") : "  loading…"
+        out += pending.isEmpty ? line(empty) : line(first > 0 ? "  ↑ \(first) more" : "")
         for i in shown {
             let q = pending[i]
-            out += line("\(i == selected ? "›" : " ") \(summary(q))")
-            let left = q.expirationDate == nil ? "no expiry" : timeLeft(until: q.expirationDate) + " left"
-            let choices = q.choices.enumerated().map { "\($0.offset + 1) \($0.element.title)" }.joined(separator: ", ")
-            out += line("    \(left) · choices: \(choices)")
+            if i == selected {
+                out += detail.map { $0 + "\r\n" }.joined()
+            } else {
+                out += line("  \(summary(q))") + line("    " + choicesLine(q))
+            }
         }
         let below = pending.count - shown.upperBound
         out += line(below > 0 ? "  ↓ \(below) more" : "")
-        out += "\r\n" + line(message)
-        out += line("↑/↓ select · a approve · d decline · 1-9 choice · q quit")
+        out += "\r\n" + said.map { $0 + "\r\n" }.joined()
+        // What a and d answer the selected question with: its first approval and denial.
+        func key(_ k: String, _ answer: PermissionChoice.Answer, _ word: String) -> String {
+            guard let chosen else { return "\(k) \(word) · " }
+            return chosen.choices.first { $0.answer == answer }.map { "\(k) \($0.title) · " } ?? ""
+        }
+        let approve = key("a", .approval, "approve"), decline = key("d", .denial, "decline")
+        out += line("↑/↓ select · \(approve)\(decline)1-9 choice · q quit")
         try? FileHandle.standardOutput.write(contentsOf: Data(out.utf8))
     }
+
+    /// How the message begins when the pending questions could not be read.
+    private static let unreadable = "could not read the pending questions"
 }
 
 /// The terminal in raw mode (no echo, no line buffering) until `restore`, which the view

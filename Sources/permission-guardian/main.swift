@@ -14,7 +14,8 @@ let usage = """
     USAGE: permission-guardian [<command>] [options]
 
     Without a command on a terminal: an interactive view of the family's pending questions,
-    updating live (keys: ↑/↓ or j/k select, a approve, d decline, 1-9 pick a choice, q quit).
+    updating live. Keys: ↑/↓ or j/k select; a and d answer with the question's first
+    approving and denying choice, which the keys line names; 1-9 pick a choice; q quit.
 
     COMMANDS:
       pending [--child C] [--json]      List pending questions, oldest first

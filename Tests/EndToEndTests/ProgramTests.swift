@@ -556,6 +556,48 @@ final class ProgramTests: XCTestCase {
         XCTAssertTrue(waitForScreen(session) { $0.contains("0 pending") })
     }
 
+    /// On a narrow terminal the selected question is shown whole, wrapped: who, which
+    /// handle, every action; the keys say which choice `a` and `d` give.
+    func testGuardianTerminalViewShowsTheSelectedQuestionWholeOnANarrowTerminal() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
+            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
+        }
+        let long = ["ask", "phone:+15550177", "--name", "Alexandra Konstantinopoulou-Vanderbilt"]
+        XCTAssertEqual(try child(long + ["--action", "message", "--action", "videoCall", "--action", "follow"]).finish(), 0)
+        let choices = ["--choice", "no:Not now:denial", "--choice", "week:For a week:approval", "--choice", "ever:Always:approval"]
+        XCTAssertEqual(try child(["ask", "+15550178"] + choices).finish(), 0)
+        let session = "pgw\(getpid())"
+        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "60", "-y", "24", viewCommand]), 0)
+        defer { _ = tmux(["kill-session", "-t", session]) }
+        XCTAssertTrue(
+            waitForScreen(session) { screen in
+                screen.contains(
+                    "› c0 asks to communicate with Alexandra\n  Konstantinopoulou-Vanderbilt (+15550177): follow,\n  message, videoCall\n")
+                    && screen.contains("a Approve · d Decline")
+            })
+        _ = tmux(["send-keys", "-t", session, "j"])
+        XCTAssertTrue(waitForScreen(session) { $0.contains("a For a week · d Not now · 1-9 choice") })
+    }
+
+    /// A view that cannot reach the relay says so, with the socket, never "No questions waiting".
+    func testGuardianTerminalViewSaysWhyItCannotListTheQuestions() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
+            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
+        }
+        let session = "pgn\(getpid())"
+        let nowhere = relay.dir.appendingPathComponent("nowhere.sock").path
+        let command = viewCommand.replacingOccurrences(
+            of: "PERMISSION_RELAY_SOCKET=\(relay.socket)", with: "PERMISSION_RELAY_SOCKET=\(nowhere)")
+        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "200", "-y", "20", command]), 0)
+        defer { _ = tmux(["kill-session", "-t", session]) }
+        let said =
+            "could not read the pending questions: the relay is not available: cannot connect to \(nowhere): there is no socket there"
+        XCTAssertTrue(
+            waitForScreen(session, seconds: 20) {
+                $0.contains(said) && $0.contains("(none shown: see below)") && !$0.contains("No questions")
+            })
+    }
+
     func testGuardianTerminalViewSaysWhenNothingIsWaiting() throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
             return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
@@ -661,9 +703,9 @@ final class ProgramTests: XCTestCase {
     @discardableResult
     private func tmux(_ args: [String]) -> Int32 { spawn("/usr/bin/tmux", args, capture: false).status }
 
-    /// Reads the tmux screen until `ok` holds (a terminal offers no event to wait on), for at most 10 s.
-    private func waitForScreen(_ session: String, _ ok: (String) -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(10)
+    /// Reads the tmux screen until `ok` holds (a terminal offers no event to wait on), for at most `seconds`.
+    private func waitForScreen(_ session: String, seconds: Double = 10, _ ok: (String) -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
         var last = ""
         while Date() < deadline {
             last = spawn("/usr/bin/tmux", ["capture-pane", "-p", "-t", session]).output
