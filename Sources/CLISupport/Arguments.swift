@@ -48,6 +48,19 @@ public struct Arguments {
         }
     }
 
+    /// Where in `args` the first positional stands: the first argument that is neither an
+    /// option nor the value of one of `valueFlags`.
+    public static func firstPositional(in args: [String], valueFlags: Set<String>) -> Int? {
+        var i = 0
+        while i < args.count {
+            let a = args[i]
+            guard a.hasPrefix("-") else { return i }
+            if valueFlags.contains(a) { i += 1 }  // `--flag value`; `--flag=value` is one argument
+            i += 1
+        }
+        return nil
+    }
+
     public func has(_ flag: String) -> Bool { switches.contains(flag) }
     public func value(_ flag: String) -> String? { all[flag]?.last }
     public func values(_ flag: String) -> [String] { all[flag] ?? [] }

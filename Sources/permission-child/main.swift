@@ -35,7 +35,8 @@ let usage = """
           --new                    Ask even if the same question (people, actions, choices) is pending
                                    (without it, ask reports that question, and --wait waits for it)
           --wait                   Wait for the outcome; the exit status tells it
-          --timeout SECONDS        With --wait: stop waiting after this long (exit 5; the question stays pending)
+          --timeout SECONDS        With --wait: stop waiting after this long (exit 5; the question stays
+                                   pending); 0, as without it: no limit
       ask-update --description TEXT   Ask to keep using the app after a significant update
           --choice, --default, --expires, --id, --new, --wait, --timeout   As for ask (--new: even if a
                                    question about the same update is pending)
@@ -107,7 +108,9 @@ func question<T: QuestionTopic>(_ topic: T, _ a: Arguments) throws -> Permission
     }
     var expiry: Date?
     if let e = a.value("--expires") {
-        guard let d = parseExpiry(e) else { throw CLIError.usage("--expires takes 30s, 10m, 2h, 1d or an RFC 3339 time") }
+        guard let d = parseExpiry(e) else {
+            throw CLIError.usage("--expires takes a time to come, such as 30s, 10m, 2h, 1d, or an RFC 3339 time, not \"\(e)\"")
+        }
         expiry = d
     }
     return PermissionQuestion(id: id, topic: topic, choices: all, defaultChoice: def, expirationDate: expiry)
@@ -343,13 +346,15 @@ func printResponses<T: QuestionTopic>(
 }
 
 func run() async throws -> Int32 {
-    let args = Array(CommandLine.arguments.dropFirst())
-    guard let command = args.first else { throw CLIError.usage("no command given") }
+    var args = Array(CommandLine.arguments.dropFirst())
     if let help = CommandHelp.requested(by: args, usage: usage, program: "permission-child") {
         printOut(help)
         return 0
     }
-    let a = try Arguments(Array(args.dropFirst()), valueFlags: flags, switchFlags: ["--wait", "--json", "--new"])
+    // The command is the first word that is no option's, with options before it too.
+    guard let at = Arguments.firstPositional(in: args, valueFlags: flags) else { throw CLIError.usage("no command given") }
+    let command = args.remove(at: at)
+    let a = try Arguments(args, valueFlags: flags, switchFlags: ["--wait", "--json", "--new"])
     guard CommandHelp.text(for: command, in: usage, program: "permission-child") != nil else {
         throw CLIError.usage("unknown command \"\(command)\"")
     }
@@ -407,6 +412,9 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
         case "ask":
             guard !a.positionals.isEmpty else { throw CLIError.usage("ask needs at least one HANDLE") }
             let names = a.values("--name")
+            guard names.count <= a.positionals.count else {
+                throw CLIError.usage("\(names.count) names (--name) for \(a.positionals.count) handles: give one for each handle, in order")
+            }
             let people = try a.positionals.enumerated().map { i, text -> CommunicationTopic.PersonInformation in
                 var components: PersonNameComponents?
                 if i < names.count {

@@ -173,9 +173,10 @@ func run() async throws -> Int32 {
         printOut(help)
         return 0
     }
-    let command = args.first.flatMap { $0.hasPrefix("-") ? nil : $0 }
-    let a = try Arguments(
-        Array(args.dropFirst(command == nil ? 0 : 1)), valueFlags: flags, switchFlags: ["--json", "--approve", "--decline"])
+    // The command is the first word that is no option's, with options before it too.
+    var rest = args
+    let command = Arguments.firstPositional(in: args, valueFlags: flags).map { rest.remove(at: $0) }
+    let a = try Arguments(rest, valueFlags: flags, switchFlags: ["--json", "--approve", "--decline"])
     let commands = ["pending", "answer", "watch", "auto", "limits", "known", "history", "view"]
     if let command, !commands.contains(command) { throw CLIError.usage("unknown command \"\(command)\"") }
     if command == nil && (isatty(0) == 0 || isatty(1) == 0) {

@@ -482,6 +482,17 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(try child(["questions", "--status", "bogus"]).finish(), 64)
         XCTAssertEqual(try child(["limits", "--socket", ""]).finish(), 64, "an empty socket path")
         XCTAssertEqual(try child(["known", "+15550177", "--status", "pending"]).finish(), 64, "not an option of known")
+        let names = try child(["ask", "+15550177", "+15550178", "--name", "A", "--name", "B", "--name", "C"], stderrInLines: true)
+        XCTAssertEqual(names.finish(), 64, "a name would be dropped")
+        XCTAssertTrue(names.nextLine()?.contains("3 names (--name) for 2 handles") ?? false)
+        let past = try child(["ask", "+15550177", "--expires", "0s"], stderrInLines: true)
+        XCTAssertEqual(past.finish(), 64)
+        XCTAssertTrue(past.nextLine()?.contains("--expires takes a time to come") ?? false)
+        // Options may come before the command too.
+        let credentials = ["--credentials", relay.dir.appendingPathComponent("child.json").path]
+        XCTAssertEqual(try ProgramRun("permission-child", credentials + ["limits"], env: env).finish(), 0)
+        let before = ["--credentials", relay.dir.appendingPathComponent("guardian.json").path, "--json", "pending"]
+        XCTAssertEqual(try ProgramRun("permission-guardian", before, env: env).finish(), 0)
         // A usage error is one line: the problem, and where help is.
         let fax = try child(["ask", "fax:12345"], stderrInLines: true)
         XCTAssertEqual(fax.finish(), 64, "an unknown kind of handle")
