@@ -88,7 +88,9 @@ func runScenarios(_ a: Arguments) throws -> Int32 {
 /// A guardian that answers every question by a fixed policy.
 func scriptedGuardian(_ a: Arguments) async throws -> Int32 {
     guard let family = a.value("--family") else { throw CLIError.usage("guardian needs --family FAMILY") }
-    let policy = a.value("--policy") ?? "approve"
+    guard let policy = a.value("--policy") else {
+        throw CLIError.usage("--policy is required: approve, decline, approve-after:2s, decline-after:2s or never")
+    }
     let parts = policy.split(separator: ":").map(String.init)
     guard ["approve", "decline", "approve-after", "decline-after", "never"].contains(parts[0]) else {
         throw CLIError.usage("--policy must be approve, decline, approve-after:2s, decline-after:2s or never")

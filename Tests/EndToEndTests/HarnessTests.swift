@@ -189,6 +189,8 @@ final class HarnessTests: XCTestCase {
         let relay = try RelayProcess()
         try relay.start()
         let tokens = try relay.provision(families: 1)
+        let unsaid = try ProgramRun("permission-harness", ["guardian", "--family", "f0", "--socket", relay.socket], env: [:])
+        XCTAssertEqual(unsaid.finish(), 64, "a guardian answers nothing it was not told how to")
         let bot = try ProgramRun(
             "permission-harness", ["guardian", "--family", "f0", "--policy", "approve-after:0.2s", "--socket", relay.socket], env: [:],
             stderrInLines: true)
