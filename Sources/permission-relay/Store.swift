@@ -69,6 +69,7 @@ struct StoreCommand: Sendable {
         run: { args in
             umask(0o077)  // the store put in place, as private as the relay makes its own
             let (backup, given) = try fileAndData(args, "BACKUP")
+            let isNew = access(given, F_OK) != 0
             let data = try Paths.makePrivateDirectory(given, owner: Paths.storeCommandOwner)
             try Paths.checkStoreFiles(in: data, owner: Paths.storeCommandOwner)
             let lock = try Serve.lockDataDirectory(data)
@@ -82,8 +83,11 @@ struct StoreCommand: Sendable {
             // Root restoring the store of a relay that runs as another user gives it that user's.
             var st = stat()
             if geteuid() == 0, stat(data, &st) == 0, st.st_uid != 0 { Paths.giveStoreFiles(in: data, to: st.st_uid, group: st.st_gid) }
+            // A data directory made now may be a mistyped one: the relay must be told of it.
+            let serve = isNew || given != Paths.defaultData ? " (permission-relay serve --data \(data))" : ""
             printOut(
-                "restored \(backup) into \(data)/relay.db\(kept.isEmpty ? "" : " (what it replaced is kept: \(kept.joined(separator: ", ")))"); start the relay to serve it"
+                "restored \(backup) into \(data)/relay.db\(isNew ? ", a new data directory" : "")"
+                    + "\(kept.isEmpty ? "" : " (what it replaced is kept: \(kept.joined(separator: ", ")))"); start the relay to serve it\(serve)"
             )
         })
 
@@ -96,11 +100,12 @@ struct StoreCommand: Sendable {
     static let check = StoreCommand(
         name: "check",
         usage: """
-            OVERVIEW: Check the relay's store: SQLite's integrity check, then the relay's own rules
-            (each member's events without holes, cursors not past their stream, every question
-            readable and its child known). Exits 0 when all is well, 1 with what is wrong.
+            OVERVIEW: Check the relay's store, or a backup of it: SQLite's integrity check, then the
+            relay's own rules (each member's events without holes, cursors not past their stream,
+            every question readable and its child known). Exits 0 when all is well, 1 with what is
+            wrong.
 
-            USAGE: permission-relay check [--data DIR]
+            USAGE: permission-relay check [BACKUP] [--data DIR]
 
             OPTIONS:
             \(dataOption)
@@ -108,27 +113,38 @@ struct StoreCommand: Sendable {
             EXAMPLES:
               permission-relay check
               permission-relay check --data /var/lib/permission-relay
+              permission-relay check ~/relay-backup-2026-12-01.db
             """,
         run: { args in
             let a = try Arguments(args, valueFlags: ["--data"], switchFlags: [])
-            _ = try a.expectPositionals([])
+            guard a.positionals.count <= 1 else { throw CLIError.usage("check takes one BACKUP at most") }
+            if a.positionals.count == 1 && a.value("--data") != nil {
+                throw CLIError.usage("give a BACKUP to check, or --data DIR, not both")
+            }
             let data = a.value("--data") ?? Paths.defaultData
+            var isDirectory: ObjCBool = false
+            if a.value("--data") != nil, FileManager.default.fileExists(atPath: data, isDirectory: &isDirectory), !isDirectory.boolValue {
+                throw CLIError.usage(
+                    "--data takes the relay's data directory; to check a backup file, give it: permission-relay check \(data)")
+            }
+            let file = a.positionals.first ?? data + "/relay.db"
             let findings: [String]
             do {
-                findings = try SQLiteStore.check(databaseAt: Paths.canonical(data) + "/relay.db")
+                findings = try SQLiteStore.check(databaseAt: a.positionals.first ?? Paths.canonical(data) + "/relay.db")
             } catch {
-                if Store.diskFull(error, data: data) {
-                    throw CLIError.failure("cannot check \(data)/relay.db: the disk is full; free some space and check again")
+                let folder = (file as NSString).deletingLastPathComponent
+                if Store.diskFull(error, data: folder.isEmpty ? "." : folder) {
+                    throw CLIError.failure("cannot check \(file): the disk is full; free some space and check again")
                 }
-                throw CLIError.failure("cannot check \(data)/relay.db: \(error)")
+                throw CLIError.failure("cannot check \(file): \(error)")
             }
             guard findings.isEmpty else {
                 for f in findings { printErr("permission-relay: \(f)") }
+                let what = a.positionals.isEmpty ? "restore a backup (permission-relay restore)" : "use another backup"
                 throw CLIError.failure(
-                    "\(data)/relay.db: \(findings.count) problem\(findings.count == 1 ? "" : "s") found; restore a backup"
-                        + " (permission-relay restore) or keep the store for inspection")
+                    "\(file): \(findings.count) problem\(findings.count == 1 ? "" : "s") found; \(what) or keep the store for inspection")
             }
-            printOut("\(data)/relay.db: ok")
+            printOut("\(file): ok")
         })
 }
 

@@ -29,6 +29,18 @@ final class StoreCommandTests: XCTestCase {
         let check = runRelay(["check", "--data", relay.data])
         XCTAssertEqual(check.status, 0, check.stderr)
         XCTAssertTrue(check.stdout.hasSuffix(": ok\n"), check.stdout)
+        // A backup is checked as it is, before it is needed.
+        XCTAssertEqual(runRelay(["check", backup]).stdout, "\(backup): ok\n")
+        let misread = runRelay(["check", "--data", backup])
+        XCTAssertEqual(misread.status, 64)
+        XCTAssertTrue(misread.stderr.contains("to check a backup file, give it: permission-relay check \(backup)"), misread.stderr)
+        // Restored into a directory that is not there yet (a typo, maybe): it says how to serve it.
+        let elsewhere = relay.dir.appendingPathComponent("elsewhere").path
+        let fresh = runRelay(["restore", backup, "--data", elsewhere])
+        XCTAssertEqual(fresh.status, 0, fresh.stderr)
+        XCTAssertTrue(
+            fresh.stdout.contains("a new data directory; start the relay to serve it (permission-relay serve --data \(elsewhere))"),
+            fresh.stdout)
         let refused = runRelay(["restore", backup, "--data", relay.data])
         XCTAssertEqual(refused.status, 1)
         XCTAssertTrue(refused.stderr.contains("another relay is already using the data directory"), refused.stderr)
