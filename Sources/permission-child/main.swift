@@ -226,6 +226,8 @@ func send<T: QuestionTopic>(
                 if summary.status == "answered", let choice = summary.choice {
                     return answered(id, choice, by: summary.guardian ?? "")
                 }
+                // Expired while the relay was out of reach: the default choice is the question's.
+                if summary.status == "expired" { return closed(id, summary.status, defaultChoice: q.defaultChoice) }
                 if summary.status != "pending" { return closed(id, summary.status, defaultChoice: nil) }
             }
             // The streams end only when the center can receive nothing more.

@@ -209,7 +209,7 @@ struct AdminCommand: Sendable {
                 guard p[1] == "on" || p[1] == "off" else { throw CLIError.usage("the last argument must be on or off") }
                 return ["type": "setLimits", "child": .string(p[0]), "enabled": .bool(p[1] == "on")]
             },
-            describe: { r in "communication limits \(r["enabled"]?.bool == true ? "on" : "off")" }),
+            describe: { r in "communication limits \(r["enabled"]?.bool == true ? "on" : "off") for \(r["child"]?.string ?? "")" }),
         AdminCommand(
             words: ["status"], arguments: [], extraFlags: [],
             summary: "Show the running relay's counters.",

@@ -212,12 +212,13 @@ final class AdminCommandTests: XCTestCase {
         XCTAssertNil(reply["more"])
         XCTAssertEqual(runRelay(["family", "list", "--socket", small.socket]).stdout.split(separator: "\n").count, 1800)
 
+        XCTAssertEqual(runRelay(["limits", "set", "c7", "off", "--socket", small.socket]).stdout, "communication limits off for c7\n")
         let shown = runRelay(["family", "show", "f7", "--socket", small.socket])
         XCTAssertEqual(
             shown.stdout,
             """
             f7
-              c7  child     limits on, 1 pending question, 1 connection
+              c7  child     limits off, 1 pending question, 1 connection
               g7  guardian  not connected
 
             """)

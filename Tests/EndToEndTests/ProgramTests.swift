@@ -343,6 +343,20 @@ final class ProgramTests: XCTestCase {
         XCTAssertFalse(said.contains("another client opened this session"), said)
     }
 
+    /// A question that expired while the relay was stopped is told as one seen expiring:
+    /// with its default choice.
+    func testAWaitingAskToldOfAnExpiryAfterARestartNamesTheDefaultChoice() throws {
+        let expiring = try child(["ask", "custom:kim43", "--expires", "2s", "--wait"])
+        let incoming = try guardian(["watch", "--json"])
+        XCTAssertNotNil(incoming.nextLine(), "asked")
+        incoming.stop()
+        XCTAssertEqual(relay.terminate(), 0)
+        usleep(2_500_000)  // past its expiry, with no relay to expire it: time is what is waited for
+        try relay.start()
+        XCTAssertEqual(expiring.finish(), 3)
+        XCTAssertEqual(expiring.nextLine(), "expired; default choice: Decline")
+    }
+
     func testAskWaitExitCodesTellTheOutcome() throws {
         let approved = try child(["ask", "phone:+15550100", "--name", "Kim Lee", "--action", "message", "--wait"])
         let bot = try guardian(["auto", "--approve", "--count", "1"])
