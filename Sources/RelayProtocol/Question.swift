@@ -354,7 +354,9 @@ extension QuestionContent {
         switch q["expirationDate"] {
         case nil, .null?: break
         case .string(let s)?:
-            guard let t = Timestamp(rfc3339: s) else { throw invalid("expirationDate \"\(s)\" is not an RFC 3339 timestamp (with, in UTC, a year from 0000 to 9999)") }
+            guard let t = Timestamp(rfc3339: s) else {
+                throw invalid("expirationDate \"\(s)\" is not an RFC 3339 timestamp (with, in UTC, a year from 0000 to 9999)")
+            }
             guard t > now else { throw invalid("expirationDate \(s) is not in the future") }
             expiration = t
         default:
