@@ -113,6 +113,10 @@ final class AdminCommandTests: XCTestCase {
         XCTAssertEqual(
             unknown.stderr,
             "permission-relay: unknown command \"member rename\" (member commands: add, remove) (see `permission-relay --help`)\n")
+        let typo = runRelay(["famliy", "create", "smiths"])
+        XCTAssertEqual(typo.status, 64)
+        XCTAssertTrue(typo.stderr.contains("unknown command \"famliy create\" (did you mean family?)"), typo.stderr)
+        XCTAssertFalse(runRelay(["bogus"]).stderr.contains("did you mean"), "nothing near it")
         // A command's wrong arguments point to its own help, which names its options.
         let short = runRelay(["member", "add", "smiths"])
         XCTAssertEqual(short.status, 64)
