@@ -185,6 +185,7 @@ func run() async throws -> Int32 {
     // Each command that waits for events has a durable session of its own: the view and a
     // `watch` or `auto` beside it never take one from the other.
     let name = command ?? "view"
+    if name == "answer" { _ = try a.expectPositionals(["ID", "CHOICE"]) }  // what is missing here first, then who
     let waits = ["watch", "auto", "view"].contains(name)
     let config = try ClientOptions.configuration(a, app: name == "view" ? "permission-guardian" : "permission-guardian-\(name)")
     let center = GuardianCenter(configuration: waits ? try ClientOptions.durable(config) : config.ephemeral)

@@ -485,6 +485,10 @@ final class ProgramTests: XCTestCase {
             XCTAssertFalse(text.contains(others), text)
         }
         XCTAssertEqual(try ProgramRun("permission-child", ["fly"], env: [:]).finish(), 64)
+        let bare = try ProgramRun(
+            "permission-guardian", ["answer"], env: ["PERMISSION_MEMBER": "", "PERMISSION_CREDENTIALS": ""], stderrInLines: true)
+        XCTAssertEqual(bare.finish(), 64)
+        XCTAssertTrue(bare.nextLine()?.contains("expected ID CHOICE, got nothing") ?? false, "what is missing first, then who")
         XCTAssertEqual(
             try ProgramRun(
                 "permission-guardian", ["pending"], env: ["PERMISSION_MEMBER": "", "PERMISSION_TOKEN": "", "PERMISSION_CREDENTIALS": ""]
