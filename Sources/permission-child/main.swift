@@ -160,6 +160,12 @@ func send<T: QuestionTopic>(
 ) async throws -> Int32 {
     let json = a.has("--json")
     let timeout = try a.double("--timeout", default: 0)  // checked with the command line
+    // An --id already pending or answered is a resend: the relay keeps the first version,
+    // whatever this one asks, which a reused id may not mean.
+    if a.value("--id") != nil, let earlier = try? await center.question(id: q.id), ["pending", "answered"].contains(earlier.status) {
+        let about = earlier.handles.isEmpty ? "" : " about \(terminalSafe(earlier.handles.map(\.value).joined(separator: ", ")))"
+        printErr("permission-child: question \(q.id) was asked before\(about) and is \(earlier.status): its first version stands")
+    }
     guard a.has("--wait") else {
         if let existing {
             printOut(

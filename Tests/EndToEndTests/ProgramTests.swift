@@ -343,6 +343,21 @@ final class ProgramTests: XCTestCase {
         XCTAssertFalse(said.contains("another client opened this session"), said)
     }
 
+    /// An --id already asked is a resend, whatever else is given: the child is told that the
+    /// first version stands.
+    func testAskingAnIdAgainSaysTheFirstVersionStands() throws {
+        let id = UUID().uuidString
+        let first = try child(["ask", "phone:+15553000", "--id", id], stderrInLines: true)
+        XCTAssertEqual(first.finish(), 0)
+        XCTAssertEqual(first.nextLine(), "asked \(id) (pending, attempt 1)")
+        let again = try child(["ask", "phone:+15553001", "--id", id, "--name", "Someone Else"], stderrInLines: true)
+        XCTAssertEqual(again.finish(), 0)
+        let said = [again.nextLine(), again.nextLine()].compactMap { $0 }
+        XCTAssertTrue(
+            said.contains("permission-child: question \(id) was asked before about +15553000 and is pending: its first version stands"),
+            "\(said)")
+    }
+
     /// A question that expired while the relay was stopped is told as one seen expiring:
     /// with its default choice.
     func testAWaitingAskToldOfAnExpiryAfterARestartNamesTheDefaultChoice() throws {
