@@ -107,16 +107,16 @@ extension RelayCore {
                 return refuse(.busy, "\(open); close one, or connect without a session")
             }
             // A new session starts at the head, having acknowledged none of the events before it:
-            // they stay for others that resume (§6) until it acknowledges one.
+            // they stay for others that resume (§6) until it acknowledges a later one.
             var record =
                 existing?.record
                 ?? SessionRecord(member: memberID, name: name, cursor: head, acknowledged: m.prunedThrough, topics: [])
             var start = record.cursor
             if let resume {
-                // What the client has processed: acknowledged, as by an `ack`.
+                // What the client has processed: from the cursor up, acknowledged, as by an
+                // `ack`; below it, it changes nothing (§4, §6).
                 start = min(resume, head)
-                if start > record.cursor || existing == nil { record.cursor = start }
-                record.acknowledged = max(existing == nil ? start : record.acknowledged, start)
+                if start >= record.cursor || existing == nil { (record.cursor, record.acknowledged) = (start, start) }
             }
             let durable = existing ?? DurableSession(record)
             if existing == nil || record != durable.record {
@@ -167,13 +167,13 @@ extension RelayCore {
     }
 
     /// Moves the session's cursor, and how far it has acknowledged, up to `seq` (never past
-    /// its stream's head, never back).
+    /// its stream's head, never back: an ack below the cursor changes nothing, §6).
     func ack(_ session: Session, upTo seq: Int64) {
         guard let member = session.member, let durable = session.durable else { return }
         let target = min(seq, member.head)
-        guard target > durable.record.acknowledged else { return }  // never above the cursor
-        durable.record.acknowledged = target
-        durable.record.cursor = max(durable.record.cursor, target)
+        // At the cursor, it acknowledges what a session that started at the head had not.
+        guard target >= durable.record.cursor, target > durable.record.acknowledged else { return }
+        (durable.record.cursor, durable.record.acknowledged) = (target, target)
         if !durable.dirty {
             durable.dirty = true
             dirtySessions.append(durable)

@@ -378,11 +378,16 @@ public final class RelayServer {
             log(.info, "removing stale socket \(path) left by a relay that did not stop cleanly")
             unlink(path)
         }
-        let oldMask = umask(~config.socketMode & 0o777)
+        // Made private, then opened as far as configured: the umask is the whole process's,
+        // and one wider than the relay's own would reach the files its threads make meanwhile.
+        let oldMask = umask(0o077)
         listenFD = cs_listen_unix(path, 1024)
         umask(oldMask)
         if listenFD == -2 { throw ServerError("socket path is empty or too long (at most 107 bytes): \(path)") }
         guard listenFD >= 0 else { throw ServerError("cannot listen on \(path): \(String(cString: strerror(errno)))") }
+        guard chmod(path, config.socketMode) == 0 else {
+            throw ServerError("cannot set the mode of \(path): \(String(cString: strerror(errno)))")
+        }
         socketFile = Self.fileID(path)
     }
 

@@ -22,9 +22,12 @@ enum Serve {
                                            (default: $PERMISSION_RELAY_SOCKET, else
                                            $XDG_RUNTIME_DIR/permission-relay/relay.sock, else
                                            /tmp/permission-relay-UID/relay.sock; started by
-                                           systemd with a .socket unit, the socket it passes).
-                                           Mode 0600; 0666 when root runs the relay (the
-                                           machine's, for every account: tokens decide who)
+                                           systemd with a .socket unit, the socket it passes)
+          --socket-mode MODE               The socket's permissions, in octal (default: 0600; 0666
+                                           when root runs the relay, as for the machine's relay:
+                                           any account may connect, and tokens, or the account a
+                                           member is bound to, decide who it is; the directory
+                                           the socket is in decides who reaches it too)
           --data DIR                       Data directory holding relay.db
                                            (default: $STATE_DIRECTORY under systemd, else
                                            $XDG_STATE_HOME/permission-relay, else
@@ -89,7 +92,7 @@ enum Serve {
     static let dayInSeconds = 86_400
 
     static let valueFlags: Set<String> = [
-        "--socket", "--data", "--sync", "--max-frame-bytes", "--heartbeat-seconds", "--handshake-timeout-seconds",
+        "--socket", "--socket-mode", "--data", "--sync", "--max-frame-bytes", "--heartbeat-seconds", "--handshake-timeout-seconds",
         "--max-pending-per-child", "--max-pending-bytes-per-child", "--ask-rate-limit", "--max-connections", "--max-output-bytes",
         "--max-member-output-bytes", "--max-total-output-bytes",
         "--retention-seconds", "--log-level", "--max-questions-per-child", "--spin-microseconds",
@@ -137,6 +140,15 @@ enum Serve {
         // Root's relay is the machine's, for every account as its systemd socket is (a token,
         // or the account itself, decides who connects as whom); a user's is for that user.
         server.socketMode = geteuid() == 0 ? 0o666 : 0o600
+        if let text = a.value("--socket-mode") {
+            if inherited != nil { throw CLIError.usage("--socket-mode is for a socket the relay makes; the service manager made this one") }
+            guard let mode = mode_t(text, radix: 8), mode <= 0o777, mode & 0o600 == 0o600 else {
+                throw CLIError.usage(
+                    "--socket-mode must be octal permissions that let the relay's own user read and write, such as 0600 or 0660, not \"\(text)\""
+                )
+            }
+            server.socketMode = mode
+        }
         server.inheritedListener = inherited?.fd
         server.questionsKept.count = try a.int("--max-questions-per-child", default: server.questionsKept.count, min: 1)
         server.questionsKept.bytes = try a.int(

@@ -165,6 +165,15 @@ final class LifecycleTests: XCTestCase {
         try relay.start()
         defer { relay.crash() }
         XCTAssertEqual(mode(relay.socket), geteuid() == 0 ? 0o666 : 0o600)
+        let chosen = try RelayProcess(flags: ["--socket-mode", "0660"])
+        try chosen.start()
+        defer { chosen.crash() }
+        XCTAssertEqual(mode(chosen.socket), 0o660)
+        for bad in ["0066", "8", "1777", "rw"] {
+            let r = runRelay(["serve", "--socket-mode", bad, "--socket", relay.dir.path + "/bad.sock", "--data", relay.dir.path + "/bad"])
+            XCTAssertEqual(r.status, 64, bad)
+            XCTAssertTrue(r.stderr.contains("--socket-mode must be octal permissions"), r.stderr)
+        }
         guard geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else { return }
         let dir = relay.dir.appendingPathComponent("nobody").path
         XCTAssertEqual(mkdir(dir, 0o700), 0)

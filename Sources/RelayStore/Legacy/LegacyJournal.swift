@@ -345,6 +345,7 @@ extension StoreSnapshot {
                 // A cursor never goes back: the tables may hold one newer than the journal's.
                 let key = "\(s.member)\u{0}\(s.name)"
                 s.cursor = max(s.cursor, sessionsByKey[key]?.cursor ?? s.cursor)
+                s.acknowledged = s.cursor  // an older relay's sessions had acknowledged what their cursor says
                 sessionsByKey[key] = s
             case .dropSessions(let member):
                 sessionsByKey = sessionsByKey.filter { $0.value.member != member }
