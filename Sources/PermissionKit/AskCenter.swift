@@ -80,6 +80,8 @@ public struct QuestionSummary: Sendable {
     public let updateDescription: String?
     /// The answers it offers.
     public let choices: [PermissionChoice]
+    /// The one taken as the answer when it expires.
+    public let defaultChoice: PermissionChoice?
     /// When answered: the choice, who chose it and when.
     public let choice: PermissionChoice?
     /// When answered: the guardian who answered.
@@ -516,6 +518,7 @@ extension QuestionSummary {
         actions = Set((q["topic"]?["actions"]?.array ?? []).compactMap { $0.string.flatMap(CommunicationTopic.Action.init(rawValue:)) })
         updateDescription = topicKind == SignificantAppUpdateTopic.id ? q["topic"]?["description"]?.string : nil
         choices = (q["choices"]?.array ?? []).compactMap(PermissionChoice.init(wire:))
+        defaultChoice = choices.first { $0.id == q["defaultChoice"]?.string }
         choice = q["outcome"]?["choice"].flatMap(PermissionChoice.init(wire:))
         guardian = q["outcome"]?["guardian"]?.string
         answeredAt = q["outcome"]?["answeredAt"]?.string.flatMap(Date.init(rfc3339:))

@@ -232,9 +232,10 @@ func send<T: QuestionTopic>(
                 if summary.status == "answered", let choice = summary.choice {
                     return answered(id, choice, by: summary.guardian ?? "")
                 }
-                // Expired while the relay was out of reach: the default choice is the question's.
-                if summary.status == "expired" { return closed(id, summary.status, defaultChoice: q.defaultChoice) }
-                if summary.status != "pending" { return closed(id, summary.status, defaultChoice: nil) }
+                if summary.status != "pending" {
+                    // Expired while the relay was out of reach: with its default choice, as when seen.
+                    return closed(id, summary.status, defaultChoice: summary.status == "expired" ? summary.defaultChoice : nil)
+                }
             }
             // The streams end only when the center can receive nothing more.
             throw CLIError.failure(center.connectionState == .refused ? refusal(center.connectionError) : "the connection was closed")
@@ -421,7 +422,8 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
             guard !a.positionals.isEmpty else { throw CLIError.usage("ask needs at least one HANDLE") }
             let names = a.values("--name")
             guard names.count <= a.positionals.count else {
-                throw CLIError.usage("\(names.count) names (--name) for \(a.positionals.count) handles: give one for each handle, in order")
+                throw CLIError.usage(
+                    "\(names.count) names (--name) for \(a.positionals.count) handles: give at most one for each handle, in order")
             }
             let people = try a.positionals.enumerated().map { i, text -> CommunicationTopic.PersonInformation in
                 var components: PersonNameComponents?

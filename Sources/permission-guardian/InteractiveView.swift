@@ -149,8 +149,9 @@ struct InteractiveView {
 
     /// Draws the screen, fitted to the terminal: as many questions as its height allows,
     /// scrolled so that the selected one shows. The selected question and the message are
-    /// wrapped to the terminal's width, so that what is being approved is always all there;
-    /// the other questions' lines are cut to it.
+    /// wrapped to the terminal's width, so that what is being approved shows in full as far
+    /// as the terminal's height allows (`pending` lists it all); the other questions' lines
+    /// are cut to it.
     private func draw(_ pending: [GuardianQuestion], _ selected: Int, _ message: String, _ state: ConnectionState, _ listed: Bool) {
         var rows: Int32 = 24, cols: Int32 = 80
         _ = cs_terminal_size(1, &rows, &cols)
@@ -183,13 +184,15 @@ struct InteractiveView {
             return "\(left) · choices: \(choices)"
         }
         let chosen = pending.indices.contains(selected) ? pending[selected] : nil
+        let said = message.isEmpty ? [""] : wrapped(message, indent: "", limit: 3)
+        // The rows the other lines leave (see below), at least one for each part.
+        let detailRoom = max(2, Int(rows) - 7 - said.count)
         let detail: [String] =
             chosen.map { q in
-                var lines = wrapped(summary(q), indent: "  ", limit: 4)
+                var lines = wrapped(summary(q), indent: "  ", limit: max(1, detailRoom - 1))
                 if !lines.isEmpty { lines[0] = "› " + lines[0].dropFirst(2) }
-                return lines + wrapped(choicesLine(q), indent: "    ", limit: 3)
+                return lines + wrapped(choicesLine(q), indent: "    ", limit: max(1, min(3, detailRoom - lines.count)))
             } ?? []
-        let said = message.isEmpty ? [""] : wrapped(message, indent: "", limit: 3)
         // Header and a blank line, a line above and below the list for what is scrolled
         // away, and the message and keys under a blank line; one row spare, so that the last
         // line's newline does not scroll the header away. Questions other than the selected

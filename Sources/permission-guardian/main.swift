@@ -223,7 +223,7 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter, _ term
         }
         if list.isEmpty && !json { printOut("no pending questions") }
     case "answer":
-        let p = try a.expectPositionals(["ID", "CHOICE"])
+        let p = a.positionals  // ID and CHOICE, checked before connecting
         guard let id = UUID(uuidString: p[0]) else { throw CLIError.usage("ID must be a question id (a UUID)") }
         // An answer waits for the family hub when the family is on several devices: if it
         // takes a while, say whether that is why.

@@ -84,7 +84,7 @@ struct StoreCommand: Sendable {
             var st = stat()
             if geteuid() == 0, stat(data, &st) == 0, st.st_uid != 0 { Paths.giveStoreFiles(in: data, to: st.st_uid, group: st.st_gid) }
             // A data directory made now may be a mistyped one: the relay must be told of it.
-            let serve = isNew || given != Paths.defaultData ? " (permission-relay serve --data \(data))" : ""
+            let serve = isNew ? " (permission-relay serve --data \(data))" : ""
             printOut(
                 "restored \(backup) into \(data)/relay.db\(isNew ? ", a new data directory" : "")"
                     + "\(kept.isEmpty ? "" : " (what it replaced is kept: \(kept.joined(separator: ", ")))"); start the relay to serve it\(serve)"
@@ -127,10 +127,10 @@ struct StoreCommand: Sendable {
                 throw CLIError.usage(
                     "--data takes the relay's data directory; to check a backup file, give it: permission-relay check \(data)")
             }
-            let file = a.positionals.first ?? data + "/relay.db"
+            let file = a.positionals.first ?? Paths.canonical(data) + "/relay.db"
             let findings: [String]
             do {
-                findings = try SQLiteStore.check(databaseAt: a.positionals.first ?? Paths.canonical(data) + "/relay.db")
+                findings = try SQLiteStore.check(databaseAt: file)
             } catch {
                 let folder = (file as NSString).deletingLastPathComponent
                 if Store.diskFull(error, data: folder.isEmpty ? "." : folder) {
