@@ -131,6 +131,28 @@ extension SQLiteStore {
         return access(path, R_OK) == 0 ? nil : denied
     }
 
+    /// For a store an older relay wrote (a backup taken before an upgrade, say): its schema
+    /// version and what SQLite's integrity check finds, all that can be checked of it here
+    /// (the relay's own rules are its own schema's; a start, or a restore, upgrades it). Nil
+    /// for a store of this relay's schema, or a newer one: `check` it.
+    public static func checkOlderStore(at path: String) throws -> (version: Int, findings: [String])? {
+        if let why = unreadableStore(path) { throw StoreError(why) }
+        let db = try SQLiteDatabase(path: path, readOnly: true)
+        try db.exec("PRAGMA busy_timeout = 5000")
+        var findings: [String] = []
+        do {
+            guard let version = try db.scalar("SELECT max(version) FROM migrations").map(Int.init), version < migrations.count else {
+                return nil
+            }
+            try db.run(dynamic: "PRAGMA integrity_check") { r in
+                if r.text(0) != "ok" { findings.append("SQLite: \(r.text(0))") }
+            }
+            return (version, findings)
+        } catch is SQLiteError {
+            return nil  // not a store it can read: `check` says what is wrong with it
+        }
+    }
+
     /// What is wrong with the store at `path`: SQLite's integrity check, then the relay's
     /// own invariants. Empty when all is well; throws for a store of another relay version.
     public static func check(databaseAt path: String) throws -> [String] {

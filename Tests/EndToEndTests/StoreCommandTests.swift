@@ -31,6 +31,14 @@ final class StoreCommandTests: XCTestCase {
         XCTAssertTrue(check.stdout.hasSuffix(": ok\n"), check.stdout)
         // A backup is checked as it is, before it is needed.
         XCTAssertEqual(runRelay(["check", backup]).stdout, "\(backup): ok\n")
+        // One an older relay took (its last schema step undone here) is checked as far as it can be.
+        let older = relay.dir.appendingPathComponent("older.db").path
+        try FileManager.default.copyItem(atPath: backup, toPath: older)
+        execSQL("DELETE FROM migrations WHERE version = (SELECT max(version) FROM migrations)", in: older)
+        let olderChecked = runRelay(["check", older])
+        XCTAssertEqual(olderChecked.status, 0, olderChecked.stderr)
+        XCTAssertTrue(
+            olderChecked.stdout.contains("ok as far as SQLite's integrity check goes; it is an older relay's store"), olderChecked.stdout)
         let misread = runRelay(["check", "--data", backup])
         XCTAssertEqual(misread.status, 64)
         XCTAssertTrue(misread.stderr.contains("to check a backup file, give it: permission-relay check \(backup)"), misread.stderr)
