@@ -284,20 +284,24 @@ public final class AskCenter: Sendable {
 
     /// A stream is done with `seq`: its loop handled it, or it ended before its loop took it.
     private func settled(_ seq: Int64, handed: Bool) {
-        let done = hub.withLock { h -> Bool in
-            guard var o = h.outstanding[seq] else { return false }  // processed before this stream had it
+        let mark = hub.withLock { h -> Int64? in
+            guard var o = h.outstanding[seq] else { return nil }  // processed before this stream had it
             o.streams -= 1
             o.handed = o.handed || handed
             guard o.streams <= 0 else {
                 h.outstanding[seq] = o
-                return false
+                return nil
             }
             h.outstanding[seq] = nil
             // No loop had it (every stream ended first): it waits for the next stream.
-            if !o.handed { h.held[seq] = o.event }
-            return o.handed
+            guard o.handed else {
+                h.held[seq] = o.event
+                return nil
+            }
+            // Processed before the lock is let go: a replay of it coming meanwhile is not handed again.
+            return session.progress.markDone(seq)
         }
-        if done { session.done(seq) }
+        if let mark { session.acknowledge(mark) }
     }
 
     /// Whether the relay can be reached now.
@@ -414,6 +418,9 @@ public final class AskCenter: Sendable {
         }
         if type == "questionClosed" && QuestionOutcome(event: e) == nil { return session.done(seq) }
         let consumers = hub.withLock { h -> [EventConsumer] in
+            // Replayed after a reconnect while the app still has it, or while it waits for a
+            // stream: it is handed once (again only to an app restarted before it was done).
+            guard h.outstanding[seq] == nil, h.held[seq] == nil else { return [] }
             let list =
                 type == "response"
                 ? (h.responseConsumers[Self.topicKind(of: e) ?? ""]?.values).map(Array.init) ?? [] : Array(h.outcomeConsumers.values)

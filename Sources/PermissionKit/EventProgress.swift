@@ -1,18 +1,35 @@
 // Which events of the member's stream this app has processed, kept in a small state
 // file (written atomically: temp file, then rename) so that a restarted app neither
 // loses nor repeats an event. Processing may skip ahead of an event that waits for a
-// consumer; the file keeps the contiguous mark and the seqs done above it, the topics
-// this app registered (its durable session's subscription only ever grows, so a later
-// run never filters out a response an earlier run asked for), and whether it ever asked
-// for outcomes (then they wait for it, as responses do).
+// consumer; the file keeps the mark (everything up to it is processed) and the seqs done
+// above it, the topics this app registered (its durable session's subscription only ever
+// grows, so a later run never filters out a response an earlier run asked for), and
+// whether it ever asked for outcomes (then they wait for it, as responses do).
+//
+// A stream has holes: events of topics the session does not follow are never sent, and a
+// replay after `gap` starts past events that were dropped. A connection delivers its
+// events in order with no hole after the first (§6), so a seq below the highest received
+// that never came will not come: the mark passes it once everything received below it is
+// processed.
 
 import Foundation
 import RelayProtocol
 import Synchronization
 
 final class EventProgress: Sendable {
+    private struct State {
+        var mark: Int64?
+        var above: Set<Int64>
+        var topics: Set<String>
+        var outcomes: Bool
+        /// Received in this run and not processed yet.
+        var open: Set<Int64> = []
+        /// The highest seq received in this run.
+        var highest: Int64?
+    }
+
     private let path: String?
-    private let state: Mutex<(mark: Int64?, above: Set<Int64>, topics: Set<String>, outcomes: Bool)>
+    private let state: Mutex<State>
 
     init(path: String?) {
         self.path = path
@@ -26,7 +43,7 @@ final class EventProgress: Sendable {
             topics = Set((j["topics"]?.array ?? []).compactMap(\.string))
             outcomes = j["outcomes"]?.bool ?? false
         }
-        state = Mutex((mark, above, topics, outcomes))
+        state = Mutex(State(mark: mark, above: above, topics: topics, outcomes: outcomes))
     }
 
     /// The highest seq up to which everything is processed (for `resume` and `ack`).
@@ -59,12 +76,17 @@ final class EventProgress: Sendable {
     }
 
     /// A welcome says where the stream resumes: a client without a mark starts there, and
-    /// a mark beyond the relay's head (a relay whose data was reset) starts over too.
-    func welcome(head: Int64, cursor: Int64) {
+    /// a mark beyond the relay's head (a relay whose data was reset) starts over too. After
+    /// `gap`, the events up to the cursor are gone: there is nothing left to wait for below it.
+    func welcome(head: Int64, cursor: Int64, gap: Bool) {
         state.withLock { s in
             if s.mark == nil || s.mark! > head {
+                (s.mark, s.above, s.open, s.highest) = (cursor, [], [], nil)
+            } else if gap, let mark = s.mark, cursor > mark {
                 s.mark = cursor
-                s.above = []
+                s.above = s.above.filter { $0 > cursor }
+                s.open = s.open.filter { $0 > cursor }
+                save(s)
             }
         }
     }
@@ -73,8 +95,16 @@ final class EventProgress: Sendable {
     /// between two connections is not for it.
     func restart(at head: Int64) {
         state.withLock { s in
-            s.mark = head
-            s.above = []
+            (s.mark, s.above, s.highest) = (head, [], head)
+            s.open = s.open.filter { $0 > head }
+        }
+    }
+
+    /// Notes that `seq` came on the connection (before it is handed on).
+    func received(_ seq: Int64) {
+        state.withLock { s in
+            s.highest = max(s.highest ?? seq, seq)
+            if !((s.mark.map { seq <= $0 } ?? false) || s.above.contains(seq)) { s.open.insert(seq) }
         }
     }
 
@@ -82,15 +112,20 @@ final class EventProgress: Sendable {
         state.withLock { s in (s.mark.map { seq <= $0 } ?? false) || s.above.contains(seq) }
     }
 
-    /// Records `seq` as processed; returns the mark when it moved (to ack it).
+    /// Records `seq` as processed; returns the mark when it moved (to ack it): up to the
+    /// first seq received and not processed yet, or to the highest received when there is
+    /// none (what did not come below it will not).
     @discardableResult
     func markDone(_ seq: Int64) -> Int64? {
         state.withLock { s in
-            var mark = s.mark ?? (seq - 1)
-            guard seq > mark else { return nil }
+            let before = s.mark ?? (seq - 1)
+            s.open.remove(seq)
+            guard seq > before else { return nil }
             s.above.insert(seq)
-            let before = mark
-            while s.above.remove(mark + 1) != nil { mark += 1 }
+            let highest = max(s.highest ?? seq, seq)
+            var mark = max(before, s.open.filter { $0 > before }.min().map { $0 - 1 } ?? highest)
+            s.above = s.above.filter { $0 > mark }
+            while s.above.remove(mark + 1) != nil { mark += 1 }  // done in an earlier run
             s.mark = mark
             save(s)
             return mark > before ? mark : nil
@@ -101,7 +136,7 @@ final class EventProgress: Sendable {
     /// through the states in their order (snapshots written after the lock was let go could
     /// land out of order, the last one written an older mark: a restarted app was then shown
     /// a response again).
-    private func save(_ s: (mark: Int64?, above: Set<Int64>, topics: Set<String>, outcomes: Bool)) {
+    private func save(_ s: State) {
         guard let path else { return }
         var o: JSONObject = [
             "above": .array(s.above.sorted().map { .int($0) }), "topics": .array(s.topics.sorted().map { .string($0) }),

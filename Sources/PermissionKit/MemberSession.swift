@@ -34,10 +34,18 @@ final class MemberSession: Sendable {
                 config: $0, resumePoint: { progress.mark },
                 onWelcome: { [durable = $0.session != nil] w in
                     let head = w["head"]?.int ?? 0
-                    if durable { progress.welcome(head: head, cursor: w["cursor"]?.int ?? 0) } else { progress.restart(at: head) }
+                    if durable {
+                        progress.welcome(head: head, cursor: w["cursor"]?.int ?? 0, gap: w["gap"]?.bool == true)
+                    } else {
+                        progress.restart(at: head)
+                    }
                     onWelcome(w)
                 },
-                setup: setup, onEvent: onEvent, onEnd: onEnd)
+                setup: setup,
+                onEvent: { e in
+                    if let seq = e["seq"]?.int { progress.received(seq) }
+                    onEvent(e)
+                }, onEnd: onEnd)
         }
     }
 
@@ -101,8 +109,11 @@ final class MemberSession: Sendable {
 
     /// Records `seq` as processed and acknowledges what that completes.
     func done(_ seq: Int64) {
-        if let mark = progress.markDone(seq) { connection?.ack(mark) }
+        if let mark = progress.markDone(seq) { acknowledge(mark) }
     }
+
+    /// Acknowledges everything up to `mark` (`progress` says it is processed).
+    func acknowledge(_ mark: Int64) { connection?.ack(mark) }
 
     var state: ConnectionState { connection?.state ?? .unavailable }
 

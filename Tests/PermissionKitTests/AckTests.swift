@@ -93,8 +93,10 @@ final class ScriptedRelay: @unchecked Sendable {
         try? FileManager.default.removeItem(at: directory)
     }
 
-    /// Takes the client's connection and answers its hello with a welcome.
-    func acceptAndWelcome() throws {
+    /// Takes the client's (next) connection and answers its hello with a welcome; returns the hello.
+    @discardableResult
+    func acceptAndWelcome(head: Int64 = 0, cursor: Int64 = 0) throws -> JSONObject {
+        drop()
         var p = pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)
         guard poll(&p, 1, 10_000) > 0 else { throw CocoaError(.fileReadUnknown) }
         fd = cs_accept(listenFD)
@@ -102,9 +104,18 @@ final class ScriptedRelay: @unchecked Sendable {
             throw CocoaError(.fileReadUnknown)
         }
         send([
-            "type": "welcome", "re": hello["id"] ?? .null, "member": "c0", "role": "child", "family": "f", "head": 0,
-            "heartbeatSeconds": 15, "maxFrameBytes": 1_048_576, "session": "app", "cursor": 0,
+            "type": "welcome", "re": hello["id"] ?? .null, "member": "c0", "role": "child", "family": "f", "head": .int(head),
+            "heartbeatSeconds": 15, "maxFrameBytes": 1_048_576, "session": "app", "cursor": .int(cursor),
         ])
+        return hello
+    }
+
+    /// Closes the client's connection, as a relay that stops does.
+    func drop() {
+        if fd >= 0 { Glibc.close(fd) }
+        fd = -1
+        decoder = FrameDecoder()
+        read = []
     }
 
     func send(_ frame: JSONObject) {

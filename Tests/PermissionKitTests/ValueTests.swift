@@ -98,7 +98,8 @@ final class ValueTests: XCTestCase {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("progress-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: path) }
         let p = EventProgress(path: path)
-        p.welcome(head: 9, cursor: 4)
+        p.welcome(head: 9, cursor: 4, gap: false)
+        for seq: Int64 in 5...7 { p.received(seq) }  // in order, as a connection delivers them
         XCTAssertEqual(p.markDone(5), 5)
         XCTAssertNil(p.markDone(7), "7 is done but 6 is not: the mark stays")
         XCTAssertTrue(p.isDone(7))
@@ -107,7 +108,7 @@ final class ValueTests: XCTestCase {
         XCTAssertEqual(again.mark, 5)
         XCTAssertTrue(again.isDone(7))
         XCTAssertEqual(again.markDone(6), 7)
-        again.welcome(head: 3, cursor: 1)  // a relay that lost its data: start over at its cursor
+        again.welcome(head: 3, cursor: 1, gap: false)  // a relay that lost its data: start over at its cursor
         XCTAssertEqual(again.mark, 1)
         XCTAssertFalse(again.isDone(2))
     }
@@ -139,7 +140,7 @@ final class ValueTests: XCTestCase {
             let path = FileManager.default.temporaryDirectory.appendingPathComponent("progress-\(UUID().uuidString)").path
             defer { try? FileManager.default.removeItem(atPath: path) }
             let p = EventProgress(path: path)
-            p.welcome(head: 0, cursor: 0)
+            p.welcome(head: 0, cursor: 0, gap: false)
             DispatchQueue.concurrentPerform(iterations: 2) { side in
                 for n in 1...50 {
                     if side == 0 { p.markDone(Int64(n)) } else { p.register(["topic\(n)"]) { _ in } }

@@ -1,0 +1,115 @@
+// What the client records as processed, and so acknowledges: past the holes a stream has
+// (topics the session does not follow, events dropped before a replay with `gap`), never
+// past an event received and not processed yet; and a response the app still has is not
+// handed to it again when the relay replays it after a reconnect.
+
+import Foundation
+@testable import PermissionKit
+import RelayProtocol
+import Synchronization
+import XCTest
+
+final class EventProgressTests: XCTestCase {
+    private func stateFile() -> String {
+        let path = NSTemporaryDirectory() + "progress-\(UUID().uuidString).state"
+        addTeardownBlock { try? FileManager.default.removeItem(atPath: path) }
+        return path
+    }
+
+    /// Seq 1 is of a topic this session does not follow: the relay never sends it.
+    func testASeqThatNeverCameBelowOneReceivedIsNoHole() {
+        let p = EventProgress(path: nil)
+        p.welcome(head: 0, cursor: 0, gap: false)
+        p.received(2)
+        XCTAssertEqual(p.markDone(2), 2, "acknowledged past the seq filtered out")
+    }
+
+    func testTheMarkWaitsForWhatWasReceivedAndNotProcessed() {
+        let p = EventProgress(path: nil)
+        p.welcome(head: 0, cursor: 0, gap: false)
+        for seq: Int64 in [1, 3, 4] { p.received(seq) }
+        XCTAssertNil(p.markDone(3), "1 came and is not processed yet")
+        XCTAssertEqual(p.markDone(1), 3, "2 never came: not waited for")
+        XCTAssertEqual(p.markDone(4), 4)
+        XCTAssertTrue(p.isDone(2))
+    }
+
+    /// Events after the app's mark were dropped: the replay starts past them, with `gap`.
+    func testAGapMovesTheMarkToTheCursor() {
+        let path = stateFile()
+        let p = EventProgress(path: path)
+        p.welcome(head: 3, cursor: 3, gap: false)
+        p.welcome(head: 8, cursor: 7, gap: true)
+        XCTAssertEqual(p.mark, 7)
+        p.received(8)
+        XCTAssertEqual(p.markDone(8), 8)
+        XCTAssertEqual(EventProgress(path: path).mark, 8, "as stored for the next run")
+    }
+
+    /// What a run processed above an event still open is kept for the next run, and the mark
+    /// of the next run passes it once the open one is done.
+    func testProcessedAboveTheMarkSurvivesARestart() {
+        let path = stateFile()
+        let first = EventProgress(path: path)
+        first.welcome(head: 0, cursor: 0, gap: false)
+        first.received(1)
+        first.received(2)
+        XCTAssertNil(first.markDone(2))
+        let next = EventProgress(path: path)
+        XCTAssertEqual(next.mark, 0)
+        XCTAssertTrue(next.isDone(2))
+        next.welcome(head: 2, cursor: 0, gap: false)
+        next.received(1)
+        next.received(2)  // replayed: done already
+        XCTAssertEqual(next.markDone(1), 2)
+    }
+
+    /// The relay replays a response the app's loop still has (it was not acknowledged): the
+    /// loop is not handed it a second time.
+    func testAResponseInHandIsNotHandedAgainWhenReplayedAfterAReconnect() async throws {
+        let relay = try ScriptedRelay()
+        var config = RelayConfiguration(
+            socketPath: relay.path, member: "c0", token: "t", session: "app", stateFile: stateFile())
+        config.ackDelay = .zero
+        config.reconnectDelay = .milliseconds(10)
+        let center = AskCenter(configuration: config)
+        let responses = center.responses(for: CommunicationTopic.self)
+        try relay.acceptAndWelcome()
+        let (first, second) = (UUID(), UUID())
+        let (handed, next) = AsyncStream<UUID>.makeStream()
+        let (release, releasing) = AsyncStream<Void>.makeStream()
+        let loop = Task {
+            var releases = release.makeAsyncIterator()
+            for await r in responses {
+                next.yield(r.question.id)
+                _ = await releases.next()  // the app shows it, and waits for the user
+            }
+        }
+        var seen = handed.makeAsyncIterator()
+        relay.send(Self.response(seq: 1, question: first))
+        let firstHanded = await seen.next()
+        XCTAssertEqual(firstHanded, first)
+        relay.drop()  // the relay restarts, say
+        let hello = try relay.acceptAndWelcome(head: 2, cursor: 0)
+        XCTAssertEqual(hello["resume"]?.int, 0, "nothing processed yet")
+        relay.send(Self.response(seq: 1, question: first))  // replayed: never acknowledged
+        relay.send(Self.response(seq: 2, question: second))
+        releasing.yield()
+        let afterIt = await seen.next()
+        XCTAssertEqual(afterIt, second, "the replayed response was handed to the app a second time")
+        releasing.yield()
+        loop.cancel()
+        await center.close()
+    }
+
+    static func response(seq: Int64, question: UUID) -> JSONObject {
+        let text = """
+            {"type":"response","seq":\(seq),"question":{"id":"\(question.uuidString)","topic":{"kind":"communication",
+            "personInformation":[{"handle":{"value":"+15550100","kind":"phoneNumber"}}]},
+            "choices":[{"id":"approve","title":"Approve","answer":"approval"},{"id":"decline","title":"Decline","answer":"denial"}],
+            "defaultChoice":"decline","child":"c0","status":"answered","attempt":1,"createdAt":"2026-01-01T00:00:00Z"},
+            "choice":{"id":"approve","title":"Approve","answer":"approval"},"guardian":"sam","answeredAt":"2026-01-01T00:00:01Z"}
+            """
+        return try! JSON.parse(text).object!
+    }
+}
