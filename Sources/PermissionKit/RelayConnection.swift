@@ -212,7 +212,6 @@ final class RelayConnection: Sendable {
         var replacedInARow = 0
         while !shared.withLock({ $0.closed }) {
             if let greeted = connectAndGreet() {
-                delay = config.reconnectDelay
                 let connected = ContinuousClock.now
                 serve(greeted)
                 Glibc.close(greeted.fd)
@@ -224,8 +223,17 @@ final class RelayConnection: Sendable {
                 guard replaced else {
                     replacedInARow = 0
                     setState(.connecting)
+                    // Closed soon after its welcome (a relay that ends the session at once, on
+                    // a replay it cannot read, say): connecting again at once would loop.
+                    if ContinuousClock.now - connected < .seconds(1) {
+                        waitToReconnect(until: .now + delay * Double.random(in: 0.75...1.25))
+                        delay = min(delay * 2, config.maxReconnectDelay)
+                    } else {
+                        delay = config.reconnectDelay
+                    }
                     continue
                 }
+                delay = config.reconnectDelay
                 // Taken back within the minute: the other client is still there.
                 replacedInARow = ContinuousClock.now - connected < .seconds(60) ? replacedInARow + 1 : 1
                 setState(.replaced)

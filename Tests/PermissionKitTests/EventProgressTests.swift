@@ -1,7 +1,8 @@
 // What the client records as processed, and so acknowledges: past the holes a stream has
 // (topics the session does not follow, events dropped before a replay with `gap`), never
-// past an event received and not processed yet; and a response the app still has is not
-// handed to it again when the relay replays it after a reconnect.
+// past an event received and not processed yet; a response the app still has is not
+// handed to it again when the relay replays it after a reconnect; and a connection the
+// relay closes right after its welcome is not retried in a loop.
 
 import Foundation
 @testable import PermissionKit
@@ -100,6 +101,25 @@ final class EventProgressTests: XCTestCase {
         releasing.yield()
         loop.cancel()
         await center.close()
+    }
+
+    /// A relay that closes each connection right after its welcome is not connected to again
+    /// at once, in a loop, but after a pause that grows.
+    func testAConnectionClosedRightAfterItsWelcomeIsNotRetriedAtOnce() throws {
+        let relay = try ScriptedRelay()
+        var config = RelayConfiguration(socketPath: relay.path, member: "c0", token: "t", session: "app")
+        config.reconnectDelay = .milliseconds(200)
+        let connection = RelayConnection(config: config, resumePoint: { nil }, setup: { [] }, onEvent: { _ in })
+        connection.start()
+        defer { connection.close() }
+        var accepted: [ContinuousClock.Instant] = []
+        for _ in 0..<3 {
+            try relay.acceptAndWelcome()
+            accepted.append(.now)
+            relay.drop()
+        }
+        XCTAssertGreaterThanOrEqual(accepted[1] - accepted[0], .milliseconds(150), "the delay, less its jitter")
+        XCTAssertGreaterThanOrEqual(accepted[2] - accepted[1], .milliseconds(300), "twice that")
     }
 
     static func response(seq: Int64, question: UUID) -> JSONObject {
