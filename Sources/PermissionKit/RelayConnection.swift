@@ -272,6 +272,8 @@ final class RelayConnection: Sendable {
         var decoder: FrameDecoder
         let early: [JSONObject]
         let heartbeat: Duration
+        /// The largest frame the relay takes (its welcome says).
+        let maxFrameBytes: Int
     }
 
     /// The interval the welcome gives (the client pings on the relay's interval, and
@@ -315,7 +317,9 @@ final class RelayConnection: Sendable {
                     onWelcome(f)
                     setState(.ready)
                     let early = Array(frames.drop { $0["type"]?.string != "welcome" }.dropFirst())
-                    return Greeted(fd: fd, decoder: decoder, early: early, heartbeat: Self.heartbeat(of: f))
+                    return Greeted(
+                        fd: fd, decoder: decoder, early: early, heartbeat: Self.heartbeat(of: f),
+                        maxFrameBytes: Int(f["maxFrameBytes"]?.int ?? Int64(1 << 20)))
                 }
                 if f["type"]?.string == "error" {
                     let code = f["code"]?.string ?? "error"
@@ -350,9 +354,19 @@ final class RelayConnection: Sendable {
         while true {
             // Send what is waiting: new or unanswered requests, extra frames, and the ack if
             // they can carry it, it is due, or the connection is closing.
+            var tooLarge: [(Pending, Int)] = []
             let (toSend, closed, ackDue) = shared.withLock { s -> ([JSONObject], Bool, ContinuousClock.Instant?) in
                 var out: [JSONObject] = s.extraFrames
                 s.extraFrames.removeAll()
+                // A request larger than the relay takes would only close the connection, again
+                // at every resend: it fails at once, as the relay's error would have said.
+                s.pending.removeAll { p in
+                    guard !p.sent else { return false }
+                    let size = p.frame.encoded.count
+                    guard size > greeted.maxFrameBytes else { return false }
+                    tooLarge.append((p, size))
+                    return true
+                }
                 // Once closed, no new request goes out, but a subscription and an ack still do.
                 for i in s.pending.indices where !s.pending[i].sent && !s.closed {
                     s.pending[i].sent = true
@@ -363,6 +377,10 @@ final class RelayConnection: Sendable {
                     (s.ackToSend, s.ackDue) = (nil, nil)
                 }
                 return (out, s.closed, s.ackDue)
+            }
+            for (p, size) in tooLarge {
+                let why = "the request is \(size) bytes, and the relay takes frames of \(greeted.maxFrameBytes) at most (its maxFrameBytes)"
+                p.continuation.resume(returning: ["type": "error", "re": .string(p.id), "code": "frameTooLarge", "message": .string(why)])
             }
             if !toSend.isEmpty {
                 guard write(fd, toSend) else { return }

@@ -2,7 +2,8 @@
 // (topics the session does not follow, events dropped before a replay with `gap`), never
 // past an event received and not processed yet; a response the app still has is not
 // handed to it again when the relay replays it after a reconnect; and a connection the
-// relay closes right after its welcome is not retried in a loop.
+// relay closes right after its welcome is not retried in a loop, nor a request larger
+// than the relay takes resent.
 
 import Foundation
 @testable import PermissionKit
@@ -120,6 +121,27 @@ final class EventProgressTests: XCTestCase {
         }
         XCTAssertGreaterThanOrEqual(accepted[1] - accepted[0], .milliseconds(150), "the delay, less its jitter")
         XCTAssertGreaterThanOrEqual(accepted[2] - accepted[1], .milliseconds(300), "twice that")
+    }
+
+    /// A request larger than the relay's maxFrameBytes fails at once with frameTooLarge; it
+    /// is not sent (the relay would close the connection, and the resend would again).
+    func testARequestLargerThanTheRelayTakesFailsAtOnce() async throws {
+        let relay = try ScriptedRelay()
+        let config = RelayConfiguration(socketPath: relay.path, member: "c0", token: "t", session: "app")
+        let connection = RelayConnection(config: config, resumePoint: { nil }, setup: { [] }, onEvent: { _ in })
+        connection.start()
+        defer { connection.close() }
+        try relay.acceptAndWelcome()
+        for await state in connection.states() where state == .ready { break }
+        let pad: JSONObject = ["pad": .string(String(repeating: "x", count: 2 << 20))]
+        let huge = try await connection.request(["type": "ask", "question": .object(pad)])
+        XCTAssertEqual(huge["code"]?.string, "frameTooLarge")
+        XCTAssertTrue(huge["message"]?.string?.contains("the relay takes frames of 1048576 at most") ?? false, "\(huge)")
+        async let small = connection.request(["type": "limits"])
+        let (next, _) = try XCTUnwrap(relay.nextFrame(within: .seconds(10)))
+        XCTAssertEqual(next["type"]?.string, "limits", "the large one was never sent")
+        relay.send(["type": "ok", "re": next["id"] ?? .null, "enabled": true])
+        _ = try await small
     }
 
     static func response(seq: Int64, question: UUID) -> JSONObject {
