@@ -136,9 +136,24 @@ public final class GuardianCenter: Sendable {
             continuation.finish()
             return stream
         }
-        continuation.onTermination = { [weak self] _ in self?.hub.withLock { _ = $0.questionConsumers.removeValue(forKey: key) } }
-        Task { [weak self] in
-            for q in (try? await self?.pending()) ?? [] { deliver(q) }
+        let listing = Task { [weak self] in
+            // Asked again while the relay cannot be reached (a guardian's app started before
+            // it), until it answers or the stream or the center ends.
+            while !Task.isCancelled {
+                do {
+                    guard let list = try await self?.pending() else { return }
+                    for q in list { deliver(q) }
+                    return
+                } catch AskError.notAvailable {
+                    try? await Task.sleep(for: .seconds(1))
+                } catch {
+                    return  // refused, closed or not configured: the stream ends with the center
+                }
+            }
+        }
+        continuation.onTermination = { [weak self] _ in
+            listing.cancel()
+            self?.hub.withLock { _ = $0.questionConsumers.removeValue(forKey: key) }
         }
         return stream
     }

@@ -144,6 +144,32 @@ final class EventProgressTests: XCTestCase {
         _ = try await small
     }
 
+    /// A guardian's app started before the relay answers: the questions already pending
+    /// reach its stream once the relay does.
+    func testPendingQuestionsReachAGuardiansStreamOpenedBeforeTheRelayAnswered() async throws {
+        let relay = try ScriptedRelay()
+        var config = RelayConfiguration(socketPath: relay.path, member: "g0", token: "t", session: "view")
+        config.requestTimeout = .milliseconds(300)
+        let center = GuardianCenter(configuration: config)
+        var questions = center.questions().makeAsyncIterator()
+        try await Task.sleep(for: .milliseconds(700))  // its first listing timed out: time is what is waited for
+        try relay.acceptAndWelcome()
+        let waiting = UUID()
+        var listed = false
+        while !listed, let (frame, _) = relay.nextFrame(within: .seconds(10)) {
+            guard let id = frame["id"] else { continue }
+            listed = frame["type"]?.string == "pending"
+            let question = Self.response(seq: 1, question: waiting)["question"] ?? .null
+            relay.send(["type": "ok", "re": id, "questions": listed ? [question] : []])
+        }
+        XCTAssertTrue(listed, "the pending questions were never asked for again")
+        if listed {
+            let first = await questions.next()
+            XCTAssertEqual(first?.id, waiting)
+        }
+        await center.close()
+    }
+
     static func response(seq: Int64, question: UUID) -> JSONObject {
         let text = """
             {"type":"response","seq":\(seq),"question":{"id":"\(question.uuidString)","topic":{"kind":"communication",
