@@ -400,7 +400,7 @@ public final class AskCenter: Sendable {
     }
 
     private static func subscribe(_ topics: Set<String>) -> JSONObject {
-        ["type": "subscribe", "id": "subscribe", "topics": .array(topics.sorted().map(JSON.string))]
+        ["type": "subscribe", "topics": .array(topics.sorted().map(JSON.string))]  // the connection gives it its id
     }
 
     static func topicKind(of event: JSONObject) -> String? { event["question"]?["topic"]?["kind"]?.string }

@@ -139,10 +139,7 @@ final class RelayConnection: Sendable {
     /// reconnects until the configured timeout, then throws `ClientError.unavailable`.
     func request(_ body: JSONObject, timeout: Duration? = nil) async throws -> JSONObject {
         let deadline = ContinuousClock.now + (timeout ?? config.requestTimeout)
-        let id = shared.withLock { s -> String in
-            defer { s.nextID += 1 }
-            return "k\(s.nextID)"
-        }
+        let id = freshID()
         var frame = body
         frame["id"] = .string(id)
         return try await withTaskCancellationHandler {
@@ -177,6 +174,7 @@ final class RelayConnection: Sendable {
 
     /// Sends a frame without a reply (e.g. a fresh subscribe) if connected.
     func sendLater(_ frame: JSONObject) {
+        let frame = withID(frame, freshID())
         shared.withLock { $0.extraFrames.append(frame) }
         wake()
     }
@@ -345,7 +343,7 @@ final class RelayConnection: Sendable {
     private func serve(_ greeted: Greeted) {
         let fd = greeted.fd
         var decoder = greeted.decoder
-        for f in setup() { _ = write(fd, withID(f, "setup")) }
+        for f in setup() { _ = write(fd, withID(f, freshID())) }
         shared.withLock { s in for i in s.pending.indices { s.pending[i].sent = false } }
         var lastHeard = ContinuousClock.now
         var lastSent = ContinuousClock.now
@@ -478,6 +476,14 @@ final class RelayConnection: Sendable {
                 drainWake()
                 if endedByRequests || shared.withLock({ $0.closed }) { return }
             }
+        }
+    }
+
+    /// An id no other request of this connection has (§2).
+    private func freshID() -> String {
+        shared.withLock { s in
+            defer { s.nextID += 1 }
+            return "k\(s.nextID)"
         }
     }
 

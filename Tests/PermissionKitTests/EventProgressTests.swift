@@ -170,6 +170,30 @@ final class EventProgressTests: XCTestCase {
         await center.close()
     }
 
+    /// Every request of a connection has an id of its own (§2), its subscriptions too.
+    func testEveryRequestOfAConnectionHasAnIdOfItsOwn() async throws {
+        let relay = try ScriptedRelay()
+        let config = RelayConfiguration(socketPath: relay.path, member: "c0", token: "t", session: "app")
+        let subscribe: JSONObject = ["type": "subscribe", "id": "subscribe", "topics": ["communication"]]
+        let connection = RelayConnection(config: config, resumePoint: { nil }, setup: { [subscribe] }, onEvent: { _ in })
+        connection.start()
+        defer { connection.close() }
+        try relay.acceptAndWelcome()
+        for await state in connection.states() where state == .ready { break }
+        connection.sendLater(subscribe)  // the subscription grown, twice
+        connection.sendLater(subscribe)
+        async let limits = connection.request(["type": "limits"])
+        var ids: [String] = []
+        while let (frame, _) = relay.nextFrame(within: .seconds(10)) {
+            ids.append(frame["id"]?.string ?? "none")
+            relay.send(["type": "ok", "re": frame["id"] ?? .null])
+            if frame["type"]?.string == "limits" { break }
+        }
+        _ = try await limits
+        XCTAssertEqual(ids.count, 4, "\(ids)")
+        XCTAssertEqual(Set(ids).count, ids.count, "\(ids)")
+    }
+
     static func response(seq: Int64, question: UUID) -> JSONObject {
         let text = """
             {"type":"response","seq":\(seq),"question":{"id":"\(question.uuidString)","topic":{"kind":"communication",
