@@ -585,14 +585,8 @@ final class ProgramTests: XCTestCase {
     }
 
     func testGuardianTerminalViewShowsAQuestionAndApprovesIt() throws {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
-            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
-        }
         let ask = try child(["ask", "phone:+15550126", "--name", "Kim Lee", "--action", "videoCall", "--expires", "10m", "--wait"])
-        let session = "pg\(getpid())"
-        let command = viewCommand
-        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "120", "-y", "30", command]), 0)
-        defer { _ = tmux(["kill-session", "-t", session]) }
+        guard let session = terminal("pg", 120, 30, viewCommand) else { return }
         XCTAssertTrue(waitForScreen(session) { $0.contains("c0 asks to video-call Kim Lee (+15550126)") && $0.contains("1 Approve") })
         _ = tmux(["send-keys", "-t", session, "a"])
         XCTAssertEqual(ask.finish(), 0)
@@ -603,16 +597,11 @@ final class ProgramTests: XCTestCase {
     /// On a narrow terminal the selected question is shown whole, wrapped: who, which
     /// handle, every action; the keys say which choice `a` and `d` give.
     func testGuardianTerminalViewShowsTheSelectedQuestionWholeOnANarrowTerminal() throws {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
-            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
-        }
         let long = ["ask", "phone:+15550177", "--name", "Alexandra Konstantinopoulou-Vanderbilt"]
         XCTAssertEqual(try child(long + ["--action", "message", "--action", "videoCall", "--action", "follow"]).finish(), 0)
         let choices = ["--choice", "no:Not now:denial", "--choice", "week:For a week:approval", "--choice", "ever:Always:approval"]
         XCTAssertEqual(try child(["ask", "+15550178"] + choices).finish(), 0)
-        let session = "pgw\(getpid())"
-        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "60", "-y", "24", viewCommand]), 0)
-        defer { _ = tmux(["kill-session", "-t", session]) }
+        guard let session = terminal("pgw", 60, 24, viewCommand) else { return }
         XCTAssertTrue(
             waitForScreen(session) { screen in
                 screen.contains(
@@ -625,15 +614,10 @@ final class ProgramTests: XCTestCase {
 
     /// A view that cannot reach the relay says so, with the socket, never "No questions waiting".
     func testGuardianTerminalViewSaysWhyItCannotListTheQuestions() throws {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
-            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
-        }
-        let session = "pgn\(getpid())"
         let nowhere = relay.dir.appendingPathComponent("nowhere.sock").path
         let command = viewCommand.replacingOccurrences(
             of: "PERMISSION_RELAY_SOCKET=\(relay.socket)", with: "PERMISSION_RELAY_SOCKET=\(nowhere)")
-        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "200", "-y", "20", command]), 0)
-        defer { _ = tmux(["kill-session", "-t", session]) }
+        guard let session = terminal("pgn", 200, 20, command) else { return }
         let said =
             "could not read the pending questions: the relay is not available: cannot connect to \(nowhere): there is no socket there"
         XCTAssertTrue(
@@ -643,25 +627,14 @@ final class ProgramTests: XCTestCase {
     }
 
     func testGuardianTerminalViewSaysWhenNothingIsWaiting() throws {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
-            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
-        }
-        let session = "pge\(getpid())"
-        let command = viewCommand
-        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "100", "-y", "20", command]), 0)
-        defer { _ = tmux(["kill-session", "-t", session]) }
+        guard let session = terminal("pge", 100, 20, viewCommand) else { return }
         XCTAssertTrue(waitForScreen(session) { $0.contains("No questions waiting.") && !$0.contains("loading") })
     }
 
     /// The view has a screen of its own: after `q`, the terminal shows what it did before.
     func testGuardianTerminalViewGivesTheScreenBackAsItWas() throws {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
-            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
-        }
-        let session = "pgb\(getpid())"
         let command = "sh -c 'echo before the view; \(viewCommand); echo \"exited $?\"; sleep 60'"
-        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "100", "-y", "20", command]), 0)
-        defer { _ = tmux(["kill-session", "-t", session]) }
+        guard let session = terminal("pgb", 100, 20, command) else { return }
         XCTAssertTrue(waitForScreen(session) { $0.contains("No questions waiting.") && !$0.contains("before the view") })
         _ = tmux(["send-keys", "-t", session, "q"])
         XCTAssertTrue(waitForScreen(session) { $0.hasPrefix("before the view\nexited 0\n") })
@@ -669,15 +642,10 @@ final class ProgramTests: XCTestCase {
 
     /// SIGTERM ends the view with 143 and gives the terminal back as it was (echo, lines).
     func testGuardianTerminalViewStopsOnSIGTERMAndRestoresTheTerminal() throws {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
-            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
-        }
-        let session = "pgt\(getpid())"
         let view = viewCommand
         let command =
             "sh -c '\(view); echo \"exited $?\"; stty -a | tr \" \" \"\\n\" | grep -x -e -echo -e -icanon -e echo -e icanon; sleep 60'"
-        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "100", "-y", "20", command]), 0)
-        defer { _ = tmux(["kill-session", "-t", session]) }
+        guard let session = terminal("pgt", 100, 20, command) else { return }
         XCTAssertTrue(waitForScreen(session) { $0.contains("No questions waiting.") })
         let shell = spawn("/usr/bin/tmux", ["display", "-p", "-t", session, "#{pane_pid}"]).output.trimmingCharacters(
             in: .whitespacesAndNewlines)
@@ -687,9 +655,7 @@ final class ProgramTests: XCTestCase {
         XCTAssertTrue(waitForScreen(session) { $0.contains("exited 143") && $0.contains("\nicanon") && $0.contains("\necho") })
 
         // Ctrl-C, a key in the view's raw terminal, ends it as SIGINT would: 130.
-        let again = session + "c"
-        XCTAssertEqual(tmux(["new-session", "-d", "-s", again, "-x", "100", "-y", "20", command]), 0)
-        defer { _ = tmux(["kill-session", "-t", again]) }
+        guard let again = terminal("pgtc", 100, 20, command) else { return }
         XCTAssertTrue(waitForScreen(again) { $0.contains("No questions waiting.") })
         _ = tmux(["send-keys", "-t", again, "C-c"])
         XCTAssertTrue(waitForScreen(again) { $0.contains("exited 130") && $0.contains("\nicanon") })
@@ -697,16 +663,11 @@ final class ProgramTests: XCTestCase {
 
     /// Refused credentials end the view with 1, said in full under it, as they end `watch`.
     func testGuardianTerminalViewEndsWithOneWhenTheCredentialsAreRefused() throws {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
-            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
-        }
-        let session = "pgr\(getpid())"
         let view =
             "PERMISSION_RELAY_SOCKET=\(relay.socket) PERMISSION_STATE_DIR=\(env["PERMISSION_STATE_DIR"]!) \(productsDirectory.appendingPathComponent("permission-guardian").path) --member g0 --token nope"
         let command =
             "sh -c '\(view); echo \"exited $?\"; stty -a | tr \" \" \"\\n\" | grep -x -e -echo -e -icanon -e echo -e icanon; sleep 60'"
-        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "200", "-y", "20", command]), 0)
-        defer { _ = tmux(["kill-session", "-t", session]) }
+        guard let session = terminal("pgr", 200, 20, command) else { return }
         XCTAssertTrue(
             waitForScreen(session) { screen in
                 let unwrapped = screen.replacingOccurrences(of: "\n", with: "")
@@ -717,15 +678,9 @@ final class ProgramTests: XCTestCase {
     }
 
     func testGuardianTerminalViewFitsTheTerminalAndScrollsToTheSelection() throws {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
-            return XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
-        }
         for n in 0..<6 { XCTAssertEqual(try child(["ask", "+155501\(40 + n)"]).finish(), 0) }
-        let session = "pgs\(getpid())"
-        let command = viewCommand
         // 14 rows: room for three questions, two lines each, with the header and the keys.
-        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "64", "-y", "14", command]), 0)
-        defer { _ = tmux(["kill-session", "-t", session]) }
+        guard let session = terminal("pgs", 64, 14, viewCommand) else { return }
         XCTAssertTrue(
             waitForScreen(session) { screen in
                 screen.hasPrefix("Permission requests — 6 pending") && screen.contains("› c0 asks to communicate with +15550140")
@@ -746,6 +701,19 @@ final class ProgramTests: XCTestCase {
 
     @discardableResult
     private func tmux(_ args: [String]) -> Int32 { spawn("/usr/bin/tmux", args, capture: false).status }
+
+    /// A tmux session of its own, `width` × `height`, running `command` until the test ends;
+    /// nil, the test failed, without tmux.
+    private func terminal(_ name: String, _ width: Int, _ height: Int, _ command: String) -> String? {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") else {
+            XCTFail("tmux is needed for this test (`apt-get install tmux`; .ci/run installs it)")
+            return nil
+        }
+        let session = "\(name)\(getpid())"
+        XCTAssertEqual(tmux(["new-session", "-d", "-s", session, "-x", "\(width)", "-y", "\(height)", command]), 0)
+        addTeardownBlock { [self] in _ = tmux(["kill-session", "-t", session]) }
+        return session
+    }
 
     /// Reads the tmux screen until `ok` holds (a terminal offers no event to wait on), for at most `seconds`.
     private func waitForScreen(_ session: String, seconds: Double = 10, _ ok: (String) -> Bool) -> Bool {
