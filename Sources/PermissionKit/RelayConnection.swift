@@ -138,6 +138,7 @@ final class RelayConnection: Sendable {
     /// Sends a request and returns the relay's reply (`ok` or `error`); waits through
     /// reconnects until the configured timeout, then throws `ClientError.unavailable`.
     func request(_ body: JSONObject, timeout: Duration? = nil) async throws -> JSONObject {
+        try Task.checkCancellation()  // a task cancelled already sends nothing
         let deadline = ContinuousClock.now + (timeout ?? config.requestTimeout)
         let id = freshID()
         var frame = body

@@ -143,7 +143,7 @@ extension RelayCore {
     }
 
     /// Before `member` gets a new durable session: at the limit, forgets the least recently
-    /// used one that no connection holds (after a restart, the one furthest behind). False
+    /// used one that no connection holds (after a restart, the one that acknowledged least). False
     /// when every one is open.
     private func makeRoomForSession(of member: Member) -> Bool {
         let limit = config.maxSessionsPerMember
@@ -152,7 +152,7 @@ extension RelayCore {
         let idle = member.sessions.values.filter { !open.contains(ObjectIdentifier($0)) }
         guard
             let oldest = idle.min(by: {
-                ($0.lastUse, $0.record.cursor, $0.record.name) < ($1.lastUse, $1.record.cursor, $1.record.name)
+                ($0.lastUse, $0.record.acknowledged, $0.record.name) < ($1.lastUse, $1.record.acknowledged, $1.record.name)
             })
         else { return false }
         oldest.dirty = false  // its row goes now: no late cursor write

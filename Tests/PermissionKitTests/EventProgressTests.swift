@@ -3,7 +3,7 @@
 // past an event received and not processed yet; a response the app still has is not
 // handed to it again when the relay replays it after a reconnect; and a connection the
 // relay closes right after its welcome is not retried in a loop, nor a request larger
-// than the relay takes resent.
+// than the relay takes resent, nor a cancelled task's request sent.
 
 import Foundation
 @testable import PermissionKit
@@ -192,6 +192,31 @@ final class EventProgressTests: XCTestCase {
         _ = try await limits
         XCTAssertEqual(ids.count, 4, "\(ids)")
         XCTAssertEqual(Set(ids).count, ids.count, "\(ids)")
+    }
+
+    /// A request of a task cancelled already is not sent.
+    func testARequestOfATaskCancelledAlreadyIsNotSent() async throws {
+        let relay = try ScriptedRelay()
+        let config = RelayConfiguration(socketPath: relay.path, member: "c0", token: "t", session: "app")
+        let connection = RelayConnection(config: config, resumePoint: { nil }, setup: { [] }, onEvent: { _ in })
+        connection.start()
+        defer { connection.close() }
+        try relay.acceptAndWelcome()
+        for await state in connection.states() where state == .ready { break }
+        let cancelled = Task { () -> (any Error)? in
+            withUnsafeCurrentTask { $0?.cancel() }
+            do {
+                _ = try await connection.request(["type": "cancel", "questionId": "6F9619FF-8B86-D011-B42D-00CF4FC964FF"])
+                return nil
+            } catch { return error }
+        }
+        let thrown = await cancelled.value
+        XCTAssertTrue(thrown is CancellationError, "\(String(describing: thrown))")
+        async let limits = connection.request(["type": "limits"])
+        let (next, _) = try XCTUnwrap(relay.nextFrame(within: .seconds(10)))
+        XCTAssertEqual(next["type"]?.string, "limits", "the cancelled task's request was sent")
+        relay.send(["type": "ok", "re": next["id"] ?? .null, "enabled": true])
+        _ = try await limits
     }
 
     static func response(seq: Int64, question: UUID) -> JSONObject {

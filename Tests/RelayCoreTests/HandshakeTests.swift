@@ -292,4 +292,18 @@ final class HandshakeTests: XCTestCase {
         let (_, again) = h.login("c1", session: "behind")
         XCTAssertEqual(again["cursor"]?.int, 1)
     }
+
+    /// Behind is in what it acknowledged, which holds back what may go early: a session that
+    /// started at the head has acknowledged less than one that resumed below it.
+    func testAfterARestartTheSessionThatAcknowledgedLeastIsForgottenFirst() throws {
+        let h = try CoreHarness { $0.maxSessionsPerMember = 2 }
+        h.standardFamilies()
+        let a = h.admin()
+        for enabled in [false, true] { h.ok(a, ["type": "setLimits", "child": "c1", "enabled": .bool(enabled)]) }  // events 1, 2
+        h.core.disconnected(h.login("c1", session: "late").0)  // cursor 2, nothing acknowledged
+        h.core.disconnected(h.login("c1", session: "resumed", resume: 1).0)  // cursor 1, acknowledged 1
+        try h.restart()
+        _ = h.login("c1", session: "new")
+        XCTAssertEqual(try storedSessions(h, of: "c1"), ["new", "resumed"])
+    }
 }
