@@ -126,13 +126,7 @@ final class EventProgressTests: XCTestCase {
     /// A request larger than the relay's maxFrameBytes fails at once with frameTooLarge; it
     /// is not sent (the relay would close the connection, and the resend would again).
     func testARequestLargerThanTheRelayTakesFailsAtOnce() async throws {
-        let relay = try ScriptedRelay()
-        let config = RelayConfiguration(socketPath: relay.path, member: "c0", token: "t", session: "app")
-        let connection = RelayConnection(config: config, resumePoint: { nil }, setup: { [] }, onEvent: { _ in })
-        connection.start()
-        defer { connection.close() }
-        try relay.acceptAndWelcome()
-        for await state in connection.states() where state == .ready { break }
+        let (connection, relay) = try await readyConnection()
         let pad: JSONObject = ["pad": .string(String(repeating: "x", count: 2 << 20))]
         let huge = try await connection.request(["type": "ask", "question": .object(pad)])
         XCTAssertEqual(huge["code"]?.string, "frameTooLarge")
@@ -172,14 +166,8 @@ final class EventProgressTests: XCTestCase {
 
     /// Every request of a connection has an id of its own (§2), its subscriptions too.
     func testEveryRequestOfAConnectionHasAnIdOfItsOwn() async throws {
-        let relay = try ScriptedRelay()
-        let config = RelayConfiguration(socketPath: relay.path, member: "c0", token: "t", session: "app")
         let subscribe: JSONObject = ["type": "subscribe", "id": "subscribe", "topics": ["communication"]]
-        let connection = RelayConnection(config: config, resumePoint: { nil }, setup: { [subscribe] }, onEvent: { _ in })
-        connection.start()
-        defer { connection.close() }
-        try relay.acceptAndWelcome()
-        for await state in connection.states() where state == .ready { break }
+        let (connection, relay) = try await readyConnection(setup: [subscribe])
         connection.sendLater(subscribe)  // the subscription grown, twice
         connection.sendLater(subscribe)
         async let limits = connection.request(["type": "limits"])
@@ -196,13 +184,7 @@ final class EventProgressTests: XCTestCase {
 
     /// A request of a task cancelled already is not sent.
     func testARequestOfATaskCancelledAlreadyIsNotSent() async throws {
-        let relay = try ScriptedRelay()
-        let config = RelayConfiguration(socketPath: relay.path, member: "c0", token: "t", session: "app")
-        let connection = RelayConnection(config: config, resumePoint: { nil }, setup: { [] }, onEvent: { _ in })
-        connection.start()
-        defer { connection.close() }
-        try relay.acceptAndWelcome()
-        for await state in connection.states() where state == .ready { break }
+        let (connection, relay) = try await readyConnection()
         let cancelled = Task { () -> (any Error)? in
             withUnsafeCurrentTask { $0?.cancel() }
             do {
@@ -217,6 +199,18 @@ final class EventProgressTests: XCTestCase {
         XCTAssertEqual(next["type"]?.string, "limits", "the cancelled task's request was sent")
         relay.send(["type": "ok", "re": next["id"] ?? .null, "enabled": true])
         _ = try await limits
+    }
+
+    /// A connection past its welcome, with `setup` sent after it, and the relay it talks to.
+    private func readyConnection(setup: [JSONObject] = []) async throws -> (RelayConnection, ScriptedRelay) {
+        let relay = try ScriptedRelay()
+        let config = RelayConfiguration(socketPath: relay.path, member: "c0", token: "t", session: "app")
+        let connection = RelayConnection(config: config, resumePoint: { nil }, setup: { setup }, onEvent: { _ in })
+        connection.start()
+        addTeardownBlock { connection.close() }
+        try relay.acceptAndWelcome()
+        for await state in connection.states() where state == .ready { break }
+        return (connection, relay)
     }
 
     static func response(seq: Int64, question: UUID) -> JSONObject {
