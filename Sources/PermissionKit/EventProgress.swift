@@ -123,7 +123,7 @@ final class EventProgress: Sendable {
             guard seq > before else { return nil }
             s.above.insert(seq)
             let highest = max(s.highest ?? seq, seq)
-            var mark = max(before, s.open.filter { $0 > before }.min().map { $0 - 1 } ?? highest)
+            var mark = max(before, s.open.min().map { $0 - 1 } ?? highest)  // all open ones are above the mark
             s.above = s.above.filter { $0 > mark }
             while s.above.remove(mark + 1) != nil { mark += 1 }  // done in an earlier run
             s.mark = mark

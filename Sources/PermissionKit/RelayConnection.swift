@@ -49,6 +49,8 @@ final class RelayConnection: Sendable {
     private struct Pending {
         let id: String
         let frame: JSONObject
+        /// The frame's size, encoded: one larger than the relay takes is never sent.
+        let size: Int
         let deadline: ContinuousClock.Instant
         let continuation: CheckedContinuation<JSONObject, any Error>
         var sent = false
@@ -143,11 +145,12 @@ final class RelayConnection: Sendable {
         let id = freshID()
         var frame = body
         frame["id"] = .string(id)
+        let size = frame.encoded.count
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<JSONObject, any Error>) in
                 let refused = shared.withLock { s -> (any Error)? in
                     if s.closed { return s.closedError }
-                    s.pending.append(Pending(id: id, frame: frame, deadline: deadline, continuation: c))
+                    s.pending.append(Pending(id: id, frame: frame, size: size, deadline: deadline, continuation: c))
                     return nil
                 }
                 if let refused { c.resume(throwing: refused) } else { wake() }
@@ -353,17 +356,15 @@ final class RelayConnection: Sendable {
         while true {
             // Send what is waiting: new or unanswered requests, extra frames, and the ack if
             // they can carry it, it is due, or the connection is closing.
-            var tooLarge: [(Pending, Int)] = []
+            var tooLarge: [Pending] = []
             let (toSend, closed, ackDue) = shared.withLock { s -> ([JSONObject], Bool, ContinuousClock.Instant?) in
                 var out: [JSONObject] = s.extraFrames
                 s.extraFrames.removeAll()
                 // A request larger than the relay takes would only close the connection, again
                 // at every resend: it fails at once, as the relay's error would have said.
                 s.pending.removeAll { p in
-                    guard !p.sent else { return false }
-                    let size = p.frame.encoded.count
-                    guard size > greeted.maxFrameBytes else { return false }
-                    tooLarge.append((p, size))
+                    guard !p.sent, p.size > greeted.maxFrameBytes else { return false }
+                    tooLarge.append(p)
                     return true
                 }
                 // Once closed, no new request goes out, but a subscription and an ack still do.
@@ -377,8 +378,9 @@ final class RelayConnection: Sendable {
                 }
                 return (out, s.closed, s.ackDue)
             }
-            for (p, size) in tooLarge {
-                let why = "the request is \(size) bytes, and the relay takes frames of \(greeted.maxFrameBytes) at most (its maxFrameBytes)"
+            for p in tooLarge {
+                let why =
+                    "the request is \(p.size) bytes, and the relay takes frames of \(greeted.maxFrameBytes) at most (its maxFrameBytes)"
                 p.continuation.resume(returning: ["type": "error", "re": .string(p.id), "code": "frameTooLarge", "message": .string(why)])
             }
             if !toSend.isEmpty {

@@ -131,30 +131,20 @@ extension SQLiteStore {
         return access(path, R_OK) == 0 ? nil : denied
     }
 
-    /// For a store an older relay wrote (a backup taken before an upgrade, say): its schema
-    /// version and what SQLite's integrity check finds, all that can be checked of it here
-    /// (the relay's own rules are its own schema's; a start, or a restore, upgrades it). Nil
-    /// for a store of this relay's schema, or a newer one: `check` it.
-    public static func checkOlderStore(at path: String) throws -> (version: Int, findings: [String])? {
-        if let why = unreadableStore(path) { throw StoreError(why) }
-        let db = try SQLiteDatabase(path: path, readOnly: true)
-        try db.exec("PRAGMA busy_timeout = 5000")
-        var findings: [String] = []
-        do {
-            guard let version = try db.scalar("SELECT max(version) FROM migrations").map(Int.init), version < migrations.count else {
-                return nil
-            }
-            try db.run(dynamic: "PRAGMA integrity_check") { r in
-                if r.text(0) != "ok" { findings.append("SQLite: \(r.text(0))") }
-            }
-            return (version, findings)
-        } catch is SQLiteError {
-            return nil  // not a store it can read: `check` says what is wrong with it
+    /// What `check` throws for a store an older relay wrote, once SQLite's integrity check
+    /// found it whole: the relay's own rules are its own schema's (a start, or a restore,
+    /// upgrades it).
+    public struct OlderSchema: Error, CustomStringConvertible {
+        public let version: Int
+        public var description: String {
+            "its schema version \(version) is an older relay's: check it with that relay, or upgrade a copy (restore a backup"
+                + " of it elsewhere, start this relay on it once) and check that"
         }
     }
 
     /// What is wrong with the store at `path`: SQLite's integrity check, then the relay's
-    /// own invariants. Empty when all is well; throws for a store of another relay version.
+    /// own invariants. Empty when all is well; throws for a store of another relay version
+    /// (`OlderSchema` for an older one).
     public static func check(databaseAt path: String) throws -> [String] {
         if let loss = lossBeforeOpening(path) { return [loss] }
         if let why = unreadableStore(path) { throw StoreError(why) }
@@ -175,11 +165,7 @@ extension SQLiteStore {
             throw StoreError(
                 "its schema version \(version) is newer than this relay knows (\(migrations.count)); check it with a newer relay")
         }
-        guard version == migrations.count else {
-            throw StoreError(
-                "its schema version \(version) is an older relay's: check it with that relay, or upgrade a copy (restore a backup"
-                    + " of it elsewhere, start this relay on it once) and check that")
-        }
+        guard version == migrations.count else { throw OlderSchema(version: version) }
         for n in 0..<2 where access("\(path)-changes.\(n)", F_OK) == 0 {
             findings.append("\(path)-changes.\(n) is a journal of an older relay: the next start folds it into the database")
         }

@@ -130,13 +130,12 @@ struct StoreCommand: Sendable {
             let file = a.positionals.first ?? Paths.canonical(data) + "/relay.db"
             let findings: [String]
             do {
-                // A backup taken before an upgrade: as far as it can be checked before a restore upgrades it.
-                if !a.positionals.isEmpty, let older = try SQLiteStore.checkOlderStore(at: file), older.findings.isEmpty {
-                    return printOut(
-                        "\(file): ok as far as SQLite's integrity check goes; it is an older relay's store (schema \(older.version)),"
-                            + " which restore upgrades: check the store once the relay has started on it")
-                }
                 findings = try SQLiteStore.check(databaseAt: file)
+            } catch let older as SQLiteStore.OlderSchema where !a.positionals.isEmpty {
+                // A backup taken before an upgrade: as far as it can be checked before a restore upgrades it.
+                return printOut(
+                    "\(file): ok as far as SQLite's integrity check goes; it is an older relay's store (schema \(older.version)),"
+                        + " which restore upgrades: check the store once the relay has started on it")
             } catch {
                 let folder = (file as NSString).deletingLastPathComponent
                 if Store.diskFull(error, data: folder.isEmpty ? "." : folder) {
