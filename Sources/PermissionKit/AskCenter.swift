@@ -130,7 +130,6 @@ public final class AskCenter: Sendable {
         /// too: the connection opens (and replays what came while the app was away) as the
         /// center is made, before the app can ask for them.
         var history: [Int64: JSONObject] = [:]
-        var limitsEnabled: Bool?
 
         mutating func remember(_ seq: Int64, _ e: JSONObject) {
             history[seq] = e
@@ -412,10 +411,7 @@ public final class AskCenter: Sendable {
         guard let seq = e["seq"]?.int else { return }
         if progress.isDone(seq) { return }
         let type = e["type"]?.string
-        guard type == "response" || type == "questionClosed" else {
-            if type == "limitsChanged" { hub.withLock { $0.limitsEnabled = e["enabled"]?.bool } }
-            return session.done(seq)
-        }
+        guard type == "response" || type == "questionClosed" else { return session.done(seq) }
         if type == "questionClosed" && QuestionOutcome(event: e) == nil { return session.done(seq) }
         let consumers = hub.withLock { h -> [EventConsumer] in
             // Replayed after a reconnect while the app still has it, or while it waits for a

@@ -104,7 +104,7 @@ final class RelayConnection: Sendable {
         thread.start()
     }
 
-    /// The reason of the last failed connection attempt, if any.
+    /// Why the last connection attempt failed, while no later one has succeeded.
     var lastError: ClientError? { shared.withLock { $0.lastError } }
 
     /// Stops the I/O thread; pending requests fail with `ClientError.closed`.
@@ -196,6 +196,7 @@ final class RelayConnection: Sendable {
     private func setState(_ new: ConnectionState, error: ClientError? = nil) {
         let watchers = shared.withLock { s -> [AsyncStream<ConnectionState>.Continuation] in
             if let error { s.lastError = error }
+            if new == .ready { s.lastError = nil }  // a failed attempt before this one is not why anything fails now
             guard s.state != new else { return [] }
             s.state = new
             return Array(s.watchers.values)

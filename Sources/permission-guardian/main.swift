@@ -203,7 +203,7 @@ func run() async throws -> Int32 {
     } catch {
         await stop.claimEnd()
         throw CLIError.failure(
-            ClientOptions.describe(error, unreachableBecause: center.connectionState == .ready ? nil : center.connectionError))
+            ClientOptions.describe(error, unreachableBecause: center.connectionError))
     }
     await stop.claimEnd()
     await center.close()

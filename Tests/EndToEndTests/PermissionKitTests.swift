@@ -221,6 +221,12 @@ final class PermissionKitTests: XCTestCase {
         let patientFailedAfter = await timeToFail(patient)
         XCTAssertGreaterThanOrEqual(patientFailedAfter, .milliseconds(500))
         XCTAssertLessThan(patientFailedAfter, .seconds(2), "the request's deadline, not the 3–5 s wait before the next attempt")
+
+        // Once it connects, that reason is no longer the last attempt's.
+        var states = child.connectionStates().makeAsyncIterator()
+        try relay.start()
+        while await states.next() != .ready {}
+        XCTAssertNil(child.connectionError)
     }
 
     func testAHungRelayIsNoticedWithinThreeOfItsHeartbeatsAndAskingGoesOnOnceItWakes() async throws {
