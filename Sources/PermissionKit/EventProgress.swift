@@ -75,13 +75,15 @@ final class EventProgress: Sendable {
         }
     }
 
-    /// A welcome says where the stream resumes: a client without a mark starts there, and
+    /// A welcome says where the stream resumes: a client without a mark starts there (and
+    /// keeps it, so that it resumes from there even where the relay forgot the session), and
     /// a mark beyond the relay's head (a relay whose data was reset) starts over too. After
     /// `gap`, the events up to the cursor are gone: there is nothing left to wait for below it.
     func welcome(head: Int64, cursor: Int64, gap: Bool) {
         state.withLock { s in
             if s.mark == nil || s.mark! > head {
                 (s.mark, s.above, s.open, s.highest) = (cursor, [], [], nil)
+                save(s)  // a run that processes nothing still resumes from here if the relay forgets the session
             } else if gap, let mark = s.mark, cursor > mark {
                 s.mark = cursor
                 s.above = s.above.filter { $0 > cursor }

@@ -274,6 +274,8 @@ final class RelayConnection: Sendable {
         let fd: Int32
         var decoder: FrameDecoder
         let early: [JSONObject]
+        /// What `setup` gave for this connection, sent after its welcome.
+        let setup: [JSONObject]
         let heartbeat: Duration
         /// The largest frame the relay takes (its welcome says).
         let maxFrameBytes: Int
@@ -304,6 +306,10 @@ final class RelayConnection: Sendable {
             hello["session"] = .string(session)
             if let resume = resumePoint() { hello["resume"] = .int(resume) }
         }
+        // The topics go in the hello too (protocol.md: an extension), so that a replay passes
+        // them even in a session the relay had forgotten; the subscribe is for other relays.
+        let setup = setup()
+        if let topics = setup.first(where: { $0["type"]?.string == "subscribe" })?["topics"] { hello["topics"] = topics }
         var decoder = FrameDecoder(maxFrameBytes: 64 << 20)
         guard write(fd, hello) else {
             Glibc.close(fd)
@@ -321,7 +327,7 @@ final class RelayConnection: Sendable {
                     setState(.ready)
                     let early = Array(frames.drop { $0["type"]?.string != "welcome" }.dropFirst())
                     return Greeted(
-                        fd: fd, decoder: decoder, early: early, heartbeat: Self.heartbeat(of: f),
+                        fd: fd, decoder: decoder, early: early, setup: setup, heartbeat: Self.heartbeat(of: f),
                         maxFrameBytes: Int(f["maxFrameBytes"]?.int ?? Int64(1 << 20)))
                 }
                 if f["type"]?.string == "error" {
@@ -348,7 +354,7 @@ final class RelayConnection: Sendable {
     private func serve(_ greeted: Greeted) {
         let fd = greeted.fd
         var decoder = greeted.decoder
-        for f in setup() { _ = write(fd, withID(f, freshID())) }
+        for f in greeted.setup { _ = write(fd, withID(f, freshID())) }
         shared.withLock { s in for i in s.pending.indices { s.pending[i].sent = false } }
         var lastHeard = ContinuousClock.now
         var lastSent = ContinuousClock.now

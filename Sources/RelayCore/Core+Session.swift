@@ -86,8 +86,16 @@ extension RelayCore {
         default: return refuse(.unauthorized, "resume must be a non-negative integer seq")
         }
 
+        // A child may name its topics in the hello (§13), so that its replay passes them even
+        // in a session the relay does not know (forgotten, or restored from an older backup).
+        var topics: Set<TopicKind>?
+        if m.record.role == .child, let value = f["topics"], value != .null {
+            do throws(RequestError) { topics = try Self.topicKinds(value) } catch { return refuse(.unauthorized, error.message) }
+        }
+
         let head = m.head
         let session = Session(role: m.record.role, member: m)
+        if let topics { session.topics = topics }
         var welcome: JSONObject = ["type": "welcome"]
         welcome["re"] = .string(id)
         welcome["member"] = .string(memberID)
@@ -118,6 +126,7 @@ extension RelayCore {
                 start = min(resume, head)
                 if start >= record.cursor || existing == nil { (record.cursor, record.acknowledged) = (start, start) }
             }
+            if let topics { record.topics = topics }
             let durable = existing ?? DurableSession(record)
             if existing == nil || record != durable.record {
                 durable.record = record

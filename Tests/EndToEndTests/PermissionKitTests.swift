@@ -574,6 +574,36 @@ final class PermissionKitTests: XCTestCase {
         let third = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         try await expectOnlyANewResponse(third, guardian: guardian, "nothing already processed comes again")
     }
+
+    /// An app whose session the relay forgot (here, past `--max-sessions-per-member`) is a new
+    /// session when it comes back; its hello names its topics, so its replay still has its responses.
+    func testAnAppWhoseSessionTheRelayForgotStillGetsItsResponse() async throws {
+        let relay = try RelayProcess(flags: ["--max-sessions-per-member", "1"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let question = contact()
+        do {
+            let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+            _ = first.responses(for: CommunicationTopic.self)
+            try await first.ask(question)
+            await first.close()
+        }
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        try await guardian.answer(question.id, with: "approve")
+        do {  // another app of the child takes the one place
+            let other = AskCenter(configuration: config(relay, "c0", tokens, session: "other"))
+            var states = other.connectionStates().makeAsyncIterator()
+            while await states.next() != .ready {}
+            await other.close()
+        }
+
+        let again = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let r = await firstElement(of: again.responses(for: CommunicationTopic.self), within: .seconds(10))
+        XCTAssertEqual(r?.question.id, question.id)
+        XCTAssertEqual(r?.choice, .approve)
+        await again.close()
+    }
 }
 
 /// The first element of `stream` that `matches`, or nil when none comes within `limit`.

@@ -179,7 +179,7 @@ final class CoreHarness {
     }
 
     func login(
-        _ member: String, session: String? = nil, resume: Int64? = nil, subscribe: [String]? = nil,
+        _ member: String, session: String? = nil, resume: Int64? = nil, subscribe: [String]? = nil, helloTopics: JSON? = nil,
         file: StaticString = #filePath, line: UInt = #line
     ) -> (ConnectionID, JSONObject) {
         let c = connect(uid: 5000)
@@ -188,6 +188,7 @@ final class CoreHarness {
         ]
         if let session { hello["session"] = .string(session) }
         if let resume { hello["resume"] = .int(resume) }
+        if let helloTopics { hello["topics"] = helloTopics }
         send(c, hello)
         let welcome = inbox[c]!.removeFirst()
         XCTAssertEqual(welcome["type"]?.string, "welcome", JSON.object(welcome).text, file: file, line: line)

@@ -44,6 +44,39 @@ final class DeliveryTests: XCTestCase {
         _ = h.error(comm, ["type": "subscribe", "topics": ["news"]], .badRequest)
     }
 
+    /// A session the relay does not know (forgotten, or newer than a restored backup) has no
+    /// subscriptions: its replay passes responses only with the topics its hello names.
+    func testAChildsHelloNamesTheTopicsItsReplayPasses() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let (g, _) = h.login("g1")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        h.ok(g, ["type": "answer", "questionId": q["id"]!, "choice": "approve"])
+        let seq = try XCTUnwrap(h.events(c, "response").first?["seq"]?.int)
+
+        let (plain, _) = h.login("c1", session: "forgotten", resume: seq - 1)
+        XCTAssertTrue(h.events(plain, "response").isEmpty, "a new session subscribes to nothing")
+        let (named, _) = h.login("c1", session: "also-forgotten", resume: seq - 1, helloTopics: ["communication"])
+        XCTAssertEqual(h.events(named, "response").map { $0["seq"]?.int }, [seq])
+        // They are the session's from then on, as a subscribe's would be.
+        h.core.disconnected(named)
+        let (again, _) = h.login("c1", session: "also-forgotten", resume: seq - 1)
+        XCTAssertEqual(h.events(again, "response").map { $0["seq"]?.int }, [seq])
+        let (other, _) = h.login("c1", session: "also-forgotten", resume: seq - 1, helloTopics: ["significantAppUpdate"])
+        XCTAssertTrue(h.events(other, "response").isEmpty, "the hello's topics replace the stored ones")
+        let (ephemeral, _) = h.login("c1", helloTopics: [])
+        XCTAssertNil(h.closed[ephemeral])
+
+        let bad = h.connect()
+        h.send(bad, ["type": "hello", "id": "h", "protocol": 1, "member": "c1", "token": .string(h.tokens["c1"]!), "topics": ["news"]])
+        XCTAssertEqual(h.drain(bad).first?["code"]?.string, "unauthorized")
+        XCTAssertEqual(h.closed[bad], .handshakeFailed)
+        let (guardian, _) = h.login("g1", session: "tab", resume: 0, helloTopics: "not even a list")
+        XCTAssertEqual(h.events(guardian, "question").count, 1, "a guardian's topics are ignored: it gets all its events")
+    }
+
     func testReplyComesBeforeTheEventsItCauses() throws {
         let h = try CoreHarness()
         h.standardFamilies()
