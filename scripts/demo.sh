@@ -62,7 +62,14 @@ trap cleanup EXIT
 
 "$bin/permission-relay" serve --socket "$dir/relay.sock" --data "$dir/data" > "$dir/relay.log" 2>&1 &
 relay_pid=$!
-until [ -S "$dir/relay.sock" ]; do sleep 0.05; done
+until [ -S "$dir/relay.sock" ]; do
+    if ! kill -0 "$relay_pid" 2>/dev/null; then
+        echo "demo: the relay did not start:" >&2
+        cat "$dir/relay.log" >&2
+        exit 1
+    fi
+    sleep 0.05
+done
 echo "1. relay listening on $dir/relay.sock"
 
 export PERMISSION_RELAY_SOCKET="$dir/relay.sock" PERMISSION_STATE_DIR="$dir/state"

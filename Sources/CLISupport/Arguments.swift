@@ -77,12 +77,22 @@ public struct Arguments {
         try number(flag, d, lo, hi, unbounded: .greatestFiniteMagnitude, "number")
     }
 
+    /// The flag's number of seconds (fractions allowed), at least `lo` and at most a century
+    /// (`longestSeconds`), or `d` when it is not given.
+    public func seconds(_ flag: String, default d: Double, min lo: Double = 0) throws -> Double {
+        try number(flag, d, lo, longestSeconds, unbounded: .greatestFiniteMagnitude, "number of seconds")
+    }
+
     private func number<N: LosslessStringConvertible & Comparable>(
         _ flag: String, _ d: N, _ lo: N, _ hi: N, unbounded: N, _ what: String
     ) throws -> N {
         guard let v = value(flag) else { return d }
         guard let n = N(v), n >= lo, n <= hi else {  // a NaN is neither
-            let range = hi == unbounded ? "of at least \(lo)" : "from \(lo) to \(hi)"
+            func shown(_ n: N) -> String {
+                guard let d = n as? Double else { return "\(n)" }
+                return d == d.rounded() && abs(d) < 1e15 ? String(Int64(d)) : "\(d)"
+            }
+            let range = hi == unbounded ? "of at least \(shown(lo))" : "from \(shown(lo)) to \(shown(hi))"
             throw CLIError.usage("\(flag) must be a \(what) \(range), not \"\(v)\"")
         }
         return n
@@ -95,6 +105,16 @@ public struct Arguments {
         }
         return positionals
     }
+}
+
+/// The longest time a program takes as a number of seconds: a century. A `Duration` or a
+/// `Date` holds more, but a longer one is a typo, and adding it to a clock could overflow.
+public let longestSeconds: Double = 100 * 365 * 86_400
+
+/// `2s`, `1.5s` or `2`: a number of seconds from 0 to `longestSeconds`; nil for anything else.
+public func parseSeconds(_ text: String) -> Double? {
+    guard let n = Double(text.hasSuffix("s") ? String(text.dropLast()) : text), n >= 0, n <= longestSeconds else { return nil }
+    return n
 }
 
 /// A line on stdout. A stdout that is gone (a terminal hung up) is no reason to crash,

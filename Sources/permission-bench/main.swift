@@ -361,11 +361,14 @@ func measure(
     try gen.connect()
     let pid = pid ?? gen.serverPID  // a running relay (--socket) is found by its socket's peer credentials
     var cpuStart = ProcessCPU(user: 0, system: 0)
-    let every = a.value("--every") != nil ? try a.double("--every", default: 60) : nil
+    let every = a.value("--every") != nil ? try a.seconds("--every", default: 60, min: 0.1) : nil
     var result = gen.run(
-        duration: try a.double("--duration", default: 5), warmup: try a.double("--warmup", default: 1), every: every,
+        duration: try a.seconds("--duration", default: 5, min: 0.1), warmup: try a.seconds("--warmup", default: 1), every: every,
         onInterval: { at, latencies in
             guard let every else { return }
+            guard !latencies.isEmpty else {
+                return printErr("  \(baseline ? "baseline" : "relay") at \(String(format: "%g", at)) s: no cycles")
+            }
             let sorted = latencies.sorted()
             let p50 = Summary.percentile(0.5, ofSorted: sorted), p99 = Summary.percentile(0.99, ofSorted: sorted)
             let rss = pid.map { " · RSS \(([$0] + others).map(rssBytes).reduce(0, +) >> 20) MiB" } ?? ""
@@ -635,14 +638,18 @@ Servers.exit(
                 "--socket", "--svg", "--trace", "--compare", "--baseline",
             ],
             switchFlags: ["--json", "--cross-device"])
+        if let word = a.positionals.first {
+            throw CLIError.usage("unknown command \"\(word)\": the commands are idle, startup and core, or none (the benchmark itself)")
+        }
         // Checked before any server starts (they are read again where used).
         guard ["normal", "full"].contains(a.value("--sync") ?? "normal") else { throw CLIError.usage("--sync must be normal or full") }
         guard ["plain", "replying"].contains(a.value("--baseline") ?? "plain") else {
             throw CLIError.usage("--baseline must be plain or replying")
         }
         _ = (
-            try a.int("--avatar-bytes", default: 0), try a.double("--duration", default: 5), try a.double("--warmup", default: 1),
-            try a.double("--every", default: 60)
+            try a.int("--avatar-bytes", default: 0), try a.seconds("--duration", default: 5, min: 0.1),
+            try a.seconds("--warmup", default: 1),
+            try a.seconds("--every", default: 60, min: 0.1)
         )
         var points: [Point]
         if a.value("--families") != nil || a.value("--window") != nil {

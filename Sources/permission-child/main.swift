@@ -159,7 +159,7 @@ func send<T: QuestionTopic>(
     _ q: PermissionQuestion<T>, existing: QuestionSummary?, center: AskCenter, waiting: Waiting, stop: SignalStop, _ a: Arguments
 ) async throws -> Int32 {
     let json = a.has("--json")
-    let timeout = try a.double("--timeout", default: 0)  // checked with the command line
+    let timeout = try a.seconds("--timeout", default: 0)  // checked with the command line
     // An --id already pending or answered is a resend: the relay keeps the first version,
     // whatever this one asks, which a reused id may not mean.
     if a.value("--id") != nil, let earlier = try? await center.question(id: q.id), ["pending", "answered"].contains(earlier.status) {
@@ -371,7 +371,7 @@ func run() async throws -> Int32 {
     if a.value("--timeout") != nil {
         guard command == "ask" || command == "ask-update" else { throw CLIError.usage("--timeout is an option of ask and ask-update") }
         guard a.has("--wait") else { throw CLIError.usage("--timeout is how long --wait waits: give --wait too") }
-        _ = try a.double("--timeout", default: 0)
+        _ = try a.seconds("--timeout", default: 0)
     }
     if let status = a.value("--status") {
         guard command == "questions" else { throw CLIError.usage("--status is an option of questions") }
@@ -423,7 +423,8 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
             let names = a.values("--name")
             guard names.count <= a.positionals.count else {
                 throw CLIError.usage(
-                    "\(names.count) names (--name) for \(a.positionals.count) handles: give at most one for each handle, in order")
+                    "\(names.count) names (--name) for \(a.positionals.count) handle\(a.positionals.count == 1 ? "" : "s"): give at most one for each handle, in order"
+                )
             }
             let people = try a.positionals.enumerated().map { i, text -> CommunicationTopic.PersonInformation in
                 var components: PersonNameComponents?

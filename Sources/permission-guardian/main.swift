@@ -24,7 +24,7 @@ let usage = """
       auto --approve|--decline [--choice ID] [--count N]
                                         A bot that answers every question, the oldest pending first, with
                                         its first approval (or denial) choice, or choice ID where it has one
-                                        (N: stop after N answers)
+                                        (N: stop after N answers; 0, the default: never)
       limits CHILD on|off               Turn a child's communication limits on or off
       known add|remove CHILD HANDLE...  Make handles known, or unknown, for a child
       history [--child C] [--limit N] [--json]   Questions, newest first, with their answers

@@ -12,8 +12,11 @@ final class HubServer {
     private let store: URL
     private let executable: String
     private var process: Process?
+    /// Told of each nats-server process as it starts.
+    private let started: (Process) -> Void
 
-    init(directory: URL) throws {
+    init(directory: URL, started: @escaping (Process) -> Void) throws {
+        self.started = started
         let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
         guard
             let found = (path.split(separator: ":").map(String.init) + ["/usr/sbin", "/usr/bin"]).map({ $0 + "/nats-server" })
@@ -37,6 +40,7 @@ final class HubServer {
         p.standardError = log
         p.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
         try p.run()
+        started(p)
         var seen = ""
         let handle = log.fileHandleForReading
         while !seen.contains("Server is ready") {

@@ -8,9 +8,30 @@ import Foundation
 import Glibc
 import RelayProtocol
 import RelayServer
+import Synchronization
 
 struct ScenarioFailure: Error, CustomStringConvertible {
     let description: String
+}
+
+/// The processes and directory of the scenario running now: what a signal that stops the
+/// harness must stop and remove (the scenario's own cleanup never runs then).
+final class Leftovers: Sendable {
+    private let state = Mutex<(pids: Set<Int32>, dir: String?)>(([], nil))
+
+    func started(_ p: Process) { state.withLock { _ = $0.pids.insert(p.processIdentifier) } }
+    func using(_ dir: URL) { state.withLock { $0 = ([], dir.path) } }
+
+    /// Kills what is left (SIGKILL, as the scenario's own cleanup does) and removes the directory.
+    func removeAll() {
+        let (pids, dir) = state.withLock { s in
+            defer { s = ([], nil) }
+            return s
+        }
+        for pid in pids { kill(pid, SIGKILL) }
+        for pid in pids { waitpid(pid, nil, 0) }
+        if let dir { try? FileManager.default.removeItem(atPath: dir) }
+    }
 }
 
 /// One device's relay: its socket, data directory and process, and its link to the hub.
@@ -44,11 +65,15 @@ final class ScenarioRun {
     private let suffix: String
     private(set) var name = ""
 
-    init(file: String, relay: URL?, socket: String?) {
+    private let leftovers: Leftovers
+
+    init(file: String, relay: URL?, socket: String?, leftovers: Leftovers) {
         self.file = file
         relayExecutable = relay
         externalSocket = socket
+        self.leftovers = leftovers
         dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("harness-\(UUID().uuidString.prefix(8))")
+        leftovers.using(dir)
         relays[""] = DeviceRelay(
             socket: socket ?? dir.appendingPathComponent("relay.sock").path, data: dir.appendingPathComponent("data").path)
         suffix = socket == nil ? "" : "-" + UUID().uuidString.prefix(6).lowercased()
@@ -113,7 +138,7 @@ final class ScenarioRun {
         guard externalSocket == nil else {
             throw ScenarioFailure(description: "a scenario with devices runs its own relays (run without --socket)")
         }
-        let hub = try HubServer(directory: dir)
+        let hub = try HubServer(directory: dir, started: leftovers.started)
         self.hub = hub
         relays = [:]
         for (device, members) in devices.fields.map({ ($0.key, $0.value) }) {
@@ -152,6 +177,7 @@ final class ScenarioRun {
         p.standardOutput = out
         p.standardError = FileHandle(forWritingAtPath: "/dev/null")
         try p.run()
+        leftovers.started(p)
         var seen = ""
         while !seen.contains("listening") {
             let chunk = out.fileHandleForReading.availableData
@@ -202,6 +228,7 @@ final class ScenarioRun {
                 "actor", "--role", role, "--socket", socket, "--member", member + suffix, "--token", token,
                 "--session", parts.count > 1 ? parts[1] : "main", "--state-dir", dir.appendingPathComponent("state").path,
             ])
+        leftovers.started(a.process)
         guard a.take(timeout: 10, { $0["event"]?.string == "started" }) != nil else {
             throw ScenarioFailure(description: "actor \(name) did not start")
         }

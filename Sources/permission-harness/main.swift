@@ -48,11 +48,24 @@ func runScenarios(_ a: Arguments) throws -> Int32 {
     }
     // Found once, before any scenario: without it none could run.
     let relay = socket == nil ? try findRelay(explicit: a.value("--relay")) : nil
+    // Stopped by a signal, the scenario running then leaves no relay, actor or hub behind.
+    let leftovers = Leftovers()
+    let signals = [SIGINT, SIGTERM].map { sig in
+        signal(sig, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+        source.setEventHandler {
+            leftovers.removeAll()
+            exit(128 + sig)
+        }
+        source.resume()
+        return source
+    }
+    defer { signals.forEach { $0.cancel() } }
     var results: [(name: String, file: String, seconds: Double, failure: String?)] = []
     for file in a.positionals {
         printOut("▶ \(file)")
         let t0 = Date()
-        let run = ScenarioRun(file: file, relay: relay, socket: socket)
+        let run = ScenarioRun(file: file, relay: relay, socket: socket, leftovers: leftovers)
         var failure: String?
         do {
             try run.run()
@@ -91,11 +104,14 @@ func scriptedGuardian(_ a: Arguments) async throws -> Int32 {
     guard let policy = a.value("--policy") else {
         throw CLIError.usage("--policy is required: approve, decline, approve-after:2s, decline-after:2s or never")
     }
-    let parts = policy.split(separator: ":").map(String.init)
-    guard ["approve", "decline", "approve-after", "decline-after", "never"].contains(parts[0]) else {
+    let parts = policy.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+    let timed = ["approve-after", "decline-after"].contains(parts[0])
+    guard ["approve", "decline", "never"].contains(parts[0]) && parts.count == 1 || timed && parts.count == 2 else {
         throw CLIError.usage("--policy must be approve, decline, approve-after:2s, decline-after:2s or never")
     }
-    let delay = parts.count > 1 ? Double(parts[1].replacingOccurrences(of: "s", with: "")) ?? 0 : 0
+    guard let delay = timed ? parseSeconds(parts[1]) : 0 else {
+        throw CLIError.usage("\(parts[0]) takes a number of seconds from 0 to \(Int(longestSeconds)), such as 2s, not \"\(parts[1])\"")
+    }
     let socket = a.value("--socket") ?? RelayConfiguration.defaultSocketPath
     let member = "harness-guardian-\(UUID().uuidString.prefix(6).lowercased())"
     @Sendable func adminRequest(_ request: JSONObject) throws -> JSONObject {

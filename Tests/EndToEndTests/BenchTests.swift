@@ -86,6 +86,18 @@ final class BenchTests: XCTestCase {
         }
     }
 
+    /// A mistyped command, or a time the run cannot have, is a usage error before anything runs.
+    func testWrongArgumentsAreRefusedBeforeAnyRun() throws {
+        let short = ["--families", "1", "--window", "1", "--duration", "0.2", "--warmup", "0"]
+        for bad in [["bogus"] + short, short + ["--duration", "0"], short + ["--duration", "1e20"], short + ["--every", "0"]] {
+            let run = try ProgramRun("permission-bench", bad, env: [:], stderrInLines: true)
+            XCTAssertEqual(run.finish(), 64, "\(bad)")
+            while run.nextLine() != nil {}
+            XCTAssertEqual(run.lines.count, 1, "\(bad): \(run.lines)")
+            XCTAssertNil(run.lines.first { $0.contains("measuring") }, "\(bad): \(run.lines)")
+        }
+    }
+
     /// `--compare` runs another relay binary in the baseline's place, run for run, and says
     /// so; a path that is not an executable is a usage error before anything starts.
     func testAnotherRelayBuildIsMeasuredInTheBaselinesPlace() throws {

@@ -77,6 +77,21 @@ final class DemoScriptTests: XCTestCase {
         XCTAssertTrue(run.output.contains("child: +15550100: known"), run.output)
     }
 
+    /// A relay that cannot start ends the demo at once with what it said, rather than leave
+    /// it waiting for a socket that never comes.
+    func testARelayThatCannotStartEndsTheDemoWithItsReason() throws {
+        let bin = FileManager.default.temporaryDirectory.appendingPathComponent("demo-bin-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: bin, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: bin) }
+        let relay = bin.appendingPathComponent("permission-relay")
+        try Data("#!/bin/sh\necho 'permission-relay: the data directory is on fire' >&2\nexit 1\n".utf8).write(to: relay)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: relay.path)
+        let script = repository.appendingPathComponent("scripts/demo.sh")
+        guard let run = try runDemo(script, env: ["PERMISSION_BIN_DIR": bin.path]) else { return }
+        XCTAssertEqual(run.status, 1)
+        XCTAssertEqual(run.errors, "demo: the relay did not start:\npermission-relay: the data directory is on fire\n")
+    }
+
     /// `scripts/demo.sh --manual` on a pseudo-terminal, as someone at a terminal runs it:
     /// once the view shows the question, `keys` are typed in one write (as keys typed fast
     /// arrive in one read). Returns the status and all the terminal showed; nil (and a

@@ -183,6 +183,65 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(given.lines.last, "1 passed, 0 failed")
     }
 
+    /// Stopped by a signal in the middle of a scenario, `run` leaves no relay, actor or
+    /// directory of the scenario behind, and ends as the signal asks.
+    func testARunStoppedByASignalLeavesNothingBehind() throws {
+        let dir = try temporaryDirectory("harness-stop")
+        let scenario = dir.appendingPathComponent("long.json")
+        try Data(
+            #"""
+            {"name": "long", "families": {"f": {"children": ["kid"], "guardians": ["mum"]}},
+             "steps": [{"do": "start-actor", "actor": "mum"}, {"do": "sleep", "seconds": 120}]}
+            """#.utf8
+        ).write(to: scenario)
+        for sig in [SIGINT, SIGTERM] {
+            let run = try ProgramRun("permission-harness", ["run", scenario.path], env: [:])
+            let giveUp = run.stopAfter(seconds: 60, signal: SIGKILL)
+            defer { giveUp.cancel() }
+            XCTAssertNotNil(run.nextLine(containing: "started"))
+            let children = childProcesses(of: run.process.processIdentifier)
+            let scenarioDir = try XCTUnwrap(
+                children.lazy.compactMap { c in c.command.firstRange(of: #/\/tmp\/harness-[0-9A-F]{8}/#).map { String(c.command[$0]) } }
+                    .first,
+                "\(children)")
+            XCTAssertEqual(children.count, 2, "the relay and the actor: \(children)")
+            kill(run.process.processIdentifier, sig)
+            XCTAssertEqual(run.finish(), 128 + sig)
+            for child in children {
+                XCTAssertTrue(gone(child.pid), "\(child.command) stopped with the harness")
+            }
+            XCTAssertFalse(FileManager.default.fileExists(atPath: scenarioDir), "\(scenarioDir) is removed")
+        }
+    }
+
+    /// The processes whose parent is `pid`, with their command lines.
+    private func childProcesses(of pid: Int32) -> [(pid: Int32, command: String)] {
+        let all = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return all.compactMap { name -> (Int32, String)? in
+            guard let child = Int32(name),
+                let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
+                let afterName = stat.range(of: ") ", options: .backwards),
+                stat[afterName.upperBound...].split(separator: " ").dropFirst().first == Substring(String(pid)),
+                let cmdline = FileManager.default.contents(atPath: "/proc/\(name)/cmdline")
+            else { return nil }
+            return (child, String(decoding: cmdline.map { $0 == 0 ? 32 : $0 }, as: UTF8.self))
+        }
+    }
+
+    /// Whether `pid` is gone (or a zombie, dead but not yet reaped by whoever inherited it),
+    /// waiting up to 10 s: a killed process's end cannot be awaited from here.
+    private func gone(_ pid: Int32) -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        repeat {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                let name = stat.range(of: ") ", options: .backwards)
+            else { return true }
+            if stat[name.upperBound...].hasPrefix("Z") { return true }
+            usleep(20_000)
+        } while ContinuousClock.now < deadline
+        return false
+    }
+
     /// It answers as its policy says, and stopped with Ctrl-C it ends with 130 and leaves
     /// the family (runs do not pile up guardians).
     func testScriptedGuardianApprovesByPolicyAndLeavesTheFamilyWhenStopped() throws {
@@ -191,6 +250,13 @@ final class HarnessTests: XCTestCase {
         let tokens = try relay.provision(families: 1)
         let unsaid = try ProgramRun("permission-harness", ["guardian", "--family", "f0", "--socket", relay.socket], env: [:])
         XCTAssertEqual(unsaid.finish(), 64, "a guardian answers nothing it was not told how to")
+        for policy in ["approve-after:-2s", "approve-after:1e20s", "approve-after", "approve:2s", "maybe"] {
+            let run = try ProgramRun(
+                "permission-harness", ["guardian", "--family", "f0", "--policy", policy, "--socket", relay.socket], env: [:])
+            let giveUp = run.stopAfter(seconds: 20, signal: SIGKILL)  // taken, it would run until stopped
+            XCTAssertEqual(run.finish(), 64, policy)
+            giveUp.cancel()
+        }
         let bot = try ProgramRun(
             "permission-harness", ["guardian", "--family", "f0", "--policy", "approve-after:0.2s", "--socket", relay.socket], env: [:],
             stderrInLines: true)

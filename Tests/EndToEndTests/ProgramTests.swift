@@ -518,6 +518,12 @@ final class ProgramTests: XCTestCase {
         let names = try child(["ask", "+15550177", "+15550178", "--name", "A", "--name", "B", "--name", "C"], stderrInLines: true)
         XCTAssertEqual(names.finish(), 64, "a name would be dropped")
         XCTAssertTrue(names.nextLine()?.contains("3 names (--name) for 2 handles") ?? false)
+        // A time too long for the clock is a usage error before anything is asked.
+        let century = try child(["ask", "+15550179", "--wait", "--timeout", "1e19"], stderrInLines: true)
+        XCTAssertEqual(century.finish(), 64)
+        XCTAssertEqual(
+            century.nextLine(),
+            #"permission-child: --timeout must be a number of seconds from 0 to 3153600000, not "1e19" (see `permission-child --help`)"#)
         let past = try child(["ask", "+15550177", "--expires", "0s"], stderrInLines: true)
         XCTAssertEqual(past.finish(), 64)
         XCTAssertTrue(past.nextLine()?.contains("--expires takes a time to come") ?? false)
