@@ -38,6 +38,8 @@ public struct Arguments {
                         i += 1
                         all[name, default: []].append(args[i])
                     }
+                    // An empty value is a variable that was not set, never a name or a number.
+                    guard all[name]?.last?.isEmpty == false else { throw CLIError.usage("\(name) needs a value, not an empty one") }
                 } else {
                     throw CLIError.usage("unknown option \(name)")
                 }

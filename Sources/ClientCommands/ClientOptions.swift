@@ -71,12 +71,18 @@ public enum ClientOptions {
         guard let path = config.stateFile else { return config }
         let dir = (path as NSString).deletingLastPathComponent
         try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        guard access(dir, W_OK) == 0 else {
-            throw CLIError.failure(
-                "cannot keep this client's place in the relay's events in \(dir): \(String(cString: strerror(errno)));"
-                    + " choose a writable --state-dir (or PERMISSION_STATE_DIR)")
+        var isDirectory: ObjCBool = false
+        let why: String
+        if FileManager.default.fileExists(atPath: dir, isDirectory: &isDirectory), !isDirectory.boolValue {
+            why = "it is a file, not a directory"
+        } else if access(dir, W_OK) != 0 {
+            why = String(cString: strerror(errno))
+        } else {
+            return config
         }
-        return config
+        throw CLIError.failure(
+            "cannot keep this client's place in the relay's events in \(dir): \(why); choose a writable --state-dir (or PERMISSION_STATE_DIR)"
+        )
     }
 
     /// One clear line for an error of the library or the relay (a relay's message may

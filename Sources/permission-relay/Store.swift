@@ -94,7 +94,9 @@ struct StoreCommand: Sendable {
     /// The one file a command names, and its data directory (`--data`, else the default).
     private static func fileAndData(_ args: [String], _ name: String) throws -> (file: String, data: String) {
         let a = try Arguments(args, valueFlags: ["--data"], switchFlags: [])
-        return (try a.expectPositionals([name])[0], a.value("--data") ?? Paths.defaultData)
+        let file = try a.expectPositionals([name])[0]
+        guard !file.isEmpty else { throw CLIError.usage("\(name) needs a path, not an empty one") }
+        return (file, a.value("--data") ?? Paths.defaultData)
     }
 
     static let check = StoreCommand(

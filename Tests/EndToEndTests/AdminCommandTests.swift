@@ -125,7 +125,9 @@ final class AdminCommandTests: XCTestCase {
         for (args, said) in [
             (["family", "create", ""], "FAMILY must be 1 to 64 letters, digits, '.', '_' or '-', not \"\""),
             (["member", "add", "smiths", "a b", "--role", "child"], "MEMBER must be 1 to 64 letters"),
-            (["status", "--socket", ""], "--socket needs a path"),
+            (["status", "--socket", ""], "--socket needs a value, not an empty one"),
+            (["backup", "--data", ""], "--data needs a value, not an empty one"),
+            (["backup", ""], "DEST needs a path, not an empty one"),
         ] {
             let r = runRelay(args)
             XCTAssertEqual(r.status, 64, "\(args)")

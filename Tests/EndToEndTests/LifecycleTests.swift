@@ -214,7 +214,7 @@ final class LifecycleTests: XCTestCase {
         XCTAssertEqual(p.terminationStatus, 0, String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
         let empty = runRelay(["serve", "--socket", "", "--data", dir.appendingPathComponent("data").path])
         XCTAssertEqual(empty.status, 64, "an empty name would listen outside the file system, open to all")
-        XCTAssertTrue(empty.stderr.contains("--socket needs a path"), empty.stderr)
+        XCTAssertTrue(empty.stderr.contains("--socket needs a value, not an empty one"), empty.stderr)
     }
 
     func testARelayStoppingLeavesAnotherRelaysSocketInItsPlace() throws {

@@ -552,6 +552,14 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(lost.finish(), 1)
         let said = try String(contentsOfFile: err, encoding: .utf8)
         XCTAssertTrue(said.contains("cannot keep this client's place in the relay's events in \(nowhere)"), said)
+        let aFile = relay.dir.appendingPathComponent("child.json").path
+        let fileErr = relay.dir.appendingPathComponent("file.err").path
+        let onAFile = try guardian(["watch", "--state-dir", aFile], stderr: fileErr)
+        let stopIt = onAFile.stopAfter(seconds: 30)
+        defer { stopIt.cancel() }
+        XCTAssertEqual(onAFile.finish(), 1)
+        let fileSaid = try String(contentsOfFile: fileErr, encoding: .utf8)
+        XCTAssertTrue(fileSaid.contains("in \(aFile): it is a file, not a directory"), fileSaid)
         relay.crash()
         var down = env
         down["PERMISSION_RELAY_SOCKET"] = relay.socket
