@@ -112,6 +112,11 @@ final class ScenarioRun {
         guard let s = parsed.object else { throw ScenarioFailure(description: "the scenario \(file) is not a JSON object") }
         name = s["name"]?.string ?? name
         if let flags = s["relayFlags"]?.array { relayFlags = flags.compactMap(\.string) }
+        // Checked before anything is added to a running relay, which such a step would leave half done.
+        let ownRelaySteps: Set = ["kill-relay", "start-relay", "kill-hub", "start-hub", "cut-link", "restore-link"]
+        if externalSocket != nil, let step = s["steps"]?.array?.lazy.compactMap({ $0["do"]?.string }).first(where: ownRelaySteps.contains) {
+            throw ScenarioFailure(description: "its step \"\(step)\" needs the harness's own relay (run it without --socket)")
+        }
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         if let devices = s["devices"]?.object { try setUpDevices(devices) }
         if externalSocket == nil { for device in relays.keys.sorted() { try startRelay(device) } }

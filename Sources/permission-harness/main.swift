@@ -48,6 +48,17 @@ func runScenarios(_ a: Arguments) throws -> Int32 {
     }
     // Found once, before any scenario: without it none could run.
     let relay = socket == nil ? try findRelay(explicit: a.value("--relay")) : nil
+    if let junit = a.value("--junit") {  // checked before a run that could not report
+        let parent = (junit as NSString).deletingLastPathComponent
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: junit, isDirectory: &isDirectory) && isDirectory.boolValue
+            || access(parent.isEmpty ? "." : parent, W_OK) != 0
+        {
+            throw CLIError.failure(
+                "cannot write the JUnit report to \(junit): \(isDirectory.boolValue ? "it is a directory" : "its directory does not exist or is not writable")"
+            )
+        }
+    }
     // Stopped by a signal, the scenario running then leaves no relay, actor or hub behind.
     let leftovers = Leftovers()
     let signals = [SIGINT, SIGTERM].map { sig in

@@ -24,14 +24,18 @@ final class HarnessTests: XCTestCase {
         XCTAssertFalse(xml.contains("<failure"))
     }
 
+    /// A report that could not be written is found out before the scenarios run.
     func testAReportThatCannotBeWrittenFailsTheRun() throws {
         let scenario = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Scenarios/cancel-then-reask.json")
-        let run = try ProgramRun("permission-harness", ["run", scenario.path, "--junit", "/nonexistent-dir/report.xml"], env: [:])
-        var lines: [String] = []
-        while let l = run.nextLine() { lines.append(l) }
-        XCTAssertEqual(lines.last, "1 passed, 0 failed")
-        XCTAssertNotEqual(run.finish(), 0, "the scenarios passed, but the report asked for was not written")
+        for report in ["/nonexistent-dir/report.xml", NSTemporaryDirectory()] {
+            let run = try ProgramRun("permission-harness", ["run", scenario.path, "--junit", report], env: [:], stderrInLines: true)
+            var lines: [String] = []
+            while let l = run.nextLine() { lines.append(l) }
+            XCTAssertEqual(run.finish(), 1)
+            XCTAssertEqual(lines.count, 1, "refused before any scenario runs: \(lines)")
+            XCTAssertTrue(lines.first?.contains("cannot write the JUnit report to \(report)") ?? false, "\(lines)")
+        }
     }
 
     func testAFailingStepSaysWhatWasExpectedAndWhatCame() throws {
@@ -104,6 +108,18 @@ final class HarnessTests: XCTestCase {
         let named = lines.compactMap { line in line.range(of: " on the relay): ").map { _ in line.split(separator: "(")[1] } }
         XCTAssertGreaterThanOrEqual(named.count, 4, lines.joined(separator: "\n"))
         XCTAssertEqual(Set(named).count, named.count, "each run's families have names of their own: \(named)")
+
+        // A scenario that kills the relay cannot run there, and is refused before it adds anything.
+        let before = try relay.admin().request(["type": "status"])["families"]?.int
+        let killing = try ProgramRun(
+            "permission-harness",
+            ["run", scenarios.appendingPathComponent("relay-killed-between-ask-and-answer.json").path, "--socket", relay.socket],
+            env: [:])
+        var said: [String] = []
+        while let l = killing.nextLine() { said.append(l) }
+        XCTAssertEqual(killing.finish(), 1)
+        XCTAssertTrue(said.contains { $0.contains("its step \"kill-relay\" needs the harness's own relay") }, "\(said)")
+        XCTAssertEqual(try relay.admin().request(["type": "status"])["families"]?.int, before, "nothing was added")
     }
 
     /// Runs `executable` (a path, or a name looked up on `path` as a shell would, so that its
