@@ -133,7 +133,7 @@ extension RelayCore {
     }
 
     /// Holds a question asked (by the child here, or on another device) and tells the guardians.
-    func fileAsked(_ record: QuestionRecord, previous: QuestionRecord?, child: Member, now: Timestamp) {
+    func fileAsked(_ record: QuestionRecord, previous: QuestionRecord?, child: Member, now: Timestamp, announce: Bool = true) {
         if questions.entry(record.key) == nil {
             questions.insert(record)
             child.held.insert(record.key)
@@ -142,10 +142,12 @@ extension RelayCore {
         }
         child.pendingAdded(record)
         if let e = record.content.expiration { addDeadline(e, of: record.key) }
-        appendEvent(to: child.family.guardians, topic: nil, type: "question", capacity: record.content.encoded.count + 240, now: now) {
-            out in
-            out.appendJSONKey("question")
-            appendQuestion(record, to: &out)
+        if announce {
+            appendEvent(to: child.family.guardians, topic: nil, type: "question", capacity: record.content.encoded.count + 240, now: now) {
+                out in
+                out.appendJSONKey("question")
+                appendQuestion(record, to: &out)
+            }
         }
         persist(.question(record))
     }

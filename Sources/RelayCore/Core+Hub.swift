@@ -90,6 +90,7 @@ extension RelayCore {
         queueForHub(
             family: q.family, subject: HubNames.ask(family: q.family, question: q.id), messageID: Self.hubKey(q),
             body: body, firstOnSubject: false)
+        hubAskingsAwaited.insert(Self.hubKey(q))
     }
 
     /// Proposes a decision on `q`'s asking for the request `r`, which is answered once the
@@ -152,16 +153,26 @@ extension RelayCore {
         let previous: QuestionRecord?
         do { previous = try self.question(content.key) } catch { return .held }  // unreadable now: handed again
         let asked = Timestamp(milliseconds: createdAt)
+        if body["device"]?.string == config.hubDevice {  // one of ours, back
+            hubAskingsAwaited.remove("\(id)#\(HubNames.asking(attempt: attempt, createdAt: asked))")
+        }
         if let previous {
             guard previous.child == childID else { return .ignored("question \(id) is another child's here") }
-            // The same asking again, or an older one: nothing new.
-            guard (previous.createdAt, previous.attempt) < (asked, attempt) else { return .known }
-            if previous.status == .pending { child.pendingEnded(previous) }  // left behind by the newer asking
+            // An older attempt, or one of the same attempt after the first the hub had (this
+            // one again, say): nothing new. Only this relay's own asking, not back from the hub
+            // yet, gives way to another device's of the same attempt, which came first.
+            let onItsWay = hubAskingsAwaited.contains(Self.hubKey(previous))
+            if attempt < previous.attempt || attempt == previous.attempt && !onItsWay { return .known }
+            hubAskingsAwaited.remove(Self.hubKey(previous))
+            if previous.status == .pending { child.pendingEnded(previous) }  // left behind by the other asking
         }
         let record = QuestionRecord(
             content: content, child: childID, family: child.family.id, status: .pending, attempt: attempt, createdAt: asked,
             row: previous?.row ?? questions.newRow())
-        fileAsked(record, previous: previous, child: child, now: now)
+        // The same question asked on two devices at once: the guardians here have it already.
+        let same = previous.map { $0.status == .pending && $0.attempt == attempt && $0.content == content } ?? false
+        fileAsked(record, previous: previous, child: child, now: now, announce: !same)
+        if let previous { redirectProposals(from: previous, to: record, same: same, now: now) }
         // A decision that came before it (the hub hands a message again only later).
         if let early = hubEarly.removeValue(forKey: Self.hubKey(record)) {
             _ = hubDecided(id, in: record.family, asking: Self.asking(record), early, now: now)
@@ -174,7 +185,7 @@ extension RelayCore {
         guard let entry = questions.entry(key), entry.record.family == family, Self.asking(entry.record) == asking else {
             let stored: QuestionRecord?
             do { stored = try question(key) } catch { return .held }  // unreadable now: handed again
-            if let q = stored, q.family == family, !Self.isNewer(asking, than: q) {  // left behind
+            if let q = stored, q.family == family, !mayCome(asking, after: q) {  // left behind
                 // Decided and let go since (a removed child's question): requests that wait on it get their reply.
                 if Self.asking(q) == asking && q.status != .pending { answerWaiters(on: q) }
                 return .known
@@ -202,6 +213,26 @@ extension RelayCore {
         return applied
     }
 
+    /// This relay's proposals on an asking that another device's of the same attempt
+    /// replaced: proposed again on that one when it asks the same, else refused (the
+    /// guardian answered a question that is not the one that stands).
+    private func redirectProposals(from old: QuestionRecord, to new: QuestionRecord, same: Bool, now: Timestamp) {
+        hubProposed[Self.hubKey(old)] = nil
+        for w in hubWaiters.removeValue(forKey: Self.hubKey(old)) ?? [] where connections[w.conn] != nil {
+            if same, let session = connections[w.conn]?.session {
+                _ = propose(w.proposal, on: new, Request(conn: w.conn, id: w.id, session: session, frame: [:], now: now))
+            } else {
+                reply(
+                    w.conn, w.id,
+                    .failure(
+                        RequestError(
+                            .conflict,
+                            "question \(new.id) was asked on another device at the same moment, and that version stands: look at it again"))
+                )
+            }
+        }
+    }
+
     /// Replies to the requests that proposed a decision on `q`'s asking, now decided.
     private func answerWaiters(on q: QuestionRecord) {
         hubProposed[Self.hubKey(q)] = nil
@@ -210,11 +241,14 @@ extension RelayCore {
         }
     }
 
-    /// Whether `asking` (of a decision) comes after `q`'s current asking.
-    private static func isNewer(_ asking: String, than q: QuestionRecord) -> Bool {
+    /// Whether `asking` (of a decision) may still come to stand in place of `q`'s current
+    /// asking: a later attempt, or another asking of its attempt while `q`'s is this relay's
+    /// own and not back from the hub. Any other is left behind.
+    private func mayCome(_ asking: String, after q: QuestionRecord) -> Bool {
         let parts = asking.split(separator: "-")
         guard parts.count == 2, let attempt = Int64(parts[0]), let created = Int64(parts[1]) else { return false }
-        return (created, attempt) > (q.createdAt.milliseconds, q.attempt)
+        return attempt > q.attempt
+            || attempt == q.attempt && created != q.createdAt.milliseconds && hubAskingsAwaited.contains(Self.hubKey(q))
     }
 
     /// Forgets the requests of a connection that went away (they were proposals: the

@@ -145,6 +145,10 @@ public final class RelayCore {
     var hubProposed: [String: Set<String>] = [:]
     /// Decisions that came before their asking, by question and asking.
     var hubEarly: [String: JSONObject] = [:]
+    /// This relay's askings (by question and asking) not yet come back from the hub: the
+    /// hub's order decides between two askings of one attempt (two devices asking one new
+    /// id at once), so until then another device's that comes first stands instead.
+    var hubAskingsAwaited: Set<String> = []
     /// How the link to the hub stands, as the reactor last saw it (for `status`).
     public var hubLink: (connected: Bool, lastContact: Timestamp?, inbox: Int?) = (false, nil, nil)
     /// The hub refused this device's credentials at the last try (it was removed).
@@ -185,7 +189,10 @@ public final class RelayCore {
             child.known[k.handle] = KnownHandle(k, sharing: shared(actions: k.actions))
             if let u = k.until { knownDeadlines.push((u, child, k.handle)) }
         }
-        for m in s.hubOutbox { hubOutbox[m.id] = m }
+        for m in s.hubOutbox {
+            hubOutbox[m.id] = m
+            if case .ask? = HubNames.parse(m.subject)?.subject { hubAskingsAwaited.insert(m.messageID) }
+        }
         // Never an id given before, also once its message is gone: the bridge reads on from the last it sent.
         lastHubOutbound = max(s.lastHubOutbound, s.hubOutbox.map(\.id).max() ?? 0)
         for sess in s.sessions { members[sess.member]?.sessions[sess.name] = DurableSession(sess) }

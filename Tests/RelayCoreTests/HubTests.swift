@@ -200,6 +200,119 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(h.fromHub(decision), .known, "handed again by the hub: nothing more")
     }
 
+    private func firstHandle(_ question: JSON?) -> String? {
+        question?["topic"]?["personInformation"]?.array?.first?["handle"]?["value"]?.string
+    }
+
+    /// The tablet's asking of `id` (attempt 1, made `after` ms after now), as its relay sends it.
+    private func tabletAsked(_ h: CoreHarness, _ q: JSONObject, after: Int64 = 1) throws -> HubOutbound {
+        let content = try QuestionContent.validate(q, now: h.now)
+        return message(
+            "fam.fam.ask.\(content.id)",
+            [
+                "child": "c1", "attempt": 1, "createdAt": .int(h.now.milliseconds + after), "question": try JSON.parse(content.encoded),
+                "device": "tablet",
+            ])
+    }
+
+    /// A child asks one new id on two devices at once: whichever asking the hub has first
+    /// stands on every relay, the other is left behind, and the guardians here are not asked
+    /// again about what they have.
+    func testTwoDevicesAskingOneIdAtOnceAgreeOnTheOneFirstOnTheHub() throws {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        func pendingHandles() -> [String] {
+            (h.ok(g, ["type": "pending"])["questions"]?.array ?? []).compactMap { firstHandle($0) }
+        }
+
+        // The tablet's comes first from the hub: it stands, here too, and ours coming back after it changes nothing.
+        let ours = h.question(handles: ["+1 555 0100"])
+        h.ok(c, ["type": "ask", "question": .object(ours)])
+        XCTAssertEqual(h.events(g, "question").count, 1)
+        var theirs = ours
+        theirs["topic"] = .object([
+            "kind": "communication", "personInformation": [CoreHarness.person("+1 555 0199")], "actions": ["message"],
+        ])
+        let tablet = try tabletAsked(h, theirs, after: -1)  // the order on the hub decides, not the clocks
+        let own = try XCTUnwrap(h.hubOutbox.first)
+        XCTAssertEqual(h.fromHub(tablet), .applied)
+        XCTAssertEqual(firstHandle(h.events(g, "question").first?["question"]), "+1 555 0199")
+        XCTAssertEqual(h.fromHub(own), .known)
+        XCTAssertEqual(h.fromHub(tablet), .known, "handed again")
+        XCTAssertTrue(h.drain(g).isEmpty)
+        XCTAssertEqual(pendingHandles(), ["+1 555 0199"])
+        // A decision on the asking left behind is left behind too (not held for an asking to come).
+        let behind = message(
+            "fam.fam.dec.\(own.subject.split(separator: ".").last!).\(own.messageID.split(separator: "#").last!)",
+            ["kind": "cancel", "member": "c1", "at": 1])
+        XCTAssertEqual(h.fromHub(behind), .known)
+
+        // Ours comes back first: it stands, and the tablet's after it is left behind.
+        let second = h.question(handles: ["+1 555 0101"])
+        h.ok(c, ["type": "ask", "question": .object(second)])
+        XCTAssertEqual(h.fromHub(try XCTUnwrap(h.hubOutbox.last)), .known)
+        var late = second
+        late["topic"] = theirs["topic"]
+        XCTAssertEqual(h.fromHub(try tabletAsked(h, late, after: 1)), .known, "first on the hub, not last by the clock")
+        XCTAssertEqual(pendingHandles().sorted(), ["+1 555 0101", "+1 555 0199"])
+
+        // Both asked in the same millisecond: told apart by their devices.
+        let third = h.question(handles: ["+1 555 0102"])
+        h.ok(c, ["type": "ask", "question": .object(third)])
+        let ownThird = try XCTUnwrap(h.hubOutbox.last)
+        var same = third
+        same["topic"] = theirs["topic"]
+        XCTAssertEqual(h.fromHub(try tabletAsked(h, same, after: 0)), .applied)
+        XCTAssertEqual(h.fromHub(ownThird), .known)
+        XCTAssertEqual(pendingHandles().sorted(), ["+1 555 0101", "+1 555 0199", "+1 555 0199"])
+    }
+
+    /// An asking still in the outbox after a restart is still this relay's, on its way.
+    func testAnAskingOnItsWayToTheHubIsStillOnItsWayAfterARestart() throws {
+        let h = try linked()
+        let (c, _) = h.login("c1")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        try h.restart()
+        let (g, _) = h.login("g1")
+        XCTAssertEqual(h.fromHub(try tabletAsked(h, q, after: -1)), .applied, "the tablet's came first from the hub")
+        XCTAssertTrue(h.events(g, "question").isEmpty, "the same question: nobody is asked again")
+    }
+
+    /// A guardian here answered our asking before the tablet's, the same question, came first
+    /// from the hub: the answer is proposed again on the one that stands. Had the tablet asked
+    /// something else, it is refused: the guardian must look again.
+    func testAnAnswerToAnAskingLeftBehindGoesToTheOneThatStandsIfItAsksTheSame() throws {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        _ = h.events(g, "question")
+        h.send(g, ["type": "answer", "id": "a1", "questionId": q["id"]!, "choice": "approve"])
+        let tablet = try tabletAsked(h, q)
+        XCTAssertEqual(h.fromHub(tablet), .applied)
+        XCTAssertTrue(h.drain(g).isEmpty, "asked the same: the guardians are not asked again, and the answer still waits")
+        let id = q["id"]!.string!.uppercased()
+        let redirected = try XCTUnwrap(h.hubOutbox.last)
+        XCTAssertEqual(redirected.messageID, "\(id)#1-\(h.now.milliseconds + 1):answer:g1:approve")
+        XCTAssertEqual(h.fromHub(redirected), .applied)
+        XCTAssertEqual(h.drain(g).first { $0["re"]?.string == "a1" }?["type"]?.string, "ok")
+        XCTAssertEqual(h.events(c, "response").first?["choice"]?["id"]?.string, "approve")
+
+        let asked = h.question(handles: ["+1 555 0100"])
+        h.ok(c, ["type": "ask", "question": .object(asked)])
+        h.send(g, ["type": "answer", "id": "a2", "questionId": asked["id"]!, "choice": "approve"])
+        var other = asked
+        other["topic"] = .object([
+            "kind": "communication", "personInformation": [CoreHarness.person("+1 555 0199")], "actions": ["message"],
+        ])
+        XCTAssertEqual(h.fromHub(try tabletAsked(h, other)), .applied)
+        XCTAssertEqual(h.drain(g).first { $0["re"]?.string == "a2" }?["code"]?.string, "conflict")
+        XCTAssertTrue(h.events(c, "response").isEmpty, "nothing the guardian was not shown is approved")
+    }
+
     /// A guardian's answer proposed to the hub, then its question cancelled here (its child
     /// removed), committed and let go: when the proposal comes back, the request is answered.
     func testAProposalWaitingWhenItsQuestionIsLetGoGetsItsReply() throws {
