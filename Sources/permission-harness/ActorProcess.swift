@@ -14,10 +14,12 @@ final class ActorProcess: @unchecked Sendable {
     private var ended = false
     private var next = 1
 
-    init(name: String, executable: URL, arguments: [String]) throws {
+    /// `environment` is added to the harness's own (a token goes there, out of the process list).
+    init(name: String, executable: URL, arguments: [String], environment: [String: String] = [:]) throws {
         self.name = name
         process.executableURL = executable
         process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         process.standardInput = input
         process.standardOutput = output
         process.standardError = FileHandle(forWritingAtPath: "/dev/null")

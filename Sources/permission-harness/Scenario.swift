@@ -230,9 +230,9 @@ final class ScenarioRun {
         let a = try ActorProcess(
             name: name, executable: harnessExecutable,
             arguments: [
-                "actor", "--role", role, "--socket", socket, "--member", member + suffix, "--token", token,
+                "actor", "--role", role, "--socket", socket, "--member", member + suffix,
                 "--session", parts.count > 1 ? parts[1] : "main", "--state-dir", dir.appendingPathComponent("state").path,
-            ])
+            ], environment: ["PERMISSION_TOKEN": token, "PERMISSION_CREDENTIALS": ""])
         leftovers.started(a.process)
         guard a.take(timeout: 10, { $0["event"]?.string == "started" }) != nil else {
             throw ScenarioFailure(description: "actor \(name) did not start")

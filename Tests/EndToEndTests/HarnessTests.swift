@@ -221,6 +221,7 @@ final class HarnessTests: XCTestCase {
                     .first,
                 "\(children)")
             XCTAssertEqual(children.count, 2, "the relay and the actor: \(children)")
+            XCTAssertFalse(children.contains { $0.command.contains("--token") }, "a token stays out of the process list: \(children)")
             kill(run.process.processIdentifier, sig)
             XCTAssertEqual(run.finish(), 128 + sig)
             for child in children {
