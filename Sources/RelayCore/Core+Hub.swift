@@ -214,12 +214,12 @@ extension RelayCore {
     }
 
     /// This relay's proposals on an asking that another device's of the same attempt
-    /// replaced: proposed again on that one when it asks the same, else refused (the
-    /// guardian answered a question that is not the one that stands).
+    /// replaced: proposed again on that one (a cancel always; an answer when it asks the
+    /// same), else refused (the guardian answered a question that is not the one that stands).
     private func redirectProposals(from old: QuestionRecord, to new: QuestionRecord, same: Bool, now: Timestamp) {
         hubProposed[Self.hubKey(old)] = nil
         for w in hubWaiters.removeValue(forKey: Self.hubKey(old)) ?? [] where connections[w.conn] != nil {
-            if same, let session = connections[w.conn]?.session {
+            if same || w.proposal == .cancel, let session = connections[w.conn]?.session {
                 _ = propose(w.proposal, on: new, Request(conn: w.conn, id: w.id, session: session, frame: [:], now: now))
             } else {
                 reply(

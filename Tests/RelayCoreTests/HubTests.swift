@@ -311,6 +311,18 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(h.fromHub(try tabletAsked(h, other)), .applied)
         XCTAssertEqual(h.drain(g).first { $0["re"]?.string == "a2" }?["code"]?.string, "conflict")
         XCTAssertTrue(h.events(c, "response").isEmpty, "nothing the guardian was not shown is approved")
+
+        // A cancel is of the question, whatever it asks: it goes to the one that stands.
+        let cancelled = h.question(handles: ["+1 555 0103"])
+        h.ok(c, ["type": "ask", "question": .object(cancelled)])
+        h.send(c, ["type": "cancel", "id": "x1", "questionId": cancelled["id"]!])
+        var standing = cancelled
+        standing["topic"] = other["topic"]
+        XCTAssertEqual(h.fromHub(try tabletAsked(h, standing)), .applied)
+        let cancel = try XCTUnwrap(h.hubOutbox.last)
+        XCTAssertEqual(cancel.messageID, "\(cancelled["id"]!.string!.uppercased())#1-\(h.now.milliseconds + 1):cancel")
+        XCTAssertEqual(h.fromHub(cancel), .applied)
+        XCTAssertEqual(h.drain(c).first { $0["re"]?.string == "x1" }?["status"]?.string, "cancelled")
     }
 
     /// A guardian's answer proposed to the hub, then its question cancelled here (its child
