@@ -172,9 +172,10 @@ func scriptedGuardian(_ a: Arguments) async throws -> Int32 {
 exit(
     await runMain(program: "permission-harness") {
         let args = Array(CommandLine.arguments.dropFirst())
-        if args.isEmpty || args.contains("-h") || args.contains("--help") {
+        guard !args.isEmpty else { throw CLIError.usage("no command given: run or guardian") }
+        if args.contains("-h") || args.contains("--help") {
             printOut(usage)
-            return args.isEmpty ? 64 : 0
+            return 0
         }
         let rest = Array(args.dropFirst())
         switch args[0] {

@@ -500,6 +500,14 @@ final class ProgramTests: XCTestCase {
             XCTAssertFalse(text.contains(others), text)
         }
         XCTAssertEqual(try ProgramRun("permission-child", ["fly"], env: [:]).finish(), 64)
+        for program in ["permission-child", "permission-guardian", "permission-harness", "permission-relay"] {
+            let nothing = try ProgramRun(program, [], env: [:], stderrInLines: true)
+            XCTAssertEqual(nothing.finish(), 64, program)
+            while nothing.nextLine() != nil {}
+            XCTAssertEqual(nothing.lines.count, 1, "one line, as for any usage error: \(nothing.lines)")
+            XCTAssertTrue(nothing.lines.first?.hasPrefix("\(program): no command given") ?? false, "\(nothing.lines)")
+            XCTAssertTrue(nothing.lines.first?.hasSuffix("(see `\(program) --help`)") ?? false, "\(nothing.lines)")
+        }
         let bare = try ProgramRun(
             "permission-guardian", ["answer"], env: ["PERMISSION_MEMBER": "", "PERMISSION_CREDENTIALS": ""], stderrInLines: true)
         XCTAssertEqual(bare.finish(), 64)
