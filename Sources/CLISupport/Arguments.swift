@@ -21,7 +21,9 @@ public struct Arguments {
     private var all: [String: [String]] = [:]
     private var switches: Set<String> = []
 
-    public init(_ args: [String], valueFlags: Set<String>, switchFlags: Set<String>) throws {
+    /// `emptyAllowed`: the value flags for which an empty value means something (an
+    /// unnamed place in a list, say); any other's empty value is a usage error.
+    public init(_ args: [String], valueFlags: Set<String>, switchFlags: Set<String>, emptyAllowed: Set<String> = []) throws {
         var i = 0
         while i < args.count {
             let a = args[i]
@@ -39,7 +41,9 @@ public struct Arguments {
                         all[name, default: []].append(args[i])
                     }
                     // An empty value is a variable that was not set, never a name or a number.
-                    guard all[name]?.last?.isEmpty == false else { throw CLIError.usage("\(name) needs a value, not an empty one") }
+                    guard all[name]?.last?.isEmpty == false || emptyAllowed.contains(name) else {
+                        throw CLIError.usage("\(name) needs a value, not an empty one")
+                    }
                 } else {
                     throw CLIError.usage("unknown option \(name)")
                 }

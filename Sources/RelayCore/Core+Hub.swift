@@ -10,6 +10,7 @@
 // made it, until the hub has it: `hubSent`) and takes what comes (`hubMessage`); the
 // reactor's bridge moves the messages.
 
+import CCrypto
 import RelayModel
 import RelayProtocol
 
@@ -74,10 +75,20 @@ extension RelayCore {
     }
 
     /// The hub has stored (or, for a decision that came second, refused for good) the
-    /// outbox's message `id`.
+    /// outbox's message `id`. An asking stays until it comes back from the hub (or gives way
+    /// to another device's): until then, where it stands among the hub's is not known.
     public func hubSent(_ id: Int64) {
-        guard hubOutbox.removeValue(forKey: id) != nil else { return }
+        guard let m = hubOutbox[id] else { return }
+        if case .ask? = HubNames.parse(m.subject)?.subject { return }
+        hubOutbox[id] = nil
         persist(.hubSent(id: id))
+    }
+
+    /// Drops this relay's asking `key` from the outbox: back from the hub, or given way.
+    private func settleOwnAsking(_ key: String) {
+        guard let row = hubAskingsOnTheirWay.removeValue(forKey: key) else { return }
+        hubOutbox[row] = nil
+        persist(.hubSent(id: row))
     }
 
     /// A question asked (or asked again) here, for the family's other devices.
@@ -90,7 +101,7 @@ extension RelayCore {
         queueForHub(
             family: q.family, subject: HubNames.ask(family: q.family, question: q.id), messageID: Self.hubKey(q),
             body: body, firstOnSubject: false)
-        hubAskingsAwaited.insert(Self.hubKey(q))
+        hubAskingsOnTheirWay[Self.hubKey(q)] = lastHubOutbound
     }
 
     /// Proposes a decision on `q`'s asking for the request `r`, which is answered once the
@@ -99,13 +110,27 @@ extension RelayCore {
         let key = Self.hubKey(q)
         hubWaiters[key, default: []].append(HubWaiter(conn: r.conn, id: r.id, proposal: proposal))
         switch proposal {
-        case .answer(let guardian, let choice):
-            proposeDecision(
-                q, kind: "answer", id: "answer:\(guardian):\(choice)", ["member": .string(guardian), "choice": .string(choice)], now: r.now)
+        case .answer(let guardian, let choice): proposeAnswer(q, guardian: guardian, choice: choice, now: r.now)
         case .cancel:
             proposeDecision(q, kind: "cancel", id: "cancel", ["member": .string(q.child)], now: r.now)
         }
         return .later
+    }
+
+    /// The content the guardian answered goes with the answer: where two devices asked one id
+    /// at once, it may not be the one that stands.
+    private func proposeAnswer(_ q: QuestionRecord, guardian: String, choice: String, now: Timestamp) {
+        let fields: JSONObject = ["member": .string(guardian), "choice": .string(choice), "content": .string(Self.digest(q.content))]
+        proposeDecision(q, kind: "answer", id: "answer:\(guardian):\(choice)", fields, now: now)
+    }
+
+    /// A question's content in short (SHA-256, hex), the same on every relay: of its form
+    /// as the hub carries it (parsed and written again), whether asked here or there.
+    static func digest(_ content: QuestionContent) -> String {
+        var digest = [UInt8](repeating: 0, count: Int(SHA256_DIGEST_LENGTH))
+        let bytes = (try? JSON.parse(content.encoded))?.encoded ?? content.encoded
+        _ = bytes.withUnsafeBufferPointer { SHA256($0.baseAddress, $0.count, &digest) }
+        return digest.map { String(format: "%02x", $0) }.joined()
     }
 
     /// Proposes that `q`'s asking expired (its deadline passed by this relay's clock).
@@ -153,17 +178,21 @@ extension RelayCore {
         let previous: QuestionRecord?
         do { previous = try self.question(content.key) } catch { return .held }  // unreadable now: handed again
         let asked = Timestamp(milliseconds: createdAt)
-        if body["device"]?.string == config.hubDevice {  // one of ours, back
-            hubAskingsAwaited.remove("\(id)#\(HubNames.asking(attempt: attempt, createdAt: asked))")
-        }
+        let key = "\(id)#\(HubNames.asking(attempt: attempt, createdAt: asked))"
+        if body["device"]?.string == config.hubDevice { settleOwnAsking(key) }  // one of ours, back
         if let previous {
             guard previous.child == childID else { return .ignored("question \(id) is another child's here") }
-            // An older attempt, or one of the same attempt after the first the hub had (this
-            // one again, say): nothing new. Only this relay's own asking, not back from the hub
-            // yet, gives way to another device's of the same attempt, which came first.
-            let onItsWay = hubAskingsAwaited.contains(Self.hubKey(previous))
-            if attempt < previous.attempt || attempt == previous.attempt && !onItsWay { return .known }
-            hubAskingsAwaited.remove(Self.hubKey(previous))
+            if previous.status == .pending && attempt == previous.attempt {
+                // Two askings of one attempt (two devices asking one id at once): the first the
+                // hub had stands, so only this relay's own, not back yet, gives way.
+                guard hubAskingsOnTheirWay[Self.hubKey(previous)] != nil else {
+                    if key != Self.hubKey(previous) { hubLeftBehind.insert(key) }
+                    return .known
+                }
+                settleOwnAsking(Self.hubKey(previous))
+            } else if (asked, attempt) <= (previous.createdAt, previous.attempt) {
+                return .known  // the same asking again, or an older one (an id forgotten on a device starts again at 1)
+            }
             if previous.status == .pending { child.pendingEnded(previous) }  // left behind by the other asking
         }
         let record = QuestionRecord(
@@ -185,7 +214,7 @@ extension RelayCore {
         guard let entry = questions.entry(key), entry.record.family == family, Self.asking(entry.record) == asking else {
             let stored: QuestionRecord?
             do { stored = try question(key) } catch { return .held }  // unreadable now: handed again
-            if let q = stored, q.family == family, !mayCome(asking, after: q) {  // left behind
+            if let q = stored, q.family == family, hubLeftBehind.contains("\(id)#\(asking)") || !mayCome(asking, after: q) {  // left behind
                 // Decided and let go since (a removed child's question): requests that wait on it get their reply.
                 if Self.asking(q) == asking && q.status != .pending { answerWaiters(on: q) }
                 return .known
@@ -200,8 +229,16 @@ extension RelayCore {
             let at = min(now, max(entry.record.createdAt, body["at"]?.int.map(Timestamp.init(milliseconds:)) ?? now))
             switch body["kind"]?.string {
             case "answer":
-                guard let guardian = body["member"]?.string, let choice = body["choice"]?.string.flatMap(entry.record.content.choice)
-                else { return .ignored("question \(id): an answer without its guardian or one of the question's choices") }
+                guard let guardian = body["member"]?.string else { return .ignored("question \(id): an answer without its guardian") }
+                // An answer to another version of the asking (two devices asked one id at once,
+                // and the hub kept the other): the first decision on it, yet not one to apply.
+                // It closes the question unanswered: nothing is approved that was not shown.
+                guard body["content"]?.string.map({ $0 == Self.digest(entry.record.content) }) ?? true,
+                    let choice = body["choice"]?.string.flatMap(entry.record.content.choice)
+                else {
+                    close(question: entry.record, reason: .cancelled, now: at)
+                    break
+                }
                 applyAnswer(entry, guardian: guardian, choice: choice, now: at)
             case "cancel": close(question: entry.record, reason: .cancelled, now: at)
             case "expire": close(question: entry.record, reason: .expired, now: at)
@@ -213,22 +250,26 @@ extension RelayCore {
         return applied
     }
 
-    /// This relay's proposals on an asking that another device's of the same attempt
-    /// replaced: proposed again on that one (a cancel always; an answer when it asks the
-    /// same), else refused (the guardian answered a question that is not the one that stands).
+    /// This relay's proposals on an asking that gave way to another device's of the same
+    /// attempt, also those of requests gone since: proposed again on the one that stands (a
+    /// cancel always; an answer when it asks the same, else its request gets `conflict`:
+    /// the guardian answered a question that is not the one that stands).
     private func redirectProposals(from old: QuestionRecord, to new: QuestionRecord, same: Bool, now: Timestamp) {
-        hubProposed[Self.hubKey(old)] = nil
-        for w in hubWaiters.removeValue(forKey: Self.hubKey(old)) ?? [] where connections[w.conn] != nil {
-            if same || w.proposal == .cancel, let session = connections[w.conn]?.session {
-                _ = propose(w.proposal, on: new, Request(conn: w.conn, id: w.id, session: session, frame: [:], now: now))
+        let oldKey = Self.hubKey(old)
+        for messageID in (hubProposed.removeValue(forKey: oldKey) ?? []).sorted() {
+            let parts = messageID.dropFirst(oldKey.count + 1).split(separator: ":", maxSplits: 2).map(String.init)
+            if parts == ["cancel"] {
+                proposeDecision(new, kind: "cancel", id: "cancel", ["member": .string(new.child)], now: now)
+            } else if same, parts.count == 3, parts[0] == "answer" {
+                proposeAnswer(new, guardian: parts[1], choice: parts[2], now: now)
+            }
+        }
+        for w in hubWaiters.removeValue(forKey: oldKey) ?? [] where connections[w.conn] != nil {
+            if same || w.proposal == .cancel {
+                hubWaiters[Self.hubKey(new), default: []].append(w)
             } else {
-                reply(
-                    w.conn, w.id,
-                    .failure(
-                        RequestError(
-                            .conflict,
-                            "question \(new.id) was asked on another device at the same moment, and that version stands: look at it again"))
-                )
+                let why = "question \(new.id) was asked on another device at the same moment, and that version stands: look at it again"
+                reply(w.conn, w.id, .failure(RequestError(.conflict, why)))
             }
         }
     }
@@ -247,8 +288,8 @@ extension RelayCore {
     private func mayCome(_ asking: String, after q: QuestionRecord) -> Bool {
         let parts = asking.split(separator: "-")
         guard parts.count == 2, let attempt = Int64(parts[0]), let created = Int64(parts[1]) else { return false }
-        return attempt > q.attempt
-            || attempt == q.attempt && created != q.createdAt.milliseconds && hubAskingsAwaited.contains(Self.hubKey(q))
+        if q.status == .pending && attempt == q.attempt { return hubAskingsOnTheirWay[Self.hubKey(q)] != nil }
+        return (created, attempt) > (q.createdAt.milliseconds, q.attempt)
     }
 
     /// Forgets the requests of a connection that went away (they were proposals: the

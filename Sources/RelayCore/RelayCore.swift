@@ -145,10 +145,14 @@ public final class RelayCore {
     var hubProposed: [String: Set<String>] = [:]
     /// Decisions that came before their asking, by question and asking.
     var hubEarly: [String: JSONObject] = [:]
-    /// This relay's askings (by question and asking) not yet come back from the hub: the
-    /// hub's order decides between two askings of one attempt (two devices asking one new
-    /// id at once), so until then another device's that comes first stands instead.
-    var hubAskingsAwaited: Set<String> = []
+    /// This relay's askings not yet back from the hub (by question and asking), with their
+    /// outbox rows, where they stay until then: the hub's order decides between two askings
+    /// of one attempt (two devices asking one id at once), so until then another device's
+    /// that comes first stands instead.
+    var hubAskingsOnTheirWay: [String: Int64] = [:]
+    /// Askings left behind by one of the same attempt that stood (in this run): their
+    /// decisions are left behind too, not held for them.
+    var hubLeftBehind: Set<String> = []
     /// How the link to the hub stands, as the reactor last saw it (for `status`).
     public var hubLink: (connected: Bool, lastContact: Timestamp?, inbox: Int?) = (false, nil, nil)
     /// The hub refused this device's credentials at the last try (it was removed).
@@ -191,7 +195,7 @@ public final class RelayCore {
         }
         for m in s.hubOutbox {
             hubOutbox[m.id] = m
-            if case .ask? = HubNames.parse(m.subject)?.subject { hubAskingsAwaited.insert(m.messageID) }
+            if case .ask? = HubNames.parse(m.subject)?.subject { hubAskingsOnTheirWay[m.messageID] = m.id }
         }
         // Never an id given before, also once its message is gone: the bridge reads on from the last it sent.
         lastHubOutbound = max(s.lastHubOutbound, s.hubOutbox.map(\.id).max() ?? 0)

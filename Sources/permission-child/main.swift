@@ -25,7 +25,7 @@ let usage = """
 
     COMMANDS:
       ask HANDLE...              Ask to communicate with people (HANDLE: phone:…, email:…, custom:…, or a bare value)
-          --name "GIVEN FAMILY"    A name for each handle, in order (repeat)
+          --name "GIVEN FAMILY"    A name for each handle, in order (repeat; "" for a handle without one)
           --action ACTION          message, audioCall, videoCall, call, chat, follow, beFollowed, friend, connect,
                                    communicate (repeat; default communicate)
           --choice ID:TITLE:approval|denial[:SECONDS]   A custom choice (repeat); SECONDS makes a timed approval
@@ -363,7 +363,7 @@ func run() async throws -> Int32 {
     // The command is the first word that is no option's, with options before it too.
     guard let at = Arguments.firstPositional(in: args, valueFlags: flags) else { throw CLIError.usage("no command given") }
     let command = args.remove(at: at)
-    let a = try Arguments(args, valueFlags: flags, switchFlags: ["--wait", "--json", "--new"])
+    let a = try Arguments(args, valueFlags: flags, switchFlags: ["--wait", "--json", "--new"], emptyAllowed: ["--name"])
     guard CommandHelp.text(for: command, in: usage, program: "permission-child") != nil else {
         throw CLIError.usage("unknown command \"\(command)\"")
     }

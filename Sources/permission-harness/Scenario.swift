@@ -8,7 +8,6 @@ import Foundation
 import Glibc
 import RelayProtocol
 import RelayServer
-import Synchronization
 
 struct ScenarioFailure: Error, CustomStringConvertible {
     let description: String
@@ -16,20 +15,33 @@ struct ScenarioFailure: Error, CustomStringConvertible {
 
 /// The processes and directory of the scenario running now: what a signal that stops the
 /// harness must stop and remove (the scenario's own cleanup never runs then).
-final class Leftovers: Sendable {
-    private let state = Mutex<(pids: Set<Int32>, dir: String?)>(([], nil))
+final class Leftovers: @unchecked Sendable {
+    /// Guarded by `lock`.
+    private var processes: [Process] = []
+    private var dir: String?
+    private let lock = NSLock()
 
-    func started(_ p: Process) { state.withLock { _ = $0.pids.insert(p.processIdentifier) } }
-    func using(_ dir: URL) { state.withLock { $0 = ([], dir.path) } }
+    func started(_ p: Process) {
+        lock.lock()
+        defer { lock.unlock() }
+        processes.append(p)
+    }
+    func using(_ dir: URL) {
+        lock.lock()
+        defer { lock.unlock() }
+        processes = []
+        self.dir = dir.path
+    }
 
-    /// Kills what is left (SIGKILL, as the scenario's own cleanup does) and removes the directory.
+    /// Kills what still runs (SIGKILL, as the scenario's own cleanup does; a process already
+    /// ended is not signalled, lest its number be another's by now) and removes the directory.
     func removeAll() {
-        let (pids, dir) = state.withLock { s in
-            defer { s = ([], nil) }
-            return s
-        }
-        for pid in pids { kill(pid, SIGKILL) }
-        for pid in pids { waitpid(pid, nil, 0) }
+        lock.lock()
+        let running = processes.filter(\.isRunning)
+        let dir = self.dir
+        lock.unlock()
+        for p in running { kill(p.processIdentifier, SIGKILL) }
+        for p in running { p.waitUntilExit() }
         if let dir { try? FileManager.default.removeItem(atPath: dir) }
     }
 }

@@ -61,8 +61,9 @@ func runScenarios(_ a: Arguments) throws -> Int32 {
     }
     // Stopped by a signal, the scenario running then leaves no relay, actor or hub behind.
     let leftovers = Leftovers()
+    // (A dispatch source catches the signal on its own: no SIG_IGN, which every process the
+    // harness starts would inherit.)
     let signals = [SIGINT, SIGTERM].map { sig in
-        signal(sig, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
         source.setEventHandler {
             leftovers.removeAll()

@@ -526,6 +526,9 @@ final class ProgramTests: XCTestCase {
         let names = try child(["ask", "+15550177", "+15550178", "--name", "A", "--name", "B", "--name", "C"], stderrInLines: true)
         XCTAssertEqual(names.finish(), 64, "a name would be dropped")
         XCTAssertTrue(names.nextLine()?.contains("3 names (--name) for 2 handles") ?? false)
+        // An empty --name leaves its handle unnamed; another empty value is a usage error.
+        XCTAssertEqual(try child(["ask", "+15550180", "+15550181", "--name", "", "--name", "Bob Smith"]).finish(), 0)
+        XCTAssertEqual(try child(["ask", "+15550182", "--id", ""]).finish(), 64)
         // A time too long for the clock is a usage error before anything is asked.
         let century = try child(["ask", "+15550179", "--wait", "--timeout", "1e19"], stderrInLines: true)
         XCTAssertEqual(century.finish(), 64)

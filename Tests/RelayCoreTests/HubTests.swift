@@ -43,7 +43,9 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(up["linked"]?.bool, true)
         XCTAssertEqual(up["connected"]?.bool, true)
         XCTAssertEqual(up["lastContact"]?.string, h.now.rfc3339)
-        for m in h.hubOutbox { h.core.hubSent(m.id) }
+        h.core.hubSent(h.hubOutbox[0].id)
+        XCTAssertEqual(h.ok(c, ["type": "familyLink"])["waiting"]?.int, 1, "an asking waits until it is back from the hub")
+        h.fromHub(h.hubOutbox[0])
         XCTAssertEqual(h.ok(c, ["type": "familyLink"])["waiting"]?.int, 0)
         XCTAssertEqual(up["trusted"]?.bool, true)
         h.core.hubRefused = true  // the device was removed
@@ -161,14 +163,17 @@ final class HubTests: XCTestCase {
             let (c, _) = h.login("c1", subscribe: ["communication"])
             h.ok(c, ["type": "ask", "question": .object(h.question())])
             h.ok(c, ["type": "ask", "question": .object(h.question())])
-            h.core.hubSent(h.hubOutbox[0].id)
-            h.pump()
+            h.fromHub(h.hubOutbox[0])  // back from the hub
             let left = h.hubOutbox
             XCTAssertEqual(left.count, 1)
             try h.restart()
             XCTAssertEqual(h.hubOutbox, left)
             h.core.hubSent(left[0].id)
             h.pump()
+            XCTAssertEqual(h.hubOutbox, left, "stored by the hub, not back yet: it stays, also over a restart")
+            try h.restart()
+            XCTAssertEqual(h.hubOutbox, left)
+            h.fromHub(left[0])
             XCTAssertEqual(h.hubOutbox, [])
             // The outbox empty, a restart still gives the next message an id above all before
             // (the bridge reads on after the last id it sent).
@@ -204,15 +209,9 @@ final class HubTests: XCTestCase {
         question?["topic"]?["personInformation"]?.array?.first?["handle"]?["value"]?.string
     }
 
-    /// The tablet's asking of `id` (attempt 1, made `after` ms after now), as its relay sends it.
+    /// The tablet's asking of `q` (attempt 1, made `after` ms after now), as its relay sends it.
     private func tabletAsked(_ h: CoreHarness, _ q: JSONObject, after: Int64 = 1) throws -> HubOutbound {
-        let content = try QuestionContent.validate(q, now: h.now)
-        return message(
-            "fam.fam.ask.\(content.id)",
-            [
-                "child": "c1", "attempt": 1, "createdAt": .int(h.now.milliseconds + after), "question": try JSON.parse(content.encoded),
-                "device": "tablet",
-            ])
+        try tabletAskedAt(h, q, createdAt: h.now.milliseconds + after)
     }
 
     /// A child asks one new id on two devices at once: whichever asking the hub has first
@@ -390,5 +389,148 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(response["answeredAt"]?.string, Timestamp(milliseconds: answeredAt).rfc3339)
         let known = h.request(c, ["type": "knownHandles", "handles": [.object(["value": "+1 555 0100", "kind": "phoneNumber"])]])
         XCTAssertEqual(known["known"]?.array?.count, 0, "the hour ran out long ago")
+    }
+
+    /// The tablet's asking of `q` (attempt `attempt`, made at `createdAt`), as its relay sends it.
+    private func tabletAskedAt(_ h: CoreHarness, _ q: JSONObject, attempt: Int64 = 1, createdAt: Int64) throws -> HubOutbound {
+        let content = try QuestionContent.validate(q, now: h.now)
+        return message(
+            "fam.fam.ask.\(content.id)",
+            [
+                "child": "c1", "attempt": .int(attempt), "createdAt": .int(createdAt), "question": try JSON.parse(content.encoded),
+                "device": "tablet",
+            ])
+    }
+
+    /// Our asking was stored by the hub after the tablet's, and the relay restarted before
+    /// the hub handed either back: ours is still on its way, and gives way to the tablet's.
+    func testOwnAskingSentButNotBackBeforeARestartStillGivesWay() throws {
+        let h = try linked()
+        let (c, _) = h.login("c1")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        let own = try XCTUnwrap(h.hubOutbox.first)
+        h.core.hubSent(own.id)
+        h.pump()
+        try h.restart()
+        XCTAssertEqual(
+            h.fromHub(try tabletAskedAt(h, q, createdAt: h.now.milliseconds + 1)), .applied,
+            "the tablet's was first on the hub: it must stand here as on every other relay")
+    }
+
+    /// Our asking came back from the hub (first there) before the hub's receipt of it; then
+    /// the relay restarted: it is back, so the tablet's, stored after it, is left behind.
+    func testOwnAskingBackBeforeItsSentThenRestartDoesNotGiveWayToALaterOne() throws {
+        let h = try linked()
+        let (c, _) = h.login("c1")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        let own = try XCTUnwrap(h.hubOutbox.first)
+        XCTAssertEqual(h.fromHub(own), .known, "ours back: it stands")
+        try h.restart()
+        XCTAssertEqual(
+            h.fromHub(try tabletAskedAt(h, q, createdAt: h.now.milliseconds + 1)), .known,
+            "stored after ours on the hub: left behind here, as on the tablet and every other relay")
+    }
+
+    /// 3. Two askings with one hub key (a re-ask made on two devices at once keeps the first
+    /// createdAt, so both are `2-T`; or the same millisecond) asking different things: the
+    /// guardian here is told `conflict`, and its answer, first on the decision subject of the
+    /// asking that stands, approves nothing it was not shown.
+    func testAnAnswerToAnotherVersionOnASharedSubjectApprovesNothingItWasNotShown() throws {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let ours = h.question(handles: ["+1 555 0100"])
+        let id = ours["id"]!.string!.uppercased()
+        h.ok(c, ["type": "ask", "question": .object(ours)])
+        let createdAt = h.now.milliseconds
+        // Attempt 1 cancelled (through the hub), then re-asked here and on the tablet at once.
+        h.send(c, ["type": "cancel", "id": "x", "questionId": .string(id)])
+        h.fromHub(try XCTUnwrap(h.hubOutbox.last))
+        h.advance(seconds: 10)
+        h.ok(c, ["type": "ask", "question": .object(ours)])
+        XCTAssertEqual(try XCTUnwrap(h.hubOutbox.last).messageID, "\(id)#2-\(createdAt)")
+        _ = h.drain(g)
+        h.send(g, ["type": "answer", "id": "a2", "questionId": .string(id), "choice": "approve"])
+        let proposal = try XCTUnwrap(h.hubOutbox.last)
+        XCTAssertEqual(proposal.subject, "fam.fam.dec.\(id).2-\(createdAt)")
+        var other = ours
+        other["topic"] = .object([
+            "kind": "communication", "personInformation": [CoreHarness.person("+1 555 0199")], "actions": ["message"],
+        ])
+        // The hub had the tablet's `2-T` first (ours, the same message id, is dropped as a resend).
+        XCTAssertEqual(h.fromHub(try tabletAskedAt(h, other, attempt: 2, createdAt: createdAt)), .applied)
+        XCTAssertEqual(h.drain(g).first { $0["re"]?.string == "a2" }?["code"]?.string, "conflict")
+        // Our proposal is still in the outbox and reaches the hub, first on that subject.
+        XCTAssertEqual(h.fromHub(proposal), .applied)
+        XCTAssertTrue(
+            h.events(c, "response").isEmpty,
+            "the guardian was told conflict, and never shown +1 555 0199: nothing may be approved")
+        let known = h.request(c, ["type": "knownHandles", "handles": [.object(["value": "+1 555 0199", "kind": "phoneNumber"])]])
+        XCTAssertEqual(known["known"]?.array?.count, 0, "a handle no guardian approved became known")
+    }
+
+    /// 3b. The same, where the version here has choices of its own: the guardian's answer,
+    /// first on the shared subject, names a choice the standing version lacks. It closes the
+    /// question unanswered rather than hold the subject with a decision no relay applies.
+    func testAnAnswerToAnotherVersionOnASharedSubjectClosesTheQuestionUnanswered() throws {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let choices: JSON = .array([
+            .object(["id": "yes", "title": "Yes", "answer": "approval"]), .object(["id": "no", "title": "No", "answer": "denial"]),
+        ])
+        let ours = h.question(choices: choices)
+        let id = ours["id"]!.string!.uppercased()
+        h.ok(c, ["type": "ask", "question": .object(ours)])
+        let createdAt = h.now.milliseconds
+        _ = h.drain(g)
+        h.send(g, ["type": "answer", "id": "a1", "questionId": .string(id), "choice": "yes"])
+        let proposal = try XCTUnwrap(h.hubOutbox.last)
+        var theirs = ours
+        theirs["choices"] = nil  // approve / decline
+        XCTAssertEqual(h.fromHub(try tabletAskedAt(h, theirs, createdAt: createdAt)), .applied)  // same millisecond
+        XCTAssertEqual(h.drain(g).first { $0["re"]?.string == "a1" }?["code"]?.string, "conflict")
+        XCTAssertEqual(h.fromHub(proposal), .applied)
+        XCTAssertEqual(h.events(c, "questionClosed").first?["reason"]?.string, "cancelled")
+        XCTAssertTrue(h.events(c, "response").isEmpty)
+        XCTAssertEqual(h.ok(g, ["type": "pending"])["questions"]?.array?.count, 0)
+    }
+
+    /// An answer names the content it answered by a digest every relay computes alike,
+    /// whether the question was asked there (as validated) or came through the hub.
+    func testAContentsDigestIsTheSameWhereItWasAskedAndWhereItCameThroughTheHub() throws {
+        let h = try linked()
+        var q = h.question(handles: ["+1 555 0100", "+44 20 7946 0000"], actions: ["message", "call"])
+        q["choices"] = .array([
+            .object(["id": "week", "title": "Für eine Woche \"ok\" \u{1F44D}", "answer": "approval", "durationSeconds": 604_800]),
+            .object(["id": "no", "title": "Non / \\ <tab>\t", "answer": "denial"]),
+        ])
+        q["defaultChoice"] = "no"
+        let asked = try QuestionContent.validate(q, now: h.now)
+        let carried = try XCTUnwrap(QuestionContent(encoded: try JSON.parse(asked.encoded).encoded))
+        XCTAssertEqual(RelayCore.digest(asked), RelayCore.digest(carried))
+        XCTAssertEqual(RelayCore.digest(asked).count, 64)
+        q["defaultChoice"] = "week"
+        XCTAssertNotEqual(RelayCore.digest(try QuestionContent.validate(q, now: h.now)), RelayCore.digest(asked))
+    }
+
+    /// An id the tablet's relay forgot and its child asked anew (attempt 1 again, at a later
+    /// time; see HubNames.asking) is a new asking here, where the id is remembered.
+    func testAnIdForgottenOnTheTabletAndAskedAnewReachesTheGuardiansHere() throws {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let q = h.question(expiresIn: nil)
+        let id = q["id"]!.string!.uppercased()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        h.fromHub(try XCTUnwrap(h.hubOutbox.first))
+        h.send(c, ["type": "cancel", "id": "x", "questionId": .string(id)])
+        h.fromHub(try XCTUnwrap(h.hubOutbox.last))
+        _ = h.drain(g)
+        h.advance(seconds: 3600)
+        XCTAssertEqual(h.fromHub(try tabletAskedAt(h, q, createdAt: h.now.milliseconds)), .applied)
+        XCTAssertEqual(h.events(g, "question").count, 1)
     }
 }
