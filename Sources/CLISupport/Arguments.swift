@@ -40,7 +40,8 @@ public struct Arguments {
                         i += 1
                         all[name, default: []].append(args[i])
                     }
-                    // An empty value is a variable that was not set, never a name or a number.
+                    // An empty value is a variable that was not set, never a name or a number (and
+                    // an empty socket name is, to Linux, one outside the file system, open to all).
                     guard all[name]?.last?.isEmpty == false || emptyAllowed.contains(name) else {
                         throw CLIError.usage("\(name) needs a value, not an empty one")
                     }

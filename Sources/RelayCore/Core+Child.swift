@@ -5,18 +5,7 @@ import RelayModel
 
 extension RelayCore {
     func subscribe(_ r: Request) throws(RequestError) -> ReplyFields {
-        let topics = try Self.topicKinds(r.frame["topics"])
-        connections[r.conn]?.session?.topics = topics
-        if let durable = r.session.durable {
-            durable.record.topics = topics
-            persist(.session(durable.record))
-        }
-        return ["topics": .array(TopicKind.allCases.filter(topics.contains).map { .string($0.rawValue) })]
-    }
-
-    /// The topic kinds of a `subscribe`, or of a child's `hello` (§13).
-    static func topicKinds(_ value: JSON?) throws(RequestError) -> Set<TopicKind> {
-        guard let list = value?.array else {
+        guard let list = r.frame["topics"]?.array else {
             throw RequestError(.badRequest, "\"topics\" must be an array of topic kinds")
         }
         var topics: Set<TopicKind> = []
@@ -26,7 +15,12 @@ extension RelayCore {
             }
             topics.insert(kind)
         }
-        return topics
+        connections[r.conn]?.session?.topics = topics
+        if let durable = r.session.durable {
+            durable.record.topics = topics
+            persist(.session(durable.record))
+        }
+        return ["topics": .array(TopicKind.allCases.filter(topics.contains).map { .string($0.rawValue) })]
     }
 
     func ask(_ r: Request) throws(RequestError) -> ReplyFields {

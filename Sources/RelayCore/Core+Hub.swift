@@ -150,7 +150,10 @@ extension RelayCore {
 
     static func asking(_ q: QuestionRecord) -> String { HubNames.asking(attempt: q.attempt, createdAt: q.createdAt) }
 
-    static func hubKey(_ q: QuestionRecord) -> String { "\(q.id)#\(asking(q))" }
+    static func hubKey(_ q: QuestionRecord) -> String { hubKey(q.id, asking(q)) }
+
+    /// A question's asking, as the hub's message ids and this relay's bookkeeping name it.
+    static func hubKey(_ id: String, _ asking: String) -> String { "\(id)#\(asking)" }
 
     /// A message of the family's stream on the hub (this relay's own ones too, as they
     /// come back): a question asked on a device, or the decision on an asking.
@@ -178,7 +181,7 @@ extension RelayCore {
         let previous: QuestionRecord?
         do { previous = try self.question(content.key) } catch { return .held }  // unreadable now: handed again
         let asked = Timestamp(milliseconds: createdAt)
-        let key = "\(id)#\(HubNames.asking(attempt: attempt, createdAt: asked))"
+        let key = Self.hubKey(id, HubNames.asking(attempt: attempt, createdAt: asked))
         if body["device"]?.string == config.hubDevice { settleOwnAsking(key) }  // one of ours, back
         if let previous {
             guard previous.child == childID else { return .ignored("question \(id) is another child's here") }
@@ -214,13 +217,13 @@ extension RelayCore {
         guard let entry = questions.entry(key), entry.record.family == family, Self.asking(entry.record) == asking else {
             let stored: QuestionRecord?
             do { stored = try question(key) } catch { return .held }  // unreadable now: handed again
-            if let q = stored, q.family == family, hubLeftBehind.contains("\(id)#\(asking)") || !mayCome(asking, after: q) {  // left behind
+            if let q = stored, q.family == family, hubLeftBehind.contains(Self.hubKey(id, asking)) || !mayCome(asking, after: q) {  // left behind
                 // Decided and let go since (a removed child's question): requests that wait on it get their reply.
                 if Self.asking(q) == asking && q.status != .pending { answerWaiters(on: q) }
                 return .known
             }
             // Its asking has not come yet: kept for it (in this run; unacknowledged, the hub hands it again).
-            hubEarly["\(id)#\(asking)"] = body
+            hubEarly[Self.hubKey(id, asking)] = body
             return .held
         }
         var applied = HubApplied.known

@@ -86,11 +86,15 @@ extension RelayCore {
         default: return refuse(.unauthorized, "resume must be a non-negative integer seq")
         }
 
-        // A child may name its topics in the hello (§13), so that its replay passes them even
-        // in a session the relay does not know (forgotten, or restored from an older backup).
+        // A child may name its topics in the hello (protocol.md), so that its replay passes them
+        // even in a session the relay does not know (forgotten, or newer than a restored backup).
+        // Kinds this relay does not know are left out: a newer client is not locked out.
         var topics: Set<TopicKind>?
         if m.record.role == .child, let value = f["topics"], value != .null {
-            do throws(RequestError) { topics = try Self.topicKinds(value) } catch { return refuse(.unauthorized, error.message) }
+            guard let list = value.array, list.allSatisfy({ $0.string != nil }) else {
+                return refuse(.unauthorized, "topics must be an array of topic kinds, such as [\"communication\"]")
+            }
+            topics = Set(list.compactMap { $0.string.flatMap(TopicKind.init(rawValue:)) })
         }
 
         let head = m.head

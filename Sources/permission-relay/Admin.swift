@@ -73,7 +73,6 @@ struct AdminCommand: Sendable {
         let credentials = try a.value("--credentials").map { try CredentialsFile(path: $0, replacing: rotated) }
         defer { credentials?.discard() }
         let socket = a.value("--socket") ?? Paths.clientSocket
-        guard !socket.isEmpty else { throw CLIError.usage("--socket needs a path") }
         if let why = RelayDefaults.distrust(socket) { throw CLIError.failure("will not use \(socket): \(why)") }
         let reply: JSONObject
         do {

@@ -111,8 +111,6 @@ enum Serve {
             throw CLIError.usage("--socket is for a relay that binds its own socket; this one was given one (socket activation)")
         }
         let socket = inherited?.path ?? a.value("--socket") ?? Paths.defaultSocket
-        // Linux takes an empty name for one outside the file system, where anyone may connect.
-        guard !socket.isEmpty else { throw CLIError.usage("--socket needs a path") }
         let dataOption = a.value("--data") ?? ServiceManager.stateDirectory ?? Paths.defaultData
         guard let sync = SyncMode(rawValue: a.value("--sync") ?? "normal") else {
             throw CLIError.usage("--sync must be normal or full")

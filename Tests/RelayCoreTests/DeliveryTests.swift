@@ -69,8 +69,12 @@ final class DeliveryTests: XCTestCase {
         let (ephemeral, _) = h.login("c1", helloTopics: [])
         XCTAssertNil(h.closed[ephemeral])
 
+        // A kind this relay does not know is left out (a newer client is not locked out); a list that is no list is refused.
+        let (newer, _) = h.login("c1", session: "newer", resume: seq - 1, helloTopics: ["communication", "news"])
+        XCTAssertEqual(h.events(newer, "response").map { $0["seq"]?.int }, [seq])
         let bad = h.connect()
-        h.send(bad, ["type": "hello", "id": "h", "protocol": 1, "member": "c1", "token": .string(h.tokens["c1"]!), "topics": ["news"]])
+        h.send(
+            bad, ["type": "hello", "id": "h", "protocol": 1, "member": "c1", "token": .string(h.tokens["c1"]!), "topics": "communication"])
         XCTAssertEqual(h.drain(bad).first?["code"]?.string, "unauthorized")
         XCTAssertEqual(h.closed[bad], .handshakeFailed)
         let (guardian, _) = h.login("g1", session: "tab", resume: 0, helloTopics: "not even a list")
