@@ -217,7 +217,9 @@ extension RelayCore {
         guard let entry = questions.entry(key), entry.record.family == family, Self.asking(entry.record) == asking else {
             let stored: QuestionRecord?
             do { stored = try question(key) } catch { return .held }  // unreadable now: handed again
-            if let q = stored, q.family == family, hubLeftBehind.contains(Self.hubKey(id, asking)) || !mayCome(asking, after: q) {  // left behind
+            // Left behind (an older asking, or one of the same attempt after the one that stood):
+            let behind = stored.map { hubLeftBehind.contains(Self.hubKey(id, asking)) || !mayCome(asking, after: $0) } ?? false
+            if let q = stored, q.family == family, behind {
                 // Decided and let go since (a removed child's question): requests that wait on it get their reply.
                 if Self.asking(q) == asking && q.status != .pending { answerWaiters(on: q) }
                 return .known
