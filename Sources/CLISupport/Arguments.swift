@@ -15,7 +15,8 @@ public enum CLIError: Error {
 }
 
 /// Arguments after the subcommand words: `--flag value`, `--switch`, and positionals.
-/// A flag may repeat; `value` gives the last, `values` all of them.
+/// A flag of `repeatable` may repeat (`values` gives them all); any other given twice is a
+/// usage error, rather than one of the two ignored.
 public struct Arguments {
     public private(set) var positionals: [String] = []
     private var all: [String: [String]] = [:]
@@ -23,7 +24,10 @@ public struct Arguments {
 
     /// `emptyAllowed`: the value flags for which an empty value means something (an
     /// unnamed place in a list, say); any other's empty value is a usage error.
-    public init(_ args: [String], valueFlags: Set<String>, switchFlags: Set<String>, emptyAllowed: Set<String> = []) throws {
+    public init(
+        _ args: [String], valueFlags: Set<String>, switchFlags: Set<String>, repeatable: Set<String> = [],
+        emptyAllowed: Set<String> = []
+    ) throws {
         var i = 0
         while i < args.count {
             let a = args[i]
@@ -44,6 +48,9 @@ public struct Arguments {
                     // an empty socket name is, to Linux, one outside the file system, open to all).
                     guard all[name]?.last?.isEmpty == false || emptyAllowed.contains(name) else {
                         throw CLIError.usage("\(name) needs a value, not an empty one")
+                    }
+                    guard all[name]!.count == 1 || repeatable.contains(name) else {
+                        throw CLIError.usage("\(name) is given twice: give it once")
                     }
                 } else {
                     throw CLIError.usage("unknown option \(name)")

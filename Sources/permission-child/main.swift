@@ -363,11 +363,14 @@ func run() async throws -> Int32 {
     // The command is the first word that is no option's, with options before it too.
     guard let at = Arguments.firstPositional(in: args, valueFlags: flags) else { throw CLIError.usage("no command given") }
     let command = args.remove(at: at)
-    let a = try Arguments(args, valueFlags: flags, switchFlags: ["--wait", "--json", "--new"], emptyAllowed: ["--name"])
+    let a = try Arguments(
+        args, valueFlags: flags, switchFlags: ["--wait", "--json", "--new"], repeatable: ["--name", "--action", "--choice"],
+        emptyAllowed: ["--name"])
     guard CommandHelp.text(for: command, in: usage, program: "permission-child") != nil else {
         throw CLIError.usage("unknown command \"\(command)\"")
     }
     // Options of one command, checked before anything is sent.
+    if ["ask-update", "watch", "limits", "questions"].contains(command) { _ = try a.expectPositionals([]) }
     if a.value("--timeout") != nil {
         guard command == "ask" || command == "ask-update" else { throw CLIError.usage("--timeout is an option of ask and ask-update") }
         guard a.has("--wait") else { throw CLIError.usage("--timeout is how long --wait waits: give --wait too") }

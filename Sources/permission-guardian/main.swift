@@ -186,6 +186,7 @@ func run() async throws -> Int32 {
     // `watch` or `auto` beside it never take one from the other.
     let name = command ?? "view"
     if name == "answer" { _ = try a.expectPositionals(["ID", "CHOICE"]) }  // what is missing here first, then who
+    if ["pending", "watch", "auto", "history", "view"].contains(name) { _ = try a.expectPositionals([]) }
     let waits = ["watch", "auto", "view"].contains(name)
     let config = try ClientOptions.configuration(a, app: name == "view" ? "permission-guardian" : "permission-guardian-\(name)")
     let center = GuardianCenter(configuration: waits ? try ClientOptions.durable(config) : config.ephemeral)

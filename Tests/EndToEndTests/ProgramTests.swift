@@ -526,6 +526,11 @@ final class ProgramTests: XCTestCase {
         let names = try child(["ask", "+15550177", "+15550178", "--name", "A", "--name", "B", "--name", "C"], stderrInLines: true)
         XCTAssertEqual(names.finish(), 64, "a name would be dropped")
         XCTAssertTrue(names.nextLine()?.contains("3 names (--name) for 2 handles") ?? false)
+        // Nothing given is ignored: an argument a command takes none of, an option given twice.
+        XCTAssertEqual(try child(["limits", "extra"]).finish(), 64)
+        let twice = try guardian(["pending", "--child", "c0", "--child", "c9"], stderrInLines: true)
+        XCTAssertEqual(twice.finish(), 64)
+        XCTAssertTrue(twice.nextLine()?.contains("--child is given twice: give it once") ?? false, twice.lines.joined())
         // An empty --name leaves its handle unnamed; another empty value is a usage error.
         XCTAssertEqual(try child(["ask", "+15550180", "+15550181", "--name", "", "--name", "Bob Smith"]).finish(), 0)
         XCTAssertEqual(try child(["ask", "+15550182", "--id", ""]).finish(), 64)
