@@ -174,22 +174,27 @@ extension RelayCore {
         guard let childID = body["child"]?.string, let attempt = body["attempt"]?.int, let createdAt = body["createdAt"]?.int,
             let question = body["question"], let content = QuestionContent(encoded: question.encoded), content.id == id
         else { return .ignored("question \(id): the message lacks its child, attempt, time or question") }
+        let asked = Timestamp(milliseconds: createdAt)
+        let key = Self.hubKey(id, HubNames.asking(attempt: attempt, createdAt: asked))
+        if body["device"]?.string == config.hubDevice { settleOwnAsking(key) }  // one of ours, back (whatever becomes of it)
+        if hubLeftBehind.contains(key) { return .known }  // handed again: left behind for good
         // Only within the family whose stream it came on: nothing crosses families.
         guard let child = members[childID], child.record.role == .child, !child.isRemoved, child.family.id == family else {
             return .ignored("question \(id): \(childID) is not a child of \(family) on this relay")
         }
         let previous: QuestionRecord?
         do { previous = try self.question(content.key) } catch { return .held }  // unreadable now: handed again
-        let asked = Timestamp(milliseconds: createdAt)
-        let key = Self.hubKey(id, HubNames.asking(attempt: attempt, createdAt: asked))
-        if body["device"]?.string == config.hubDevice { settleOwnAsking(key) }  // one of ours, back
         if let previous {
             guard previous.child == childID else { return .ignored("question \(id) is another child's here") }
             if previous.status == .pending && attempt == previous.attempt {
                 // Two askings of one attempt (two devices asking one id at once): the first the
                 // hub had stands, so only this relay's own, not back yet, gives way.
                 guard hubAskingsOnTheirWay[Self.hubKey(previous)] != nil else {
-                    if key != Self.hubKey(previous) { hubLeftBehind.insert(key) }
+                    if key != Self.hubKey(previous) {
+                        hubLeftBehind.insert(key)
+                    } else if let early = hubEarly.removeValue(forKey: key) {
+                        _ = hubDecided(id, in: family, asking: Self.asking(previous), early, now: now)  // ours stands: held meanwhile
+                    }
                     return .known
                 }
                 settleOwnAsking(Self.hubKey(previous))
@@ -225,6 +230,11 @@ extension RelayCore {
                 return .known
             }
             // Its asking has not come yet: kept for it (in this run; unacknowledged, the hub hands it again).
+            hubEarly[Self.hubKey(id, asking)] = body
+            return .held
+        }
+        // This relay's own asking, not back yet: another device's of its attempt may still stand.
+        if entry.record.status == .pending && hubAskingsOnTheirWay[Self.hubKey(entry.record)] != nil {
             hubEarly[Self.hubKey(id, asking)] = body
             return .held
         }
