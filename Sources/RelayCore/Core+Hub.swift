@@ -156,8 +156,9 @@ extension RelayCore {
     static func hubKey(_ id: String, _ asking: String) -> String { "\(id)#\(asking)" }
 
     /// A message of the family's stream on the hub (this relay's own ones too, as they
-    /// come back): a question asked on a device, or the decision on an asking.
-    public func hubMessage(subject: String, body bytes: [UInt8], now: Timestamp) -> HubApplied {
+    /// come back): a question asked on a device, or the decision on an asking. `deliveries`:
+    /// how many times the hub has handed it (1 the first time).
+    public func hubMessage(subject: String, body bytes: [UInt8], deliveries: UInt64 = 1, now: Timestamp) -> HubApplied {
         guard let body = (try? JSON.parse(bytes))?.object else { return .ignored("\(subject): the body is not a JSON object") }
         defer { flushDeferred() }
         let parsed = HubNames.parse(subject)
@@ -165,7 +166,7 @@ extension RelayCore {
         switch parsed {
         case (let family, .ask(let question))?: return hubAsked(question, in: family, body, now: now)
         case (let family, .decision(let question, let asking))?:
-            return hubDecided(question, in: family, asking: asking, body, now: now)
+            return hubDecided(question, in: family, asking: asking, body, deliveries: deliveries, now: now)
         case nil: return .ignored("\(subject) is not a subject this relay reads")
         }
     }
@@ -217,7 +218,9 @@ extension RelayCore {
         return .applied
     }
 
-    private func hubDecided(_ id: String, in family: String, asking: String, _ body: JSONObject, now: Timestamp) -> HubApplied {
+    private func hubDecided(
+        _ id: String, in family: String, asking: String, _ body: JSONObject, deliveries: UInt64 = 1, now: Timestamp
+    ) -> HubApplied {
         guard let key = QuestionID(id) else { return .ignored("\(id) is not a question id") }
         guard let entry = questions.entry(key), entry.record.family == family, Self.asking(entry.record) == asking else {
             let stored: QuestionRecord?
@@ -229,14 +232,11 @@ extension RelayCore {
                 if Self.asking(q) == asking && q.status != .pending { answerWaiters(on: q) }
                 return .known
             }
-            // Its asking has not come yet: kept for it (in this run; unacknowledged, the hub hands it again).
-            hubEarly[Self.hubKey(id, asking)] = body
-            return .held
+            return holdForItsAsking(Self.hubKey(id, asking), body, deliveries: deliveries)  // not come yet
         }
         // This relay's own asking, not back yet: another device's of its attempt may still stand.
         if entry.record.status == .pending && hubAskingsOnTheirWay[Self.hubKey(entry.record)] != nil {
-            hubEarly[Self.hubKey(id, asking)] = body
-            return .held
+            return holdForItsAsking(Self.hubKey(id, asking), body, deliveries: deliveries)
         }
         var applied = HubApplied.known
         if entry.record.status == .pending {
@@ -263,6 +263,21 @@ extension RelayCore {
         }
         if entry.record.status != .pending { answerWaiters(on: entry.record) }
         return applied
+    }
+
+    /// The hub hands a message again every few seconds until it is acknowledged: two minutes.
+    static let hubHoldLimit: UInt64 = 24
+
+    /// Keeps a decision for its asking, which is to come (in this run; unacknowledged, the hub
+    /// hands it again). One handed `hubHoldLimit` times waits for an asking that will not
+    /// come (left behind before a restart, or not for this relay): it goes, said.
+    private func holdForItsAsking(_ key: String, _ body: JSONObject, deliveries: UInt64) -> HubApplied {
+        guard deliveries < Self.hubHoldLimit else {
+            hubEarly[key] = nil
+            return .ignored("\(key): a decision handed \(deliveries) times whose asking never came (left behind, or not for this relay)")
+        }
+        hubEarly[key] = body
+        return .held
     }
 
     /// This relay's proposals on an asking that gave way to another device's of the same

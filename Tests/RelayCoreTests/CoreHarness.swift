@@ -108,8 +108,8 @@ final class CoreHarness {
 
     /// Delivers a message of the family's stream on the hub, as the bridge would.
     @discardableResult
-    func fromHub(_ m: HubOutbound) -> HubApplied {
-        let applied = core.hubMessage(subject: m.subject, body: m.body, now: now)
+    func fromHub(_ m: HubOutbound, deliveries: UInt64 = 1) -> HubApplied {
+        let applied = core.hubMessage(subject: m.subject, body: m.body, deliveries: deliveries, now: now)
         pump()
         return applied
     }

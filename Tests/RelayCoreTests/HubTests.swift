@@ -617,4 +617,23 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(h.fromHub(ownSecond), .known)
         XCTAssertEqual(h.drain(g).first { $0["re"]?.string == "a2" }?["type"]?.string, "ok")
     }
+
+    /// A decision whose asking never comes (left behind before a restart, or of a question
+    /// not for this relay) is held only so long: then it goes, and is not handed again.
+    func testADecisionWhoseAskingNeverComesIsNotHeldForever() throws {
+        let h = try linked()
+        let content = try QuestionContent.validate(h.question(), now: h.now)
+        let asked = message(
+            "fam.fam.ask.\(content.id)",
+            [
+                "child": "c7", "attempt": 1, "createdAt": .int(h.now.milliseconds), "question": try JSON.parse(content.encoded),
+                "device": "tablet",
+            ])
+        guard case .ignored = h.fromHub(asked) else { return XCTFail("a child unknown here") }
+        let decided = message("fam.fam.dec.\(content.id).1-\(h.now.milliseconds)", ["kind": "cancel", "member": "c7", "at": 1])
+        XCTAssertEqual(h.fromHub(decided), .held, "its asking may yet come")
+        XCTAssertEqual(h.fromHub(decided, deliveries: RelayCore.hubHoldLimit - 1), .held)
+        guard case .ignored(let why) = h.fromHub(decided, deliveries: RelayCore.hubHoldLimit) else { return XCTFail("held for good") }
+        XCTAssertTrue(why.contains("whose asking never came"), why)
+    }
 }
