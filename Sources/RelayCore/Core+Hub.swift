@@ -242,22 +242,23 @@ extension RelayCore {
         if entry.record.status == .pending {
             // As decided, by the deciding device's clock, though never before the asking nor after now.
             let at = min(now, max(entry.record.createdAt, body["at"]?.int.map(Timestamp.init(milliseconds:)) ?? now))
+            // The first decision on the asking, whatever it is: one not to apply as it says (an
+            // answer to another version of the asking, where two devices asked one id at once
+            // and the hub kept the other; one that names no guardian or choice of it; a kind
+            // this relay does not know) closes the question unanswered, on every relay alike:
+            // nothing is approved that was not shown, and the question does not wait for good.
             switch body["kind"]?.string {
             case "answer":
-                guard let guardian = body["member"]?.string else { return .ignored("question \(id): an answer without its guardian") }
-                // An answer to another version of the asking (two devices asked one id at once,
-                // and the hub kept the other): the first decision on it, yet not one to apply.
-                // It closes the question unanswered: nothing is approved that was not shown.
-                guard body["content"]?.string.map({ $0 == Self.digest(entry.record.content) }) ?? true,
+                if let guardian = body["member"]?.string,
+                    body["content"]?.string.map({ $0 == Self.digest(entry.record.content) }) ?? true,
                     let choice = body["choice"]?.string.flatMap(entry.record.content.choice)
-                else {
+                {
+                    applyAnswer(entry, guardian: guardian, choice: choice, now: at)
+                } else {
                     close(question: entry.record, reason: .cancelled, now: at)
-                    break
                 }
-                applyAnswer(entry, guardian: guardian, choice: choice, now: at)
-            case "cancel": close(question: entry.record, reason: .cancelled, now: at)
             case "expire": close(question: entry.record, reason: .expired, now: at)
-            default: return .ignored("question \(id): an unknown decision \(body["kind"]?.text ?? "")")
+            default: close(question: entry.record, reason: .cancelled, now: at)
             }
             applied = .applied
         }

@@ -636,4 +636,18 @@ final class HubTests: XCTestCase {
         guard case .ignored(let why) = h.fromHub(decided, deliveries: RelayCore.hubHoldLimit) else { return XCTFail("held for good") }
         XCTAssertTrue(why.contains("whose asking never came"), why)
     }
+
+    /// The first decision on an asking decides it, also one this relay cannot apply as it
+    /// says (a newer relay's kind, an answer that names no guardian): it closes the question
+    /// unanswered, rather than leave it pending behind a subject the hub keeps for it.
+    func testAFirstDecisionNoRelayCanApplyClosesTheQuestionUnanswered() throws {
+        for body in [["kind": "postpone", "at": 1], ["kind": "answer", "choice": "approve", "at": 1]] as [JSONObject] {
+            let (h, g, c, id) = try asked()
+            h.fromHub(h.hubOutbox[0])
+            _ = h.drain(g)
+            XCTAssertEqual(h.fromHub(message("fam.fam.dec.\(id).1-\(h.now.milliseconds)", body)), .applied)
+            XCTAssertEqual(h.events(c, "questionClosed").first?["reason"]?.string, "cancelled", "\(body)")
+            XCTAssertTrue(h.events(c, "response").isEmpty)
+        }
+    }
 }
