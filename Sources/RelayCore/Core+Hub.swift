@@ -258,7 +258,7 @@ extension RelayCore {
                     close(question: entry.record, reason: .cancelled, now: at)
                 }
             case "expire": close(question: entry.record, reason: .expired, now: at)
-            default: close(question: entry.record, reason: .cancelled, now: at)
+            default: close(question: entry.record, reason: .cancelled, now: at)  // a cancel, or a kind unknown here
             }
             applied = .applied
         }
@@ -314,8 +314,8 @@ extension RelayCore {
     }
 
     /// Whether `asking` (of a decision) may still come to stand in place of `q`'s current
-    /// asking: a later attempt, or another asking of its attempt while `q`'s is this relay's
-    /// own and not back from the hub. Any other is left behind.
+    /// asking: while `q` is pending, another asking of its attempt only if `q`'s is this
+    /// relay's own and not back from the hub; else a later one (as `hubAsked` takes them).
     private func mayCome(_ asking: String, after q: QuestionRecord) -> Bool {
         let parts = asking.split(separator: "-")
         guard parts.count == 2, let attempt = Int64(parts[0]), let created = Int64(parts[1]) else { return false }
