@@ -541,18 +541,23 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(response.question.id, question.id, message, line: line)
     }
 
+    /// c0's app, keeping its place in `state`, asks `question` and stops.
+    private func askAndStop(
+        _ question: PermissionQuestion<CommunicationTopic>, _ relay: RelayProcess, _ tokens: [String: String], state: String
+    ) async throws {
+        let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        _ = app.responses(for: CommunicationTopic.self)
+        try await app.ask(question)
+        await app.close()
+    }
+
     func testAppRestartedBeforeDeliveryGetsTheResponseExactlyOnce() async throws {
         let relay = try RelayProcess()
         try relay.start()
         let tokens = try relay.provision(families: 1)
         let state = relay.dir.appendingPathComponent("child.state").path
         let question = contact()
-        do {
-            let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
-            _ = first.responses(for: CommunicationTopic.self)
-            try await first.ask(question)
-            await first.close()  // the app stops before the answer comes
-        }
+        try await askAndStop(question, relay, tokens, state: state)  // before the answer comes
         let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
         try await guardian.answer(question.id, with: "decline")
 
@@ -583,12 +588,7 @@ final class PermissionKitTests: XCTestCase {
         let tokens = try relay.provision(families: 1)
         let state = relay.dir.appendingPathComponent("child.state").path
         let question = contact()
-        do {
-            let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
-            _ = first.responses(for: CommunicationTopic.self)
-            try await first.ask(question)
-            await first.close()
-        }
+        try await askAndStop(question, relay, tokens, state: state)
         let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
         try await guardian.answer(question.id, with: "approve")
         do {  // another app of the child takes the one place

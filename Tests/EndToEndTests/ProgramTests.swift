@@ -560,22 +560,16 @@ final class ProgramTests: XCTestCase {
         let wrong = try ProgramRun("permission-guardian", ["pending", "--member", "g0", "--token", "nope"], env: env)
         XCTAssertEqual(wrong.finish(), 1)
         // A watch that could not keep its place says so at once, instead of watching without it.
-        let nowhere = relay.dir.appendingPathComponent("child.json").path + "/state"  // under a file
-        let err = relay.dir.appendingPathComponent("nowhere.err").path
-        let lost = try guardian(["watch", "--state-dir", nowhere], stderr: err)
-        let giveUp = lost.stopAfter(seconds: 30)
-        defer { giveUp.cancel() }
-        XCTAssertEqual(lost.finish(), 1)
-        let said = try String(contentsOfFile: err, encoding: .utf8)
-        XCTAssertTrue(said.contains("cannot keep this client's place in the relay's events in \(nowhere)"), said)
         let aFile = relay.dir.appendingPathComponent("child.json").path
-        let fileErr = relay.dir.appendingPathComponent("file.err").path
-        let onAFile = try guardian(["watch", "--state-dir", aFile], stderr: fileErr)
-        let stopIt = onAFile.stopAfter(seconds: 30)
-        defer { stopIt.cancel() }
-        XCTAssertEqual(onAFile.finish(), 1)
-        let fileSaid = try String(contentsOfFile: fileErr, encoding: .utf8)
-        XCTAssertTrue(fileSaid.contains("in \(aFile): it is a file, not a directory"), fileSaid)
+        for (stateDir, why) in [(aFile + "/state", ""), (aFile, ": it is a file, not a directory")] {  // under a file, a file
+            let err = relay.dir.appendingPathComponent("state-dir.err").path
+            let lost = try guardian(["watch", "--state-dir", stateDir], stderr: err)
+            let giveUp = lost.stopAfter(seconds: 30)
+            XCTAssertEqual(lost.finish(), 1)
+            giveUp.cancel()
+            let said = try String(contentsOfFile: err, encoding: .utf8)
+            XCTAssertTrue(said.contains("cannot keep this client's place in the relay's events in \(stateDir)\(why)"), said)
+        }
         relay.crash()
         var down = env
         down["PERMISSION_RELAY_SOCKET"] = relay.socket
