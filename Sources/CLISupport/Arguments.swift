@@ -131,6 +131,17 @@ public func parseSeconds(_ text: String) -> Double? {
     return n
 }
 
+/// This program's executable: `/proc/self/exe` resolved (argv[0] is a bare name when the
+/// program is run from PATH), else argv[0] as given. Programs it starts lie beside it.
+public let ownExecutable: URL = {
+    if let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"), path.hasPrefix("/"),
+        !path.hasSuffix(" (deleted)")
+    {
+        return URL(fileURLWithPath: path)
+    }
+    return URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
+}()
+
 /// A line on stdout. A stdout that is gone (a terminal hung up) is no reason to crash,
 /// as `FileHandle.write(_:)` would.
 public func printOut(_ s: String) {

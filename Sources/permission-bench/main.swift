@@ -176,7 +176,8 @@ func median(_ values: [Double]) -> Double {
     return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
 }
 
-let bin = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+/// Where the relay and the benchmark's own programs are: beside this one (also when it is run from PATH).
+let bin = ownExecutable.deletingLastPathComponent()
 
 /// The servers a run has started: a run stopped by a signal stops them too (a terminal's
 /// Ctrl-C reaches them anyway; a `kill` of the benchmark alone would leave them running).
@@ -259,6 +260,11 @@ enum Servers {
 func startServer(_ executable: String, _ args: [String], readyWord: String, onStderr: Bool = false) throws -> Process {
     let p = Process()
     p.executableURL = executable.contains("/") ? URL(fileURLWithPath: executable) : bin.appendingPathComponent(executable)
+    guard FileManager.default.isExecutableFile(atPath: p.executableURL!.path) else {
+        throw CLIError.failure(
+            "cannot run \(p.executableURL!.path): no such program; build it with `swift build -c release`"
+                + (executable.contains("/") ? "" : " (it is looked for beside permission-bench)"))
+    }
     p.arguments = args
     let out = Pipe()
     p.standardOutput = onStderr ? FileHandle(forWritingAtPath: "/dev/null") : out

@@ -5,15 +5,8 @@
 import CLISupport
 import Foundation
 
-/// The harness's own executable: `/proc/self/exe` resolved, else argv[0] as given.
-let harnessExecutable: URL = {
-    if let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"), path.hasPrefix("/"),
-        !path.hasSuffix(" (deleted)")
-    {
-        return URL(fileURLWithPath: path)
-    }
-    return URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
-}()
+/// The harness's own executable, as the kernel knows it.
+let harnessExecutable = ownExecutable
 
 /// `permission-relay`: `explicit` (`--relay`) when given, else the one beside the harness's
 /// own executable, else the first on PATH; when there is none, a failure that says where it

@@ -86,6 +86,30 @@ final class BenchTests: XCTestCase {
         }
     }
 
+    /// Run from PATH in another directory (argv[0] a bare name), it finds the relay beside itself.
+    func testTheBenchmarkRunFromPathFindsTheRelayBesideItself() throws {
+        let elsewhere = FileManager.default.temporaryDirectory.appendingPathComponent("bench-cwd-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: elsewhere, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: elsewhere) }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = [
+            "PATH=\(productsDirectory.path):/usr/bin:/bin", "permission-bench", "--families", "1", "--window", "1", "--duration", "0.3",
+            "--warmup", "0", "--json",
+        ]
+        p.currentDirectoryURL = elsewhere
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        let stop = killAfter(p, seconds: 60)
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        stop.cancel()
+        XCTAssertEqual(p.terminationStatus, 0, text)
+        XCTAssertGreaterThan(try JSON.parse(text)["relay"]?["cycles"]?.int ?? 0, 0, text)
+    }
+
     /// A mistyped command, or a time the run cannot have, is a usage error before anything runs.
     func testWrongArgumentsAreRefusedBeforeAnyRun() throws {
         let short = ["--families", "1", "--window", "1", "--duration", "0.2", "--warmup", "0"]
