@@ -45,10 +45,7 @@ struct InteractiveView {
             feed.yield(.key([UInt8(ascii: "q")]))
         }
         keys.start()
-        let tasks = [
-            Task { for await q in center.questions() { feed.yield(.question(q)) } },
-            Task { for await c in center.closedQuestions() { feed.yield(.closed(c)) } },
-            Task { for await s in center.connectionStates() { feed.yield(.connection(s)) } },
+        let load = {
             Task {
                 do {
                     _ = try await center.pending()
@@ -57,7 +54,13 @@ struct InteractiveView {
                     let why = ClientOptions.describe(error, unreachableBecause: center.connectionError)
                     feed.yield(.loaded(.failure(ClientCommandError(why))))
                 }
-            },
+            }
+        }
+        var tasks = [
+            Task { for await q in center.questions() { feed.yield(.question(q)) } },
+            Task { for await c in center.closedQuestions() { feed.yield(.closed(c)) } },
+            Task { for await s in center.connectionStates() { feed.yield(.connection(s)) } },
+            load(),
             Task {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .seconds(1))
@@ -137,6 +140,11 @@ struct InteractiveView {
             case .connection(let s):
                 connection = s
                 if s == .replaced { message = replacedNotice }
+                // Connected after all: why the questions could not be read holds no longer.
+                if s == .ready && message.hasPrefix(Self.unreadable) {
+                    (message, listed) = ("", false)
+                    tasks.append(load())
+                }
                 // Ends the view as it ends `watch`: said in full once the terminal is back.
                 if s == .refused { throw CLIError.failure(refusal(center.connectionError)) }
             }

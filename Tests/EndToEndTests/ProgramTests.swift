@@ -648,6 +648,9 @@ final class ProgramTests: XCTestCase {
             waitForScreen(session, seconds: 20) {
                 $0.contains(said) && $0.contains("(none shown: see below)") && !$0.contains("No questions")
             })
+        // The relay there after all (the same socket, linked): the view reads again, and says no more why it could not.
+        XCTAssertEqual(link(relay.socket, nowhere), 0)
+        XCTAssertTrue(waitForScreen(session, seconds: 20) { $0.contains("No questions waiting.") && !$0.contains(said) })
     }
 
     func testGuardianTerminalViewSaysWhenNothingIsWaiting() throws {
