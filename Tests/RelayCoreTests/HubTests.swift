@@ -156,10 +156,9 @@ final class HubTests: XCTestCase {
     }
 
     func testTheOutboxOutlivesARestartAndItsIdsAreNeverGivenTwice() throws {
-        for store in [
-            MemoryStore(),
-            try SQLiteStore(path: FileManager.default.temporaryDirectory.appendingPathComponent("hub-\(UUID().uuidString).db").path),
-        ] as [RelayStore] {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("hub-\(UUID().uuidString).db").path
+        addTeardownBlock { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        for store in [MemoryStore(), try SQLiteStore(path: path)] as [RelayStore] {
             let h = try CoreHarness(store: store) { $0.hubDevice = "laptop" }
             h.standardFamilies()
             let (c, _) = h.login("c1", subscribe: ["communication"])
