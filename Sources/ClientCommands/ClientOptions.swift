@@ -88,6 +88,15 @@ public enum ClientOptions {
     public static func describe(_ error: any Error, unreachableBecause reason: ClientError? = nil) -> String {
         switch error {
         case let e as RelayError where e.code == "forbidden":
+            // "questions is for a child, and sam is a guardian": the request is the program's
+            // business, the member's role is the user's.
+            if let and = e.message.range(of: ", and ", options: .backwards) {
+                let who = e.message[and.upperBound...]
+                for (role, other) in [("guardian", "child"), ("child", "guardian")] where who.hasSuffix(" is a \(role)") {
+                    return terminalSafe(
+                        "\(who): this command is a \(other)'s (a \(role) uses permission-\(role); are these the credentials you meant?)")
+                }
+            }
             return terminalSafe(e.description) + " (are these the credentials you meant to use?)"
         case let e as RelayError: return terminalSafe(e.description)
         case AskError.notAvailable:

@@ -526,6 +526,15 @@ final class ProgramTests: XCTestCase {
         let names = try child(["ask", "+15550177", "+15550178", "--name", "A", "--name", "B", "--name", "C"], stderrInLines: true)
         XCTAssertEqual(names.finish(), 64, "a name would be dropped")
         XCTAssertTrue(names.nextLine()?.contains("3 names (--name) for 2 handles") ?? false)
+        // Another role's credentials: said in the user's terms, not the request's.
+        let swapped = try ProgramRun(
+            "permission-child", ["ask", "+15550183", "--credentials", relay.dir.appendingPathComponent("guardian.json").path], env: env,
+            stderrInLines: true)
+        XCTAssertEqual(swapped.finish(), 1)
+        XCTAssertEqual(
+            swapped.nextLine(),
+            "permission-child: g0 is a guardian: this command is a child's (a guardian uses permission-guardian; are these the credentials you meant?)"
+        )
         // Nothing given is ignored: an argument a command takes none of, an option given twice.
         XCTAssertEqual(try child(["limits", "extra"]).finish(), 64)
         let twice = try guardian(["pending", "--child", "c0", "--child", "c9"], stderrInLines: true)
