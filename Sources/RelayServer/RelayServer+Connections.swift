@@ -1,0 +1,305 @@
+// Connections' input and output: reads fed to the core as whole frames, replays in
+// steps, timers, and the one way output is queued and written.
+
+import CSystem
+import Glibc
+import RelayCore
+import RelayProtocol
+
+extension RelayServer {
+    func read(_ id: ConnectionID, now: Timestamp) {
+        guard let c = conns[id], c.closing == nil else { return }
+        var budget = 1 << 20
+        while budget > 0 {
+            let n = scratch.withUnsafeMutableBytes { Glibc.read(c.fd, $0.baseAddress, $0.count) }
+            if n > 0 {
+                scratch.withUnsafeBytes { c.decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+                c.lastHeard = turnMillis
+                c.pinged = false
+                budget -= n
+                if holdsEnoughInput(c) { break }
+                // A short read has most likely drained the socket: the read that would say
+                // so is saved (readiness is level-triggered, so anything left is reported again).
+                if n < scratch.count { break }
+                continue
+            }
+            if n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { c.peerGone = true }
+            break
+        }
+        process(c, now: now)
+        if c.peerGone {
+            relay.disconnected(id)
+            closeNow(id)
+        } else {
+            setInterest(c)
+        }
+    }
+
+    /// Feeds whole frames to the core, stopping while the session replays, and while the
+    /// connection is owed `inputPauseBytes` or more (`resumeInput` goes on). The connection
+    /// stays in `conns` meanwhile: the core's closes take effect at the dispatch.
+    func process(_ c: Conn, now: Timestamp) {
+        let id = c.id
+        var whole = false
+        relay.countedConnection = id
+        defer {
+            c.unreleased += relay.countedBytes
+            turnOwed[id, default: 0] += relay.countedBytes
+            relay.countedConnection = nil
+        }
+        while relay.takesFrames(id) {
+            guard c.owed + relay.countedBytes < inputPauseBytes else {
+                // Whole frames wait (a part after them is checked once they are taken).
+                if !c.inputPaused {
+                    c.inputPaused = true
+                    pausedInput.append(c)
+                }
+                c.partSince = nil
+                return
+            }
+            switch c.decoder.withNextFrame({ relay.receive(id, body: $0, now: now) }) {
+            case .frame: whole = true
+            case .violation(let code, let message): relay.framingViolation(id, code, message)
+            case .incomplete:
+                // After a whole frame the part held is the next frame's, begun in this read.
+                c.partSince = c.decoder.bufferedCount == 0 ? nil : whole ? turnMillis : c.partSince ?? turnMillis
+                return
+            }
+        }
+        c.partSince = nil
+    }
+
+    /// The next step of each replay whose connection has room: its events from the store.
+    /// None while a turn is with the writer: the frames of a step held for a commit do not
+    /// count in the connection's unsent bytes, and steps taken meanwhile would pile up.
+    func replaySteps(now: Timestamp) {
+        guard !relay.replaying.isEmpty, uncommitted.isEmpty else { return }
+        for id in relay.replaying {
+            guard let c = conns[id], c.pendingBytes < replayLowWater, let (member, after) = relay.replayPosition(id) else {
+                continue
+            }
+            let (limit, budget) = (coreConfig.replayBatch, coreConfig.replayBudgetBytes)
+            do {
+                let stored = try store.events(member: member, after: after, limit: limit, maxBytes: budget)
+                // Cut short by its size, the step is not the store's last (as a full one is not).
+                let cut = stored.reduce(0) { $0 + $1.frame.count } >= budget
+                if let why = relay.continueReplay(id, stored: stored, limit: cut ? stored.count : limit) {
+                    log(.error, "connection \(id): \(why)")
+                }
+            } catch {
+                log(.error, "connection \(id): could not read \(member)'s stored events for its replay: \(error)")
+                relay.replayFailed(id, "\(error)")
+            }
+            process(c, now: now)
+        }
+    }
+
+    /// A replaying connection gets its next step once its unsent bytes fall below this.
+    var replayLowWater: Int { min(65536, config.maxOutputBytes / 4) }
+
+    func checkTimers() {
+        let now = turnMillis
+        // Connection timers need no finer grain than a quarter second; skip the scan in between.
+        guard now - lastTimerScan >= 250 else { return }
+        lastTimerScan = now
+        logRefusals()
+        checkSocketFile()
+        let hb = Int64(coreConfig.heartbeatSeconds) * 1000
+        let handshake = Int64(config.handshakeTimeoutSeconds * 1000)
+        for (id, c) in conns {
+            if let since = c.closingSince {
+                // A peer that does not read its last frames is not waited for long.
+                if now - since >= 2000 {
+                    relay.disconnected(id)
+                    closeNow(id)
+                }
+                continue
+            }
+            let silent = now - c.lastHeard
+            if !relay.isEstablished(id) {
+                if now - c.openedAt >= handshake { relay.drop(id, .handshakeTimeout) }
+            } else if silent >= 3 * hb {
+                relay.drop(id, .heartbeatTimeout)
+            } else if let since = c.partSince, now - since >= 3 * hb {
+                // Bytes that trickle in keep a connection from being silent; a frame that
+                // never ends would still hold its buffer (up to the largest frame) for good.
+                relay.framingViolation(id, .badFrame, "a frame stayed incomplete for \(3 * hb / 1000) s; closing")
+            } else if silent >= hb && !c.pinged {
+                c.pinged = true
+                enqueue(Self.pingFrame, to: c)
+            }
+        }
+    }
+
+    /// Queues and writes frames held for a commit; `owed`: the bytes of each connection's
+    /// replies among them (`Batch.owed`), still owed until everything queued with them is sent.
+    func dispatch(_ outputs: [CoreOutput], owed: [ConnectionID: Int] = [:]) {
+        // A reply and the events it caused often go to one connection: looked up once.
+        var lastID: ConnectionID = -1
+        var last: Conn?
+        for o in outputs {
+            switch o {
+            case .send(let id, let frame):
+                if id != lastID { (lastID, last) = (id, conns[id]) }
+                guard let c = last else { continue }
+                enqueue(frame, to: c)
+            case .close(let id, let reason):
+                if id != lastID { (lastID, last) = (id, conns[id]) }
+                guard let c = last else { continue }
+                c.closing = reason
+                c.closingSince = Self.monotonicMillis()
+                touch(c)
+            }
+        }
+        for (id, bytes) in owed where bytes > 0 {
+            guard let c = conns[id] else { continue }
+            c.unreleased -= bytes
+            c.repliesUnsent.append((end: c.queuedTotal, bytes: bytes))
+            c.repliesUnsentBytes += bytes
+        }
+        flushTouched()
+    }
+
+    /// Writes what was queued for each connection touched since the last call.
+    func flushTouched() {
+        // Last touched first: a request's reply is written before the events it causes, and
+        // the others waiting for those (a guardian for a question, a child for its answer)
+        // should not wait behind the requester's `ok`.
+        for c in touched.reversed() {
+            c.touched = false
+            flush(c)
+        }
+        touched.removeAll(keepingCapacity: true)
+    }
+
+    private static let pingFrame = (["type": "ping"] as JSONObject).frame
+
+    /// Queues bytes for a connection: the one way output is queued, so nothing queued
+    /// waits unwritten (it is written at the end of this turn's dispatch).
+    private func enqueue(_ bytes: [UInt8], to c: Conn) {
+        c.out.append(bytes: bytes)
+        c.queuedTotal += bytes.count
+        touch(c)
+    }
+
+    /// A connection owed this many bytes takes no more requests until it is owed less: a
+    /// client that pipelines requests with large replies (lists) gets them one after
+    /// another, as it reads, rather than all at once past its output limit. As much as
+    /// leaves room under that limit for one more reply, the largest a list makes (3 MiB by
+    /// default), so that a client that writes its requests before it reads their replies
+    /// gets as far as it can.
+    var inputPauseBytes: Int {
+        max(replayLowWater, config.maxOutputBytes - coreConfig.listReplyBytes - coreConfig.maxFrameBytes)
+    }
+
+    /// While its requests wait (a replay, or `inputPaused`), a connection is read until it
+    /// holds a frame's worth (`inputPauseBytes` when paused, if more): what it sends is seen
+    /// (it is not silent), and what it holds is bounded.
+    private func holdsEnoughInput(_ c: Conn) -> Bool {
+        if c.inputPaused { return c.decoder.bufferedCount > max(coreConfig.maxFrameBytes, inputPauseBytes) }
+        return c.decoder.bufferedCount > coreConfig.maxFrameBytes && relay.isReplaying(c.id)
+    }
+
+    /// Takes up again the requests of connections now owed less than `inputPauseBytes`.
+    func resumeInput(now: Timestamp) {
+        let waiting = pausedInput
+        pausedInput.removeAll()
+        for c in waiting where conns[c.id] === c {
+            guard c.owed < inputPauseBytes else {
+                pausedInput.append(c)
+                continue
+            }
+            c.inputPaused = false
+            process(c, now: now)
+            setInterest(c)
+        }
+    }
+
+    /// Marks a connection to be flushed at the end of the dispatch, once.
+    private func touch(_ c: Conn) {
+        guard !c.touched else { return }
+        c.touched = true
+        touched.append(c)
+    }
+
+    func flush(_ c: Conn) {
+        let id = c.id
+        while c.pendingBytes > 0 {
+            let n = c.out.withUnsafeBytes { cs_send(c.fd, $0.baseAddress! + c.outStart, c.pendingBytes) }
+            if n > 0 {
+                c.outStart += n
+                c.sentTotal += n
+                // A client that reads is alive: while its requests wait it cannot be heard
+                // (its pings wait behind them), and is not taken for silent.
+                if c.inputPaused { c.lastHeard = turnMillis }
+                continue
+            }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
+            c.peerGone = true
+            break
+        }
+        c.repliesSent()
+        if c.outStart == c.out.count {
+            c.out.removeAll(keepingCapacity: c.out.capacity <= 65536)
+            c.outStart = 0
+        } else if c.outStart > 65536 && c.outStart > c.out.count / 2 {
+            c.out.removeFirst(c.outStart)
+            c.outStart = 0
+        }
+        count(c)
+        if c.peerGone || (c.closing != nil && c.pendingBytes == 0) {
+            relay.disconnected(id)
+            closeNow(id)
+        } else if let why = tooMuchUnsent(c) {
+            log(.warning, "connection \(id) holds \(c.pendingBytes) unsent bytes\(why); dropping it as a slow consumer")
+            relay.disconnected(id)
+            closeNow(id)
+        } else {
+            setInterest(c)
+        }
+    }
+
+    /// Counts the connection's unsent bytes for its member and in all.
+    func count(_ c: Conn) {
+        let delta = c.pendingBytes - c.counted
+        guard delta != 0 else { return }
+        if c.owner == nil { c.owner = relay.member(of: c.id) ?? "" }
+        c.counted = c.pendingBytes
+        totalBacklog += delta
+        if let owner = c.owner, !owner.isEmpty {
+            let now = memberBacklog[owner, default: 0] + delta
+            memberBacklog[owner] = now == 0 ? nil : now
+        }
+    }
+
+    /// Why a connection that still holds unsent bytes holds too many, if it does.
+    private func tooMuchUnsent(_ c: Conn) -> String? {
+        guard c.pendingBytes > 0 else { return nil }
+        if c.pendingBytes > config.maxOutputBytes { return "" }
+        if let owner = c.owner, let held = memberBacklog[owner], held > config.maxMemberOutputBytes {
+            return ", and \(owner)'s connections \(held) together"
+        }
+        if totalBacklog > config.maxTotalOutputBytes { return ", and all connections \(totalBacklog) together" }
+        return nil
+    }
+
+    func setInterest(_ c: Conn) {
+        var want = cs_epollrdhup
+        let holdReads = holdsEnoughInput(c)
+        if c.closing == nil && !holdReads { want |= cs_epollin }
+        if c.pendingBytes > 0 { want |= cs_epollout }
+        guard want != c.interest else { return }
+        cs_epoll_ctl(epfd, c.interest == 0 ? 0 : 1, c.fd, want, UInt64(c.id))
+        c.interest = want
+    }
+
+    func closeNow(_ id: ConnectionID) {
+        guard let c = conns.removeValue(forKey: id) else { return }
+        log(.debug, "connection \(id) closed (\(c.closing?.rawValue ?? (c.peerGone ? "by the client" : "by the relay")))")
+        c.out = []
+        c.outStart = 0
+        count(c)
+        cs_epoll_ctl(epfd, 2, c.fd, 0, 0)
+        Glibc.close(c.fd)
+    }
+}
