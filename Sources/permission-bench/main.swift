@@ -26,7 +26,8 @@ let usage = """
       --grid standard|quick      standard: (F,W) = (1,1) (100,1) (100,8) (1000,1); quick: (1,1) (10,2)
       --families F --window W    One point instead of a grid
       --guardians G              Guardians per family (default 1): all get each question, one answers
-      --duration SECONDS         Measured time per run (default 5)
+      --duration SECONDS         Measured time of each run, the relay's and the baseline's
+                                 apart, at each point (default 5)
       --warmup SECONDS           Unmeasured time before it (default 1)
       --every SECONDS            Also print, on stderr, each such stretch of the measured time:
                                  its cycles/s, p50 and p99 and the relay's memory (a long run's
