@@ -13,6 +13,12 @@
 //   5. for each turn committed, queue its frames and write them (EPOLLOUT only for
 //      leftovers), and close the connections marked for closing;
 //   6. a bounded step of pruning when one is due, through the writer too.
+//
+// Layout: this file holds the loop's state, its start and stop, and the turn;
+// RelayServer+Listening.swift accepting (and refusing) connections and the socket file;
+// RelayServer+Connections.swift reading, replay steps, timers and the one way output is
+// written; RelayServer+Commits.swift the turns through the writer (Committer.swift) and
+// pruning; ServerConnection.swift a connection's own state.
 
 import CSystem
 import Glibc
