@@ -142,16 +142,6 @@ public let ownExecutable: URL = {
     return URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
 }()
 
-/// A line on stdout. A stdout that is gone (a terminal hung up) is no reason to crash,
-/// as `FileHandle.write(_:)` would.
-public func printOut(_ s: String) {
-    try? FileHandle.standardOutput.write(contentsOf: Data((s + "\n").utf8))
-}
-
-public func printErr(_ s: String) {
-    try? FileHandle.standardError.write(contentsOf: Data((s + "\n").utf8))
-}
-
 /// The version of the programs, and of the wire protocol they speak.
 public let programVersion = "0.1.0"
 public let wireProtocolVersion = 1

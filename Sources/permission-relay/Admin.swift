@@ -119,7 +119,13 @@ struct AdminCommand: Sendable {
             printOut(a.has("--json") ? out.encodedText : "\(added)credentials of \(member) written to \(credentials.path) (mode 0600)")
             return
         }
-        printOut(a.has("--json") ? out.encodedText : describe(out))
+        if let failure = writeOut(a.has("--json") ? out.encodedText : describe(out)) {
+            // The change is made: a token shown only this once must not be lost with the output.
+            if let token = out["token"]?.string, let member = out["member"]?.string {
+                printErr("permission-relay: \(member)'s token is \(token) (keep it: it is shown only this once)")
+            }
+            exitForOutput(failure)
+        }
     }
 
     static let all: [AdminCommand] = [

@@ -222,7 +222,8 @@ enum Serve {
         do {
             try relay.run {
                 let listening = "listening on \(Paths.absolute(socket))\(inherited == nil ? "" : " (from the service manager)")"
-                printOut("permission-relay: \(listening) (data \(data), sync \(sync.rawValue))")
+                // A daemon serves whether or not anyone reads this line.
+                _ = writeOut("permission-relay: \(listening) (data \(data), sync \(sync.rawValue))")
                 ServiceManager.notify("READY=1\nSTATUS=\(listening)\nMAINPID=\(getpid())") { log(.warning, $0) }
             }
         } catch {
@@ -281,7 +282,7 @@ enum Serve {
         }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             Glibc.close(fd)
-            throw CLIError.failure("another relay is already using the data directory \(dir); stop it first")
+            throw CLIError.failure("a relay is already serving the data directory \(dir); stop it first")
         }
         return fd
     }

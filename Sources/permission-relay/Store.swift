@@ -129,6 +129,12 @@ struct StoreCommand: Sendable {
                 throw CLIError.usage(
                     "--data takes the relay's data directory; to check a backup file, give it: permission-relay check \(data)")
             }
+            if let backup = a.positionals.first, FileManager.default.fileExists(atPath: backup, isDirectory: &isDirectory),
+                isDirectory.boolValue
+            {
+                throw CLIError.usage(
+                    "\(backup) is a directory; to check a data directory, give it with --data: permission-relay check --data \(backup)")
+            }
             let file = a.positionals.first ?? Paths.canonical(data) + "/relay.db"
             let findings: [String]
             do {

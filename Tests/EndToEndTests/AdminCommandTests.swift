@@ -4,6 +4,7 @@
 
 import Foundation
 import RelayProtocol
+import RelayServer
 import XCTest
 
 final class AdminCommandTests: XCTestCase {
@@ -76,6 +77,26 @@ final class AdminCommandTests: XCTestCase {
         XCTAssertEqual(added.status, 0)
         XCTAssertEqual(added.stderr, "")
         XCTAssertEqual(try JSON.parse(added.stdout.trimmingCharacters(in: .newlines))["member"]?.string, "sam")
+    }
+
+    /// Output that cannot be written (a full disk) fails the command; a token shown only
+    /// once is then said on stderr, since the member is added all the same.
+    func testOutputThatCannotBeWrittenFailsTheCommandAndKeepsTheToken() throws {
+        XCTAssertEqual(runRelay(["family", "create", "smiths"] + s).status, 0)
+        let full = try XCTUnwrap(FileHandle(forWritingAtPath: "/dev/full"))
+        let added = runRelay(["member", "add", "smiths", "sam", "--role", "guardian", "--json"] + s, stdout: full)
+        XCTAssertEqual(added.status, 1)
+        let lines = added.stderr.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines.count, 2, added.stderr)
+        XCTAssertTrue(lines.first?.hasPrefix("permission-relay: sam's token is ") ?? false, added.stderr)
+        XCTAssertEqual(lines.last, "permission-relay: cannot write the output: No space left on device")
+        let token = String(lines[0].dropFirst("permission-relay: sam's token is ".count).prefix { $0 != " " })
+        let c = try BlockingConnection(path: relay.socket)
+        try c.send(["type": "hello", "id": "h", "protocol": 1, "member": "sam", "token": .string(token)])
+        XCTAssertEqual(try c.receive()?["type"]?.string, "welcome", "the token said on stderr is sam's")
+        let listed = runRelay(["family", "list"] + s, stdout: full)
+        XCTAssertEqual(listed.status, 1)
+        XCTAssertEqual(listed.stderr, "permission-relay: cannot write the output: No space left on device\n")
     }
 
     func testAGroupsHelpListsItsCommandsWithExamples() throws {

@@ -409,8 +409,9 @@ func execSQL(_ statement: String, in path: String, file: StaticString = #filePat
     sqlite3_close(db)
 }
 
-/// Runs the relay with `args` to its end; `asUser`: as that uid and gid (root only).
-func runRelay(_ args: [String], asUser uid: uid_t? = nil) -> (status: Int32, stdout: String, stderr: String) {
+/// Runs the relay with `args` to its end; `asUser`: as that uid and gid (root only);
+/// `stdout`: where its output goes instead of the result's `stdout`.
+func runRelay(_ args: [String], asUser uid: uid_t? = nil, stdout: FileHandle? = nil) -> (status: Int32, stdout: String, stderr: String) {
     let p = Process()
     if let uid {
         p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
@@ -420,13 +421,13 @@ func runRelay(_ args: [String], asUser uid: uid_t? = nil) -> (status: Int32, std
         p.arguments = args
     }
     let out = Pipe(), err = Pipe()
-    p.standardOutput = out
+    p.standardOutput = stdout ?? out
     p.standardError = err
     try! p.run()
     // A relay that starts serving where the test expects a refusal ends the test, not CI.
     let stray = killAfter(p, seconds: 30)
     defer { stray.cancel() }
-    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let o = stdout == nil ? out.fileHandleForReading.readDataToEndOfFile() : Data()
     let e = err.fileHandleForReading.readDataToEndOfFile()
     p.waitUntilExit()
     return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))

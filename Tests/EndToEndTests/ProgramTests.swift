@@ -12,12 +12,15 @@ final class ProgramRun {
     private(set) var lines: [String] = []
 
     /// `stderr`: a new file to write the program's stderr to (by default it is dropped);
-    /// `stderrInLines`: read it with stdout instead.
-    init(_ name: String, _ args: [String], env: [String: String], stderr: String? = nil, stderrInLines: Bool = false) throws {
+    /// `stderrInLines`: read it with stdout instead; `stdout`: where stdout goes instead.
+    init(
+        _ name: String, _ args: [String], env: [String: String], stderr: String? = nil, stderrInLines: Bool = false,
+        stdout: FileHandle? = nil
+    ) throws {
         process.executableURL = productsDirectory.appendingPathComponent(name)
         process.arguments = args
         process.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
-        process.standardOutput = out
+        process.standardOutput = stdout ?? out
         if stderrInLines {
             process.standardError = out
         } else if let stderr {
@@ -96,11 +99,13 @@ final class ProgramTests: XCTestCase {
     }
 
     /// `session` nil: the program's default session.
-    private func child(_ args: [String], session: String? = "cli", stderrInLines: Bool = false) throws -> ProgramRun {
+    private func child(
+        _ args: [String], session: String? = "cli", stderrInLines: Bool = false, stdout: FileHandle? = nil
+    ) throws -> ProgramRun {
         try ProgramRun(
             "permission-child",
             args + ["--credentials", relay.dir.appendingPathComponent("child.json").path] + (session.map { ["--session", $0] } ?? []),
-            env: env, stderrInLines: stderrInLines)
+            env: env, stderrInLines: stderrInLines, stdout: stdout)
     }
 
     private func guardian(_ args: [String], stderr: String? = nil, stderrInLines: Bool = false) throws -> ProgramRun {
@@ -475,6 +480,28 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(try guardian(["answer", markerID, "approve"]).finish(), 0)
         XCTAssertEqual(try JSON.parse(second.nextLine() ?? "")["questionId"]?.string, markerID, "the first response is not repeated")
         second.stop()
+    }
+
+    /// A watch whose output cannot be written (a full disk) stops, saying why, and the
+    /// response it could not print is not taken as processed: the next watch prints it.
+    func testAWatchThatCannotWriteStopsAndLeavesTheResponseToTheNext() throws {
+        let ask = try child(["ask", "+15550126", "--json"], session: "app")
+        XCTAssertEqual(ask.finish(), 0)
+        let id = try JSON.parse(ask.nextLine() ?? "")["questionId"]?.string ?? ""
+        XCTAssertEqual(try guardian(["answer", id, "approve"]).finish(), 0)
+
+        let full = try child(
+            ["watch", "--json"], session: "app", stderrInLines: true, stdout: try XCTUnwrap(FileHandle(forWritingAtPath: "/dev/full")))
+        let giveUp = full.stopAfter(seconds: 20, signal: SIGKILL)
+        defer { giveUp.cancel() }
+        XCTAssertEqual(full.nextLine(), "permission-child: cannot write the output: No space left on device")
+        XCTAssertEqual(full.finish(), 1)
+
+        let next = try child(["watch", "--json"], session: "app")
+        let stray = next.stopAfter(seconds: 20)
+        defer { stray.cancel() }
+        XCTAssertEqual(try JSON.parse(next.nextLine() ?? "")["questionId"]?.string, id)
+        next.stop()
     }
 
     func testHelpUsageAndErrors() throws {

@@ -42,6 +42,11 @@ final class StoreCommandTests: XCTestCase {
         let misread = runRelay(["check", "--data", backup])
         XCTAssertEqual(misread.status, 64)
         XCTAssertTrue(misread.stderr.contains("to check a backup file, give it: permission-relay check \(backup)"), misread.stderr)
+        let directory = runRelay(["check", relay.data])
+        XCTAssertEqual(directory.status, 64)
+        XCTAssertTrue(
+            directory.stderr.contains("to check a data directory, give it with --data: permission-relay check --data \(relay.data)"),
+            directory.stderr)
         // Restored into a directory that is not there yet (a typo, maybe): it says how to serve it.
         let elsewhere = relay.dir.appendingPathComponent("elsewhere").path
         let fresh = runRelay(["restore", backup, "--data", elsewhere])
@@ -51,7 +56,7 @@ final class StoreCommandTests: XCTestCase {
             fresh.stdout)
         let refused = runRelay(["restore", backup, "--data", relay.data])
         XCTAssertEqual(refused.status, 1)
-        XCTAssertTrue(refused.stderr.contains("another relay is already using the data directory"), refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("a relay is already serving the data directory \(relay.data); stop it first"), refused.stderr)
 
         XCTAssertEqual(relay.terminate(), 0)
         let r = runRelay(["restore", backup, "--data", relay.data])
