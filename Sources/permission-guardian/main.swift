@@ -179,8 +179,9 @@ func run() async throws -> Int32 {
     let a = try Arguments(rest, valueFlags: flags, switchFlags: ["--json", "--approve", "--decline"])
     let commands = ["pending", "answer", "watch", "auto", "limits", "known", "history", "view"]
     if let command, !commands.contains(command) { throw CLIError.usage("unknown command \"\(command)\"") }
-    if command == nil && (isatty(0) == 0 || isatty(1) == 0) {
-        throw CLIError.usage("no command given (the interactive view needs a terminal)")
+    // The view acts on keys: piped input must never answer questions.
+    if command == nil || command == "view", isatty(0) == 0 || isatty(1) == 0 {
+        throw CLIError.usage(command == nil ? "no command given (the interactive view needs a terminal)" : "the view needs a terminal")
     }
     // Each command that waits for events has a durable session of its own: the view and a
     // `watch` or `auto` beside it never take one from the other.

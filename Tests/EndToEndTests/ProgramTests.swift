@@ -535,6 +535,10 @@ final class ProgramTests: XCTestCase {
             XCTAssertTrue(nothing.lines.first?.hasPrefix("\(program): no command given") ?? false, "\(nothing.lines)")
             XCTAssertTrue(nothing.lines.first?.hasSuffix("(see `\(program) --help`)") ?? false, "\(nothing.lines)")
         }
+        // The view acts on keys: asked for by name, it too needs a terminal, never piped input.
+        let piped = try guardian(["view"], stderrInLines: true)
+        XCTAssertEqual(piped.finish(), 64)
+        XCTAssertEqual(piped.nextLine(), "permission-guardian: the view needs a terminal (see `permission-guardian --help`)")
         let bare = try ProgramRun(
             "permission-guardian", ["answer"], env: ["PERMISSION_MEMBER": "", "PERMISSION_CREDENTIALS": ""], stderrInLines: true)
         XCTAssertEqual(bare.finish(), 64)
