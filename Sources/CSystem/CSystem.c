@@ -187,7 +187,11 @@ int cs_route_signals(int fd) {
     sa.sa_flags = SA_RESTART;
     if (sigaction(SIGTERM, &sa, NULL) != 0) return -1;
     if (sigaction(SIGINT, &sa, NULL) != 0) return -1;
-    if (sigaction(SIGHUP, &sa, NULL) != 0) return -1;
+    /* A hang-up ignored from the start stays ignored: whoever ran the program so (nohup)
+       asked that it outlive its terminal. */
+    struct sigaction hup;
+    if (sigaction(SIGHUP, NULL, &hup) != 0) return -1;
+    if (hup.sa_handler != SIG_IGN && sigaction(SIGHUP, &sa, NULL) != 0) return -1;
     signal(SIGPIPE, SIG_IGN);
     return cs_unblock_stop_signals(NULL);
 }

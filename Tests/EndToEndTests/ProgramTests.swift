@@ -134,6 +134,23 @@ final class ProgramTests: XCTestCase {
         }
     }
 
+    /// Run under nohup (SIGHUP ignored from the start), a long-running command outlives the
+    /// hang-up of its terminal, and still stops on SIGTERM.
+    func testAHangUpIgnoredFromTheStartStaysIgnored() throws {
+        let before = signal(SIGHUP, SIG_IGN)  // inherited by the program started now
+        let p: ProgramRun
+        do {
+            defer { signal(SIGHUP, before) }
+            p = try child(["watch"], session: nil, stderrInLines: true)
+        }
+        let giveUp = p.stopAfter(seconds: 20, signal: SIGKILL)
+        defer { giveUp.cancel() }
+        XCTAssertNotNil(p.nextLine(containing: "(Ctrl-C to stop)"))
+        kill(p.process.processIdentifier, SIGHUP)
+        kill(p.process.processIdentifier, SIGTERM)
+        XCTAssertEqual(p.finish(), 143, "stopped by the SIGTERM, not the SIGHUP before it")
+    }
+
     /// An interrupted `ask --wait` says the question stays pending and exits 130 (143 for
     /// SIGTERM); running it again waits for that question instead of asking another.
     func testAnInterruptedWaitLeavesTheQuestionPendingAndAskingAgainWaitsForIt() throws {

@@ -51,7 +51,8 @@ long cs_peer_uid(int fd);
 long cs_peer_pid(int fd);
 /// pipe2 with O_NONBLOCK | O_CLOEXEC.
 int cs_pipe(int fds[2]);
-/// Routes SIGTERM, SIGINT and SIGHUP to one byte (the signal number) written to fd,
+/// Routes SIGTERM, SIGINT and SIGHUP (unless it was ignored from the start, as under
+/// nohup) to one byte (the signal number) written to fd,
 /// unblocks them on the calling thread, and ignores SIGPIPE.
 int cs_route_signals(int fd);
 /// Unblocks SIGTERM, SIGINT and SIGHUP on the calling thread, storing the mask it had in
