@@ -178,6 +178,11 @@ static void on_signal(int sig) {
     errno = saved;
 }
 
+int cs_signal_ignored(int sig) {
+    struct sigaction now;
+    return sigaction(sig, NULL, &now) == 0 && now.sa_handler == SIG_IGN;
+}
+
 int cs_route_signals(int fd) {
     signal_fd = fd;
     struct sigaction sa;

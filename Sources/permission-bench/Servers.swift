@@ -52,10 +52,11 @@ enum Servers {
         directories.withLock { _ = $0.remove(dir.path) }
     }
 
-    /// On SIGINT or SIGTERM: stop every running server, remove the runs' directories once
-    /// the servers are gone (up to 10 s), then exit as the signal asks.
+    /// On SIGINT, SIGTERM or SIGHUP (unless ignored from the start, as under nohup): stop
+    /// every running server, remove the runs' directories once the servers are gone (up to
+    /// 10 s), then exit as the signal asks.
     static func stopOnSignals() -> [any DispatchSourceSignal] {
-        [SIGINT, SIGTERM].map { sig in
+        ([SIGINT, SIGTERM] + (cs_signal_ignored(SIGHUP) != 0 ? [] : [SIGHUP])).map { sig in
             signal(sig, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
             source.setEventHandler {

@@ -14,17 +14,29 @@ struct ScenarioFailure: Error, CustomStringConvertible {
 }
 
 /// The processes and directory of the scenario running now: what a signal that stops the
-/// harness must stop and remove (the scenario's own cleanup never runs then).
+/// harness must stop and remove (the scenario's own cleanup never runs then). Its report
+/// goes through it too, so that once a signal has begun stopping the harness nothing else
+/// is printed (a scenario whose relay the stop killed would report a failure) and the
+/// harness does not end before its leftovers are gone.
 final class Leftovers: @unchecked Sendable {
     /// Guarded by `lock`.
     private var processes: [Process] = []
     private var dir: String?
+    private var stopping = false
     private let lock = NSLock()
+    /// Held while the report is written, and for good by a stop: recursive, so that the
+    /// harness's last lines can be written once it has taken it for good (`end`).
+    private let ending = NSRecursiveLock()
 
     func started(_ p: Process) {
         lock.lock()
-        defer { lock.unlock() }
+        guard !stopping else {
+            lock.unlock()
+            kill(p.processIdentifier, SIGKILL)  // started as a stop began: it goes too
+            return
+        }
         processes.append(p)
+        lock.unlock()
     }
     func using(_ dir: URL) {
         lock.lock()
@@ -33,17 +45,33 @@ final class Leftovers: @unchecked Sendable {
         self.dir = dir.path
     }
 
+    /// Writes a line of the report; output that cannot be written stops the harness, status 1.
+    func say(_ line: String) {
+        ending.lock()
+        defer { ending.unlock() }
+        guard let failure = writeOut(line) else { return }
+        if !failure.readerGone { printErr("permission-harness: cannot write the output: \(failure)") }
+        stop(status: 1)
+    }
+
     /// Kills what still runs (SIGKILL, as the scenario's own cleanup does; a process already
-    /// ended is not signalled, lest its number be another's by now) and removes the directory.
-    func removeAll() {
+    /// ended is not signalled, lest its number be another's by now), removes the directory,
+    /// and ends the harness with `status`.
+    func stop(status: Int32) -> Never {
+        ending.lock()  // for good: the process ends here
         lock.lock()
+        stopping = true
         let running = processes.filter(\.isRunning)
         let dir = self.dir
         lock.unlock()
         for p in running { kill(p.processIdentifier, SIGKILL) }
         for p in running { p.waitUntilExit() }
         if let dir { try? FileManager.default.removeItem(atPath: dir) }
+        exit(status)
     }
+
+    /// The scenarios are over: a signal from now on waits for the harness's own end.
+    func end() { ending.lock() }
 }
 
 /// One device's relay: its socket, data directory and process, and its link to the hub.
@@ -103,7 +131,7 @@ final class ScenarioRun {
 
     private func log(_ who: String, _ text: String) {
         let t = String(format: "%7.3fs", Date().timeIntervalSince(started))
-        printOut("  \(t)  \(who.padding(toLength: 12, withPad: " ", startingAt: 0)) \(text)")
+        leftovers.say("  \(t)  \(who.padding(toLength: 12, withPad: " ", startingAt: 0)) \(text)")
     }
 
     func run() throws {

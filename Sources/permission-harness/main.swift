@@ -3,6 +3,7 @@
 
 import CLISupport
 import ClientCommands
+import CSystem
 import Foundation
 import PermissionKit
 import RelayProtocol
@@ -62,20 +63,20 @@ func runScenarios(_ a: Arguments) throws -> Int32 {
     // Stopped by a signal, the scenario running then leaves no relay, actor or hub behind.
     let leftovers = Leftovers()
     // (A dispatch source catches the signal on its own: no SIG_IGN, which every process the
-    // harness starts would inherit.)
-    let signals = [SIGINT, SIGTERM].map { sig in
+    // harness starts would inherit. A hang-up ignored from the start, as under nohup, stays so.)
+    let stops = [SIGINT, SIGTERM] + (cs_signal_ignored(SIGHUP) != 0 ? [] : [SIGHUP])
+    let signals = stops.map { sig in
         let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-        source.setEventHandler {
-            leftovers.removeAll()
-            exit(128 + sig)
-        }
+        source.setEventHandler { leftovers.stop(status: 128 + sig) }
         source.resume()
         return source
     }
     defer { signals.forEach { $0.cancel() } }
+    // A reader that goes (`| head`) fails the next write, which stops the harness as a signal would.
+    signal(SIGPIPE, SIG_IGN)
     var results: [(name: String, file: String, seconds: Double, failure: String?)] = []
     for file in a.positionals {
-        printOut("▶ \(file)")
+        leftovers.say("▶ \(file)")
         let t0 = Date()
         let run = ScenarioRun(file: file, relay: relay, socket: socket, leftovers: leftovers)
         var failure: String?
@@ -85,11 +86,12 @@ func runScenarios(_ a: Arguments) throws -> Int32 {
             failure = "\(error)"
         }
         let seconds = Date().timeIntervalSince(t0)
-        printOut(failure.map { "✗ FAIL \(run.name): \($0)" } ?? "✓ PASS \(run.name) (\(String(format: "%.1f", seconds)) s)")
+        leftovers.say(failure.map { "✗ FAIL \(run.name): \($0)" } ?? "✓ PASS \(run.name) (\(String(format: "%.1f", seconds)) s)")
         results.append((run.name.isEmpty ? file : run.name, file, seconds, failure))
     }
+    leftovers.end()
     let failed = results.filter { $0.failure != nil }.count
-    printOut("\(results.count - failed) passed, \(failed) failed")
+    leftovers.say("\(results.count - failed) passed, \(failed) failed")
     if let junit = a.value("--junit") {
         func esc(_ s: String) -> String {
             s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;").replacingOccurrences(

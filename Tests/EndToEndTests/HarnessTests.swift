@@ -200,17 +200,19 @@ final class HarnessTests: XCTestCase {
     }
 
     /// Stopped by a signal in the middle of a scenario, `run` leaves no relay, actor or
-    /// directory of the scenario behind, and ends as the signal asks.
+    /// directory of the scenario behind, and ends as the signal asks, without reporting the
+    /// step the stop cut short (its guardian waits for a question) as failed.
     func testARunStoppedByASignalLeavesNothingBehind() throws {
         let dir = try temporaryDirectory("harness-stop")
         let scenario = dir.appendingPathComponent("long.json")
         try Data(
             #"""
             {"name": "long", "families": {"f": {"children": ["kid"], "guardians": ["mum"]}},
-             "steps": [{"do": "start-actor", "actor": "mum"}, {"do": "sleep", "seconds": 120}]}
+             "steps": [{"do": "start-actor", "actor": "mum"},
+                       {"do": "await", "actor": "mum", "event": "question", "id": "Q1", "timeout": 120}]}
             """#.utf8
         ).write(to: scenario)
-        for sig in [SIGINT, SIGTERM] {
+        for sig in [SIGINT, SIGTERM, SIGHUP] {
             let run = try ProgramRun("permission-harness", ["run", scenario.path], env: [:])
             let giveUp = run.stopAfter(seconds: 60, signal: SIGKILL)
             defer { giveUp.cancel() }
@@ -224,10 +226,54 @@ final class HarnessTests: XCTestCase {
             XCTAssertFalse(children.contains { $0.command.contains("--token") }, "a token stays out of the process list: \(children)")
             kill(run.process.processIdentifier, sig)
             XCTAssertEqual(run.finish(), 128 + sig)
+            while run.nextLine() != nil {}
+            XCTAssertFalse(run.lines.contains { $0.contains("FAIL") || $0.contains("failed") }, "signal \(sig): \(run.lines)")
             for child in children {
                 XCTAssertTrue(gone(child.pid), "\(child.command) stopped with the harness")
             }
             XCTAssertFalse(FileManager.default.fileExists(atPath: scenarioDir), "\(scenarioDir) is removed")
+        }
+    }
+
+    /// A reader that goes (`| head`) stops `run` at its next line, status 1, and it leaves
+    /// nothing behind, as a signal's stop does.
+    func testARunWhoseReaderGoesLeavesNothingBehind() throws {
+        let dir = try temporaryDirectory("harness-reader")
+        let scenario = dir.appendingPathComponent("two.json")
+        try Data(
+            #"""
+            {"name": "two", "families": {"f": {"children": ["kid"], "guardians": ["mum"]}},
+             "steps": [{"do": "start-actor", "actor": "mum"},
+                       {"do": "await", "actor": "mum", "event": "question", "id": "Q1", "timeout": 1},
+                       {"do": "start-actor", "actor": "kid"}]}
+            """#.utf8
+        ).write(to: scenario)
+        let out = Pipe()
+        let run = Process()
+        run.executableURL = productsDirectory.appendingPathComponent("permission-harness")
+        run.arguments = ["run", scenario.path]
+        run.standardOutput = out
+        run.standardError = FileHandle.nullDevice
+        try run.run()
+        let stray = killAfter(run, seconds: 60)
+        defer { stray.cancel() }
+        var seen = ""
+        while !seen.contains(" started") {
+            let chunk = out.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { return XCTFail("the actor never started: \(seen)") }
+            seen += String(decoding: chunk, as: UTF8.self)
+        }
+        let children = childProcesses(of: run.processIdentifier)
+        XCTAssertEqual(children.count, 2, "the relay and the actor: \(children)")
+        try out.fileHandleForReading.close()  // the reader goes; the await's failure is the next line
+        run.waitUntilExit()
+        XCTAssertEqual(run.terminationStatus, 1)
+        XCTAssertEqual(run.terminationReason, .exit, "it ends itself, not by SIGPIPE")
+        for child in children { XCTAssertTrue(gone(child.pid), "\(child.command) stopped with the harness") }
+        for c in children {
+            if let d = c.command.firstRange(of: #/\/tmp\/harness-[0-9A-F]{8}/#) {
+                XCTAssertFalse(FileManager.default.fileExists(atPath: String(c.command[d])), "\(c.command[d]) is removed")
+            }
         }
     }
 

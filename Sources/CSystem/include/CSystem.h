@@ -51,6 +51,8 @@ long cs_peer_uid(int fd);
 long cs_peer_pid(int fd);
 /// pipe2 with O_NONBLOCK | O_CLOEXEC.
 int cs_pipe(int fds[2]);
+/// Whether `sig` is ignored now (as SIGHUP is under nohup, from the start).
+int cs_signal_ignored(int sig);
 /// Routes SIGTERM, SIGINT and SIGHUP (unless it was ignored from the start, as under
 /// nohup) to one byte (the signal number) written to fd,
 /// unblocks them on the calling thread, and ignores SIGPIPE.
