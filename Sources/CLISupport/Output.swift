@@ -47,3 +47,22 @@ public func printErr(_ s: String) {
 
 /// This program's name, as it was run.
 let programName = (CommandLine.arguments.first.map { ($0 as NSString).lastPathComponent }) ?? "permission"
+
+/// Opens the file at `path` for writing, made (mode 0644, less the umask) or emptied:
+/// through a link, and into a pipe or a device, as into a file, so that a report asked
+/// for at /dev/stdout or a FIFO goes there rather than a new file taking their place.
+public func openForWriting(_ path: String) throws -> FileHandle {
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    guard fd >= 0 else { throw CLIError.failure("cannot write \(path): \(String(cString: strerror(errno)))") }
+    return FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+}
+
+/// Writes `text` to the file at `path`, as `openForWriting` opens it.
+public func writeFile(_ text: String, to path: String) throws {
+    let file = try openForWriting(path)
+    do {
+        try file.write(contentsOf: Data(text.utf8))
+    } catch {
+        throw CLIError.failure("cannot write \(path): \((error as NSError).localizedFailureReason ?? "\(error)")")
+    }
+}

@@ -294,11 +294,8 @@ final class CycleTrace {
         "point,server,run,completedAtMicros,latencyMicros" + CycleParts.fields.map { ",\($0.name)Micros" }.joined() + "\n"
 
     init(path: String) throws {
-        guard FileManager.default.createFile(atPath: path, contents: Data(Self.header.utf8)),
-            let file = FileHandle(forWritingAtPath: path)
-        else { throw CLIError.failure("cannot write \(path)") }
-        file.seekToEndOfFile()
-        self.file = file
+        file = try openForWriting(path)
+        guard (try? file.write(contentsOf: Data(Self.header.utf8))) != nil else { throw CLIError.failure("cannot write \(path)") }
     }
 
     func write(_ point: Point, _ server: String, run: Int, _ result: LoadResult) {
@@ -546,9 +543,7 @@ Servers.exit(
             failed = failed || relay.errors > 0 || relay.lost > 0 || relayRuns.contains { $0.cycles == 0 }
         }
         if let file = a.value("--svg") {
-            guard FileManager.default.createFile(atPath: file, contents: Data(Extras.svg(series).utf8)) else {
-                throw CLIError.failure("cannot write \(file)")
-            }
+            try writeFile(Extras.svg(series), to: file)
         }
         return failed ? 1 : 0
     })

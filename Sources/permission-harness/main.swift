@@ -52,13 +52,13 @@ func runScenarios(_ a: Arguments) throws -> Int32 {
     if let junit = a.value("--junit") {  // checked before a run that could not report
         let parent = (junit as NSString).deletingLastPathComponent
         var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: junit, isDirectory: &isDirectory) && isDirectory.boolValue
-            || access(parent.isEmpty ? "." : parent, W_OK) != 0
-        {
-            throw CLIError.failure(
-                "cannot write the JUnit report to \(junit): \(isDirectory.boolValue ? "it is a directory" : "its directory does not exist or is not writable")"
-            )
-        }
+        let exists = FileManager.default.fileExists(atPath: junit, isDirectory: &isDirectory)
+        // One there (a file, a pipe, /dev/stdout) is written as it is; a new one is made.
+        let why =
+            exists
+            ? isDirectory.boolValue ? "it is a directory" : access(junit, W_OK) != 0 ? "it is not writable" : nil
+            : access(parent.isEmpty ? "." : parent, W_OK) != 0 ? "its directory does not exist or is not writable" : nil
+        if let why { throw CLIError.failure("cannot write the JUnit report to \(junit): \(why)") }
     }
     // Stopped by a signal, the scenario running then leaves no relay, actor or hub behind.
     let leftovers = Leftovers()
@@ -105,9 +105,7 @@ func runScenarios(_ a: Arguments) throws -> Int32 {
             xml += r.failure.map { ">\n    <failure message=\"\(esc($0))\"/>\n  </testcase>\n" } ?? "/>\n"
         }
         xml += "</testsuite>\n"
-        guard FileManager.default.createFile(atPath: junit, contents: Data(xml.utf8)) else {
-            throw CLIError.failure("cannot write the JUnit report to \(junit): check that its directory exists and is writable")
-        }
+        try writeFile(xml, to: junit)
     }
     return failed == 0 ? 0 : 1
 }

@@ -38,6 +38,28 @@ final class HarnessTests: XCTestCase {
         }
     }
 
+    /// A report is written where it is asked for: through a link, which stays, and into a
+    /// pipe (the harness's own stdout, named by /proc/self/fd/1, where a file put in its
+    /// place could never be), rather than into a new file put in their place.
+    func testAReportGoesThroughALinkAndIntoAPipe() throws {
+        let scenario = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Scenarios/cancel-then-reask.json")
+        let dir = try temporaryDirectory("harness-report")
+        let target = dir.appendingPathComponent("report.xml").path
+        let link = dir.appendingPathComponent("link.xml").path
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: target)
+        let linked = try ProgramRun("permission-harness", ["run", scenario.path, "--junit", link], env: [:])
+        XCTAssertEqual(linked.finish(), 0)
+        XCTAssertEqual(try FileManager.default.destinationOfSymbolicLink(atPath: link), target, "the link stays")
+        XCTAssertTrue(try String(contentsOfFile: target, encoding: .utf8).contains("<testsuite "))
+
+        let piped = try ProgramRun("permission-harness", ["run", scenario.path, "--junit", "/proc/self/fd/1"], env: [:])
+        var lines: [String] = []
+        while let l = piped.nextLine() { lines.append(l) }
+        XCTAssertEqual(piped.finish(), 0, "\(lines)")
+        XCTAssertTrue(lines.contains { $0.hasPrefix("<testsuite ") }, "the report follows the run's lines: \(lines)")
+    }
+
     func testAFailingStepSaysWhatWasExpectedAndWhatCame() throws {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("wrong-\(UUID().uuidString).json")
         defer { try? FileManager.default.removeItem(at: file) }
