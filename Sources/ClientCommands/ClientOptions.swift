@@ -70,12 +70,26 @@ public enum ClientOptions {
         try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var isDirectory: ObjCBool = false
         let why: String
-        if FileManager.default.fileExists(atPath: dir, isDirectory: &isDirectory), !isDirectory.boolValue {
-            why = "it is a file, not a directory"
-        } else if access(dir, W_OK) != 0 {
-            why = String(cString: strerror(errno))
+        if FileManager.default.fileExists(atPath: dir, isDirectory: &isDirectory) {
+            if !isDirectory.boolValue {
+                why = "it is a file, not a directory"
+            } else if access(dir, W_OK) != 0 {
+                why = String(cString: strerror(errno))
+            } else {
+                return config
+            }
         } else {
-            return config
+            // It could not be made: the nearest directory above it that is there says why.
+            var above = (dir as NSString).deletingLastPathComponent
+            while !above.isEmpty && above != "/" && !FileManager.default.fileExists(atPath: above, isDirectory: &isDirectory) {
+                above = (above as NSString).deletingLastPathComponent
+            }
+            why =
+                !isDirectory.boolValue
+                ? "\(above) is a file, not a directory"
+                : access(above, W_OK) != 0
+                    ? "\(above) is not writable (\(String(cString: strerror(errno))))"
+                    : "it could not be made"
         }
         throw CLIError.failure(
             "cannot keep this client's place in the relay's events in \(dir): \(why); choose a writable --state-dir (or PERMISSION_STATE_DIR)"

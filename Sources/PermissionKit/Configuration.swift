@@ -166,8 +166,7 @@ public struct RelayConfiguration: Sendable {
     }
 
     static func defaultStateDirectory(_ env: [String: String]) -> String {
-        if let s = env["XDG_STATE_HOME"], !s.isEmpty { return s + "/permission-kit" }
-        return (env["HOME"] ?? NSHomeDirectory()) + "/.local/state/permission-kit"
+        RelayDefaults.baseDirectory("XDG_STATE_HOME", else: ".local/state", environment: env) + "/permission-kit"
     }
 }
 

@@ -12,8 +12,28 @@ public enum RelayDefaults {
     /// else `/tmp/permission-relay-UID/relay.sock`.
     public static func socketPath(environment env: [String: String] = ProcessInfo.processInfo.environment) -> String {
         if let s = env["PERMISSION_RELAY_SOCKET"], !s.isEmpty { return s }
-        if let run = env["XDG_RUNTIME_DIR"], !run.isEmpty { return run + "/permission-relay/relay.sock" }
+        if let run = env["XDG_RUNTIME_DIR"], run.hasPrefix("/") { return run + "/permission-relay/relay.sock" }
         return "/tmp/permission-relay-\(getuid())/relay.sock"
+    }
+
+    /// `$variable` when it is an absolute path, else `fallback` under the home directory: an
+    /// XDG base directory, where a relative path is ignored, as the XDG specification asks
+    /// (it would be taken from wherever the program happens to run).
+    public static func baseDirectory(
+        _ variable: String, else fallback: String, environment env: [String: String] = ProcessInfo.processInfo.environment
+    ) -> String {
+        if let dir = env[variable], dir.hasPrefix("/") { return dir }
+        return homeDirectory(environment: env) + "/" + fallback
+    }
+
+    /// `$HOME` when it is an absolute path, else the account's home directory: an empty or
+    /// relative `HOME` would put state under `/` or wherever the program runs.
+    public static func homeDirectory(environment env: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let home = env["HOME"], home.hasPrefix("/") { return home }
+        if let account = getpwuid(getuid()), let dir = account.pointee.pw_dir, dir.pointee == UInt8(ascii: "/") {
+            return String(cString: dir)
+        }
+        return "/tmp"  // no home at all: as the socket's own fallback
     }
 
     /// The socket of the machine's relay (the system unit's): the family computer's.

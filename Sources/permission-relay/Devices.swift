@@ -363,10 +363,7 @@ private func failure<T>(_ body: () throws -> T) throws -> T {
 enum HubPaths {
     /// `$XDG_CONFIG_HOME/permission-relay/hub`, else `~/.config/permission-relay/hub`.
     static var defaultKeys: String {
-        let env = ProcessInfo.processInfo.environment
-        if let s = env["XDG_CONFIG_HOME"], !s.isEmpty { return s + "/permission-relay/hub" }
-        let home = env["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
-        return home + "/.config/permission-relay/hub"
+        RelayDefaults.baseDirectory("XDG_CONFIG_HOME", else: ".config") + "/permission-relay/hub"
     }
 
     /// The device's credentials for its hub, where `serve --hub` looks for them.

@@ -12,10 +12,7 @@ enum Paths {
 
     /// `$XDG_STATE_HOME/permission-relay`, else `~/.local/state/permission-relay`.
     static var defaultData: String {
-        let env = ProcessInfo.processInfo.environment
-        if let s = env["XDG_STATE_HOME"], !s.isEmpty { return s + "/permission-relay" }
-        let home = env["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
-        return home + "/.local/state/permission-relay"
+        RelayDefaults.baseDirectory("XDG_STATE_HOME", else: ".local/state") + "/permission-relay"
     }
 
     /// `path` from the working directory: as others (a client elsewhere, nats-server reading

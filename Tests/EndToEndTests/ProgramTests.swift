@@ -618,7 +618,7 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(wrong.finish(), 1)
         // A watch that could not keep its place says so at once, instead of watching without it.
         let aFile = relay.dir.appendingPathComponent("child.json").path
-        for (stateDir, why) in [(aFile + "/state", ""), (aFile, ": it is a file, not a directory")] {  // under a file, a file
+        for (stateDir, why) in [(aFile + "/state", ": \(aFile) is a file, not a directory"), (aFile, ": it is a file, not a directory")] {
             let err = relay.dir.appendingPathComponent("state-dir.err").path
             let lost = try guardian(["watch", "--state-dir", stateDir], stderr: err)
             let giveUp = lost.stopAfter(seconds: 30)

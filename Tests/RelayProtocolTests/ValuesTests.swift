@@ -4,6 +4,23 @@ import XCTest
 
 final class ValuesTests: XCTestCase {
     /// The default socket is not used where another user could have put a relay of their own.
+    /// XDG directories and HOME count only as absolute paths (the XDG specification's
+    /// rule): relative or empty ones would put state wherever the program runs, or under /.
+    func testOnlyAbsoluteXDGDirectoriesAndHomesCount() {
+        XCTAssertEqual(
+            RelayDefaults.baseDirectory("XDG_STATE_HOME", else: ".local/state", environment: ["XDG_STATE_HOME": "/s", "HOME": "/h"]), "/s")
+        XCTAssertEqual(
+            RelayDefaults.baseDirectory("XDG_STATE_HOME", else: ".local/state", environment: ["XDG_STATE_HOME": "s", "HOME": "/h"]),
+            "/h/.local/state")
+        XCTAssertEqual(RelayDefaults.baseDirectory("XDG_CONFIG_HOME", else: ".config", environment: ["HOME": "/h"]), "/h/.config")
+        let account = String(cString: getpwuid(getuid())!.pointee.pw_dir)
+        for home in ["", "relative/home"] {
+            XCTAssertEqual(RelayDefaults.homeDirectory(environment: ["HOME": home]), account, "HOME=\(home)")
+        }
+        XCTAssertEqual(RelayDefaults.socketPath(environment: ["XDG_RUNTIME_DIR": "run"]), "/tmp/permission-relay-\(getuid())/relay.sock")
+        XCTAssertEqual(RelayDefaults.socketPath(environment: ["XDG_RUNTIME_DIR": "/run/user/7"]), "/run/user/7/permission-relay/relay.sock")
+    }
+
     func testADefaultSocketInADirectoryOthersControlIsNotTrusted() throws {
         let run = FileManager.default.temporaryDirectory.appendingPathComponent("trust-\(UUID().uuidString)").path
         let dir = run + "/permission-relay"
