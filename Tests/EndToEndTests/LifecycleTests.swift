@@ -114,6 +114,20 @@ final class LifecycleTests: XCTestCase {
         XCTAssertTrue(sameData.stderr.contains("data directory"), sameData.stderr)
     }
 
+    /// A socket path longer than a Unix socket's address holds is refused before anything
+    /// is made: no data directory, no store, no socket directory.
+    func testASocketPathTooLongIsRefusedBeforeAnythingIsMade() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("long-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let socket = dir.appendingPathComponent(String(repeating: "s", count: 120)).appendingPathComponent("relay.sock").path
+        let r = runRelay(["serve", "--socket", socket, "--data", dir.appendingPathComponent("data").path])
+        XCTAssertEqual(r.status, 1)
+        XCTAssertEqual(
+            r.stderr, "permission-relay: the socket path is too long (\(socket.utf8.count) bytes, at most 107): choose a shorter --socket\n"
+        )
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir.path), "nothing is made")
+    }
+
     /// A process that listens on the socket but accepts nothing (a wedged relay, its backlog
     /// full) still has it: the relay refuses at once, rather than wait for it to accept.
     func testASocketWhoseListenerNeverAcceptsIsRefusedAtOnce() throws {
