@@ -199,8 +199,12 @@ extension RelayCore {
                     return .known
                 }
                 settleOwnAsking(Self.hubKey(previous))
-            } else if (asked, attempt) <= (previous.createdAt, previous.attempt) {
-                return .known  // the same asking again, or an older one (an id forgotten on a device starts again at 1)
+            } else if previous.status == .answered || (asked, attempt) <= (previous.createdAt, previous.attempt) {
+                // Answered is final: an asking that comes after the decision (another device's
+                // of the same attempt, stored on the hub behind it) was left behind there. Else
+                // the same asking again, or an older one (an id forgotten on a device starts
+                // again at 1).
+                return .known
             }
             if previous.status == .pending { child.pendingEnded(previous) }  // left behind by the other asking
         }

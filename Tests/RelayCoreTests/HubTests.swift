@@ -566,6 +566,33 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(h.ok(g, ["type": "pending"])["questions"]?.array?.count, 0)
     }
 
+    /// Two devices asked one id at once, and the hub has the first asking, its decision,
+    /// then the other asking: the question stays answered, as on every relay, and nobody
+    /// hears of it again.
+    func testAnAskingStoredAfterTheDecisionDoesNotReopenTheQuestion() throws {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        let q = h.question()
+        let id = q["id"]!.string!.uppercased()
+        let t = h.now.milliseconds
+        var other = q
+        other["topic"] = .object([
+            "kind": "communication", "personInformation": [CoreHarness.person("+1 555 0199")], "actions": ["message"],
+        ])
+        XCTAssertEqual(h.fromHub(try tabletAskedAt(h, q, createdAt: t)), .applied)
+        XCTAssertEqual(
+            h.fromHub(message("fam.fam.dec.\(id).1-\(t)", ["kind": "answer", "member": "g2", "choice": "decline", "at": .int(t)])),
+            .applied)
+        XCTAssertEqual(h.events(c, "response").count, 1)
+        _ = h.drain(g)
+        XCTAssertEqual(h.fromHub(try tabletAskedAt(h, other, createdAt: t + 10, device: "desktop")), .known)
+        XCTAssertTrue(h.drain(g).isEmpty, "no question again")
+        XCTAssertTrue(h.drain(c).isEmpty, "no second response")
+        XCTAssertEqual(h.ok(g, ["type": "pending"])["questions"]?.array?.count, 0)
+        h.error(g, ["type": "answer", "questionId": .string(id), "choice": "approve"], .alreadyAnswered)
+    }
+
     /// This relay's own asking comes back even when it is not for this relay any more (its
     /// child removed meanwhile): it leaves the outbox all the same.
     func testAnAskingOfAChildRemovedBeforeItCameBackLeavesTheOutbox() throws {
