@@ -31,7 +31,8 @@ public struct HubError: Error, Sendable, CustomStringConvertible {
         self.code = Int32(bitPattern: code.rawValue)
         var detail = String(cString: natsStatus_GetText(s))
         var last = NATS_OK
-        if let text = nats_GetLastError(&last), last == s { detail = String(cString: text) }
+        // libnats' last error says more, when it has words for this status (it may be empty).
+        if let text = nats_GetLastError(&last), last == s, text.pointee != 0 { detail = String(cString: text) }
         message = "\(what): \(detail)"
     }
 
