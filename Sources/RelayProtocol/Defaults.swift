@@ -33,7 +33,7 @@ public enum RelayDefaults {
         if let account = getpwuid(getuid()), let dir = account.pointee.pw_dir, dir.pointee == UInt8(ascii: "/") {
             return String(cString: dir)
         }
-        return "/tmp"  // no home at all: as the socket's own fallback
+        return NSHomeDirectory()
     }
 
     /// The socket of the machine's relay (the system unit's): the family computer's.
