@@ -158,20 +158,23 @@ extension RelayCore {
     /// A message of the family's stream on the hub (this relay's own ones too, as they
     /// come back): a question asked on a device, or the decision on an asking. `deliveries`:
     /// how many times the hub has handed it (1 the first time).
-    public func hubMessage(subject: String, body bytes: [UInt8], deliveries: UInt64 = 1, now: Timestamp) -> HubApplied {
+    public func hubMessage(
+        subject: String, body bytes: [UInt8], deliveries: UInt64 = 1, sequence: UInt64 = 0, now: Timestamp
+    ) -> HubApplied {
         guard let body = (try? JSON.parse(bytes))?.object else { return .ignored("\(subject): the body is not a JSON object") }
         defer { flushDeferred() }
         let parsed = HubNames.parse(subject)
         if let family = parsed?.family, !hubLinked(family) { return .ignored("\(subject): family \(family) is not linked to the hub here") }
         switch parsed {
-        case (let family, .ask(let question))?: return hubAsked(question, in: family, body, now: now)
+        case (let family, .ask(let question))?: return hubAsked(question, in: family, body, sequence: sequence, now: now)
         case (let family, .decision(let question, let asking))?:
             return hubDecided(question, in: family, asking: asking, body, deliveries: deliveries, now: now)
         case nil: return .ignored("\(subject) is not a subject this relay reads")
         }
     }
 
-    private func hubAsked(_ id: String, in family: String, _ body: JSONObject, now: Timestamp) -> HubApplied {
+    /// `sequence`: where the asking is on the family's stream (0: not known).
+    private func hubAsked(_ id: String, in family: String, _ body: JSONObject, sequence: UInt64, now: Timestamp) -> HubApplied {
         guard let childID = body["child"]?.string, let attempt = body["attempt"]?.int, let createdAt = body["createdAt"]?.int,
             let question = body["question"], let content = QuestionContent(encoded: question.encoded), content.id == id
         else { return .ignored("question \(id): the message lacks its child, attempt, time or question") }
@@ -189,16 +192,26 @@ extension RelayCore {
             guard previous.child == childID else { return .ignored("question \(id) is another child's here") }
             if previous.status == .pending && attempt == previous.attempt {
                 // Two askings of one attempt (two devices asking one id at once): the first the
-                // hub had stands, so only this relay's own, not back yet, gives way.
-                guard hubAskingsOnTheirWay[Self.hubKey(previous)] != nil else {
-                    if key != Self.hubKey(previous) {
+                // hub had stands, so this relay's own, not back yet, gives way, as does one
+                // that came from the hub but was stored there after this one.
+                let standing = Self.hubKey(previous)
+                let storedBefore = key != standing && sequence > 0 && hubStandingAt[standing].map { sequence < $0 } ?? false
+                guard hubAskingsOnTheirWay[standing] != nil || storedBefore else {
+                    if key != standing {
                         hubLeftBehind.insert(key)
-                    } else if let early = hubEarly.removeValue(forKey: key) {
-                        _ = hubDecided(id, in: family, asking: Self.asking(previous), early, now: now)  // ours stands: held meanwhile
+                    } else {
+                        if sequence > 0 { hubStandingAt[key] = sequence }  // ours, back: where it stands
+                        if let early = hubEarly.removeValue(forKey: key) {
+                            _ = hubDecided(id, in: family, asking: Self.asking(previous), early, now: now)  // held meanwhile
+                        }
                     }
                     return .known
                 }
-                settleOwnAsking(Self.hubKey(previous))
+                settleOwnAsking(standing)
+                if storedBefore {
+                    hubLeftBehind.insert(standing)
+                    hubStandingAt[standing] = nil
+                }
             } else if previous.status == .answered || (asked, attempt) <= (previous.createdAt, previous.attempt) {
                 // Answered is final: an asking that comes after the decision (another device's
                 // of the same attempt, stored on the hub behind it) was left behind there. Else
@@ -214,6 +227,7 @@ extension RelayCore {
         // The same question asked on two devices at once: the guardians here have it already.
         let same = previous.map { $0.status == .pending && $0.attempt == attempt && $0.content == content } ?? false
         fileAsked(record, previous: previous, child: child, now: now, announce: !same)
+        if sequence > 0 { hubStandingAt[Self.hubKey(record)] = sequence }
         if let previous { redirectProposals(from: previous, to: record, same: same, now: now) }
         // A decision that came before it (the hub hands a message again only later).
         if let early = hubEarly.removeValue(forKey: Self.hubKey(record)) {
@@ -266,7 +280,10 @@ extension RelayCore {
             }
             applied = .applied
         }
-        if entry.record.status != .pending { answerWaiters(on: entry.record) }
+        if entry.record.status != .pending {
+            hubStandingAt[Self.hubKey(entry.record)] = nil  // decided: no other asking stands instead any more
+            answerWaiters(on: entry.record)
+        }
         return applied
     }
 
@@ -323,7 +340,10 @@ extension RelayCore {
     private func mayCome(_ asking: String, after q: QuestionRecord) -> Bool {
         let parts = asking.split(separator: "-")
         guard parts.count == 2, let attempt = Int64(parts[0]), let created = Int64(parts[1]) else { return false }
-        if q.status == .pending && attempt == q.attempt { return hubAskingsOnTheirWay[Self.hubKey(q)] != nil }
+        if q.status == .pending && attempt == q.attempt {
+            // Or one that stands as the first handed here, where another stored before it may still come.
+            return hubAskingsOnTheirWay[Self.hubKey(q)] != nil || hubStandingAt[Self.hubKey(q)] != nil
+        }
         return (created, attempt) > (q.createdAt.milliseconds, q.attempt)
     }
 

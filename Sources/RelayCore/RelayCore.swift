@@ -153,6 +153,11 @@ public final class RelayCore {
     /// Askings left behind by one of the same attempt that stood (in this run): their
     /// decisions are left behind too, not held for them.
     var hubLeftBehind: Set<String> = []
+    /// Where on the family's hub stream the standing asking of each pending question came
+    /// from (in this run): one of the same attempt stored before it there but handed after
+    /// it (a message in flight when the link dropped is handed again behind newer ones)
+    /// stands instead.
+    var hubStandingAt: [String: UInt64] = [:]
     /// How the link to the hub stands, as the reactor last saw it (for `status`).
     public var hubLink: (connected: Bool, lastContact: Timestamp?, inbox: Int?) = (false, nil, nil)
     /// The hub refused this device's credentials at the last try (it was removed).

@@ -349,7 +349,7 @@ public final class RelayServer {
             case .sent(let id):
                 relay.hubSent(id)
             case .message(let m):
-                switch relay.hubMessage(subject: m.subject, body: m.body, deliveries: m.deliveries, now: now) {
+                switch relay.hubMessage(subject: m.subject, body: m.body, deliveries: m.deliveries, sequence: m.streamSequence, now: now) {
                 case .held: continue  // not acknowledged: kept for its asking
                 case .ignored(let why): log(.info, "from the family hub: \(why)")
                 case .applied, .known: break

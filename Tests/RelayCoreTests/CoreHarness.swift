@@ -108,8 +108,9 @@ final class CoreHarness {
 
     /// Delivers a message of the family's stream on the hub, as the bridge would.
     @discardableResult
-    func fromHub(_ m: HubOutbound, deliveries: UInt64 = 1) -> HubApplied {
-        let applied = core.hubMessage(subject: m.subject, body: m.body, deliveries: deliveries, now: now)
+    /// `sequence`: where the message is on the hub's stream (0: not said).
+    func fromHub(_ m: HubOutbound, deliveries: UInt64 = 1, sequence: UInt64 = 0) -> HubApplied {
+        let applied = core.hubMessage(subject: m.subject, body: m.body, deliveries: deliveries, sequence: sequence, now: now)
         pump()
         return applied
     }

@@ -268,6 +268,48 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(pendingHandles().sorted(), ["+1 555 0101", "+1 555 0199", "+1 555 0199"])
     }
 
+    /// The hub hands a message that was in flight when the link dropped again only after
+    /// those stored behind it: an asking stored before this relay's own but handed after it
+    /// still stands instead, as on every relay, and a decision on it handed before it waits.
+    func testAnAskingStoredFirstOnTheHubButHandedAfterOursStandsInstead() throws {
+        let h = try linked()
+        let (g, _) = h.login("g1")
+        let (c, _) = h.login("c1", subscribe: ["communication"])
+        func pendingHandles() -> [String] {
+            (h.ok(g, ["type": "pending"])["questions"]?.array ?? []).compactMap { firstHandle($0) }
+        }
+        let t = h.now.milliseconds
+        for (n, decidedFirst) in [(0, false), (1, true)] {
+            let ours = h.question(handles: ["+1 555 010\(n)"])
+            let id = ours["id"]!.string!.uppercased()
+            h.ok(c, ["type": "ask", "question": .object(ours)])
+            let own = try XCTUnwrap(h.hubOutbox.last)
+            var theirs = ours
+            theirs["topic"] = .object([
+                "kind": "communication", "personInformation": [CoreHarness.person("+1 555 019\(n)")], "actions": ["message"],
+            ])
+            let tablet = try tabletAskedAt(h, theirs, createdAt: t - 1)
+            let base = UInt64(10 * n)
+            XCTAssertEqual(h.fromHub(own, sequence: base + 3), .known, "ours, back: it stands for now")
+            let decision = message(
+                "fam.fam.dec.\(id).1-\(t - 1)", ["kind": "answer", "member": "g2", "choice": "approve", "at": .int(t)])
+            if decidedFirst {
+                XCTAssertEqual(h.fromHub(decision, sequence: base + 4), .held, "its asking may yet come, stored before ours")
+            }
+            XCTAssertEqual(h.fromHub(tablet, sequence: base + 2), .applied, "stored first on the hub: it stands")
+            XCTAssertEqual(h.fromHub(own, sequence: base + 3), .known, "handed again: left behind")
+            if decidedFirst {
+                XCTAssertEqual(h.events(c, "response").count, 1, "the decision held for it took effect")
+            } else {
+                XCTAssertTrue(pendingHandles().contains("+1 555 019\(n)"))
+                XCTAssertFalse(pendingHandles().contains("+1 555 010\(n)"))
+                XCTAssertEqual(h.fromHub(decision, sequence: base + 4), .applied)
+                XCTAssertEqual(h.events(c, "response").count, 1)
+            }
+            XCTAssertTrue(pendingHandles().isEmpty)
+        }
+    }
+
     /// An asking still in the outbox after a restart is still this relay's, on its way.
     func testAnAskingOnItsWayToTheHubIsStillOnItsWayAfterARestart() throws {
         let h = try linked()
