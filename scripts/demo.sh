@@ -74,8 +74,8 @@ echo "1. relay listening on $dir/relay.sock"
 
 export PERMISSION_RELAY_SOCKET="$dir/relay.sock" PERMISSION_STATE_DIR="$dir/state"
 "$bin/permission-relay" family create smiths > /dev/null
-"$bin/permission-relay" member add smiths alex --role child --json > "$dir/alex.json"
-"$bin/permission-relay" member add smiths sam --role guardian --json > "$dir/sam.json"
+"$bin/permission-relay" member add smiths alex --role child --credentials "$dir/alex.json" > /dev/null
+"$bin/permission-relay" member add smiths sam --role guardian --credentials "$dir/sam.json" > /dev/null
 echo "2. family smiths: child alex, guardian sam (their credentials in $dir while the demo runs)"
 
 if [ "${1:-}" = "--manual" ]; then

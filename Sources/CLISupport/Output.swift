@@ -46,7 +46,7 @@ public func printErr(_ s: String) {
 }
 
 /// This program's name, as it was run.
-let programName = (CommandLine.arguments.first.map { ($0 as NSString).lastPathComponent }) ?? "permission"
+public let programName = (CommandLine.arguments.first.map { ($0 as NSString).lastPathComponent }) ?? "permission"
 
 /// Opens the file at `path` for writing, made (mode 0644, less the umask) or emptied:
 /// through a link, and into a pipe or a device, as into a file, so that a report asked

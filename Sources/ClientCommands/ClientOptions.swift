@@ -49,6 +49,7 @@ public enum ClientOptions {
         do {
             var config = try RelayConfiguration.fromEnvironment(env, app: app)
             config.requestTimeout = .seconds(3)  // a person at a terminal wants a quick answer when the relay is down
+            if let file = env["PERMISSION_CREDENTIALS"], !file.isEmpty { warnIfOthersMayRead(file, member: config.member) }
             return config
         } catch AskError.systemError(ClientError.missingCredentials) {
             throw CLIError.usage(
@@ -59,6 +60,16 @@ public enum ClientOptions {
         } catch {
             throw CLIError.failure("\(error)")
         }
+    }
+
+    /// Says so when others than its owner may read the credentials file: they could act as
+    /// the member with its token (`permission-relay member add --credentials` makes it 0600).
+    private static func warnIfOthersMayRead(_ file: String, member: String) {
+        var st = stat()
+        guard stat(file, &st) == 0, st.st_mode & 0o044 != 0 else { return }
+        printErr(
+            "\(programName): warning: \(file) can be read by other users, who could act as \(member) with its token;"
+                + " make it private: chmod 600 \(file)")
     }
 
     /// `config`, checked for a command that keeps its place in the member's events: where

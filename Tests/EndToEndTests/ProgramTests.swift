@@ -87,8 +87,10 @@ final class ProgramTests: XCTestCase {
         let tokens = try relay.provision(families: 1)
         for (m, file) in [("c0", "child.json"), ("g0", "guardian.json")] {
             let path = relay.dir.appendingPathComponent(file).path
-            try JSON.object(["member": .string(m), "token": .string(tokens[m]!)]).text.write(
-                toFile: path, atomically: true, encoding: .utf8)
+            // Private, as `permission-relay member add --credentials` writes them.
+            FileManager.default.createFile(
+                atPath: path, contents: Data(JSON.object(["member": .string(m), "token": .string(tokens[m]!)]).text.utf8),
+                attributes: [.posixPermissions: 0o600])
         }
         env = ["PERMISSION_RELAY_SOCKET": relay.socket, "PERMISSION_STATE_DIR": relay.dir.appendingPathComponent("state").path]
     }
@@ -497,6 +499,25 @@ final class ProgramTests: XCTestCase {
         XCTAssertEqual(try guardian(["answer", markerID, "approve"]).finish(), 0)
         XCTAssertEqual(try JSON.parse(second.nextLine() ?? "")["questionId"]?.string, markerID, "the first response is not repeated")
         second.stop()
+    }
+
+    /// Credentials others may read are used, with a warning that says how to make them private.
+    func testCredentialsOthersMayReadAreUsedWithAWarning() throws {
+        let file = relay.dir.appendingPathComponent("child.json").path
+        let quiet = try child(["limits"], stderrInLines: true)
+        XCTAssertEqual(quiet.finish(), 0)
+        XCTAssertEqual(quiet.nextLine(), "communication limits: on")
+        XCTAssertNil(quiet.nextLine(), "no warning for a private file")
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: file)
+        let warned = try child(["limits"], stderrInLines: true)
+        XCTAssertEqual(warned.finish(), 0)
+        var lines: [String] = []
+        while let l = warned.nextLine() { lines.append(l) }
+        XCTAssertEqual(
+            lines.first,
+            "permission-child: warning: \(file) can be read by other users, who could act as c0 with its token; make it private: chmod 600 \(file)"
+        )
+        XCTAssertEqual(lines.last, "communication limits: on")
     }
 
     /// A watch whose output cannot be written (a full disk) stops, saying why, and the
