@@ -199,6 +199,7 @@ extension RelayCore {
                 guard hubAskingsOnTheirWay[standing] != nil || storedBefore else {
                     if key != standing {
                         hubLeftBehind.insert(key)
+                        hubEarly[key] = nil  // a decision held for it is left behind with it
                     } else {
                         if sequence > 0 { hubStandingAt[key] = sequence }  // ours, back: where it stands
                         if let early = hubEarly.removeValue(forKey: key) {
@@ -212,12 +213,8 @@ extension RelayCore {
                     hubLeftBehind.insert(standing)
                     hubStandingAt[standing] = nil
                 }
-            } else if previous.status == .answered || (asked, attempt) <= (previous.createdAt, previous.attempt) {
-                // Answered is final: an asking that comes after the decision (another device's
-                // of the same attempt, stored on the hub behind it) was left behind there. Else
-                // the same asking again, or an older one (an id forgotten on a device starts
-                // again at 1).
-                return .known
+            } else if (asked, attempt) <= (previous.createdAt, previous.attempt) {
+                return .known  // the same asking again, or an older one (an id forgotten on a device starts again at 1)
             }
             if previous.status == .pending { child.pendingEnded(previous) }  // left behind by the other asking
         }
@@ -227,6 +224,7 @@ extension RelayCore {
         // The same question asked on two devices at once: the guardians here have it already.
         let same = previous.map { $0.status == .pending && $0.attempt == attempt && $0.content == content } ?? false
         fileAsked(record, previous: previous, child: child, now: now, announce: !same)
+        if let previous { hubStandingAt[Self.hubKey(previous)] = nil }
         if sequence > 0 { hubStandingAt[Self.hubKey(record)] = sequence }
         if let previous { redirectProposals(from: previous, to: record, same: same, now: now) }
         // A decision that came before it (the hub hands a message again only later).
