@@ -15,7 +15,10 @@ import RelayServer
 
 enum Forwarder {
     static func run(socket: String, replying: Bool) -> Int32 {
-        cs_unblock_stop_signals(nil)  // stopped by SIGTERM's default action, which a blocked one never takes
+        // Stopped by a signal's default action: it has nothing to clean up, and the benchmark's
+        // own handlers (which ignore the signal for a Dispatch source) must not catch it here.
+        for sig in [SIGINT, SIGTERM] { signal(sig, SIG_DFL) }
+        cs_unblock_stop_signals(nil)  // a blocked signal never takes its default action
         unlink(socket)
         let listener = cs_listen_unix(socket, 4096)
         guard listener >= 0 else {
