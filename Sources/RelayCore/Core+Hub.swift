@@ -334,7 +334,8 @@ extension RelayCore {
 
     /// Whether `asking` (of a decision) may still come to stand in place of `q`'s current
     /// asking: while `q` is pending, another asking of its attempt only if `q`'s is this
-    /// relay's own and not back from the hub; else a later one (as `hubAsked` takes them).
+    /// relay's own and not back from the hub, or came from the hub in this run (one stored
+    /// before it may still be handed); else a later one (as `hubAsked` takes them).
     private func mayCome(_ asking: String, after q: QuestionRecord) -> Bool {
         let parts = asking.split(separator: "-")
         guard parts.count == 2, let attempt = Int64(parts[0]), let created = Int64(parts[1]) else { return false }
