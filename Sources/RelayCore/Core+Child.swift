@@ -271,7 +271,7 @@ extension RelayCore {
 
     /// Ends a pending question as cancelled or expired: stores it and tells the child and the guardians.
     func close(question q: QuestionRecord, reason: QuestionStatus, now: Timestamp) {
-        if !hubStandingAt.isEmpty { hubStandingAt[Self.hubKey(q)] = nil }  // closed here too (a removed child's)
+        letGoOfStreamPosition(q)
         var q = q
         q.status = reason
         questions.save(q)

@@ -53,6 +53,7 @@ extension RelayCore {
         let q = entry.record
         let child = members[q.child]
         child?.pendingEnded(q)
+        letGoOfStreamPosition(q)
         persist(.questionState(q))
         if let child, !child.isRemoved {
             appendEvent(to: child, topic: q.content.kind, type: "response", capacity: q.content.encoded.count + 400, now: now) {

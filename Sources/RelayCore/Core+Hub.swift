@@ -209,10 +209,7 @@ extension RelayCore {
                     return .known
                 }
                 settleOwnAsking(standing)
-                if storedBefore {
-                    hubLeftBehind.insert(standing)
-                    hubStandingAt[standing] = nil
-                }
+                if storedBefore { hubLeftBehind.insert(standing) }
             } else if (asked, attempt) <= (previous.createdAt, previous.attempt) {
                 return .known  // the same asking again, or an older one (an id forgotten on a device starts again at 1)
             }
@@ -224,9 +221,11 @@ extension RelayCore {
         // The same question asked on two devices at once: the guardians here have it already.
         let same = previous.map { $0.status == .pending && $0.attempt == attempt && $0.content == content } ?? false
         fileAsked(record, previous: previous, child: child, now: now, announce: !same)
-        if let previous { hubStandingAt[Self.hubKey(previous)] = nil }
+        if let previous {
+            hubStandingAt[Self.hubKey(previous)] = nil
+            redirectProposals(from: previous, to: record, same: same, now: now)
+        }
         if sequence > 0 { hubStandingAt[Self.hubKey(record)] = sequence }
-        if let previous { redirectProposals(from: previous, to: record, same: same, now: now) }
         // A decision that came before it (the hub hands a message again only later).
         if let early = hubEarly.removeValue(forKey: Self.hubKey(record)) {
             _ = hubDecided(id, in: record.family, asking: Self.asking(record), early, now: now)
@@ -278,10 +277,7 @@ extension RelayCore {
             }
             applied = .applied
         }
-        if entry.record.status != .pending {
-            hubStandingAt[Self.hubKey(entry.record)] = nil  // decided: no other asking stands instead any more
-            answerWaiters(on: entry.record)
-        }
+        if entry.record.status != .pending { answerWaiters(on: entry.record) }
         return applied
     }
 
@@ -330,6 +326,12 @@ extension RelayCore {
         for w in hubWaiters.removeValue(forKey: Self.hubKey(q)) ?? [] where connections[w.conn] != nil {
             reply(w.conn, w.id, Result { () throws(RequestError) in try decided(q, for: w.proposal) })
         }
+    }
+
+    /// A question no longer pending (decided, or closed here with its removed child): no
+    /// other asking stands in its place any more.
+    func letGoOfStreamPosition(_ q: QuestionRecord) {
+        if !hubStandingAt.isEmpty { hubStandingAt[Self.hubKey(q)] = nil }
     }
 
     /// Whether `asking` (of a decision) may still come to stand in place of `q`'s current
