@@ -26,6 +26,15 @@ final class HubTests: XCTestCase {
         return (h, g, c, q["id"]!.string!.uppercased())
     }
 
+    /// `q` asking about another handle: another version of the same question id.
+    private func version(of q: JSONObject, asking handle: String) -> JSONObject {
+        var other = q
+        other["topic"] = .object([
+            "kind": "communication", "personInformation": [CoreHarness.person(handle)], "actions": ["message"],
+        ])
+        return other
+    }
+
     /// A message as another device's relay would have sent it.
     private func message(_ subject: String, _ body: JSONObject) -> HubOutbound {
         HubOutbound(id: 0, family: "fam", subject: subject, messageID: "", body: body.encoded, firstOnSubject: false)
@@ -230,10 +239,7 @@ final class HubTests: XCTestCase {
         let ours = h.question(handles: ["+1 555 0100"])
         h.ok(c, ["type": "ask", "question": .object(ours)])
         XCTAssertEqual(h.events(g, "question").count, 1)
-        var theirs = ours
-        theirs["topic"] = .object([
-            "kind": "communication", "personInformation": [CoreHarness.person("+1 555 0199")], "actions": ["message"],
-        ])
+        let theirs = version(of: ours, asking: "+1 555 0199")
         let tablet = try tabletAsked(h, theirs, after: -1)  // the order on the hub decides, not the clocks
         let own = try XCTUnwrap(h.hubOutbox.first)
         XCTAssertEqual(h.fromHub(tablet), .applied)
@@ -284,10 +290,7 @@ final class HubTests: XCTestCase {
             let id = ours["id"]!.string!.uppercased()
             h.ok(c, ["type": "ask", "question": .object(ours)])
             let own = try XCTUnwrap(h.hubOutbox.last)
-            var theirs = ours
-            theirs["topic"] = .object([
-                "kind": "communication", "personInformation": [CoreHarness.person("+1 555 019\(n)")], "actions": ["message"],
-            ])
+            let theirs = version(of: ours, asking: "+1 555 019\(n)")
             let tablet = try tabletAskedAt(h, theirs, createdAt: t - 1)
             let base = UInt64(10 * n)
             XCTAssertEqual(h.fromHub(own, sequence: base + 3), .known, "ours, back: it stands for now")
@@ -370,10 +373,7 @@ final class HubTests: XCTestCase {
         let asked = h.question(handles: ["+1 555 0100"])
         h.ok(c, ["type": "ask", "question": .object(asked)])
         h.send(g, ["type": "answer", "id": "a2", "questionId": asked["id"]!, "choice": "approve"])
-        var other = asked
-        other["topic"] = .object([
-            "kind": "communication", "personInformation": [CoreHarness.person("+1 555 0199")], "actions": ["message"],
-        ])
+        let other = version(of: asked, asking: "+1 555 0199")
         XCTAssertEqual(h.fromHub(try tabletAsked(h, other)), .applied)
         XCTAssertEqual(h.drain(g).first { $0["re"]?.string == "a2" }?["code"]?.string, "conflict")
         XCTAssertTrue(h.events(c, "response").isEmpty, "nothing the guardian was not shown is approved")
@@ -528,10 +528,7 @@ final class HubTests: XCTestCase {
         h.send(g, ["type": "answer", "id": "a2", "questionId": .string(id), "choice": "approve"])
         let proposal = try XCTUnwrap(h.hubOutbox.last)
         XCTAssertEqual(proposal.subject, "fam.fam.dec.\(id).2-\(createdAt)")
-        var other = ours
-        other["topic"] = .object([
-            "kind": "communication", "personInformation": [CoreHarness.person("+1 555 0199")], "actions": ["message"],
-        ])
+        let other = version(of: ours, asking: "+1 555 0199")
         // The hub had the tablet's `2-T` first (ours, the same message id, is dropped as a resend).
         XCTAssertEqual(h.fromHub(try tabletAskedAt(h, other, attempt: 2, createdAt: createdAt)), .applied)
         XCTAssertEqual(h.drain(g).first { $0["re"]?.string == "a2" }?["code"]?.string, "conflict")
@@ -627,10 +624,7 @@ final class HubTests: XCTestCase {
         let q = h.question()
         let id = q["id"]!.string!.uppercased()
         let t = h.now.milliseconds
-        var other = q
-        other["topic"] = .object([
-            "kind": "communication", "personInformation": [CoreHarness.person("+1 555 0199")], "actions": ["message"],
-        ])
+        let other = version(of: q, asking: "+1 555 0199")
         let behind = try tabletAskedAt(h, other, createdAt: t + 5000, device: "desktop")
         XCTAssertEqual(h.fromHub(try tabletAskedAt(h, q, createdAt: t)), .applied)
         XCTAssertEqual(h.fromHub(behind), .known, "second on the hub: left behind")
@@ -672,10 +666,7 @@ final class HubTests: XCTestCase {
         _ = h.drain(g)
         h.send(g, ["type": "answer", "id": "a1", "questionId": .string(id), "choice": "approve"])
         let proposal = try XCTUnwrap(h.hubOutbox.last)
-        var other = q
-        other["topic"] = .object([
-            "kind": "communication", "personInformation": [CoreHarness.person("+1 555 0199")], "actions": ["message"],
-        ])
+        let other = version(of: q, asking: "+1 555 0199")
         XCTAssertEqual(h.fromHub(proposal), .held, "ours is not back")
         XCTAssertEqual(h.fromHub(try tabletAskedAt(h, other, createdAt: h.now.milliseconds - 1)), .applied)
         XCTAssertEqual(h.fromHub(own), .known)
