@@ -79,28 +79,23 @@ public enum ClientOptions {
         guard let path = config.stateFile else { return config }
         let dir = (path as NSString).deletingLastPathComponent
         try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // The directory, or where it could not be made: the nearest directory above it that is there.
+        var place = dir
         var isDirectory: ObjCBool = false
+        while !FileManager.default.fileExists(atPath: place, isDirectory: &isDirectory) && !place.isEmpty && place != "/" {
+            place = (place as NSString).deletingLastPathComponent
+        }
+        let it = place == dir ? "it" : place
         let why: String
-        if FileManager.default.fileExists(atPath: dir, isDirectory: &isDirectory) {
-            if !isDirectory.boolValue {
-                why = "it is a file, not a directory"
-            } else if access(dir, W_OK) != 0 {
-                why = String(cString: strerror(errno))
-            } else {
-                return config
-            }
+        if !isDirectory.boolValue {
+            why = "\(it) is a file, not a directory"
+        } else if access(place, W_OK) != 0 {
+            let reason = String(cString: strerror(errno))
+            why = place == dir ? reason : "\(place) is not writable (\(reason))"
+        } else if place == dir {
+            return config
         } else {
-            // It could not be made: the nearest directory above it that is there says why.
-            var above = (dir as NSString).deletingLastPathComponent
-            while !above.isEmpty && above != "/" && !FileManager.default.fileExists(atPath: above, isDirectory: &isDirectory) {
-                above = (above as NSString).deletingLastPathComponent
-            }
-            why =
-                !isDirectory.boolValue
-                ? "\(above) is a file, not a directory"
-                : access(above, W_OK) != 0
-                    ? "\(above) is not writable (\(String(cString: strerror(errno))))"
-                    : "it could not be made"
+            why = "it could not be made"
         }
         throw CLIError.failure(
             "cannot keep this client's place in the relay's events in \(dir): \(why); choose a writable --state-dir (or PERMISSION_STATE_DIR)"
