@@ -36,7 +36,9 @@ extension RelayServer {
         let oldMask = umask(0o077)
         listenFD = cs_listen_unix(path, 1024)
         umask(oldMask)
-        if listenFD == -2 { throw ServerError("socket path is empty or too long (at most 107 bytes): \(path)") }
+        if listenFD == -2 {
+            throw ServerError("socket path is empty or too long (at most \(ServerConfig.maxSocketPathBytes) bytes): \(path)")
+        }
         guard listenFD >= 0 else { throw ServerError("cannot listen on \(path): \(String(cString: strerror(errno)))") }
         guard chmod(path, config.socketMode) == 0 else {
             throw ServerError("cannot set the mode of \(path): \(String(cString: strerror(errno)))")

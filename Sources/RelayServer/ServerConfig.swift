@@ -54,6 +54,9 @@ public struct ServerConfig: Sendable {
     public var inheritedListener: Int32?
 
     public init(socketPath: String) { self.socketPath = socketPath }
+
+    /// The longest socket path, in bytes: a Unix socket's address holds it and a terminating zero.
+    public static let maxSocketPathBytes = 107
 }
 
 /// Stops a running server from another thread.

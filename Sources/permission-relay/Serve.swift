@@ -185,10 +185,9 @@ enum Serve {
         umask(0o077)  // the socket and the database (with its WAL) are private to this user
         // Before anything is made: a relay refused for a socket in use leaves no store behind.
         if inherited == nil {
-            // sockaddr_un holds 107 bytes and a terminating zero.
-            guard !socket.isEmpty && socket.utf8.count <= 107 else {
+            guard !socket.isEmpty && socket.utf8.count <= ServerConfig.maxSocketPathBytes else {
                 throw CLIError.failure(
-                    "the socket path is \(socket.isEmpty ? "empty" : "too long (\(socket.utf8.count) bytes, at most 107)"): choose a shorter --socket"
+                    "the socket path is \(socket.isEmpty ? "empty" : "too long (\(socket.utf8.count) bytes, at most \(ServerConfig.maxSocketPathBytes))"): choose a shorter --socket"
                 )
             }
             if RelayServer.isServed(socket) { throw CLIError.failure(RelayServer.servedAlready(socket)) }
