@@ -73,6 +73,7 @@ let package = Package(
         .testTarget(name: "permission-harnessTests", dependencies: ["permission-harness"]),
         .testTarget(name: "permission-guardianTests", dependencies: ["permission-guardian"]),
         .testTarget(name: "ClientCommandsTests", dependencies: ["ClientCommands"]),
+        .testTarget(name: "CLISupportTests", dependencies: ["CLISupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

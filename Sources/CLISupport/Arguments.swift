@@ -14,8 +14,8 @@ public enum CLIError: Error {
     case failure(String)
 }
 
-/// Arguments after the subcommand words: `--flag value`, `--switch`, and positionals.
-/// A flag of `repeatable` may repeat (`values` gives them all); any other given twice is a
+/// Arguments after the subcommand words: `--flag value`, `--switch`, and positionals;
+/// after `--`, every argument is a positional (a member id may begin with dashes). A flag of `repeatable` may repeat (`values` gives them all); any other given twice is a
 /// usage error, rather than one of the two ignored.
 public struct Arguments {
     public private(set) var positionals: [String] = []
@@ -31,7 +31,10 @@ public struct Arguments {
         var i = 0
         while i < args.count {
             let a = args[i]
-            if a.hasPrefix("--") {
+            if a == "--" {
+                positionals += args[(i + 1)...]
+                break
+            } else if a.hasPrefix("--") {
                 let parts = a.split(separator: "=", maxSplits: 1).map(String.init)
                 let name = parts[0]
                 if switchFlags.contains(name) {
@@ -63,11 +66,12 @@ public struct Arguments {
     }
 
     /// Where in `args` the first positional stands: the first argument that is neither an
-    /// option nor the value of one of `valueFlags`.
+    /// option nor the value of one of `valueFlags`, or the one after `--`.
     public static func firstPositional(in args: [String], valueFlags: Set<String>) -> Int? {
         var i = 0
         while i < args.count {
             let a = args[i]
+            if a == "--" { return i + 1 < args.count ? i + 1 : nil }
             guard a.hasPrefix("-") else { return i }
             if valueFlags.contains(a) { i += 1 }  // `--flag value`; `--flag=value` is one argument
             i += 1
