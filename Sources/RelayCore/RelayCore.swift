@@ -53,7 +53,13 @@ public struct CoreConfig: Sendable {
     /// Bytes of a child's pending questions (their JSON, avatars included), all held in
     /// memory; 0: no limit. The default holds 64 of the largest a frame carries, as many
     /// as every relay must accept (wire contract §7).
-    public var maxPendingBytesPerChild = 64 << 20
+    public var maxPendingBytesPerChild = Self.pendingBytesFor64(maxFrameBytes: defaultMaxFrameBytes)
+
+    /// Room for 64 questions asked in frames of `maxFrameBytes`. A question is held as
+    /// validated, which may outgrow the ask that carried it by what validation fills in (a
+    /// null avatar for each of up to 64 people, the default choices): well under 4 KiB.
+    public static func pendingBytesFor64(maxFrameBytes: Int) -> Int { 64 * (maxFrameBytes + 4096) }
+
     /// Sustained asks per second per child, in bursts of twice as many; 0 turns rate
     /// limiting off. The default's burst lets a child fill the 64 pending questions every
     /// relay must accept (wire contract §7) at once, as after a time offline.

@@ -246,6 +246,22 @@ extension QuestionContent {
                 switch person["nameComponents"] {
                 case nil, .null?: break
                 case .object(let names)?:
+                    // Name parts are text (PersonNameComponents: givenName, …, and a
+                    // phoneticRepresentation of the same shape). Nothing else is allowed, so
+                    // that what is kept never outgrows what was sent: a number is written out
+                    // in full (`1e14` as 15 digits).
+                    func text(_ o: JSONObject, nested: Bool) -> Bool {
+                        o.fields.allSatisfy { field in
+                            switch field.value {
+                            case .string, .null: return true
+                            case .object(let inner): return !nested && text(inner, nested: true)
+                            default: return false
+                            }
+                        }
+                    }
+                    guard text(names, nested: false) else {
+                        throw invalid("personInformation[\(n)].nameComponents must hold only text (givenName, familyName, …)")
+                    }
                     out.appendJSONKey("nameComponents")
                     names.encode(into: &out)
                 default: throw invalid("personInformation[\(n)].nameComponents must be an object or null")

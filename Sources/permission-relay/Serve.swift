@@ -40,8 +40,9 @@ enum Serve {
           --handshake-timeout-seconds N    Close connections without hello after N seconds (default: 5)
           --max-pending-per-child N        Pending questions per child, 0 = no limit (default: 256)
           --max-pending-bytes-per-child N  Size of a child's pending questions, avatars included,
-                                           0 = no limit (default: 67108864, 64 MiB; none with
-                                           --max-pending-per-child 0)
+                                           0 = no limit (default: room for 64 of the largest
+                                           frames, 64 × (max-frame-bytes + 4 KiB): 64.25 MiB;
+                                           none with --max-pending-per-child 0)
           --ask-rate-limit N               Sustained asks per second per child, in bursts of 2N,
                                            0 = off (default: 32)
           --max-connections N              Open connections at most (default: 4096)
@@ -126,7 +127,8 @@ enum Serve {
         core.maxPendingPerChild = try a.int("--max-pending-per-child", default: core.maxPendingPerChild)
         // No limit on their number is none on their size either, unless that is given.
         core.maxPendingBytesPerChild = try a.int(
-            "--max-pending-bytes-per-child", default: core.maxPendingPerChild == 0 ? 0 : core.maxPendingBytesPerChild)
+            "--max-pending-bytes-per-child",
+            default: core.maxPendingPerChild == 0 ? 0 : CoreConfig.pendingBytesFor64(maxFrameBytes: core.maxFrameBytes))
         core.askRateLimit = try a.double("--ask-rate-limit", default: core.askRateLimit)
         core.retentionSeconds = Int64(
             try a.int("--retention-seconds", default: Int(core.retentionSeconds), min: 1, max: 3650 * Self.dayInSeconds))

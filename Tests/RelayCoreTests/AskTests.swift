@@ -206,6 +206,38 @@ final class AskTests: XCTestCase {
         XCTAssertEqual(child.pendingBytes, 0)
     }
 
+    /// Wire contract §7: with its default settings a relay accepts at least 64 pending
+    /// questions per child, however large the frames that carry them, though what is
+    /// held of each (defaults and null avatars filled in) outgrows its frame.
+    func testSixtyFourOfTheLargestQuestionsAreAcceptedByDefault() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let limit = CoreConfig().maxFrameBytes
+        for n in 0..<64 {
+            // 64 people with neither avatar nor names, no actions, choices or default: the
+            // most a question's validation fills in; a name pads the frame to the limit.
+            let id = UUID().uuidString
+            func ask(padding: Int) -> [UInt8] {
+                let people: [JSON] = (0..<64).map { p in
+                    var person: JSONObject = ["handle": .object(["value": .string("k\(p)"), "kind": "custom"])]
+                    if p == 0 { person["nameComponents"] = .object(["givenName": .string(String(repeating: "a", count: padding))]) }
+                    return .object(person)
+                }
+                let question: JSONObject = [
+                    "id": .string(id), "topic": .object(["kind": "communication", "personInformation": .array(people)]),
+                ]
+                return (["type": "ask", "id": .string("a\(n)"), "question": .object(question)] as JSONObject).encoded
+            }
+            let body = ask(padding: limit - ask(padding: 0).count)
+            XCTAssertEqual(body.count, limit)
+            h.sendRaw(c, body)
+            let reply = try XCTUnwrap(h.inbox[c]?.last { $0["re"]?.string == "a\(n)" })
+            XCTAssertEqual(reply["type"]?.string, "ok", "ask \(n + 1): \(reply["message"]?.string ?? "")")
+        }
+        XCTAssertGreaterThan(try XCTUnwrap(h.core.members["c1"]).pendingBytes, 64 * limit)
+    }
+
     func testTooManyPendingAndRateLimit() throws {
         let h = try CoreHarness {
             $0.maxPendingPerChild = 2; $0.askRateLimit = 1

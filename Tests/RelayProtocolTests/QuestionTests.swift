@@ -38,6 +38,26 @@ final class QuestionTests: XCTestCase {
         XCTAssertEqual(Array(none.actions), ["communicate"])
     }
 
+    /// Name parts are text, as in PersonNameComponents (its phonetic representation
+    /// included): anything else could make what is kept outgrow what was sent (a number is
+    /// written out in full), which the limits on pending questions count on.
+    func testNamesAreText() throws {
+        func ask(_ names: String) throws -> QuestionContent {
+            let text =
+                #"{"id":"00000000-0000-4000-8000-00000000000c","topic":{"kind":"communication","personInformation":[{"handle":{"value":"kim#1","kind":"custom"},"nameComponents":"#
+                + names + "}]}}"
+            return try QuestionContent.validate(XCTUnwrap(JSON.parse(text).object), now: now)
+        }
+        let phonetic = #"{"givenName":"Kim","middleName":null,"phoneticRepresentation":{"givenName":"kɪm"}}"#
+        XCTAssertTrue(String(decoding: try ask(phonetic).encoded, as: UTF8.self).contains(phonetic))
+        for names in [#"{"givenName":1e14}"#, #"{"givenName":["Kim"]}"#, #"{"a":{"b":{"c":"d"}}}"#, #"{"givenName":true}"#] {
+            XCTAssertThrowsError(try ask(names), names) { error in
+                XCTAssertEqual((error as? RequestError)?.code, .invalidQuestion, names)
+                XCTAssertTrue("\(error)".contains("nameComponents must hold only text"), "\(error)")
+            }
+        }
+    }
+
     /// A list of handles built one by one holds what an array of them holds.
     func testHandleListHoldsItsHandlesInOrder() {
         var list = HandleList()
