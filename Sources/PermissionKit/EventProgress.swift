@@ -77,14 +77,24 @@ final class EventProgress: Sendable {
 
     /// A welcome says where the stream resumes: a client without a mark starts there (and
     /// keeps it, so that it resumes from there even where the relay forgot the session), and
-    /// a mark beyond the relay's head (a relay whose data was reset) starts over too. After
-    /// `gap`, the events up to the cursor are gone: there is nothing left to wait for below it.
+    /// a mark beyond the relay's head (a relay whose data was reset) starts over too, and
+    /// seqs processed beyond the head are of events the relay no longer has (a restored
+    /// backup): the seqs it gives next are new events. After `gap`, the events up to the
+    /// cursor are gone: there is nothing left to wait for below it.
     func welcome(head: Int64, cursor: Int64, gap: Bool) {
         state.withLock { s in
             if s.mark == nil || s.mark! > head {
                 (s.mark, s.above, s.open, s.highest) = (cursor, [], [], nil)
                 save(s)  // a run that processes nothing still resumes from here if the relay forgets the session
-            } else if gap, let mark = s.mark, cursor > mark {
+                return
+            }
+            if (s.highest ?? 0) > head || s.above.contains(where: { $0 > head }) {
+                s.above = s.above.filter { $0 <= head }
+                s.open = s.open.filter { $0 <= head }
+                s.highest = s.highest.map { min($0, head) }
+                save(s)
+            }
+            if gap, let mark = s.mark, cursor > mark {
                 s.mark = cursor
                 s.above = s.above.filter { $0 > cursor }
                 s.open = s.open.filter { $0 > cursor }

@@ -66,6 +66,24 @@ final class EventProgressTests: XCTestCase {
         XCTAssertEqual(next.markDone(1), 2)
     }
 
+    /// A backup restored on the relay: its head went back below seqs this app processed
+    /// (above an event it never took), and the relay gives those seqs to new events.
+    func testSeqsProcessedBeyondARestoredHeadAreNewEventsAfterIt() {
+        let path = stateFile()
+        let first = EventProgress(path: path)
+        first.welcome(head: 0, cursor: 0, gap: false)
+        for seq: Int64 in 1...5 { first.received(seq) }
+        for seq: Int64 in 2...5 { XCTAssertNil(first.markDone(seq)) }  // 1 stays untaken
+        let next = EventProgress(path: path)
+        next.welcome(head: 1, cursor: 0, gap: false)  // the backup's head
+        XCTAssertFalse(next.isDone(2), "seq 2 is a new event now")
+        next.received(1)
+        next.received(2)
+        XCTAssertNil(next.markDone(2))
+        XCTAssertEqual(next.markDone(1), 2)
+        XCTAssertFalse(EventProgress(path: path).isDone(3), "as stored for the next run")
+    }
+
     /// The relay replays a response the app's loop still has (it was not acknowledged): the
     /// loop is not handed it a second time.
     func testAResponseInHandIsNotHandedAgainWhenReplayedAfterAReconnect() async throws {
