@@ -134,3 +134,12 @@ struct AppDelivery<Element: Sendable>: AsyncSequence, Sendable {
         deinit { settle() }
     }
 }
+
+/// A sequence whose events are taken only once a loop starts on it: each iteration opens
+/// a stream of its own.
+struct LazyDelivery<Element: Sendable>: AsyncSequence, Sendable {
+    typealias Failure = Never
+    let open: @Sendable () -> AppDelivery<Element>
+
+    func makeAsyncIterator() -> AppDelivery<Element>.Iterator { open().makeAsyncIterator() }
+}

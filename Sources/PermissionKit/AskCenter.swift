@@ -212,7 +212,8 @@ public final class AskCenter: Sendable {
 
     /// Every response to questions of this topic, from now on (and those already received
     /// in this process), and those that came while the app was not running and it has not
-    /// processed. Each call returns its own complete sequence. Unlike Apple's, it ends: when
+    /// processed. Each loop over it gets its own complete sequence; one made and never
+    /// iterated takes nothing (holds nothing back). Unlike Apple's, it ends: when
     /// the center is closed, has no credentials, or the relay refused them
     /// (`connectionError` says which).
     ///
@@ -238,8 +239,18 @@ public final class AskCenter: Sendable {
     }
 
     /// A stream of the responses of `topic`, or of the outcomes (nil): the events held
-    /// for it and those of this process's history, then each new one, in order.
-    private func open<Element: Sendable>(_ topic: String?, _ read: @escaping @Sendable (JSONObject) -> Element?) -> AppDelivery<Element> {
+    /// for it and those of this process's history, then each new one, in order. It takes
+    /// them once a loop starts on it: a sequence made and never iterated holds none back
+    /// (an event counts as processed only once every stream it went to is done with it).
+    private func open<Element: Sendable>(_ topic: String?, _ read: @escaping @Sendable (JSONObject) -> Element?) -> LazyDelivery<
+        Element
+    > {
+        LazyDelivery { self.openNow(topic, read) }
+    }
+
+    private func openNow<Element: Sendable>(_ topic: String?, _ read: @escaping @Sendable (JSONObject) -> Element?) -> AppDelivery<
+        Element
+    > {
         let key = UUID()
         let stream = DeliveryStream<Element>(
             settled: { [weak self] in self?.settled($0, handed: true) },

@@ -501,6 +501,25 @@ final class PermissionKitTests: XCTestCase {
         await first.close()
     }
 
+    /// A sequence made and never iterated (`CommunicationLimits.updates` read, say) takes no
+    /// response: what the app's loop handled does not come again at the next start.
+    func testASequenceNeverIteratedHoldsNothingBack() async throws {
+        let (relay, tokens, state, guardian) = try family()
+        let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let unused = CommunicationLimits(center: first).updates
+        var loop = first.responses(for: CommunicationTopic.self).makeAsyncIterator()
+        let question = contact()
+        try await first.ask(question)
+        try await guardian.answer(question.id, with: "approve")
+        let shown = try await next(&loop)
+        XCTAssertEqual(shown.question.id, question.id)
+        await first.close()  // by the task whose loop took it: done with it
+        let second = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        try await expectOnlyANewResponse(second, guardian: guardian, "the unused sequence held the response back")
+        await second.close()
+        withExtendedLifetime((loop, unused)) {}
+    }
+
     /// The center replays what closed while the app was away as soon as it is made; an app
     /// that asks for outcomes a moment later, and is killed while handling one, gets it again.
     func testAnOutcomeReplayedBeforeTheAppAskedForOutcomesWaitsForIt() async throws {
