@@ -21,8 +21,8 @@ public enum ClientOptions {
                                --credentials FILE` writes it (env PERMISSION_CREDENTIALS)
           --session NAME       Durable session: where the relay keeps this command's place in the member's
                                events (env PERMISSION_SESSION; default: one per program and command,
-                               MEMBER-HOSTNAME-PROGRAM). Choose one only to give a second copy of a
-                               command a place of its own: two clients on one session take it from each other
+                               MEMBER-HOSTNAME-PROGRAM, and -2, -3, … for copies running at once).
+                               Two clients given one name take it from each other
           --state-dir DIR      Where the last processed event is kept (env PERMISSION_STATE_DIR)
           -h, --help           Show this help.
           --version            Print the version.

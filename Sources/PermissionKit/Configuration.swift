@@ -35,6 +35,9 @@ public struct RelayConfiguration: Sendable {
     /// A longer delay only means that after a crash a few more events come again, which
     /// the app's place in the stream (`stateFile`) passes over. Closing sends it at once.
     public var ackDelay: Duration = RelayDefaults.ackDelay
+    /// The session is the app's default one: each copy of the app running at once takes
+    /// one of its own (`SessionClaim`).
+    var sessionPerCopy = false
 
     /// A member's connection to the relay at `socketPath`; `session` names a durable
     /// session (nil: ephemeral), and `stateFile` keeps the app's place between runs.
@@ -111,11 +114,12 @@ public struct RelayConfiguration: Sendable {
         let session = named ?? defaultSession(member: member, app: app)
         let stateDir = env["PERMISSION_STATE_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? defaultStateDirectory(env)
         if named == nil { takeOverLegacyState(member: member, into: stateDir + "/\(member).\(session).state", in: stateDir) }
-        return .success(
-            RelayConfiguration(
-                socketPath: RelayDefaults.clientSocketPath(environment: env),
-                member: member, token: token, session: session,
-                stateFile: stateDir + "/\(member).\(session).state"))
+        var config = RelayConfiguration(
+            socketPath: RelayDefaults.clientSocketPath(environment: env),
+            member: member, token: token, session: session,
+            stateFile: stateDir + "/\(member).\(session).state")
+        config.sessionPerCopy = named == nil
+        return .success(config)
     }
 
     /// Reads `{"member": …, "token": …}` from a file.

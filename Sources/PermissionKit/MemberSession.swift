@@ -13,6 +13,8 @@ final class MemberSession: Sendable {
     private let unconfigured: ClientError?
     private let lastFailure = Mutex<ClientError?>(nil)
     private let onEnd: @Sendable () -> Void
+    /// This copy's hold on its default session, let go when the center closes.
+    private let claim: SessionClaim?
     let progress: EventProgress
 
     /// `setup` gives the frames to send after every hello; `onWelcome` and `onEvent` run on
@@ -24,7 +26,8 @@ final class MemberSession: Sendable {
         onWelcome: @escaping @Sendable (JSONObject) -> Void = { _ in }, onEvent: @escaping @Sendable (JSONObject) -> Void,
         onEnd: @escaping @Sendable () -> Void
     ) {
-        let config = try? configuration.get()
+        var config = try? configuration.get()
+        if let c = config, c.sessionPerCopy { (config, claim) = SessionClaim.take(c) } else { claim = nil }
         let progress = EventProgress(path: config?.stateFile)
         self.progress = progress
         self.onEnd = onEnd
@@ -126,7 +129,10 @@ final class MemberSession: Sendable {
             }
     }
 
-    func close() async { await connection?.closeAndWait() }
+    func close() async {
+        await connection?.closeAndWait()
+        claim?.release()
+    }
 }
 
 /// How the member's family reaches its other devices (an extension of the protocol: a

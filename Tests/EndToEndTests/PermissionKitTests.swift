@@ -287,6 +287,41 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(seen?.id, question.id, "the first client has the session again, and what came meanwhile")
     }
 
+    /// Two copies of one app at once, each on its default session (two centers here; two
+    /// processes hold their locks alike), each waiting for the response to its own
+    /// question and letting others go by: each has a session of its own and gets its
+    /// response. Sharing one, they took it from each other, and the relay handed a
+    /// response to whichever held it then, which let it go as not its own.
+    func testTwoCopiesOfAnAppOnTheDefaultSessionEachGetTheirOwnResponse() async throws {
+        let (relay, tokens, _, guardian) = try family()
+        let env = [
+            "PERMISSION_MEMBER": "c0", "PERMISSION_TOKEN": tokens["c0"]!, "PERMISSION_RELAY_SOCKET": relay.socket,
+            "PERMISSION_STATE_DIR": relay.dir.appendingPathComponent("state").path,
+        ]
+        var copies: [AskCenter] = []
+        for _ in 0..<2 {
+            var c = try RelayConfiguration.fromEnvironment(env, app: "AskApp")
+            c.maxReconnectDelay = .milliseconds(200)
+            copies.append(AskCenter(configuration: c))
+        }
+        let questions = [contact(), contact()]
+        let waits = zip(copies, questions).map { center, question in
+            let responses = center.responses(for: CommunicationTopic.self)
+            let id = question.id
+            return Task { await firstElement(of: responses, where: { $0.question.id == id }, within: .seconds(15)) != nil }
+        }
+        for (center, question) in zip(copies, questions) { try await center.ask(question) }
+        // Both hold a session at once (sharing one, the second's hello closed the first's).
+        let open = try relay.admin().request(["type": "status"])["sessions"]?.int
+        XCTAssertEqual(open, 3, "sessions open: the guardian's and one of each copy")
+        for question in questions { try await guardian.answer(question.id, with: "approve") }
+        for (n, wait) in waits.enumerated() {
+            let got = await wait.value
+            XCTAssertTrue(got, "copy \(n + 1) got the response to its question")
+        }
+        for center in copies { await center.close() }
+    }
+
     func testAnOutcomeReplayedAsTheCenterConnectsReachesOutcomesAskedForAfterwards() async throws {
         let relay = try RelayProcess()
         try relay.start()
