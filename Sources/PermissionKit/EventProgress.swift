@@ -78,8 +78,8 @@ final class EventProgress: Sendable {
     /// A welcome says where the stream resumes: a client without a mark starts there (and
     /// keeps it, so that it resumes from there even where the relay forgot the session), and
     /// a mark beyond the relay's head (a relay whose data was reset) starts over too, and
-    /// seqs processed beyond the head are of events the relay no longer has (a restored
-    /// backup): the seqs it gives next are new events. After `gap`, the events up to the
+    /// seqs processed beyond the head are of events the relay no longer has (its store
+    /// replaced): the seqs it gives next are new events. After `gap`, the events up to the
     /// cursor are gone: there is nothing left to wait for below it.
     func welcome(head: Int64, cursor: Int64, gap: Bool) {
         state.withLock { s in

@@ -3,6 +3,7 @@
 // running relay (WAL lets readers and the writer go on together), and changes nothing
 // but its destination.
 
+import CSQLite
 import Glibc
 import RelayModel
 import RelayProtocol
@@ -85,6 +86,9 @@ extension SQLiteStore {
             let to = try SQLiteDatabase(path: staging)
             try copy.backup(to: to)
             _ = try to.text("PRAGMA journal_mode = WAL")
+            try migrate(to)
+            try startStreamsAfterEverySeqGiven(to)
+            try to.checkpoint(mode: SQLITE_CHECKPOINT_TRUNCATE)
         } catch {
             unlink(staging)
             throw error
@@ -111,6 +115,29 @@ extension SQLiteStore {
         guard rename(staging, path) == 0 else { throw StoreError("cannot put the backup in place: \(String(cString: strerror(errno)))") }
         try syncDirectory(of: path)
         return kept
+    }
+
+    /// Seqs a restored store's streams skip: more than any stream is given between a backup
+    /// and its restore.
+    static let seqsSkippedAtRestore: Int64 = 1 << 32
+
+    /// The relay gave seqs after the backup was made that the backup knows nothing of: each
+    /// stream goes on `seqsSkippedAtRestore` above its head, so that none is given again
+    /// (a client that processed one would take the new event for it, and skip it). The
+    /// backup's events go: a replay of them, then of the new ones, would have a hole no
+    /// client is told of; a session that resumes is told `gap` and starts after it.
+    static func startStreamsAfterEverySeqGiven(_ db: SQLiteDatabase) throws {
+        try db.transaction {
+            try db.exec(
+                """
+                INSERT INTO heads(member, head) SELECT id, 0 FROM members WHERE true ON CONFLICT(member) DO NOTHING;
+                INSERT INTO heads(member, head) SELECT member, max(lastSeq) FROM events WHERE true GROUP BY member
+                    ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head);
+                UPDATE heads SET head = head + \(seqsSkippedAtRestore);
+                DELETE FROM eventIndex;
+                DELETE FROM events;
+                """)
+        }
     }
 
     /// Why the store at `path` cannot be read, as `serve` would say (nil: it can be): there

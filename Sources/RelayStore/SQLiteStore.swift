@@ -159,7 +159,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
             + " the directory aside to start with an empty store"
     }
 
-    private static func migrate(_ db: SQLiteDatabase) throws {
+    static func migrate(_ db: SQLiteDatabase) throws {
         try db.exec(
             "CREATE TABLE IF NOT EXISTS migrations(version INTEGER PRIMARY KEY, name TEXT NOT NULL, appliedAt INTEGER NOT NULL)"
         )
