@@ -133,7 +133,27 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     /// What a store at `path` has lost that SQLite would not say, or would hide once it
     /// opens the files (each check and backup, too, asks first): nil when nothing is.
     static func lossBeforeOpening(_ path: String) -> String? {
-        emptiedDatabase(path) ?? WALWitness.loss(at: path)
+        emptiedDatabase(path) ?? WALWitness.loss(at: path) ?? schemaLost(path)
+    }
+
+    /// A `relay.db` whose own first page lists no table, with no WAL beside it to hold any:
+    /// SQLite writes that page when a new store takes WAL mode, and the relay's schema and
+    /// everything after it go to the WAL until a checkpoint copies them. Its WAL (and the
+    /// index, which `WALWitness` would have read) are gone, and everything with them.
+    private static func schemaLost(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var header = [UInt8](repeating: 0, count: 105)
+        guard read(fd, &header, header.count) == header.count, header.starts(with: Array("SQLite format 3\0".utf8)) else {
+            return nil  // none, or not SQLite's: SQLite says so
+        }
+        // The first page's B-tree header, after the file's 100 bytes: a leaf (13) of no cells.
+        guard header[100] == 13, header[103] == 0, header[104] == 0 else { return nil }
+        var st = stat()
+        if stat(path + "-wal", &st) == 0 && st.st_size > 32 { return nil }  // frames: the schema may be there
+        return "\(path) holds no tables and no WAL is beside it: the WAL (\(path)-wal), which held the whole store, was"
+            + " lost. Restore a backup (permission-relay restore), or move the directory aside to start with an empty store"
     }
 
     /// An empty or missing `relay.db` beside files only a used store has (a WAL with frames:

@@ -44,6 +44,11 @@ struct StoreCommand: Sendable {
                 if Store.diskFull(error, data: folder.isEmpty ? "." : folder) {
                     throw CLIError.failure("backup failed: the disk holding \(dest) is full; free some space there, or back up elsewhere")
                 }
+                if let damage = Store.damage(error, file: Paths.canonical(data) + "/relay.db") {
+                    throw CLIError.failure(
+                        "backup failed: \(damage): see what is wrong with `permission-relay check --data \(data)`, and restore an"
+                            + " earlier backup (permission-relay restore)")
+                }
                 throw CLIError.failure("backup failed: \(error)")
             }
             printOut("backed up \(data)/relay.db to \(dest)")
@@ -149,6 +154,10 @@ struct StoreCommand: Sendable {
                 if Store.diskFull(error, data: folder.isEmpty ? "." : folder) {
                     throw CLIError.failure("cannot check \(file): the disk is full; free some space and check again")
                 }
+                if let damage = Store.damage(error, file: file) {
+                    let what = a.positionals.isEmpty ? "restore a backup (permission-relay restore)" : "use another backup"
+                    throw CLIError.failure("\(damage): \(what), or keep it for inspection")
+                }
                 throw CLIError.failure("cannot check \(file): \(error)")
             }
             guard findings.isEmpty else {
@@ -173,6 +182,15 @@ enum Store {
             return "cannot open the store in \(data): the disk is full; free some space and start again"
         }
         return "cannot open the store in \(data): \(error)"
+    }
+
+    /// What `error` says of the database `file` when SQLite found it damaged, or not a
+    /// relay's store at all (no schema of the relay's); nil for any other error.
+    static func damage(_ error: any Error, file: String) -> String? {
+        guard let e = error as? SQLiteError else { return nil }
+        if e.isDamaged { return "\(file) is damaged or is not the relay's store (\(e.message))" }
+        if e.message.hasPrefix("no such table") { return "\(file) holds no relay's store (\(e.message))" }
+        return nil
     }
 
     /// Whether `error` is SQLite's for a full disk, or the I/O error it gives when the WAL's

@@ -401,6 +401,15 @@ final class LimitFlagTests: XCTestCase {
         let r = runRelay(["serve", "--socket", relay.socket, "--data", relay.data])
         XCTAssertEqual(r.status, 1)
         XCTAssertTrue(r.stderr.contains("relay.db is damaged or is not the relay's (file is not a database): restore a backup"), r.stderr)
+        // `check` and `backup` say it alike: the file, and what to do.
+        let check = runRelay(["check", "--data", relay.data])
+        XCTAssertEqual(check.status, 1)
+        XCTAssertTrue(check.stderr.contains("file is not a database"), check.stderr)
+        XCTAssertTrue(check.stderr.contains("\(db): 1 problem found; restore a backup (permission-relay restore)"), check.stderr)
+        let backup = runRelay(["backup", relay.dir.appendingPathComponent("b.db").path, "--data", relay.data])
+        XCTAssertEqual(backup.status, 1)
+        XCTAssertTrue(
+            backup.stderr.contains("is damaged or is not the relay's store (file is not a database): see what is wrong"), backup.stderr)
         XCTAssertEqual(FileManager.default.contents(atPath: db), garbage, "nothing is written over it")
     }
 

@@ -495,6 +495,26 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try capped.load().heads["g"], 100)
     }
 
+    /// Before its first checkpoint a store is all in its WAL: the database file holds only
+    /// an empty first page. Without the WAL (and its index), starting, checking or backing
+    /// it up is refused, rather than taken for a new store.
+    func testAStoreWhoseWALWasLostBeforeAnyCheckpointIsRefused() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit(try StoreContractTests.turns()[0])
+        let lost = dir.appendingPathComponent("lost").path
+        try FileManager.default.createDirectory(atPath: lost, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: path, toPath: lost + "/relay.db")  // its WAL and index left behind
+        let said = "holds no tables and no WAL is beside it: the WAL (\(lost)/relay.db-wal), which held the whole store, was lost"
+        XCTAssertThrowsError(try SQLiteStore(path: lost + "/relay.db")) { XCTAssertTrue("\($0)".contains(said), "\($0)") }
+        let findings = try SQLiteStore.check(databaseAt: lost + "/relay.db")
+        XCTAssertEqual(findings.count, 1)
+        XCTAssertTrue(findings.first?.contains(said) == true, "\(findings)")
+        XCTAssertThrowsError(try SQLiteStore.backup(databaseAt: lost + "/relay.db", to: lost + "/backup.db")) {
+            XCTAssertTrue("\($0)".contains(said), "\($0)")
+        }
+        withExtendedLifetime(store) {}
+    }
+
     func testABackupIsAWholeStoreAndRestoresWhatItHeld() throws {
         let store = try SQLiteStore(path: path)
         let turns = try StoreContractTests.turns()
