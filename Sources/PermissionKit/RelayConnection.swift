@@ -432,7 +432,15 @@ final class RelayConnection: Sendable {
             switch f["type"]?.string {
             case "ping": _ = write(fd, ["type": "pong"])
             case "closing" where f["reason"]?.string == "sessionReplaced": shared.withLock { $0.replaced = true }
-            case "pong", "closing": break
+            // Why the relay is about to close the connection: why requests fail until the
+            // client is connected again (`busy` while the relay cannot store, say).
+            case "closing":
+                let why = f["reason"]?.string ?? "no reason given"
+                shared.withLock { $0.lastError = .unavailable("the relay closed the connection (\(why))") }
+            case "error":
+                let error = ClientError.relay(code: f["code"]?.string ?? "error", message: f["message"]?.string ?? "")
+                shared.withLock { $0.lastError = error }
+            case "pong": break
             default:
                 if f["seq"] != nil { onEvent(f) }
             }
@@ -457,7 +465,7 @@ final class RelayConnection: Sendable {
         }
         for p in expired {
             switch why {
-            case .unauthorized, .unavailable: p.continuation.resume(throwing: why)
+            case .unauthorized, .unavailable, .relay: p.continuation.resume(throwing: why)
             default: p.continuation.resume(throwing: ClientError.unavailable("\(why)"))
             }
         }

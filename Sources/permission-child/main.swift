@@ -527,7 +527,7 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
         throw e
     } catch {
         throw CLIError.failure(
-            ClientOptions.describe(error, unreachableBecause: center.connectionError))
+            ClientOptions.describe(error, unreachableBecause: center.connectionError ?? center.lastError))
     }
 }
 

@@ -51,7 +51,7 @@ struct InteractiveView {
                     _ = try await center.pending()
                     feed.yield(.loaded(.success(())))
                 } catch {
-                    let why = ClientOptions.describe(error, unreachableBecause: center.connectionError)
+                    let why = ClientOptions.describe(error, unreachableBecause: center.connectionError ?? center.lastError)
                     feed.yield(.loaded(.failure(ClientCommandError(why))))
                 }
             }

@@ -205,7 +205,7 @@ func run() async throws -> Int32 {
     } catch {
         await stop.claimEnd()
         throw CLIError.failure(
-            ClientOptions.describe(error, unreachableBecause: center.connectionError))
+            ClientOptions.describe(error, unreachableBecause: center.connectionError ?? center.lastError))
     }
     await stop.claimEnd()
     await center.close()

@@ -142,3 +142,29 @@ final class ScriptedRelay: @unchecked Sendable {
         return (read.removeFirst(), .now)
     }
 }
+
+/// What a relay says as it gives up on a connection (an `error` that answers no request,
+/// such as `busy` when it cannot store) is why the requests then fail.
+final class ConnectionErrorTests: XCTestCase {
+    func testAnErrorTheRelaySaysUnaskedIsWhyARequestFails() async throws {
+        let relay = try ScriptedRelay()
+        var config = RelayConfiguration(socketPath: relay.path, member: "c0", token: "t", session: nil)
+        config.requestTimeout = .milliseconds(500)
+        let center = AskCenter(configuration: config)
+        addTeardownBlock { await center.close() }
+        try relay.acceptAndWelcome()
+        let asking = Task { try await center.knownHandles(in: [CommunicationHandle(value: "+15550100", kind: .phoneNumber)]) }
+        let (request, _) = try XCTUnwrap(relay.nextFrame(within: .seconds(10)))
+        XCTAssertEqual(request["type"]?.string, "knownHandles")
+        relay.send(["type": "error", "code": "busy", "message": "the relay is unable to store changes (out of disk space)"])
+        do {
+            _ = try await asking.value
+            XCTFail("no reply came")
+        } catch {
+            XCTAssertEqual(error as? AskError, .notAvailable)
+        }
+        guard case .relay(let code, let message)? = center.lastError else { return XCTFail("\(String(describing: center.lastError))") }
+        XCTAssertEqual(code, "busy")
+        XCTAssertEqual(message, "the relay is unable to store changes (out of disk space)")
+    }
+}
