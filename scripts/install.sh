@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
         --prefix)
             case "${2:-}" in ""|-*) echo "install.sh: --prefix needs a directory (see scripts/install.sh --help)" >&2; exit 64 ;; esac
             prefix="$(absolute "$2")"; shift ;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,11p' scripts/install.sh | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown option $1 (see scripts/install.sh --help)" >&2; exit 64 ;;
     esac
     shift

@@ -92,8 +92,9 @@ enum Paths {
             // Changed through the file opened, never by its name again: a link put in its
             // place meanwhile (the directory may be another user's, when root restores) is
             // not followed.
-            let notRegular = CLIError.failure(
-                "\(path) is not a regular file (a link is never followed); remove it, or restore the store from a backup")
+            // The lock holds nothing: it goes. A file of the store may be the store's only copy.
+            let advice = name == "relay.lock" ? "remove it" : "remove it, or restore the store from a backup"
+            let notRegular = CLIError.failure("\(path) is not a regular file (a link is never followed); \(advice)")
             let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
             guard fd >= 0 else {
                 switch errno {

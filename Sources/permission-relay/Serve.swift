@@ -228,10 +228,12 @@ enum Serve {
         }
         do {
             try relay.run {
-                let listening = "listening on \(Paths.absolute(socket))\(inherited == nil ? "" : " (from the service manager)")"
-                // A daemon serves whether or not anyone reads this line.
-                _ = writeOut("permission-relay: \(listening) (data \(data), sync \(sync.rawValue))")
-                ServiceManager.notify("READY=1\nSTATUS=\(listening)\nMAINPID=\(getpid())") { log(.warning, $0) }
+                let listening = "listening on \(Paths.absolute(socket))"
+                let given = inherited == nil ? "" : ", the socket from the service manager"
+                // A daemon serves whether or not anyone reads this line, which scripts wait for
+                // in one form: `listening on SOCKET (…)`.
+                _ = writeOut("permission-relay: \(listening) (data \(data), sync \(sync.rawValue)\(given))")
+                ServiceManager.notify("READY=1\nSTATUS=\(listening)\(given)\nMAINPID=\(getpid())") { log(.warning, $0) }
             }
         } catch {
             throw CLIError.failure("\(error)")
