@@ -67,6 +67,8 @@ final class RelayConnection: Sendable {
         var closed = false
         /// The relay said it closes the connection because another client took its session.
         var replaced = false
+        /// Why the relay last said it closes the connection (`tokenRotated`, say).
+        var closedBecause: String?
         /// The relay refused the credentials: the thread ends, and requests fail with `lastError`.
         var refused = false
         /// The I/O thread has ended.
@@ -239,7 +241,11 @@ final class RelayConnection: Sendable {
                 delay = config.reconnectDelay
                 // Taken back within the minute: the other client is still there.
                 replacedInARow = ContinuousClock.now - connected < .seconds(60) ? replacedInARow + 1 : 1
-                setState(.replaced)
+                setState(
+                    .replaced,
+                    error: .unavailable(
+                        "another client holds this session (\(config.member), \(config.session ?? "")) and this one waits to"
+                            + " take it back; give each client a session of its own"))
                 let pause = Self.pauseAfterReplacement(replacedInARow) * Double.random(in: 0.75...1.25)
                 waitToReconnect(until: .now + pause, endedByRequests: false)
                 continue
@@ -323,6 +329,7 @@ final class RelayConnection: Sendable {
             guard let frames = read(fd, &decoder) else { break }
             for f in frames {
                 if f["type"]?.string == "welcome" {
+                    shared.withLock { $0.closedBecause = nil }
                     onWelcome(f)
                     setState(.ready)
                     let early = Array(frames.drop { $0["type"]?.string != "welcome" }.dropFirst())
@@ -334,7 +341,15 @@ final class RelayConnection: Sendable {
                     let code = f["code"]?.string ?? "error"
                     let message = f["message"]?.string ?? ""
                     if code == "unauthorized" {
-                        let error = ClientError.unauthorized(message)
+                        // The relay does not say whether the member exists; what it said as it
+                        // closed the last connection tells this member why.
+                        let hint =
+                            switch shared.withLock({ $0.closedBecause }) {
+                            case "tokenRotated"?: " (the member's token was rotated: use the new one)"
+                            case "memberRemoved"?: " (the member was removed from its family)"
+                            default: ""
+                            }
+                        let error = ClientError.unauthorized(message + hint)
                         shared.withLock { s in (s.refused, s.closed) = (true, true) }
                         setState(.refused, error: error)
                         failAll(error)
@@ -436,7 +451,10 @@ final class RelayConnection: Sendable {
             // client is connected again (`busy` while the relay cannot store, say).
             case "closing":
                 let why = f["reason"]?.string ?? "no reason given"
-                shared.withLock { $0.lastError = .unavailable("the relay closed the connection (\(why))") }
+                shared.withLock { s in
+                    s.lastError = .unavailable("the relay closed the connection (\(why))")
+                    s.closedBecause = why
+                }
             case "error":
                 let error = ClientError.relay(code: f["code"]?.string ?? "error", message: f["message"]?.string ?? "")
                 shared.withLock { $0.lastError = error }

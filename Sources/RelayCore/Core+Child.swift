@@ -69,7 +69,10 @@ extension RelayCore {
         }
         let guardians = child.family.guardians
         guard !guardians.isEmpty else {
-            throw RequestError(.contactSyncNotSetup, "the family \(child.family.id) has no guardian to ask")
+            throw RequestError(
+                .contactSyncNotSetup,
+                "the family \(child.family.id) has no guardian to ask; its relay's admin adds one with"
+                    + " `permission-relay member add \(child.family.id) NAME --role guardian`")
         }
         if content.kind == .communication && !child.record.limitsEnabled {
             throw RequestError(

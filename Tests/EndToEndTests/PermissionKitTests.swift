@@ -268,6 +268,9 @@ final class PermissionKitTests: XCTestCase {
         while await firstStates.next() != .ready {}
         let second = GuardianCenter(configuration: config(relay, "g0", tokens, session: "shared"))
         while await firstStates.next() != .replaced {}
+        XCTAssertTrue(
+            first.connectionError?.description.contains("another client holds this session (g0, shared)") == true,
+            "what a request failing now would say: \(String(describing: first.connectionError))")
 
         // Each taking the session back at once, the two made thousands of hellos a second.
         let admin = try relay.admin()
@@ -359,7 +362,8 @@ final class PermissionKitTests: XCTestCase {
             _ = try await guardian.pending()
             XCTFail("the token was rotated")
         } catch AskError.systemError(let e as ClientError) {
-            guard case .unauthorized = e else { return XCTFail("\(e)") }
+            guard case .unauthorized(let why) = e else { return XCTFail("\(e)") }
+            XCTAssertTrue(why.hasSuffix("(the member's token was rotated: use the new one)"), why)
         }
         XCTAssertLessThan(ContinuousClock.now - asked, .seconds(1), "refused at once, not after the request's 10 s")
         for await _ in guardian.questions() {}  // ends: nothing more can come

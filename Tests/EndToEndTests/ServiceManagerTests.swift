@@ -40,7 +40,8 @@ final class ServiceManagerTests: XCTestCase {
 
         let ready = notify.receive(within: 20)
         XCTAssertTrue(ready?.contains("READY=1") ?? false, ready ?? "nothing")
-        XCTAssertTrue(ready?.contains("STATUS=listening on \(socketPath), the socket from the service manager") ?? false, ready ?? "nothing")
+        XCTAssertTrue(
+            ready?.contains("STATUS=listening on \(socketPath), the socket from the service manager") ?? false, ready ?? "nothing")
         XCTAssertTrue(ready?.contains("MAINPID=\(pid)") ?? false, ready ?? "nothing")
 
         // A whole cycle through the socket the relay was given.

@@ -167,7 +167,11 @@ final class AskTests: XCTestCase {
         let r = h.ok(a, ["type": "addMember", "family": "lonely", "member": "solo", "role": "child"])
         h.tokens["solo"] = r["token"]?.string
         let (solo, _) = h.login("solo")
-        _ = h.error(solo, ["type": "ask", "question": .object(h.question())], .contactSyncNotSetup)
+        let noGuardian = h.error(solo, ["type": "ask", "question": .object(h.question())], .contactSyncNotSetup)
+        XCTAssertEqual(
+            noGuardian["message"]?.string,
+            "the family lonely has no guardian to ask; its relay's admin adds one with `permission-relay member add lonely NAME --role guardian`"
+        )
         _ = h.error(solo, ["type": "ask", "question": .object(h.updateQuestion())], .contactSyncNotSetup)
 
         let (c, _) = h.login("c1")
