@@ -51,42 +51,65 @@ final class ExamplePackageTests: XCTestCase {
         let guardian = try relay.connect()
         _ = try guardian.hello("g0", tokens["g0"]!)  // before the ask: an ephemeral session sees what comes after
 
-        let app = Process()
-        app.executableURL = scratch.appendingPathComponent("debug/AskApp")
-        app.arguments = ["+1 555 0100"]
-        app.environment = [
-            "PERMISSION_RELAY_SOCKET": relay.socket, "PERMISSION_MEMBER": "c0", "PERMISSION_TOKEN": tokens["c0"]!,
-            "PERMISSION_STATE_DIR": relay.dir.appendingPathComponent("state").path,
-        ]
-        let out = Pipe(), err = Pipe()
-        app.standardOutput = out
-        app.standardError = err
-        try app.run()
-        let stuck = killAfter(app, seconds: 60)
-        defer { stuck.cancel() }
-
-        let asked = try guardian.event("question")["question"]
-        XCTAssertEqual(asked?["child"]?.string, "c0")
-        XCTAssertEqual(asked?["topic"]?["personInformation"]?.array?.first?["handle"]?["value"]?.string, "+1 555 0100")
-        XCTAssertEqual(asked?["topic"]?["actions"], ["message"])
-        XCTAssertNotNil(asked?["expirationDate"]?.string)
-        // Its first line comes through the pipe while it waits, not at its exit.
-        var waiting = Data()
-        while !waiting.contains(UInt8(ascii: "\n")) {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            waiting.append(chunk)
+        /// The app started to ask about `value`, once it says it waits, and the question the guardian got.
+        func ask(_ value: String) throws -> (app: Process, out: Pipe, err: Pipe, question: JSON?, stuck: DispatchWorkItem) {
+            let app = Process()
+            app.executableURL = scratch.appendingPathComponent("debug/AskApp")
+            app.arguments = [value]
+            app.environment = [
+                "PERMISSION_RELAY_SOCKET": relay.socket, "PERMISSION_MEMBER": "c0", "PERMISSION_TOKEN": tokens["c0"]!,
+                "PERMISSION_STATE_DIR": relay.dir.appendingPathComponent("state").path,
+            ]
+            let out = Pipe(), err = Pipe()
+            app.standardOutput = out
+            app.standardError = err
+            try app.run()
+            let stuck = killAfter(app, seconds: 60)
+            let asked = try guardian.event("question")["question"]
+            XCTAssertEqual(asked?["child"]?.string, "c0")
+            XCTAssertEqual(asked?["topic"]?["personInformation"]?.array?.first?["handle"]?["value"]?.string, value)
+            // Its first line comes through the pipe while it waits, not at its exit.
+            var waiting = Data()
+            while !waiting.contains(UInt8(ascii: "\n")) {
+                let chunk = out.fileHandleForReading.availableData
+                if chunk.isEmpty { break }
+                waiting.append(chunk)
+            }
+            XCTAssertEqual(String(decoding: waiting, as: UTF8.self), "asked to message \(value); waiting for a guardian\n")
+            return (app, out, err, asked, stuck)
         }
-        XCTAssertEqual(String(decoding: waiting, as: UTF8.self), "asked to message +1 555 0100; waiting for a guardian\n")
-        let answer = try guardian.request(["type": "answer", "questionId": asked?["id"] ?? "", "choice": "approve"])
-        XCTAssertEqual(answer["type"]?.string, "ok", "\(answer)")
+        func answer(_ question: JSON?, _ choice: String) throws {
+            let r = try guardian.request(["type": "answer", "questionId": question?["id"] ?? "", "choice": .string(choice)])
+            XCTAssertEqual(r["type"]?.string, "ok", "\(r)")
+        }
+        func end(_ run: (app: Process, out: Pipe, err: Pipe, question: JSON?, stuck: DispatchWorkItem)) -> (Int32, String, String) {
+            let stdout = String(decoding: run.out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let stderr = String(decoding: run.err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            run.app.waitUntilExit()
+            run.stuck.cancel()
+            return (run.app.terminationStatus, stdout, stderr)
+        }
 
-        let stdout = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        app.waitUntilExit()
-        XCTAssertEqual(app.terminationStatus, 0, stdout + stderr)
+        let first = try ask("+1 555 0100")
+        XCTAssertEqual(first.question?["topic"]?["actions"], ["message"])
+        XCTAssertNotNil(first.question?["expirationDate"]?.string)
+        try answer(first.question, "approve")
+        let (status, stdout, stderr) = end(first)
+        XCTAssertEqual(status, 0, stdout + stderr)
         XCTAssertEqual(stdout, "approved by g0: Approve\n")
         XCTAssertEqual(stderr, "")
+
+        // Stopped while it waits, then answered: the next run, waiting for its own answer,
+        // says that one too rather than let it go unseen.
+        let stopped = try ask("+1 555 0101")
+        stopped.app.terminate()
+        _ = end(stopped)
+        try answer(stopped.question, "approve")
+        let next = try ask("+1 555 0102")
+        try answer(next.question, "decline")
+        let (nextStatus, nextOut, nextErr) = end(next)
+        XCTAssertEqual(nextStatus, 2, nextOut + nextErr)
+        XCTAssertEqual(nextOut, "an earlier question was answered: approved by g0\ndenied by g0: Decline\n")
     }
 
     /// Runs a program to its end (killed after `seconds`): its status and what it printed.

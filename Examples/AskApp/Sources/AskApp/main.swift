@@ -53,17 +53,24 @@ enum Ending: Sendable {
     case closed(QuestionOutcome.Reason)
 }
 
-// The first of the response and the outcome of this question (the center also hands on
-// those of earlier runs' questions). The streams end, with nil, only if the relay refuses
-// the credentials.
+// The first of the response and the outcome of this question. The center also hands on
+// those of questions asked before (by an earlier run, say, stopped while it waited): each
+// is handed once, so the app says it rather than let it go unseen. The streams end, with
+// nil, only if the relay refuses the credentials.
 let id = question.id
 let ending = await withTaskGroup(of: Ending?.self) { group in
     group.addTask {
-        for await r in center.responses(for: CommunicationTopic.self) where r.question.id == id { return .response(r) }
+        for await r in center.responses(for: CommunicationTopic.self) {
+            if r.question.id == id { return .response(r) }
+            say("an earlier question was answered: \(r.choice.answer == .approval ? "approved" : "denied") by \(r.guardian)")
+        }
         return nil
     }
     group.addTask {
-        for await o in center.outcomes() where o.questionID == id { return .closed(o.reason) }
+        for await o in center.outcomes() {
+            if o.questionID == id { return .closed(o.reason) }
+            say("an earlier question closed unanswered: \(o.reason.rawValue)")
+        }
         return nil
     }
     let first = await group.next() ?? nil
