@@ -220,6 +220,9 @@ public func refusal(_ error: ClientError?) -> String {
     if case .unauthorized(let why)? = error, why.contains("says hello only as that member") {
         return said  // the account speaks for its member alone: no token changes that
     }
+    if case .unauthorized(let why)? = error, why.hasSuffix("rotated: use the new one)") || why.hasSuffix("removed from its family)") {
+        return said  // the relay said why as it closed the connection
+    }
     return "\(said); check the member and token: a rotated token or a removed member is refused"
         + " (`permission-relay token rotate MEMBER` issues a new token)"
 }

@@ -296,7 +296,10 @@ final class ProgramTests: XCTestCase {
         _ = try relay.admin().request(["type": "rotateToken", "member": "g0"])
         XCTAssertEqual(watch.finish(), 1)
         let said = try String(contentsOfFile: log, encoding: .utf8)
-        XCTAssertTrue(said.contains("permission-guardian: the relay refused the credentials: unknown member or wrong token;"), said)
+        XCTAssertTrue(
+            said.contains(
+                "permission-guardian: the relay refused the credentials: unknown member or wrong token (the member's token was"
+                    + " rotated: use the new one)\n"), said)
     }
 
     func testAWatchSaysWhenTheRelayIsGoneAndWhenItIsBack() throws {
