@@ -126,15 +126,6 @@ public final class AskCenter: Sendable {
         /// Events given to streams: how many of those streams are not done with each, and
         /// whether a loop had it. Processed once none is left.
         var outstanding: [Int64: (event: JSONObject, streams: Int, handed: Bool)] = [:]
-        /// Recent responses and outcomes, given to streams opened later in this process
-        /// too: the connection opens (and replays what came while the app was away) as the
-        /// center is made, before the app can ask for them.
-        var history: [Int64: JSONObject] = [:]
-
-        mutating func remember(_ seq: Int64, _ e: JSONObject) {
-            history[seq] = e
-            if history.count > 512, let oldest = history.keys.min() { history[oldest] = nil }
-        }
     }
 
     /// A center for an explicit identity.
@@ -210,9 +201,9 @@ public final class AskCenter: Sendable {
 
     // MARK: - Streams
 
-    /// Every response to questions of this topic, from now on (and those already received
-    /// in this process), and those that came while the app was not running and it has not
-    /// processed. Each loop over it gets its own complete sequence; one made and never
+    /// Every response to questions of this topic not processed yet: from now on, those
+    /// that came while the app was not running, and those another loop of this process
+    /// still handles. Each loop over it gets its own complete sequence; one made and never
     /// iterated takes nothing (holds nothing back). Unlike Apple's, it ends: when
     /// the center is closed, has no credentials, or the relay refused them
     /// (`connectionError` says which).
@@ -228,10 +219,10 @@ public final class AskCenter: Sendable {
         return open(Topic.id, PermissionResponse<Topic>.init(event:))
     }
 
-    /// Questions that closed without a response: cancelled (here or on another device) or
-    /// expired, from now on (and those already received in this process, and those that
-    /// came while the app was not running). Processed as responses are: once every loop
-    /// that took one asks for the next. Ends as `responses(for:)` does.
+    /// Questions that closed without a response, cancelled (here or on another device) or
+    /// expired, not processed yet: as `responses(for:)` gives responses. Processed as
+    /// responses are: once every loop that took one asks for the next. Ends as
+    /// `responses(for:)` does.
     public func outcomes() -> some AsyncSequence<QuestionOutcome, Never> & Sendable {
         progress.noteOutcomesUsed()
         register([CommunicationTopic.id, SignificantAppUpdateTopic.id])
@@ -239,7 +230,7 @@ public final class AskCenter: Sendable {
     }
 
     /// A stream of the responses of `topic`, or of the outcomes (nil): the events held
-    /// for it and those of this process's history, then each new one, in order. It takes
+    /// for it and those other loops still handle, then each new one, in order. It takes
     /// them once a loop starts on it: a sequence made and never iterated holds none back
     /// (an event counts as processed only once every stream it went to is done with it).
     private func open<Element: Sendable>(_ topic: String?, _ read: @escaping @Sendable (JSONObject) -> Element?) -> LazyDelivery<
@@ -273,16 +264,15 @@ public final class AskCenter: Sendable {
             let mine = { (e: JSONObject) in
                 topic.map { Self.topicKind(of: e) == $0 && e["type"]?.string == "response" } ?? (e["type"]?.string == "questionClosed")
             }
-            for seq in Set(h.history.keys).union(h.held.keys).sorted() {
-                guard let e = h.history[seq] ?? h.held[seq], mine(e) else { continue }
-                if let held = h.held.removeValue(forKey: seq) {
-                    h.outstanding[seq] = (held, 0, false)
-                    h.remember(seq, held)
-                }
-                let tracked = h.outstanding[seq] != nil
-                if tracked { h.outstanding[seq]!.streams += 1 }
+            // What is not processed yet: held for a stream (what came while the app was away
+            // is replayed as the center is made, before the app can ask for it), or in
+            // another loop's hands. What a loop is done with is not handed again.
+            for seq in Set(h.outstanding.keys).union(h.held.keys).sorted() {
+                guard let e = h.held[seq] ?? h.outstanding[seq]?.event, mine(e) else { continue }
+                if let held = h.held.removeValue(forKey: seq) { h.outstanding[seq] = (held, 0, false) }
+                h.outstanding[seq]!.streams += 1
                 let taken = take(seq, e)
-                if taken != .given && tracked { notGiven.append((seq, taken == .unreadable)) }
+                if taken != .given { notGiven.append((seq, taken == .unreadable)) }
             }
             return false
         }
@@ -435,7 +425,6 @@ public final class AskCenter: Sendable {
                 h.held[seq] = e
                 return []
             }
-            h.remember(seq, e)
             h.outstanding[seq] = (e, list.count, false)
             return list
         }

@@ -540,6 +540,20 @@ final class PermissionKitTests: XCTestCase {
         await first.close()
     }
 
+    /// A loop opened again in the same process (a view that appears again, say) is not
+    /// handed what an earlier loop is done with: shown twice only to an app killed while
+    /// it handled it.
+    func testALoopOpenedAgainIsNotHandedWhatAnEarlierLoopIsDoneWith() async throws {
+        let (relay, tokens, state, guardian) = try family()
+        let center = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let handled = contact()
+        try await center.ask(handled)
+        try await guardian.answer(handled.id, with: "approve")
+        for await r in center.responses(for: CommunicationTopic.self) where r.question.id == handled.id { break }
+        try await expectOnlyANewResponse(center, guardian: guardian, "the response the first loop handled came again")
+        await center.close()
+    }
+
     /// A sequence made and never iterated (`CommunicationLimits.updates` read, say) takes no
     /// response: what the app's loop handled does not come again at the next start.
     func testASequenceNeverIteratedHoldsNothingBack() async throws {
