@@ -5,10 +5,11 @@
 // while its loop body was handling it. With several loops on the same events, an event
 // is processed once every loop it went to is done with it (see `AskCenter`).
 //
-// A loop left with `break` in top-level code keeps its iterator (and what it took) until
-// the program ends, so closing the center also counts what the closing task's loops took
-// as processed: a task closes it once it has handled them (the documented order). A loop
-// of another task may still be handling what it took: that is not counted.
+// A loop that ends (`break`, `return`) lets its stream go with its iterator. One left with
+// `break` in top-level code keeps its iterator (and what it took) until the program ends,
+// so closing the center also counts what the closing task's loops took as processed: a
+// task closes it once it has handled them (the documented order). A loop of another task
+// may still be handling what it took: that is not counted.
 
 import Synchronization
 
@@ -64,7 +65,7 @@ final class DeliveryStream<Element: Sendable>: Sendable {
     /// The app's end.
     var sequence: AppDelivery<Element> {
         AppDelivery(
-            events: stream,
+            events: stream, finish: finish,
             taken: { [untaken, inHand] seq, task in
                 // One the stream's end already returned (it ended between the loop's read and
                 // this) counts there alone: settling it again would count it done for a loop
@@ -92,6 +93,8 @@ final class DeliveryStream<Element: Sendable>: Sendable {
 struct AppDelivery<Element: Sendable>: AsyncSequence, Sendable {
     typealias Failure = Never
     let events: AsyncStream<(seq: Int64, element: Element)>
+    /// Ends the stream: what it was given and its loop did not take goes back to the center.
+    let finish: @Sendable () -> Void
     /// The loop of the task given took the event.
     let taken: @Sendable (Int64, Int) -> Void
     /// The loop is done with the event (again: no effect).
@@ -101,7 +104,7 @@ struct AppDelivery<Element: Sendable>: AsyncSequence, Sendable {
     static var currentTask: Int { withUnsafeCurrentTask { $0?.hashValue } ?? 0 }
 
     func makeAsyncIterator() -> Iterator {
-        Iterator(events: events.makeAsyncIterator(), handed: Handed(processed), taken: taken)
+        Iterator(events: events.makeAsyncIterator(), handed: Handed(processed, finish: finish), taken: taken)
     }
 
     struct Iterator: AsyncIteratorProtocol {
@@ -119,19 +122,26 @@ struct AppDelivery<Element: Sendable>: AsyncSequence, Sendable {
     }
 
     /// The seq handed out and not yet settled; a loop left with `break`, `return` or a
-    /// throw settles it as its iterator goes.
+    /// throw settles it as its iterator goes, and ends the stream: nothing more is given
+    /// to a loop that is gone (it would hold it back for good).
     final class Handed {
         var seq: Int64?
         let processed: @Sendable (Int64) -> Void
+        let finish: @Sendable () -> Void
 
-        init(_ processed: @escaping @Sendable (Int64) -> Void) { self.processed = processed }
+        init(_ processed: @escaping @Sendable (Int64) -> Void, finish: @escaping @Sendable () -> Void) {
+            (self.processed, self.finish) = (processed, finish)
+        }
 
         func settle() {
             if let seq { processed(seq) }
             seq = nil
         }
 
-        deinit { settle() }
+        deinit {
+            settle()
+            finish()
+        }
     }
 }
 

@@ -554,6 +554,29 @@ final class PermissionKitTests: XCTestCase {
         await center.close()
     }
 
+    /// A loop left with `return` in a function (waiting for one question's response) lets
+    /// its stream go: a response that comes later is not held back by it, so one another
+    /// loop handled is not handed again at the next start.
+    func testALoopThatEndedHoldsNothingBack() async throws {
+        let (relay, tokens, state, guardian) = try family()
+        let first = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        func waitFor(_ id: UUID) async {
+            for await r in first.responses(for: CommunicationTopic.self) where r.question.id == id { return }
+        }
+        let mine = contact(), later = contact()
+        try await first.ask(mine)
+        try await guardian.answer(mine.id, with: "approve")
+        await waitFor(mine.id)
+        try await first.ask(later)
+        try await guardian.answer(later.id, with: "approve")
+        await waitFor(later.id)
+        // Killed now (`first` is never closed): started again, nothing handled comes again.
+        let second = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        try await expectOnlyANewResponse(second, guardian: guardian, "a response handled came again")
+        await second.close()
+        await first.close()
+    }
+
     /// A sequence made and never iterated (`CommunicationLimits.updates` read, say) takes no
     /// response: what the app's loop handled does not come again at the next start.
     func testASequenceNeverIteratedHoldsNothingBack() async throws {
