@@ -52,7 +52,8 @@ final class ExamplePackageTests: XCTestCase {
         _ = try guardian.hello("g0", tokens["g0"]!)  // before the ask: an ephemeral session sees what comes after
 
         /// The app started to ask about `value`, once it says it waits, and the question the guardian got.
-        func ask(_ value: String) throws -> (app: Process, out: Pipe, err: Pipe, question: JSON?, stuck: DispatchWorkItem) {
+        typealias Run = (app: Process, out: Pipe, err: Pipe, question: JSON?, stuck: DispatchWorkItem, early: String)
+        func ask(_ value: String) throws -> Run {
             let app = Process()
             app.executableURL = scratch.appendingPathComponent("debug/AskApp")
             app.arguments = [value]
@@ -75,15 +76,18 @@ final class ExamplePackageTests: XCTestCase {
                 if chunk.isEmpty { break }
                 waiting.append(chunk)
             }
-            XCTAssertEqual(String(decoding: waiting, as: UTF8.self), "asked to message \(value); waiting for a guardian\n")
-            return (app, out, err, asked, stuck)
+            // The lines after it may come in the same read.
+            let read = String(decoding: waiting, as: UTF8.self)
+            let firstLine = read.prefix { $0 != "\n" }
+            XCTAssertEqual(String(firstLine), "asked to message \(value); waiting for a guardian")
+            return (app, out, err, asked, stuck, String(read.dropFirst(firstLine.count + 1)))
         }
         func answer(_ question: JSON?, _ choice: String) throws {
             let r = try guardian.request(["type": "answer", "questionId": question?["id"] ?? "", "choice": .string(choice)])
             XCTAssertEqual(r["type"]?.string, "ok", "\(r)")
         }
-        func end(_ run: (app: Process, out: Pipe, err: Pipe, question: JSON?, stuck: DispatchWorkItem)) -> (Int32, String, String) {
-            let stdout = String(decoding: run.out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        func end(_ run: Run) -> (Int32, String, String) {
+            let stdout = run.early + String(decoding: run.out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             let stderr = String(decoding: run.err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             run.app.waitUntilExit()
             run.stuck.cancel()
