@@ -4,6 +4,7 @@
 // but its destination.
 
 import CSQLite
+import Foundation
 import Glibc
 import RelayModel
 import RelayProtocol
@@ -122,18 +123,21 @@ extension SQLiteStore {
     static let seqsSkippedAtRestore: Int64 = 1 << 32
 
     /// The relay gave seqs after the backup was made that the backup knows nothing of: each
-    /// stream goes on `seqsSkippedAtRestore` above its head, so that none is given again
-    /// (a client that processed one would take the new event for it, and skip it). The
+    /// stream goes on above any it may have given, so that none is given again (a client
+    /// that processed one would take the new event for it, and skip it): above its head by
+    /// `seqsSkippedAtRestore`, and above the time of the restore in microseconds, which no
+    /// stream reaches between two restores (a second restore of the same backup, say). The
     /// backup's events go: a replay of them, then of the new ones, would have a hole no
     /// client is told of; a session that resumes is told `gap` and starts after it.
     static func startStreamsAfterEverySeqGiven(_ db: SQLiteDatabase) throws {
+        let nowMicros = Int64(Date().timeIntervalSince1970 * 1_000_000)
         try db.transaction {
             try db.exec(
                 """
                 INSERT INTO heads(member, head) SELECT id, 0 FROM members WHERE true ON CONFLICT(member) DO NOTHING;
                 INSERT INTO heads(member, head) SELECT member, max(lastSeq) FROM events WHERE true GROUP BY member
                     ON CONFLICT(member) DO UPDATE SET head = max(head, excluded.head);
-                UPDATE heads SET head = head + \(seqsSkippedAtRestore);
+                UPDATE heads SET head = max(head + \(seqsSkippedAtRestore), \(nowMicros));
                 DELETE FROM eventIndex;
                 DELETE FROM events;
                 """)
