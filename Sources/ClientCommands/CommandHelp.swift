@@ -7,7 +7,8 @@ public enum CommandHelp {
     /// The help `args` ask for with `--help`, `-h` or `help`: one command's (`ask --help`,
     /// `help ask`), else the whole of `usage`; nil when they ask for none.
     public static func requested(by args: [String], usage: String, program: String) -> String? {
-        guard args.contains("--help") || args.contains("-h") || args.first == "help" else { return nil }
+        let options = args.prefix { $0 != "--" }  // after `--`, `--help` is a positional
+        guard options.contains("--help") || options.contains("-h") || args.first == "help" else { return nil }
         let command = (args.first == "help" ? args.dropFirst() : args[...]).first { !$0.hasPrefix("-") }
         return command.flatMap { text(for: $0, in: usage, program: program) } ?? usage
     }

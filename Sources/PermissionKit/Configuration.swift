@@ -35,9 +35,13 @@ public struct RelayConfiguration: Sendable {
     /// A longer delay only means that after a crash a few more events come again, which
     /// the app's place in the stream (`stateFile`) passes over. Closing sends it at once.
     public var ackDelay: Duration = RelayDefaults.ackDelay
-    /// The session is the app's default one: each copy of the app running at once takes
-    /// one of its own (`SessionClaim`).
-    var sessionPerCopy = false
+    /// The app's default session and its state file, as the environment gave them: while
+    /// `session` and `stateFile` are still those, each copy of the app running at once takes
+    /// a session of its own (`SessionClaim`); one the app names is used as it is.
+    var defaultPlace: (session: String, stateFile: String)?
+
+    /// Whether each copy of the app takes a session of its own (see `defaultPlace`).
+    var sessionPerCopy: Bool { defaultPlace.map { $0.session == session && $0.stateFile == stateFile } ?? false }
 
     /// A member's connection to the relay at `socketPath`; `session` names a durable
     /// session (nil: ephemeral), and `stateFile` keeps the app's place between runs.
@@ -118,7 +122,7 @@ public struct RelayConfiguration: Sendable {
             socketPath: RelayDefaults.clientSocketPath(environment: env),
             member: member, token: token, session: session,
             stateFile: stateDir + "/\(member).\(session).state")
-        config.sessionPerCopy = named == nil
+        if named == nil { config.defaultPlace = (session, config.stateFile!) }
         return .success(config)
     }
 

@@ -438,6 +438,7 @@ final class RelayConnection: Sendable {
         for f in frames {
             if let re = f["re"]?.string {
                 let p = shared.withLock { s -> Pending? in
+                    s.lastError = nil  // the relay answers: what it said unasked before is past
                     guard let i = s.pending.firstIndex(where: { $0.id == re }) else { return nil }
                     return s.pending.remove(at: i)
                 }

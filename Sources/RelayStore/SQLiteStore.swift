@@ -71,6 +71,12 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         self.path = path
         self.questionIndexSeconds = questionIndexSeconds
         if let loss = Self.lossBeforeOpening(path) { throw StoreError(loss) }
+        // A new store that cannot be set up (a full disk, say) goes again: left, its empty
+        // first page would have the next start take it for a store that lost its WAL.
+        var st = stat()
+        let making = stat(path, &st) != 0 || st.st_size == 0
+        var madeWhole = false
+        defer { if making && !madeWhole { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } } }
         db = try SQLiteDatabase(path: path)
         // Served read-only, every change would fail: refused here, with what to do.
         guard !db.isReadOnly else {
@@ -93,6 +99,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         try db.exec("PRAGMA cache_size = -2048")
         secureDelete = try db.text("PRAGMA secure_delete") ?? "0"
         try Self.migrate(db)
+        madeWhole = true
         checkpointer = try WALCheckpointer(path: path)
         storedIDs = StoredIDsScan(path: path)
         reader = try SQLiteDatabase(path: path)

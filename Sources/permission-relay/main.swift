@@ -52,7 +52,8 @@ exit(
         guard let first = args.first else {
             throw CLIError.usage("no command given: serve, family, member, token, limits, status, backup, restore, check, hub or device")
         }
-        if args.contains("-h") || args.contains("--help") || first == "help" {
+        let options = args.prefix { $0 != "--" }  // after `--`, `--help` is a positional
+        if options.contains("-h") || options.contains("--help") || first == "help" {
             printOut(usage)
             return 0
         }

@@ -73,5 +73,6 @@ final class CommandHelpTests: XCTestCase {
         XCTAssertEqual(help(["ask", "--help"]), CommandHelp.text(for: "ask", in: usage, program: "tool"))
         XCTAssertEqual(help(["help", "ask-update"]), CommandHelp.text(for: "ask-update", in: usage, program: "tool"))
         XCTAssertEqual(help(["--json", "--help", "list"]), CommandHelp.text(for: "list", in: usage, program: "tool"))
+        XCTAssertNil(help(["ask", "--", "--help"]), "after --, a positional")
     }
 }

@@ -34,4 +34,19 @@ final class SessionClaimTests: XCTestCase {
         XCTAssertEqual(kept.session, "app")
         XCTAssertNil(claim)
     }
+
+    /// Only the default session is shared out among copies: one the app names after reading
+    /// the environment, or a state file it chooses, is used as it is.
+    func testASessionTheAppNamesIsItsOwn() throws {
+        let env = ["PERMISSION_MEMBER": "kid", "PERMISSION_TOKEN": "t", "PERMISSION_STATE_DIR": "/tmp/state"]
+        let fromEnvironment = try RelayConfiguration.result(env, app: "app").get()
+        XCTAssertTrue(fromEnvironment.sessionPerCopy)
+        var named = fromEnvironment
+        named.session = "tablet"
+        XCTAssertFalse(named.sessionPerCopy)
+        var elsewhere = fromEnvironment
+        elsewhere.stateFile = "/tmp/mine.state"
+        XCTAssertFalse(elsewhere.sessionPerCopy)
+        XCTAssertFalse(try RelayConfiguration.result(env.merging(["PERMISSION_SESSION": "s"]) { $1 }, app: "app").get().sessionPerCopy)
+    }
 }

@@ -515,6 +515,14 @@ final class SQLiteStoreTests: XCTestCase {
         withExtendedLifetime(store) {}
     }
 
+    /// A new store that could not be set up (its disk full) is not left behind, to be
+    /// taken at the next start for one that lost its WAL.
+    func testANewStoreThatCouldNotBeSetUpIsMadeAgainAtTheNextStart() throws {
+        XCTAssertThrowsError(try SQLiteStore(path: path, maxPageCount: 1))
+        let store = try SQLiteStore(path: path)
+        XCTAssertEqual(try store.load().families, [])
+    }
+
     func testABackupIsAWholeStoreAndRestoresWhatItHeld() throws {
         let store = try SQLiteStore(path: path)
         let turns = try StoreContractTests.turns()
