@@ -138,8 +138,13 @@ extension RelayCore {
                 persist(.session(record))
             }
             // Events up to `prunedThrough` are gone: the replay starts after them, and says so.
-            let gap = start < m.prunedThrough
+            // So are those a client had after a backup that was restored: one that resumes
+            // past the backup's events starts after the jump the restore made.
+            var gap = start < m.prunedThrough
             if gap { start = m.prunedThrough }
+            if let point = m.restorePoints.first(where: { start > $0.through && start < $0.head }) {
+                (gap, start) = (true, point.head)
+            }
             durable.lastUse = nextSessionUse()
             session.durable = durable
             session.topics = record.topics
@@ -283,10 +288,10 @@ extension RelayCore {
         /// the step is damage.
         func broken(next: Int64?) -> String? {
             let prefix = last == after && (stored.isEmpty || stored.first?.seq == next)
-            return replayBroken(conn, member, missing: last + 1, next: next, prefix: prefix)
+            return replayBroken(conn, member, missing: member.seq(after: last), next: next, prefix: prefix)
         }
         func deliver(_ e: EventRecord) -> Bool {
-            guard e.seq == last + 1 else { return false }
+            guard e.seq == member.seq(after: last) else { return false }
             if e.topic.map(s.topics.contains) ?? true {
                 send(conn, e.frame)
                 bytes += e.frame.count
@@ -309,7 +314,7 @@ extension RelayCore {
         for case .event(let e) in changes where e.seq > last && e.member == member.id {
             guard deliver(e) else { return broken(next: e.seq) }
         }
-        guard last == member.head else { return broken(next: nil) }
+        guard member.seq(after: last) == member.seq(after: member.head) else { return broken(next: nil) }
         s.replayAfter = nil
         replaying.remove(conn)
         return nil

@@ -16,6 +16,14 @@ final class Member {
     /// (wire contract §6: the oldest go first, once every durable session acknowledged
     /// them or once they are older than the retention window).
     var prunedThrough: Int64 = 0
+    /// Where restores made its stream jump: no event has a seq after a point's `through`
+    /// up to its `head`.
+    var restorePoints: [RestorePoint] = []
+
+    /// The seq of the event after `seq` in its stream: the next, or past a restore's jump.
+    func seq(after seq: Int64) -> Int64 {
+        (restorePoints.first { $0.through == seq }?.head ?? seq) + 1
+    }
     /// Its durable sessions, by name.
     var sessions: [String: DurableSession] = [:]
     /// Its connections with an established session.

@@ -213,6 +213,7 @@ public final class RelayCore {
         for sess in s.sessions { members[sess.member]?.sessions[sess.name] = DurableSession(sess) }
         for (id, head) in s.heads { members[id]?.head = head }
         for m in members.values { m.prunedThrough = s.firstRetained[m.id].map { $0 - 1 } ?? m.head }
+        for (id, points) in s.restorePoints { members[id]?.restorePoints = points }
     }
 
     /// The state as the store should hold it once every change taken is committed (and the
@@ -226,6 +227,7 @@ public final class RelayCore {
             s.knownHandles += m.known.map { $0.value.record(child: m, handle: $0.key) }
             s.sessions += m.sessions.values.map(\.record)
             if m.head > 0 { s.heads[m.id] = m.head }
+            if !m.restorePoints.isEmpty { s.restorePoints[m.id] = m.restorePoints }
         }
         s.hubOutbox = hubOutbox.values.sorted { $0.id < $1.id }
         s.lastHubOutbound = lastHubOutbound

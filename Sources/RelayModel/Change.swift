@@ -44,6 +44,8 @@ public struct StoreSnapshot: Sendable, Equatable {
     public var heads: [String: Int64] = [:]
     /// The lowest seq still stored, per member that has any events stored.
     public var firstRetained: [String: Int64] = [:]
+    /// Where restores made members' streams jump, in order.
+    public var restorePoints: [String: [RestorePoint]] = [:]
     /// The highest question row the store holds or has held: new questions are given rows above it.
     public var lastQuestionRow: Int64 = 0
     /// When the newest stored event was appended: the core never stamps one earlier.
@@ -111,4 +113,13 @@ public struct StoreSnapshot: Sendable, Equatable {
             hubOutbox.removeAll { $0.id == id }
         }
     }
+}
+
+/// A stream's jump at a restore: the backup's events end at `through`; the seqs after it up
+/// to `head` were given before the restore (or never), and the next event is `head` + 1.
+public struct RestorePoint: Sendable, Equatable {
+    public var through: Int64
+    public var head: Int64
+
+    public init(through: Int64, head: Int64) { (self.through, self.head) = (through, head) }
 }

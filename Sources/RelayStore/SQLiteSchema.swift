@@ -272,5 +272,15 @@ extension SQLiteStore {
             "ALTER TABLE sessions ADD COLUMN acknowledged INTEGER;",
             nil
         ),
+        (
+            // Where a restore made a stream jump (SQLiteStore+Maintenance.swift): the seqs
+            // after `through` up to `head` were given before the restore, or never.
+            "restore points",
+            """
+            CREATE TABLE restorePoints(member TEXT NOT NULL, through INTEGER NOT NULL, head INTEGER NOT NULL,
+                PRIMARY KEY(member, through)) WITHOUT ROWID;
+            """,
+            nil
+        ),
     ]
 }

@@ -241,6 +241,9 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
     static func readRecords(from db: SQLiteDatabase, allQuestions: Bool) throws -> StoreSnapshot {
         var s = StoreSnapshot()
         try db.run("SELECT id FROM families ORDER BY id") { r in s.families.append(r.text(0)) }
+        try db.run("SELECT member, through, head FROM restorePoints ORDER BY member, through") { r in
+            s.restorePoints[r.text(0), default: []].append(RestorePoint(through: r.int(1), head: r.int(2)))
+        }
         // A NULL where the schema allows none is damage on disk, never read as "" or 0.
         try db.run("SELECT id, family, role, tokenHash, removed, limitsEnabled, unixUID FROM members") { r in
             guard let role = Role(rawValue: r.text(2)), !r.anyNull(0...5) else { throw Self.unreadable("member", r.text(0)) }

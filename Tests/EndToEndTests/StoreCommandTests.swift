@@ -69,15 +69,21 @@ final class StoreCommandTests: XCTestCase {
         XCTAssertEqual(Set(pending ?? []), Set(before), "what was there at the backup, and nothing after")
         // The guardian's stream had given seq 4 (the ask after the backup) to an app that
         // processed it. That app resumes: told of the gap, it is handed the next event,
-        // which never takes a seq given before.
+        // which never takes a seq given before. One that had processed only seq 1 is
+        // handed the backup's events after it, then the next.
         let app = try relay.connect()
         let welcome = try app.hello("g0", tokens["g0"]!, session: "tablet", resume: 4)
         XCTAssertEqual(welcome["gap"]?.bool, true, "\(JSON.object(welcome).text)")
+        let behind = try relay.connect()
+        let behindWelcome = try behind.hello("g0", tokens["g0"]!, session: "phone", resume: 1)
+        XCTAssertNil(behindWelcome["gap"], "\(JSON.object(behindWelcome).text)")
         let asker = try relay.connect()
         _ = try asker.hello("c0", tokens["c0"]!)
         XCTAssertEqual(try asker.request(["type": "ask", "question": question()])["type"]?.string, "ok")
         let seq = try XCTUnwrap(app.event("question")["seq"]?.int)
         XCTAssertGreaterThan(seq, 4, "a seq given before the restore is given again")
+        let replayed = try (0..<3).map { _ in try XCTUnwrap(behind.event("question")["seq"]?.int) }
+        XCTAssertEqual(replayed, [2, 3, seq], "the backup's events after seq 1, then the next")
     }
 
     func testAStoreOthersMayReadIsMadePrivateAtStart() throws {

@@ -555,15 +555,24 @@ final class SQLiteStoreTests: XCTestCase {
         let restored = try SQLiteStore(path: path).load()
         XCTAssertEqual(restored.normalized.sessions, expected.normalized.sessions)
         // Every stream goes on above any seq given after the backup (above its head by
-        // 2^32, and above the restore's time in microseconds), and the backup's events go
-        // (a replay of them and then the new ones would have a hole).
+        // 2^32, and above the restore's time in microseconds); the backup's events stay,
+        // and the jump is a restore point.
         XCTAssertFalse(expected.heads.isEmpty)
         for member in expected.members.map(\.id) {
             let head = try XCTUnwrap(restored.heads[member], member)
             XCTAssertGreaterThanOrEqual(head, (expected.heads[member] ?? 0) + SQLiteStore.seqsSkippedAtRestore, member)
             XCTAssertGreaterThanOrEqual(head, restoredAt, member)
+            XCTAssertEqual(restored.restorePoints[member], [RestorePoint(through: expected.heads[member] ?? 0, head: head)], member)
         }
-        XCTAssertEqual(restored.firstRetained, [:])
+        XCTAssertEqual(restored.firstRetained, expected.firstRetained)
+        let (member, first) = try XCTUnwrap(expected.firstRetained.first)
+        let next = try XCTUnwrap(restored.heads[member]) + 1
+        try SQLiteStore(path: path).commit([
+            .event(
+                EventRecord(member: member, seq: next, at: Timestamp(milliseconds: 0), topic: nil, frame: StoreContractTests.frame(next)))
+        ])
+        XCTAssertLessThan(first, next)
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [], "the jump between the backup's events and the next is no hole")
         XCTAssertThrowsError(try SQLiteStore.restore(backup: path + ".replaced-wal", to: path), "not a backup")
         // Restored again (the wrong backup, say): the first store replaced is still there,
         // and the streams go on above where the first restore put them.
