@@ -19,11 +19,6 @@ final class Member {
     /// Where restores made its stream jump: no event has a seq after a point's `through`
     /// up to its `head`.
     var restorePoints: [RestorePoint] = []
-
-    /// The seq of the event after `seq` in its stream: the next, or past a restore's jump.
-    func seq(after seq: Int64) -> Int64 {
-        (restorePoints.first { $0.through == seq }?.head ?? seq) + 1
-    }
     /// Its durable sessions, by name.
     var sessions: [String: DurableSession] = [:]
     /// Its connections with an established session.
@@ -44,6 +39,11 @@ final class Member {
     }
 
     var id: String { record.id }
+
+    /// The seq of the event after `seq` in its stream: the next, or past a restore's jump.
+    func seq(after seq: Int64) -> Int64 {
+        (restorePoints.first { $0.through == seq }?.head ?? seq) + 1
+    }
 
     /// Counts `q` among its pending questions, or no longer.
     func pendingAdded(_ q: QuestionRecord) {
