@@ -136,7 +136,9 @@ extension RelayServer {
         if stopping { commitFailedWhileStopping = true }
         let pause = Self.refusalAfterFailedCommits(failedCommits)
         refusingUntil = Self.monotonicMillis() + pause
-        commitFailure = (error as? SQLiteError)?.isFull == true ? "out of disk space" : "\(error)"
+        let full = (error as? SQLiteError)?.isFull == true
+        commitFailure = full ? "out of disk space" : "\(error)"
+        freeAtFullDisk = full ? config.dataDirectory.flatMap(config.diskSpace).map { Int64($0.available) } : nil
         log(
             .error,
             "could not commit to the store: \(error); nothing of it was sent, closing every connection so "

@@ -86,7 +86,7 @@ extension RelayServer {
                 refuse(fd, "at its connection limit (\(config.maxConnections))")
                 continue
             }
-            if turnMillis < refusingUntil {
+            if turnMillis < refusingUntil && !diskHasRoomAgain() {
                 refuse(fd, "unable to store changes (\(commitFailure)) for another \((refusingUntil - turnMillis + 999) / 1000) s")
                 continue
             }
@@ -99,6 +99,17 @@ extension RelayServer {
             log(.debug, "connection \(id) opened (uid \(uid >= 0 ? String(uid) : "unknown"))")
             setInterest(c)
         }
+    }
+
+    /// Whether space was freed on a full disk since a commit failed for it: the relay then
+    /// takes connections again at once rather than at the end of its pause.
+    private func diskHasRoomAgain() -> Bool {
+        guard let before = freeAtFullDisk, let dir = config.dataDirectory, let now = config.diskSpace(dir),
+            Int64(now.available) >= before + (1 << 20)
+        else { return false }
+        (freeAtFullDisk, refusingUntil) = (nil, .min)
+        log(.info, "the data directory's file system has \(DiskSpace.shown(now.available)) free again: taking connections")
+        return true
     }
 
     /// Tells a connection `busy`, closes it (once its client has, or in a moment: see

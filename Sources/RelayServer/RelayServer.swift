@@ -115,6 +115,9 @@ public final class RelayServer {
     var failedCommits = 0
     var commitFailure = ""
     var refusingUntil: Int64 = .min
+    /// The bytes free on the data directory's file system when a commit last failed for a
+    /// full disk: once a mebibyte more is free, the refusal ends early.
+    var freeAtFullDisk: Int64?
     var scratch = [UInt8](repeating: 0, count: 65536)
     var ready = [cs_ready](repeating: cs_ready(), count: RelayServer.readyPerTurn)
     private var spin: SpinPolicy

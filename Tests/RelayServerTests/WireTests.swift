@@ -522,6 +522,33 @@ final class WireTests: XCTestCase {
         try expectRefusal(relay, for: 1)
     }
 
+    /// Space freed on a full disk ends the refusal of new connections at once, not at the
+    /// end of its pause.
+    func testSpaceFreedOnAFullDiskEndsTheRefusalAtOnce() throws {
+        let dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("prt-room-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let path = dir.appendingPathComponent("relay.db").path
+        _ = try SQLiteStore(path: path)
+        let space = Mutex(DiskSpace(available: 1 << 30, total: 8 << 30))
+        let logged = LoggedLines()
+        let relay = try InProcessRelay(store: try SQLiteStore(path: path, maxPageCount: 40), log: logged.log) { server, _ in
+            server.dataDirectory = "/data"
+            server.diskSpace = { path in path == "/data" ? space.withLock { $0 } : nil }
+        }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        try c.send(["type": "ask", "id": "big", "question": .object(sampleQuestion(avatarBytes: 200_000))])
+        _ = try c.untilClosed()
+        try expectRefusal(relay, for: 1)
+        space.withLock { $0.available += 4 << 20 }
+        let again = try relay.connect()
+        try again.hello("c1", tokens["c1"]!)
+        XCTAssertNotNil(logged.first(containing: "free again: taking connections"))
+    }
+
     /// The relay's `status` reply, asked over an admin session of its own.
     private func status(_ relay: InProcessRelay) throws -> JSONObject {
         let a = try relay.connect()
