@@ -54,6 +54,8 @@ final class RelayConnection: Sendable {
         let deadline: ContinuousClock.Instant
         let continuation: CheckedContinuation<JSONObject, any Error>
         var sent = false
+        /// Sent on an earlier connection too.
+        var sentBefore = false
     }
 
     private struct Shared {
@@ -392,7 +394,13 @@ final class RelayConnection: Sendable {
                 // Once closed, no new request goes out, but a subscription and an ack still do.
                 for i in s.pending.indices where !s.pending[i].sent && !s.closed {
                     s.pending[i].sent = true
-                    out.append(s.pending[i].frame)
+                    var frame = s.pending[i].frame
+                    // Sent on a connection that went before its reply came: the relay may have
+                    // it. Resent, an ask must not open again a question cancelled or expired
+                    // meanwhile (protocol.md).
+                    if s.pending[i].sentBefore && frame["type"]?.string == "ask" { frame["resend"] = true }
+                    s.pending[i].sentBefore = true
+                    out.append(frame)
                 }
                 if let a = s.ackToSend, !out.isEmpty || s.closed || s.ackDue.map({ $0 <= .now }) ?? true {
                     out.append(["type": "ack", "seq": .int(a)])

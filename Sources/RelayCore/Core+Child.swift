@@ -29,7 +29,7 @@ extension RelayCore {
         }
         // A resend is answered before its question is validated again (§12).
         let previous = try q["id"]?.string.flatMap(QuestionID.init).flatMap { id throws(RequestError) in try question(id) }
-        if let resent = resent(previous, by: r.member, now: r.now) { return resent }
+        if let resent = resent(previous, by: r.member, now: r.now, closedToo: r.frame["resend"]?.bool == true) { return resent }
         return try file(QuestionContent.validate(q, now: r.now), previous: previous, r)
     }
 
@@ -41,8 +41,10 @@ extension RelayCore {
     }
 
     /// The reply to a resend of a child's pending or answered question: the same as the
-    /// first time (§12). Nil for anything else.
-    private func resent(_ previous: QuestionRecord?, by child: Member, now: Timestamp) -> ReplyFields? {
+    /// first time (§12). Nil for anything else, but for a client's own resend of an ask
+    /// whose reply it never had (`"resend": true`, protocol.md), which must not open again
+    /// a question cancelled or expired meanwhile (`closedToo`): its status then.
+    private func resent(_ previous: QuestionRecord?, by child: Member, now: Timestamp, closedToo: Bool = false) -> ReplyFields? {
         guard let existing = previous, existing.child == child.id else { return nil }
         switch existing.status {
         case .pending:
@@ -54,7 +56,8 @@ extension RelayCore {
                 "response": (try? JSON.parse(responseObject(existing))) ?? .null,
             ]
         case .cancelled, .expired:
-            return nil
+            guard closedToo else { return nil }
+            return ["questionId": .string(existing.id), "status": .string(existing.status.rawValue), "attempt": .int(existing.attempt)]
         }
     }
 

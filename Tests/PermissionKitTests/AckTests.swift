@@ -167,4 +167,31 @@ final class ConnectionErrorTests: XCTestCase {
         XCTAssertEqual(code, "busy")
         XCTAssertEqual(message, "the relay is unable to store changes (out of disk space)")
     }
+
+    /// An ask sent on a connection that went before its reply came is sent again marked as
+    /// a resend, which the relay never takes for asking a closed question anew.
+    func testAnAskSentAgainAfterAReconnectSaysItIsAResend() async throws {
+        let relay = try ScriptedRelay()
+        var config = RelayConfiguration(socketPath: relay.path, member: "c0", token: "t", session: nil)
+        config.reconnectDelay = .milliseconds(10)
+        let center = AskCenter(configuration: config)
+        addTeardownBlock { await center.close() }
+        try relay.acceptAndWelcome()
+        let asking = Task { try await center.ask(PermissionQuestion(handle: CommunicationHandle(value: "+15550100", kind: .phoneNumber))) }
+        func nextAsk() throws -> JSONObject {
+            while let (f, _) = relay.nextFrame(within: .seconds(10)) {
+                if f["type"]?.string == "ask" { return f }  // after a subscription
+            }
+            throw CocoaError(.fileReadUnknown)
+        }
+        let first = try nextAsk()
+        XCTAssertNil(first["resend"])
+        relay.drop()
+        try relay.acceptAndWelcome()
+        let again = try nextAsk()
+        XCTAssertEqual(again["resend"]?.bool, true)
+        XCTAssertEqual(again["question"], first["question"])
+        relay.send(["type": "ok", "re": again["id"] ?? .null, "questionId": first["question"]?["id"] ?? .null, "status": "cancelled"])
+        try await asking.value
+    }
 }

@@ -307,6 +307,12 @@ final class AskTests: XCTestCase {
         XCTAssertTrue(h.events(g, "questionClosed").isEmpty, "a repeated cancel appends nothing")
         _ = h.error(g, ["type": "answer", "questionId": id, "choice": "approve"], .cancelled)
 
+        // A client's own resend of the ask (its reply lost with a connection) opens nothing.
+        let resent = h.ok(c, ["type": "ask", "question": .object(q), "resend": true])
+        XCTAssertEqual(resent["status"]?.string, "cancelled")
+        XCTAssertEqual(resent["attempt"]?.int, 1)
+        XCTAssertTrue(h.events(g, "question").isEmpty, "the guardians are not asked again")
+
         let again = h.ok(c, ["type": "ask", "question": .object(q)])
         XCTAssertEqual(again["attempt"]?.int, 2)
         XCTAssertEqual(h.events(g, "question").first?["question"]?["attempt"]?.int, 2)
