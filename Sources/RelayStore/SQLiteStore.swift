@@ -157,8 +157,7 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         }
         // The first page's B-tree header, after the file's 100 bytes: a leaf (13) of no cells.
         guard header[100] == 13, header[103] == 0, header[104] == 0 else { return nil }
-        var st = stat()
-        if stat(path + "-wal", &st) == 0 && st.st_size > 32 { return nil }  // frames: the schema may be there
+        guard !walHasFrames(path) else { return nil }  // the schema may be there
         return "\(path) holds no tables and no WAL is beside it: the WAL (\(path)-wal), which held the whole store, was"
             + " lost. Restore a backup (permission-relay restore), or move the directory aside to start with an empty store"
     }
@@ -173,9 +172,11 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         var st = stat()
         let size = stat(path, &st) == 0 ? Int(st.st_size) : -1
         guard size <= 0 else { return nil }
-        var leftovers = ["-wal", "-changes.0", "-changes.1"].map { path + $0 }.filter { file in
-            stat(file, &st) == 0 && (!file.hasSuffix("-wal") || st.st_size > 32)  // a WAL with more than its header
-        }
+        var leftovers =
+            (walHasFrames(path) ? [path + "-wal"] : [])
+            + ["-changes.0", "-changes.1"].map { path + $0 }.filter {
+                access($0, F_OK) == 0
+            }
         if leftovers.isEmpty, let index = WALWitness.Index(path + "-shm"), index.pages > 0 {
             leftovers.append("\(path)-shm (the index of a database of \(index.pages) pages)")
         }
@@ -184,6 +185,12 @@ public final class SQLiteStore: RelayStore, @unchecked Sendable {
         return "\(path) is \(size < 0 ? "missing" : "empty") but \(leftovers.joined(separator: " and ")) \(are) left of a"
             + " store that held data: the database was lost. Restore it from a backup (permission-relay restore), or move"
             + " the directory aside to start with an empty store"
+    }
+
+    /// Whether the WAL beside the database at `path` holds more than its 32-byte header.
+    private static func walHasFrames(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path + "-wal", &st) == 0 && st.st_size > 32
     }
 
     static func migrate(_ db: SQLiteDatabase) throws {

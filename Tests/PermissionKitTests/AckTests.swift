@@ -146,13 +146,19 @@ final class ScriptedRelay: @unchecked Sendable {
 /// What a relay says as it gives up on a connection (an `error` that answers no request,
 /// such as `busy` when it cannot store) is why the requests then fail.
 final class ConnectionErrorTests: XCTestCase {
-    func testAnErrorTheRelaySaysUnaskedIsWhyARequestFails() async throws {
+    /// A child's center on an ephemeral session, connected to a scripted relay.
+    private func connect(_ configure: (inout RelayConfiguration) -> Void) throws -> (AskCenter, ScriptedRelay) {
         let relay = try ScriptedRelay()
         var config = RelayConfiguration(socketPath: relay.path, member: "c0", token: "t", session: nil)
-        config.requestTimeout = .milliseconds(500)
+        configure(&config)
         let center = AskCenter(configuration: config)
         addTeardownBlock { await center.close() }
         try relay.acceptAndWelcome()
+        return (center, relay)
+    }
+
+    func testAnErrorTheRelaySaysUnaskedIsWhyARequestFails() async throws {
+        let (center, relay) = try connect { $0.requestTimeout = .milliseconds(500) }
         let asking = Task { try await center.knownHandles(in: [CommunicationHandle(value: "+15550100", kind: .phoneNumber)]) }
         let (request, _) = try XCTUnwrap(relay.nextFrame(within: .seconds(10)))
         XCTAssertEqual(request["type"]?.string, "knownHandles")
@@ -171,12 +177,7 @@ final class ConnectionErrorTests: XCTestCase {
     /// An ask sent on a connection that went before its reply came is sent again marked as
     /// a resend, which the relay never takes for asking a closed question anew.
     func testAnAskSentAgainAfterAReconnectSaysItIsAResend() async throws {
-        let relay = try ScriptedRelay()
-        var config = RelayConfiguration(socketPath: relay.path, member: "c0", token: "t", session: nil)
-        config.reconnectDelay = .milliseconds(10)
-        let center = AskCenter(configuration: config)
-        addTeardownBlock { await center.close() }
-        try relay.acceptAndWelcome()
+        let (center, relay) = try connect { $0.reconnectDelay = .milliseconds(10) }
         let asking = Task { try await center.ask(PermissionQuestion(handle: CommunicationHandle(value: "+15550100", kind: .phoneNumber))) }
         func nextAsk() throws -> JSONObject {
             while let (f, _) = relay.nextFrame(within: .seconds(10)) {
