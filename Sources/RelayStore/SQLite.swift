@@ -24,8 +24,12 @@ final class SQLiteDatabase {
     /// The same statements, by the address of their literal SQL.
     private var literals: [(UnsafeRawPointer, OpaquePointer)] = []
 
+    /// SQLite configured once, before its first open: its memory statistics off.
+    private static let configured: Void = { _ = permission_sqlite_memstatus_off() }()
+
     /// Opens the database at `path`, creating it unless `readOnly`.
     init(path: String, readOnly: Bool = false) throws {
+        Self.configured
         let mode = readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
         // NOFOLLOW: a symbolic link planted in place of the database (or its journal) is
         // refused, never written through.

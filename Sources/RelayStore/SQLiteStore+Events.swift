@@ -130,47 +130,70 @@ extension SQLiteStore {
         _ events: [EventRecord], into db: SQLiteDatabase, firstID: Int64?, after stored: (String) throws -> Int64
     ) throws -> [(member: String, row: EventTail.Row)] {
         guard !events.isEmpty else { return [] }
-        var order: [String] = []
-        var byMember: [String: [EventRecord]] = [:]
+        // A member's events of the commit, gathered as the row that will hold them.
+        struct Gathered {
+            let member: String
+            let first: Int64
+            var last: Int64
+            var at: Int64
+            var frames: [UInt8]
+            var topics: [UInt8]  // a JSON array of the topic kinds, null for none
+        }
+        var gathered: [Gathered] = []
+        var place: [String: Int] = [:]
+        place.reserveCapacity(events.count)
         for e in events {
-            if byMember[e.member] == nil { order.append(e.member) }
-            byMember[e.member, default: []].append(e)
+            func appendTopic(to topics: inout [UInt8]) {
+                if let topic = e.topic {
+                    topics.append(UInt8(ascii: "\""))
+                    topics.append(contentsOf: topic.rawValue.utf8)  // kinds are plain words: nothing to escape
+                    topics.append(UInt8(ascii: "\""))
+                } else {
+                    topics.append(contentsOf: "null".utf8)
+                }
+            }
+            // The first above what is stored (it may follow a head whose events are gone),
+            // the others one by one.
+            guard let i = place[e.member] else {
+                let previous = try stored(e.member)
+                guard e.seq > previous else {
+                    throw SQLiteError(
+                        code: 19, message: "event \(e.seq) of \(e.member) does not follow \(previous): a seq is never stored twice")
+                }
+                place[e.member] = gathered.count
+                var topics: [UInt8] = [UInt8(ascii: "[")]
+                appendTopic(to: &topics)
+                gathered.append(
+                    Gathered(member: e.member, first: e.seq, last: e.seq, at: e.at.milliseconds, frames: e.frame, topics: topics))
+                continue
+            }
+            guard e.seq == gathered[i].last + 1 else {
+                throw SQLiteError(
+                    code: 19, message: "event \(e.seq) of \(e.member) does not follow \(gathered[i].last): a seq is never stored twice")
+            }
+            gathered[i].last = e.seq
+            gathered[i].at = e.at.milliseconds
+            gathered[i].frames.append(contentsOf: e.frame)
+            gathered[i].topics.append(UInt8(ascii: ","))
+            appendTopic(to: &gathered[i].topics)
         }
         var rows: [(member: String, row: EventTail.Row)] = []
-        for member in order {
-            let list = byMember[member]!
-            var previous = try stored(member)
-            for (i, e) in list.enumerated() {
-                // After what is stored (its first may follow a head whose events are gone), one by one.
-                guard e.seq > previous, i == 0 || e.seq == previous + 1 else {
-                    throw SQLiteError(
-                        code: 19, message: "event \(e.seq) of \(member) does not follow \(previous): a seq is never stored twice")
-                }
-                previous = e.seq
-            }
-            var frames: [UInt8] = []
-            frames.reserveCapacity(list.reduce(0) { $0 + $1.frame.count })
-            for e in list { frames.append(contentsOf: e.frame) }
-            let topics = JSON.array(list.map { $0.topic.map { .string($0.rawValue) } ?? .null }).text
-            let values: [SQLValue] = [
-                .text(member), .int(list[0].seq), .int(list[list.count - 1].seq), .int(list[list.count - 1].at.milliseconds),
-                .text(topics), .blob(frames),
-            ]
+        rows.reserveCapacity(gathered.count)
+        for var g in gathered {
+            g.topics.append(UInt8(ascii: "]"))
             if let firstID {
-                let id = firstID + Int64(rows.count)
                 try db.run(
                     "INSERT INTO events(id, member, firstSeq, lastSeq, at, topics, frames) VALUES(?,?,?,?,?,?,?)",
-                    [.int(id)] + values)
+                    [
+                        .int(firstID + Int64(rows.count)), .text(g.member), .int(g.first), .int(g.last), .int(g.at), .utf8(g.topics),
+                        .blob(g.frames),
+                    ])
             } else {
-                try db.run("INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames) VALUES(?,?,?,?,?,?)", values)
+                try db.run(
+                    "INSERT INTO events(member, firstSeq, lastSeq, at, topics, frames) VALUES(?,?,?,?,?,?)",
+                    [.text(g.member), .int(g.first), .int(g.last), .int(g.at), .utf8(g.topics), .blob(g.frames)])
             }
-            rows.append(
-                (
-                    member,
-                    EventTail.Row(
-                        first: list[0].seq, last: list[list.count - 1].seq, id: db.lastInsertedRow,
-                        at: list[list.count - 1].at.milliseconds)
-                ))
+            rows.append((g.member, EventTail.Row(first: g.first, last: g.last, id: db.lastInsertedRow, at: g.at)))
         }
         return rows
     }

@@ -1247,6 +1247,10 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertEqual(try again.events(member: "g2", after: 1, limit: 10).map(\.seq), [2], "after another restart")
         XCTAssertEqual(try again.load().heads["g2"], 2)
         XCTAssertThrowsError(try again.commit([event("g2", 2, at: 5)]), "a seq is never stored twice")
+        XCTAssertThrowsError(try again.commit([event("g2", 3, at: 5), event("g2", 3, at: 5)]), "nor twice in one commit")
+        XCTAssertThrowsError(try again.commit([event("g2", 3, at: 5), event("g1", 3, at: 5), event("g2", 5, at: 5)]), "nor with a hole")
+        try again.commit([event("g2", 3, at: 5), event("g1", 3, at: 5), event("g2", 4, at: 5)])
+        XCTAssertEqual(try again.events(member: "g2", after: 2, limit: 10).map(\.seq), [3, 4], "nothing of a refused commit is kept")
     }
 
     /// Every row dropped (an idle relay): the next row's id is still above the mark, so
