@@ -41,6 +41,12 @@ public struct HubError: Error, Sendable, CustomStringConvertible {
         status == Int32(bitPattern: NATS_CONNECTION_AUTH_FAILED.rawValue) || message.contains("Authorization Violation")
     }
 
+    /// The family's stream is not on the hub (it lost its store, say): a publish finds
+    /// nothing to store it in, a consumer nothing to read.
+    public var isStreamMissing: Bool {
+        code == Int32(bitPattern: JSStreamNotFoundErr.rawValue) || status == Int32(bitPattern: NATS_NO_RESPONDERS.rawValue)
+    }
+
     /// The link is down or the hub did not answer in time: a later try may succeed.
     public var isUnreachable: Bool {
         [NATS_TIMEOUT, NATS_NO_RESPONDERS, NATS_CONNECTION_CLOSED, NATS_NO_SERVER, NATS_STALE_CONNECTION, NATS_CONNECTION_DISCONNECTED]
@@ -210,6 +216,11 @@ public final class HubConnection: @unchecked Sendable {
                 jsStreamInfo_Destroy(made)
                 return s
             }
+        }
+        // Another device made it meanwhile (a family's account holds one stream).
+        if made != NATS_OK, js_GetStreamInfo(&info, jetStream, stream.name, nil, nil) == NATS_OK {
+            jsStreamInfo_Destroy(info)
+            return
         }
         try Self.check(made, code, "cannot make stream \(stream.name)")
     }

@@ -43,7 +43,10 @@ final class HubBridge: @unchecked Sendable {
     /// Held while a connection is being made (by one thread; the other waits), never
     /// together with `condition`, which the loop takes.
     private let linking = NSLock()
+    /// The families whose stream this bridge made or found, and that since worked. Held
+    /// (`ensuring`) through the making, so that the two threads never both make one.
     private var streams: Set<String> = []
+    private let ensuring = NSLock()
     /// The hub refused this device's credentials at the last try, and when (monotonic
     /// seconds): a device removed tries again every few seconds, not at every turn.
     private let refusedState = Mutex<(refused: Bool, at: Double)>((false, 0))
@@ -203,18 +206,25 @@ final class HubBridge: @unchecked Sendable {
         }
     }
 
-    /// Makes the family's stream on the hub unless this bridge did already.
+    /// Makes the family's stream on the hub unless this bridge did already (and it has
+    /// not gone since: `streamMissing`).
     private func ensureStream(_ family: String, on hub: HubConnection) throws(HubError) {
-        condition.lock()
-        let known = streams.contains(family)
-        condition.unlock()
-        guard !known else { return }
+        ensuring.lock()
+        defer { ensuring.unlock() }
+        guard !streams.contains(family) else { return }
         var stream = HubStream(name: HubNames.stream(family: family), subjects: [HubNames.all(family: family)])
         stream.maxAgeSeconds = retentionSeconds
         try hub.ensureStream(stream)
-        condition.lock()
         streams.insert(family)
-        condition.unlock()
+    }
+
+    /// After `error`, a family's stream may be gone from the hub (a hub that lost its
+    /// store): it is looked up, and made anew, at the next try, not taken as there.
+    private func streamMissing(after error: HubError, families: some Sequence<String>) {
+        guard error.isStreamMissing else { return }
+        ensuring.lock()
+        streams.subtract(families)
+        ensuring.unlock()
     }
 
     // MARK: - Out
@@ -234,11 +244,13 @@ final class HubBridge: @unchecked Sendable {
                 noteOutboxChanged()
                 continue
             }
+            var sending: Set<String> = []
             do {
                 while !isStopping {
                     let batch = try outbox.messages(after: after, limit: 256)
                     guard !batch.isEmpty else { break }
-                    for family in Set(batch.map(\.family)) { try ensureStream(family, on: hub) }
+                    sending = Set(batch.map(\.family))
+                    for family in sending { try ensureStream(family, on: hub) }
                     // Sent together, answered together: the hub stores them in order.
                     let results = hub.publish(
                         batch.map {
@@ -264,6 +276,7 @@ final class HubBridge: @unchecked Sendable {
                 }
                 backoff = 0.25
             } catch {
+                if let error = error as? HubError { streamMissing(after: error, families: sending) }
                 log(.warning, "could not send to the family hub: \(error); the outbox keeps it, trying again")
                 pause(&backoff)
                 noteOutboxChanged()
@@ -277,7 +290,15 @@ final class HubBridge: @unchecked Sendable {
     private func look(at subscriptions: inout [String: HubSubscription]) throws(HubError) {
         var waiting: Int? = 0
         for (family, s) in subscriptions {
-            guard let c = try s.consumer(), c.bound else {
+            let consumer: (bound: Bool, waiting: Int)?
+            do {
+                consumer = try s.consumer()
+            } catch  where error.isStreamMissing {
+                log(.warning, "the family hub no longer has \(family)'s stream (has it lost its store?); making it again")
+                streamMissing(after: error, families: [family])
+                consumer = nil
+            }
+            guard let c = consumer, c.bound else {
                 log(.warning, "the family hub no longer sends \(family)'s messages to this device; subscribing again")
                 subscriptions[family] = nil
                 waiting = nil
@@ -316,6 +337,7 @@ final class HubBridge: @unchecked Sendable {
                 subscriptions = [:]
                 subscribedOn = ObjectIdentifier(hub)
             }
+            var subscribing: String?
             do {
                 condition.lock()
                 let acks = toAcknowledge
@@ -334,6 +356,7 @@ final class HubBridge: @unchecked Sendable {
                     try look(at: &subscriptions)
                 }
                 for family in try outbox.families() where subscriptions[family] == nil && families?.contains(family) != false {
+                    subscribing = family
                     try ensureStream(family, on: hub)
                     // What a relay killed before it stored (and acknowledged) comes again
                     // 5 s later: its restart does not wait the default 30 s for it.
@@ -349,6 +372,7 @@ final class HubBridge: @unchecked Sendable {
                 if toAcknowledge.isEmpty && !stopping { _ = condition.wait(until: Date().addingTimeInterval(1)) }
                 condition.unlock()
             } catch {
+                if let error = error as? HubError, let subscribing { streamMissing(after: error, families: [subscribing]) }
                 log(.warning, "could not read from the family hub: \(error); trying again")
                 pause(&backoff)
             }

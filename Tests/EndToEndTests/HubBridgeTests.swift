@@ -1,5 +1,6 @@
-// The bridge inside the relay against a real hub in operator mode: a device removed while
-// messages it read wait for their acknowledgement, then paired again, reads again.
+// The bridge inside the relay against a real hub: a device removed while messages it read
+// wait for their acknowledgement, then paired again, reads again; a hub that lost its
+// store is given the family's stream again.
 
 import Foundation
 @testable import RelayHub
@@ -60,5 +61,43 @@ final class HubBridgeTests: XCTestCase {
         _ = try pair("tablet", tabletSeed)
         _ = try laptop.publish(HubNames.ask(family: "smiths", question: "Q2"), id: "Q2", body: [2])
         XCTAssertNotNil(next([2], within: 20), "paired again, the bridge reads again")
+    }
+
+    func testAHubThatLostItsStoreIsGivenTheStreamAgainAndRead() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bridge-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let server = try NATSServer()
+        let store = try SQLiteStore(path: dir + "/relay.db")
+        try store.commit([.family("smiths")])
+        let bridge = try HubBridge(
+            url: server.url, credentials: nil, device: "tablet", families: ["smiths"], retentionSeconds: 0,
+            outbox: try store.hubOutboxReader(), log: Log(level: .error) { _ in })
+        bridge.start()
+        defer { bridge.stop() }
+        let laptop = try HubConnection(url: server.url, name: "laptop", credentials: nil, timeoutMillis: 2000)
+        /// Publishes an ask from the laptop (which never makes the stream) until the hub
+        /// stores it, and returns whether the bridge then read it.
+        func readsAsk(_ body: UInt8) -> Bool {
+            let deadline = Date().addingTimeInterval(30)
+            var stored = false
+            while Date() < deadline {
+                if !stored {
+                    stored =
+                        (try? laptop.publish(HubNames.ask(family: "smiths", question: "Q\(body)"), id: "Q\(body)", body: [body])) != nil
+                }
+                if stored, bridge.take().contains(where: { if case .message(let m) = $0 { m.body == [body] } else { false } }) {
+                    return true
+                }
+                usleep(50_000)
+            }
+            return false
+        }
+        XCTAssertTrue(readsAsk(1), "the bridge made the stream and reads it")
+
+        server.kill()
+        try FileManager.default.removeItem(at: server.storeDirectory.appendingPathComponent("jetstream"))
+        try server.start()
+        XCTAssertTrue(readsAsk(2), "the hub lost its store: the bridge made the stream again and reads it")
     }
 }
