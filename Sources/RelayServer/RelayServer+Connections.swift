@@ -36,8 +36,8 @@ extension RelayServer {
     }
 
     /// Feeds whole frames to the core, stopping while the session replays, and while the
-    /// connection is owed `inputPauseBytes` or more (`resumeInput` goes on). The connection
-    /// stays in `conns` meanwhile: the core's closes take effect at the dispatch.
+    /// connection may take no more requests (`mayTakeRequests`; `resumeInput` goes on). The
+    /// connection stays in `conns` meanwhile: the core's closes take effect at the dispatch.
     func process(_ c: Conn, now: Timestamp) {
         let id = c.id
         var whole = false
@@ -46,9 +46,10 @@ extension RelayServer {
             c.unreleased += relay.countedBytes
             turnOwed[id, default: 0] += relay.countedBytes
             relay.countedConnection = nil
+            countOwed(c)
         }
         while relay.takesFrames(id) {
-            guard c.owed + relay.countedBytes < inputPauseBytes else {
+            guard mayTakeRequests(c, owedMeanwhile: relay.countedBytes) else {
                 // Whole frames wait (a part after them is checked once they are taken).
                 if !c.inputPaused {
                     c.inputPaused = true
@@ -160,6 +161,36 @@ extension RelayServer {
         flushTouched()
     }
 
+    /// Whether a connection takes more requests, owed `owedMeanwhile` more than counted:
+    /// while it is owed less than `inputPauseBytes`; and, once it is owed anything, while
+    /// its member's connections together, and all together, are owed less than the limits
+    /// on their unsent bytes. Many connections of one member that send requests and never
+    /// read would otherwise each be owed up to `inputPauseBytes` of replies held for a
+    /// commit, which no limit on unsent bytes counts yet. One owed nothing takes a request
+    /// whatever the others are owed: a connection that reads is never held back by them.
+    func mayTakeRequests(_ c: Conn, owedMeanwhile: Int = 0) -> Bool {
+        let owed = c.owed + owedMeanwhile
+        guard owed < inputPauseBytes else { return false }
+        guard owed > 0 else { return true }
+        let extra = owed - c.owedCounted
+        guard totalOwed + extra < config.maxTotalOutputBytes else { return false }
+        guard let owner = c.owedOwner ?? relay.member(of: c.id) else { return true }
+        return memberOwed[owner, default: 0] + extra < config.maxMemberOutputBytes
+    }
+
+    /// Counts what the connection is owed for its member and in all.
+    func countOwed(_ c: Conn) {
+        let delta = c.owed - c.owedCounted
+        guard delta != 0 else { return }
+        if c.owedOwner == nil { c.owedOwner = relay.member(of: c.id) ?? "" }
+        c.owedCounted = c.owed
+        totalOwed += delta
+        if let owner = c.owedOwner, !owner.isEmpty {
+            let now = memberOwed[owner, default: 0] + delta
+            memberOwed[owner] = now == 0 ? nil : now
+        }
+    }
+
     /// Writes what was queued for each connection touched since the last call.
     func flushTouched() {
         // Last touched first: a request's reply is written before the events it causes, and
@@ -205,7 +236,7 @@ extension RelayServer {
         let waiting = pausedInput
         pausedInput.removeAll()
         for c in waiting where conns[c.id] === c {
-            guard c.owed < inputPauseBytes else {
+            guard mayTakeRequests(c) else {
                 pausedInput.append(c)
                 continue
             }
@@ -239,6 +270,7 @@ extension RelayServer {
             break
         }
         c.repliesSent()
+        countOwed(c)
         if c.outStart == c.out.count {
             c.out.removeAll(keepingCapacity: c.out.capacity <= 65536)
             c.outStart = 0
@@ -299,6 +331,12 @@ extension RelayServer {
         c.out = []
         c.outStart = 0
         count(c)
+        // Nothing more is owed to it: its replies held for a commit are dropped at the dispatch.
+        c.unreleased = 0
+        c.repliesUnsent = []
+        c.repliesUnsentHead = 0
+        c.repliesUnsentBytes = 0
+        countOwed(c)
         cs_epoll_ctl(epfd, 2, c.fd, 0, 0)
         Glibc.close(c.fd)
     }

@@ -83,6 +83,10 @@ public final class RelayServer {
     /// Unsent bytes per member, and in all (`Conn.counted`).
     var memberBacklog: [String: Int] = [:]
     var totalBacklog = 0
+    /// What connections are owed for their own requests (`Conn.owed`), by member and in
+    /// all: bounded like their unsent bytes, by pausing their requests (`mayTakeRequests`).
+    var memberOwed: [String: Int] = [:]
+    var totalOwed = 0
     var stopping = false
     /// A commit failed and the store could not be read back: the core holds changes the
     /// store never took, so nothing it decides from then on is stored or sent.
@@ -287,7 +291,7 @@ public final class RelayServer {
         if uncommitted.isEmpty && relay.replaying.contains(where: { (conns[$0]?.pendingBytes ?? 0) < replayLowWater }) {
             timeout = 0
         }
-        if pausedInput.contains(where: { $0.owed < inputPauseBytes }) { timeout = 0 }
+        if pausedInput.contains(where: { mayTakeRequests($0) }) { timeout = 0 }
 
         let n = spin.wait(timeoutMs: Int32(timeout)) { cs_epoll_wait(epfd, &ready, Int32(ready.count), $0) }
         guard n >= 0 else { throw ServerError("epoll_wait failed: \(String(cString: strerror(errno)))") }

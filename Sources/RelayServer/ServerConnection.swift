@@ -47,6 +47,9 @@ extension RelayServer {
         /// (Events from others do not hold its requests back: a guardian behind on questions
         /// still has its answers taken.)
         var owed: Int { unreleased + repliesUnsentBytes }
+        /// Its `owed` as counted in `memberOwed` and `totalOwed`, and for which member.
+        var owedCounted = 0
+        var owedOwner: String?
 
         /// Lets go of the replies now sent.
         func repliesSent() {

@@ -35,6 +35,56 @@ final class WriterTests: XCTestCase {
         XCTAssertEqual(before, (0..<200).map { "b\($0)" }, "every ask's reply before the pong")
     }
 
+    /// Connections of one member that send requests and never read, while their replies
+    /// wait for a commit, are owed together about the member's limit, not each as much as
+    /// one connection may be: past the limit, a connection owed anything takes no more
+    /// requests (one owed nothing still takes one, so that a member's connection that
+    /// reads is not held back by the others), and those that do not read are dropped.
+    func testAMembersConnectionsThatPipelineAndNeverReadAreOwedBoundedTogether() throws {
+        let store = WriterStore(loadsFailAfterAFailure: false)
+        let lines = LoggedLines()
+        let relay = try InProcessRelay(store: store, log: lines.log) { server, _ in
+            server.maxOutputBytes = 32 << 20  // a connection is owed up to 7 MiB before its requests wait
+            server.maxMemberOutputBytes = 1 << 20
+        }
+        defer { relay.stop() }
+        defer { store.largeCommit.mayEnd.signal() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        for i in 0..<8 {  // each `pending` reply about 1.1 MB
+            try c.send(["type": "ask", "id": .string("a\(i)"), "question": .object(sampleQuestion(avatarBytes: 100_000))])
+            try c.expect(type: "ok")
+        }
+        var idle: [Wire] = []
+        for _ in 0..<6 {
+            let g = try relay.connect()
+            try g.hello("g1", tokens["g1"]!)
+            idle.append(g)
+        }
+        store.holdsLargeCommits.withLock { $0 = true }
+        try c.sendRaw(burst(of: 100, prefix: "b"))
+        XCTAssertEqual(store.largeCommit.started.wait(timeout: .now() + 10), .success, "the writer commits the burst")
+        for g in idle {  // never read from again
+            try g.sendRaw((0..<20).flatMap { i in (["type": "pending", "id": .string("p\(i)")] as JSONObject).frame })
+        }
+        // Their requests are read (and so taken, as far as they are) while the commit is held.
+        let deadline = Date().addingTimeInterval(10)
+        while idle.contains(where: { unread(by: $0) > 0 }) && Date() < deadline { usleep(10_000) }
+        store.largeCommit.mayEnd.signal()
+        let dropped = try XCTUnwrap(lines.first(containing: "as a slow consumer"), "the member's connections held over its limit")
+        let words = dropped.split(separator: " ")
+        let held = try XCTUnwrap(words.firstIndex(of: "holds").flatMap { Int(words[$0 + 1]) })
+        XCTAssertLessThan(held, 2 << 20, "a connection took more requests than its member's limit lets: \(dropped)")
+    }
+
+    /// Bytes written to the connection's socket that the relay has not read yet.
+    private func unread(by w: Wire) -> Int32 {
+        var queued: Int32 = 0
+        _ = ioctl(w.c.fd, UInt(TIOCOUTQ), &queued)
+        return queued
+    }
+
     func testAFailedCommitOnTheWriterKeepsWhatWasAcknowledgedAndTheWriterCommitsAgain() throws {
         let store = WriterStore(loadsFailAfterAFailure: false)
         let logged = LoggedLines()
