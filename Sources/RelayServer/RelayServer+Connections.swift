@@ -14,6 +14,7 @@ extension RelayServer {
             let n = scratch.withUnsafeMutableBytes { Glibc.read(c.fd, $0.baseAddress, $0.count) }
             if n > 0 {
                 scratch.withUnsafeBytes { c.decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+                countHandshakeInput(c)
                 c.lastHeard = turnMillis
                 c.pinged = false
                 budget -= n
@@ -27,6 +28,7 @@ extension RelayServer {
             break
         }
         process(c, now: now)
+        countHandshakeInput(c)
         if c.peerGone {
             relay.disconnected(id)
             closeNow(id)
@@ -227,8 +229,21 @@ extension RelayServer {
     /// holds a frame's worth (`inputPauseBytes` when paused, if more): what it sends is seen
     /// (it is not silent), and what it holds is bounded.
     private func holdsEnoughInput(_ c: Conn) -> Bool {
+        if !c.greeted && c.decoder.bufferedCount > Self.helloBytes && handshakeInput >= config.maxHandshakeInputBytes { return true }
         if c.inputPaused { return c.decoder.bufferedCount > max(coreConfig.maxFrameBytes, inputPauseBytes) }
         return c.decoder.bufferedCount > coreConfig.maxFrameBytes && relay.isReplaying(c.id)
+    }
+
+    /// More than any hello needs: what a connection that has not said one may hold when
+    /// those together hold `maxHandshakeInputBytes`.
+    static let helloBytes = 64 << 10
+
+    /// Counts what a connection holds while it has not completed `hello` (nothing after).
+    func countHandshakeInput(_ c: Conn) {
+        if !c.greeted { c.greeted = relay.isEstablished(c.id) }
+        let holds = c.greeted ? 0 : c.decoder.bufferedCount
+        handshakeInput += holds - c.handshakeCounted
+        c.handshakeCounted = holds
     }
 
     /// Takes up again the requests of connections now owed less than `inputPauseBytes`.
@@ -337,6 +352,8 @@ extension RelayServer {
         c.repliesUnsentHead = 0
         c.repliesUnsentBytes = 0
         countOwed(c)
+        handshakeInput -= c.handshakeCounted
+        c.handshakeCounted = 0
         cs_epoll_ctl(epfd, 2, c.fd, 0, 0)
         Glibc.close(c.fd)
     }

@@ -87,6 +87,8 @@ public final class RelayServer {
     /// all: bounded like their unsent bytes, by pausing their requests (`mayTakeRequests`).
     var memberOwed: [String: Int] = [:]
     var totalOwed = 0
+    /// The bytes connections that have not completed `hello` hold (`Conn.handshakeCounted`).
+    var handshakeInput = 0
     var stopping = false
     /// A commit failed and the store could not be read back: the core holds changes the
     /// store never took, so nothing it decides from then on is stored or sent.

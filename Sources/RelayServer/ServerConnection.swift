@@ -25,6 +25,9 @@ extension RelayServer {
         var peerGone = false
         /// Listed in `touched` during a dispatch.
         var touched = false
+        /// Its `hello` succeeded; until then, the bytes it holds as counted in `handshakeInput`.
+        var greeted = false
+        var handshakeCounted = 0
         /// The member whose session it is, once it holds unsent bytes.
         var owner: String?
         /// Its unsent bytes as counted in `memberBacklog` and `totalBacklog`.

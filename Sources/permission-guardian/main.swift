@@ -242,7 +242,8 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter, _ term
             let why = link.trusted ? "the hub is out of reach from this device" : "the family hub no longer trusts this device"
             throw CLIError.failure(
                 "no word yet from the family's other devices (\(why)): the answer is kept here and counts once the hub has it,"
-                    + " unless another guardian's reached it first (`permission-guardian pending` shows whether the question is still open)"
+                    + " unless another guardian's, or the question's expiry, reached it first"
+                    + " (`permission-guardian pending` shows whether the question is still open)"
             )
         }
         printOut(

@@ -347,6 +347,33 @@ final class WireTests: XCTestCase {
         for _ in 0..<pings { try c.expect(type: "pong") }
     }
 
+    /// Connections that announce large frames before `hello` and never finish them are held
+    /// to a budget together: past it, they are read no further (their handshakes time out),
+    /// rather than each made to hold a frame's worth; a client saying hello is served.
+    func testUnfinishedFramesBeforeHelloAreReadOnlyWithinABudget() throws {
+        let relay = try InProcessRelay { server, _ in
+            server.maxHandshakeInputBytes = 1 << 20
+            server.handshakeTimeoutSeconds = 30
+        }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        var unfinished: [(Wire, DispatchSemaphore)] = []
+        for _ in 0..<4 {
+            let w = try relay.connect()
+            let announced = 1_000_000
+            let bytes =
+                [UInt8(announced >> 24), UInt8(announced >> 16 & 0xFF), UInt8(announced >> 8 & 0xFF), UInt8(announced & 0xFF)]
+                + [UInt8](repeating: UInt8(ascii: " "), count: 900_000)
+            unfinished.append((w, writeInBackground(bytes, to: w.c.fd)))
+        }
+        let taken = unfinished.filter { $0.1.wait(timeout: .now() + 1) == .success }.count
+        XCTAssertLessThan(taken, 3, "the relay read \(taken) unfinished frames of 900 KB past a budget of 1 MiB")
+        let c = try relay.connect()
+        try c.hello("c1", tokens["c1"]!)
+        try c.send(["type": "ping"])
+        try c.expect(type: "pong")
+    }
+
     /// Only a connection's own replies hold its requests back: a guardian far behind on the
     /// questions sent to it still has its answers taken at once.
     func testAGuardianBehindOnEventsStillHasItsAnswersTaken() throws {
