@@ -240,10 +240,21 @@ extension RelayServer {
 
     /// Counts what a connection holds while it has not completed `hello` (nothing after).
     func countHandshakeInput(_ c: Conn) {
-        if !c.greeted { c.greeted = relay.isEstablished(c.id) }
+        if !c.greeted {
+            c.greeted = relay.isEstablished(c.id)
+            if c.greeted { handshakeEnded(c) }
+        }
         let holds = c.greeted ? 0 : c.decoder.bufferedCount
         handshakeInput += holds - c.handshakeCounted
         c.handshakeCounted = holds
+    }
+
+    /// The connection is no longer another user's that has not said hello.
+    private func handshakeEnded(_ c: Conn) {
+        guard let user = c.handshakingUser else { return }
+        c.handshakingUser = nil
+        let left = handshaking[user, default: 1] - 1
+        handshaking[user] = left > 0 ? left : nil
     }
 
     /// Takes up again the requests of connections now owed less than `inputPauseBytes`.
@@ -354,6 +365,7 @@ extension RelayServer {
         countOwed(c)
         handshakeInput -= c.handshakeCounted
         c.handshakeCounted = 0
+        handshakeEnded(c)
         cs_epoll_ctl(epfd, 2, c.fd, 0, 0)
         Glibc.close(c.fd)
     }

@@ -90,16 +90,31 @@ extension RelayServer {
                 refuse(fd, "unable to store changes (\(commitFailure)) for another \((refusingUntil - turnMillis + 999) / 1000) s")
                 continue
             }
+            let uid = cs_peer_uid(fd)
+            // Another user's connections that have not said hello are bounded: on a socket all
+            // users reach, one user holding them cannot keep every other client out.
+            let foreign = uid > 0 && UInt32(uid) != coreConfig.relayUID ? UInt32(uid) : nil
+            if let foreign, handshaking[foreign, default: 0] >= maxHandshakingPerUser {
+                refuse(fd, "holding \(maxHandshakingPerUser) connections of your user that have not said hello")
+                continue
+            }
             let id = nextID
             nextID += 1
-            let uid = cs_peer_uid(fd)
             let c = Conn(id: id, fd: fd, decoder: FrameDecoder(maxFrameBytes: coreConfig.maxFrameBytes), at: turnMillis)
+            if let foreign {
+                c.handshakingUser = foreign
+                handshaking[foreign, default: 0] += 1
+            }
             conns[id] = c
             relay.connected(id, peerUID: uid >= 0 ? UInt32(uid) : nil)
             log(.debug, "connection \(id) opened (uid \(uid >= 0 ? String(uid) : "unknown"))")
             setInterest(c)
         }
     }
+
+    /// Connections that have not said hello one user other than the relay's own (or root)
+    /// may hold: a quarter of all.
+    var maxHandshakingPerUser: Int { max(1, config.maxConnections / 4) }
 
     /// Whether space was freed on a full disk since a commit failed for it: the relay then
     /// takes connections again at once rather than at the end of its pause.

@@ -89,6 +89,8 @@ public final class RelayServer {
     var totalOwed = 0
     /// The bytes connections that have not completed `hello` hold (`Conn.handshakeCounted`).
     var handshakeInput = 0
+    /// Connections that have not completed `hello`, of each user other than the relay's own.
+    var handshaking: [UInt32: Int] = [:]
     var stopping = false
     /// A commit failed and the store could not be read back: the core holds changes the
     /// store never took, so nothing it decides from then on is stored or sent.

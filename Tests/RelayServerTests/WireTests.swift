@@ -374,6 +374,50 @@ final class WireTests: XCTestCase {
         try c.expect(type: "pong")
     }
 
+    /// Another user's connections that have not said hello are bounded, to a quarter of the
+    /// connections the relay takes: on a socket every user reaches, one user cannot keep
+    /// the others out by opening connections and saying nothing.
+    func testAnotherUsersConnectionsWithoutHelloAreBounded() throws {
+        let (python, setpriv) = ("/usr/bin/python3", "/usr/bin/setpriv")
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: python), FileManager.default.isExecutableFile(atPath: setpriv)
+        else { throw XCTSkip("connecting as another user needs root, \(setpriv) and \(python)") }
+        let relay = try InProcessRelay { server, _ in
+            server.maxConnections = 8
+            server.socketMode = 0o666
+            server.handshakeTimeoutSeconds = 30
+        }
+        defer { relay.stop() }
+        // Four connections as `nobody`, one after another, each given a second to be refused.
+        let script = """
+            import socket, sys
+            busy, held = 0, []
+            for _ in range(4):
+                s = socket.socket(socket.AF_UNIX)
+                s.connect(sys.argv[1])
+                s.settimeout(1)
+                try:
+                    busy += b"busy" in s.recv(4096)
+                except socket.timeout:
+                    held.append(s)
+            print(busy, len(held))
+            """
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: setpriv)
+        p.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", script, relay.socket]
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        let said = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(said.trimmingCharacters(in: .whitespacesAndNewlines), "2 2", "connections refused, and held, of another user")
+        // The relay's own user is not bound so, and is served.
+        let tokens = try relay.provision()
+        let mine = try (0..<4).map { _ in try relay.connect() }
+        try mine[3].hello("c1", tokens["c1"]!)
+        try mine[3].send(["type": "ping"])
+        try mine[3].expect(type: "pong")
+    }
+
     /// Only a connection's own replies hold its requests back: a guardian far behind on the
     /// questions sent to it still has its answers taken at once.
     func testAGuardianBehindOnEventsStillHasItsAnswersTaken() throws {
