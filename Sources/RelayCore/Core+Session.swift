@@ -55,6 +55,9 @@ extension RelayCore {
                 .unauthorized,
                 "this Unix account (uid \(uid)) is bound to member \"\(bound.id)\", and says hello only as that member")
         }
+        if let token = f["token"], token.string == nil, token != .null {
+            return refuse(.unauthorized, "\"token\" must be a string, not \(token.text)")
+        }
         if let token = f["token"]?.string {
             guard let m, Token.matches(token, m.record.tokenHash) else { return refuse(.unauthorized, "unknown member or wrong token") }
         } else {
