@@ -369,10 +369,13 @@ enum HubPaths {
     /// The device's credentials for its hub, where `serve --hub` looks for them.
     static func credentials(data: String) -> String { data + "/hub.creds" }
 
+    /// Where this device's key is kept.
+    static func deviceKeyPath(data: String) -> String { data + "/hub-device.nk" }
+
     /// This device's key, made on first use (hub-device.nk in the data directory).
     static func deviceKey(data given: String) throws -> NKey {
         let data = try Paths.makePrivateDirectory(given)
-        let path = data + "/hub-device.nk"
+        let path = deviceKeyPath(data: data)
         if let text = try? String(contentsOfFile: path, encoding: .utf8) {
             do {
                 return try NKey(seed: text)

@@ -200,7 +200,9 @@ enum Serve {
         }
         let data = try Paths.makePrivateDirectory(dataOption)
         server.dataDirectory = data
-        if server.hubURL != nil { try linkDevice(data: data, named: a.value("--device"), &server, &core) }
+        if server.hubURL != nil, let warning = try linkDevice(data: data, named: a.value("--device"), &server, &core) {
+            log(.warning, warning)
+        }
         try Paths.checkStoreFiles(in: data, owner: geteuid())
         if inherited == nil {
             let socketDirectory = (socket as NSString).deletingLastPathComponent
@@ -252,15 +254,19 @@ enum Serve {
 
     /// This device on the hub: as paired (`device join` wrote its credentials into the data
     /// directory: its name and one family), else named by --device or the host name, for a
-    /// hub open to the devices that reach it.
-    static func linkDevice(data: String, named: String?, _ server: inout ServerConfig, _ core: inout CoreConfig) throws {
+    /// hub open to the devices that reach it. Returns what to warn of, if anything.
+    static func linkDevice(data: String, named: String?, _ server: inout ServerConfig, _ core: inout CoreConfig) throws -> String? {
         let path = HubPaths.credentials(data: data)
         guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
             core.hubDevice = named ?? ProcessInfo.processInfo.hostName
             guard Identifier.isValid(core.hubDevice ?? "") else {
                 throw CLIError.usage("the host name is not a device name: give one with --device NAME")
             }
-            return
+            // A device key without credentials: pairing was begun, or its credentials were lost.
+            guard FileManager.default.fileExists(atPath: HubPaths.deviceKeyPath(data: data)) else { return nil }
+            return "\(path) is missing, though this device has a key for pairing (\(HubPaths.deviceKeyPath(data: data))):"
+                + " linking as \(core.hubDevice ?? "") to a hub open to all; if this device was paired, pair it again"
+                + " (permission-relay device add, then device join)"
         }
         let jwt: HubJWT
         do {
@@ -275,6 +281,7 @@ enum Serve {
         core.hubDevice = jwt.name
         core.hubFamilies = [family]
         server.hubCredentials = path
+        return nil
     }
 
     /// Takes an exclusive lock on DATA/relay.lock so two relays never share a store.

@@ -148,5 +148,13 @@ final class PairedDevicesTests: XCTestCase {
         let (refused, again) = runToEnd(process([relayBinary, "hub", "init", dir + "/keys"], environment: [:]))
         XCTAssertEqual(refused, 1)
         XCTAssertTrue(again.contains("already holds a hub's keys"), again)
+
+        // A device key without credentials: the relay links to a hub open to all, and says so.
+        let keyed = try RelayProcess(flags: ["--hub", "nats://127.0.0.1:1"])
+        relay(["device", "key", "--data", keyed.data])
+        try keyed.start()
+        let log = try String(contentsOf: keyed.logFile, encoding: .utf8)
+        XCTAssertTrue(log.contains("hub.creds is missing") && log.contains("pair it again"), log)
+        XCTAssertEqual(keyed.terminate(), 0)
     }
 }
