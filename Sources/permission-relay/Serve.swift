@@ -154,8 +154,8 @@ enum Serve {
         server.questionsKept.bytes = try a.int(
             "--max-question-bytes-per-child", default: server.questionsKept.bytes, min: 1)
         if let hub = a.value("--hub") ?? ProcessInfo.processInfo.environment["PERMISSION_RELAY_HUB"].flatMap({ $0.isEmpty ? nil : $0 }) {
-            guard hub.hasPrefix("nats://") || hub.hasPrefix("tls://") else {
-                throw CLIError.usage("--hub must be a NATS address, such as nats://hub.home.arpa:4222")
+            guard hub.split(separator: ",").allSatisfy(isHubAddress) else {
+                throw CLIError.usage("--hub must be a NATS address, such as nats://hub.home.arpa:4222 (a port from 1 to 65535)")
             }
             if let device = a.value("--device"), !Identifier.isValid(device) {
                 throw CLIError.usage("--device must be 1 to 64 letters, digits, '.', '_' or '-'")
@@ -250,6 +250,16 @@ enum Serve {
             log(.warning, "could not move the WAL into relay.db (what was committed is in relay.db-wal, kept): \(error)")
         }
         exit(0)
+    }
+
+    /// `nats://` or `tls://`, a host, and a port if any within 1…65535 (libnats takes a list
+    /// of them, separated by commas).
+    static func isHubAddress(_ address: Substring) -> Bool {
+        guard let scheme = ["nats://", "tls://"].first(where: { address.hasPrefix($0) }) else { return false }
+        let hostPort = address.dropFirst(scheme.count).split(separator: "@").last ?? ""
+        guard !hostPort.isEmpty, !hostPort.hasPrefix(":") else { return false }
+        guard !hostPort.hasSuffix("]"), let colon = hostPort.lastIndex(of: ":") else { return true }  // no port: the default
+        return Int(hostPort[hostPort.index(after: colon)...]).map { (1...65535).contains($0) } ?? false
     }
 
     /// This device on the hub: as paired (`device join` wrote its credentials into the data

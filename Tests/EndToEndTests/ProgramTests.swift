@@ -568,6 +568,15 @@ final class ProgramTests: XCTestCase {
             XCTAssertFalse(text.contains(others), text)
         }
         XCTAssertEqual(try ProgramRun("permission-child", ["fly"], env: [:]).finish(), 64)
+        let nowhere = NSTemporaryDirectory() + "hubless-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: nowhere) }
+        for hub in ["nats://127.0.0.1:99999", "http://hub.home.arpa:4222", "nats://:4222"] {
+            let serve = try ProgramRun(
+                "permission-relay", ["serve", "--socket", nowhere + "/s", "--data", nowhere + "/data", "--hub", hub], env: [:],
+                stderrInLines: true)
+            XCTAssertEqual(serve.finish(), 64, hub)
+            XCTAssertTrue(serve.nextLine()?.contains("--hub must be a NATS address") ?? false, hub)
+        }
         for program in ["permission-child", "permission-guardian", "permission-harness", "permission-relay"] {
             let nothing = try ProgramRun(program, [], env: [:], stderrInLines: true)
             XCTAssertEqual(nothing.finish(), 64, program)
