@@ -43,9 +43,11 @@ public struct HubError: Error, Sendable, CustomStringConvertible {
 
     /// The family's stream is not on the hub (it lost its store, say): a publish finds
     /// nothing to store it in, a consumer nothing to read.
-    public var isStreamMissing: Bool {
-        code == Int32(bitPattern: JSStreamNotFoundErr.rawValue) || status == Int32(bitPattern: NATS_NO_RESPONDERS.rawValue)
-    }
+    public var isStreamMissing: Bool { isStreamNotFound || status == Int32(bitPattern: NATS_NO_RESPONDERS.rawValue) }
+
+    /// The hub says it has no such stream (not merely that nothing answered, as while
+    /// JetStream starts).
+    public var isStreamNotFound: Bool { code == Int32(bitPattern: JSStreamNotFoundErr.rawValue) }
 
     /// The link is down or the hub did not answer in time: a later try may succeed.
     public var isUnreachable: Bool {

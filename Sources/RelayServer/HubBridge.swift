@@ -265,7 +265,7 @@ final class HubBridge: @unchecked Sendable {
                             // A decision that came second: the first one comes back to every device.
                             log(.debug, "\(m.messageID): another decision was first on the hub")
                         case .success: break
-                        case .failure(let error) where error.isUnreachable: throw error
+                        case .failure(let error) where error.isUnreachable || error.isStreamMissing: throw error
                         case .failure(let error):
                             // Refused for good (too large, say): it must not hold back what follows.
                             log(.error, "the family hub refused \(m.subject): \(error); it stays on this device")
@@ -293,7 +293,7 @@ final class HubBridge: @unchecked Sendable {
             let consumer: (bound: Bool, waiting: Int)?
             do {
                 consumer = try s.consumer()
-            } catch  where error.isStreamMissing {
+            } catch  where error.isStreamNotFound {
                 log(.warning, "the family hub no longer has \(family)'s stream (has it lost its store?); making it again")
                 streamMissing(after: error, families: [family])
                 consumer = nil

@@ -48,7 +48,7 @@ extension RelayServer {
             c.unreleased += relay.countedBytes
             turnOwed[id, default: 0] += relay.countedBytes
             relay.countedConnection = nil
-            countOwed(c)
+            countHeld(c)
         }
         while relay.takesFrames(id) {
             guard mayTakeRequests(c, owedMeanwhile: relay.countedBytes) else {
@@ -157,6 +157,7 @@ extension RelayServer {
         for (id, bytes) in owed where bytes > 0 {
             guard let c = conns[id] else { continue }
             c.unreleased -= bytes
+            countHeld(c)
             c.repliesUnsent.append((end: c.queuedTotal, bytes: bytes))
             c.repliesUnsentBytes += bytes
         }
@@ -164,33 +165,33 @@ extension RelayServer {
     }
 
     /// Whether a connection takes more requests, owed `owedMeanwhile` more than counted:
-    /// while it is owed less than `inputPauseBytes`; and, once it is owed anything, while
-    /// its member's connections together, and all together, are owed less than the limits
-    /// on their unsent bytes. Many connections of one member that send requests and never
-    /// read would otherwise each be owed up to `inputPauseBytes` of replies held for a
-    /// commit, which no limit on unsent bytes counts yet. One owed nothing takes a request
-    /// whatever the others are owed: a connection that reads is never held back by them.
+    /// while it is owed less than `inputPauseBytes`, and the replies held for a commit
+    /// (`Conn.unreleased`) of its member's connections together, and of all, come to less
+    /// than the limits on their unsent bytes. Those the unsent bytes' limits count only
+    /// once the commit is done: many connections that send requests and never read would
+    /// otherwise each be held up to `inputPauseBytes` of replies meanwhile. Every commit
+    /// lets go of what it held, so a connection waits for a commit at most.
     func mayTakeRequests(_ c: Conn, owedMeanwhile: Int = 0) -> Bool {
-        let owed = c.owed + owedMeanwhile
-        guard owed < inputPauseBytes else { return false }
-        guard owed > 0 else { return true }
-        let extra = owed - c.owedCounted
-        guard totalOwed + extra < config.maxTotalOutputBytes else { return false }
-        guard let owner = c.owedOwner ?? relay.member(of: c.id) else { return true }
-        return memberOwed[owner, default: 0] + extra < config.maxMemberOutputBytes
+        guard c.owed + owedMeanwhile < inputPauseBytes else { return false }
+        let uncounted = c.unreleased + owedMeanwhile - c.heldCounted
+        return held.total + uncounted < config.maxTotalOutputBytes && held[owner(of: c)] + uncounted < config.maxMemberOutputBytes
     }
 
-    /// Counts what the connection is owed for its member and in all.
-    func countOwed(_ c: Conn) {
-        let delta = c.owed - c.owedCounted
+    /// The member whose session the connection is, as counted: "" until its hello succeeds
+    /// (before it, nothing is held or unsent for it but the refusal that closes it).
+    private func owner(of c: Conn) -> String {
+        if let owner = c.owner { return owner }
+        guard let member = relay.member(of: c.id) else { return "" }
+        c.owner = member
+        return member
+    }
+
+    /// Counts the replies held for the connection for its member and in all.
+    func countHeld(_ c: Conn) {
+        let delta = c.unreleased - c.heldCounted
         guard delta != 0 else { return }
-        if c.owedOwner == nil { c.owedOwner = relay.member(of: c.id) ?? "" }
-        c.owedCounted = c.owed
-        totalOwed += delta
-        if let owner = c.owedOwner, !owner.isEmpty {
-            let now = memberOwed[owner, default: 0] + delta
-            memberOwed[owner] = now == 0 ? nil : now
-        }
+        c.heldCounted = c.unreleased
+        held.add(delta, for: owner(of: c))
     }
 
     /// Writes what was queued for each connection touched since the last call.
@@ -229,13 +230,15 @@ extension RelayServer {
     /// holds a frame's worth (`inputPauseBytes` when paused, if more): what it sends is seen
     /// (it is not silent), and what it holds is bounded.
     private func holdsEnoughInput(_ c: Conn) -> Bool {
-        if !c.greeted && c.decoder.bufferedCount > Self.helloBytes && handshakeInput >= config.maxHandshakeInputBytes { return true }
+        if !c.greeted && c.decoder.bufferedCount > Self.helloBytes && handshakeInput - c.handshakeCounted >= config.maxHandshakeInputBytes {
+            return true
+        }
         if c.inputPaused { return c.decoder.bufferedCount > max(coreConfig.maxFrameBytes, inputPauseBytes) }
         return c.decoder.bufferedCount > coreConfig.maxFrameBytes && relay.isReplaying(c.id)
     }
 
-    /// More than any hello needs: what a connection that has not said one may hold when
-    /// those together hold `maxHandshakeInputBytes`.
+    /// More than any hello needs: what a connection that has not said one may hold (and a
+    /// read more) when the others together hold `maxHandshakeInputBytes`.
     static let helloBytes = 64 << 10
 
     /// Counts what a connection holds while it has not completed `hello` (nothing after).
@@ -296,7 +299,6 @@ extension RelayServer {
             break
         }
         c.repliesSent()
-        countOwed(c)
         if c.outStart == c.out.count {
             c.out.removeAll(keepingCapacity: c.out.capacity <= 65536)
             c.outStart = 0
@@ -321,23 +323,17 @@ extension RelayServer {
     func count(_ c: Conn) {
         let delta = c.pendingBytes - c.counted
         guard delta != 0 else { return }
-        if c.owner == nil { c.owner = relay.member(of: c.id) ?? "" }
         c.counted = c.pendingBytes
-        totalBacklog += delta
-        if let owner = c.owner, !owner.isEmpty {
-            let now = memberBacklog[owner, default: 0] + delta
-            memberBacklog[owner] = now == 0 ? nil : now
-        }
+        unsent.add(delta, for: owner(of: c))
     }
 
     /// Why a connection that still holds unsent bytes holds too many, if it does.
     private func tooMuchUnsent(_ c: Conn) -> String? {
         guard c.pendingBytes > 0 else { return nil }
         if c.pendingBytes > config.maxOutputBytes { return "" }
-        if let owner = c.owner, let held = memberBacklog[owner], held > config.maxMemberOutputBytes {
-            return ", and \(owner)'s connections \(held) together"
-        }
-        if totalBacklog > config.maxTotalOutputBytes { return ", and all connections \(totalBacklog) together" }
+        let owner = owner(of: c)
+        if unsent[owner] > config.maxMemberOutputBytes { return ", and \(owner)'s connections \(unsent[owner]) together" }
+        if unsent.total > config.maxTotalOutputBytes { return ", and all connections \(unsent.total) together" }
         return nil
     }
 
@@ -357,12 +353,8 @@ extension RelayServer {
         c.out = []
         c.outStart = 0
         count(c)
-        // Nothing more is owed to it: its replies held for a commit are dropped at the dispatch.
-        c.unreleased = 0
-        c.repliesUnsent = []
-        c.repliesUnsentHead = 0
-        c.repliesUnsentBytes = 0
-        countOwed(c)
+        c.unreleased = 0  // its replies held for a commit are dropped at the dispatch
+        countHeld(c)
         handshakeInput -= c.handshakeCounted
         c.handshakeCounted = 0
         handshakeEnded(c)

@@ -81,12 +81,10 @@ public final class RelayServer {
     var pausedInput: [Conn] = []
     var nextID: ConnectionID = 1
     /// Unsent bytes per member, and in all (`Conn.counted`).
-    var memberBacklog: [String: Int] = [:]
-    var totalBacklog = 0
-    /// What connections are owed for their own requests (`Conn.owed`), by member and in
-    /// all: bounded like their unsent bytes, by pausing their requests (`mayTakeRequests`).
-    var memberOwed: [String: Int] = [:]
-    var totalOwed = 0
+    var unsent = Tally()
+    /// Replies held for a commit (`Conn.unreleased`), by member and in all: bounded like
+    /// unsent bytes, by pausing requests (`mayTakeRequests`).
+    var held = Tally()
     /// The bytes connections that have not completed `hello` hold (`Conn.handshakeCounted`).
     var handshakeInput = 0
     /// Connections that have not completed `hello`, of each user other than the relay's own.

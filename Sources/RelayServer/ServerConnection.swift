@@ -30,9 +30,9 @@ extension RelayServer {
         var handshakeCounted = 0
         /// Another user's, counted in `handshaking` until its hello succeeds.
         var handshakingUser: UInt32?
-        /// The member whose session it is, once it holds unsent bytes.
+        /// The member whose session it is, once known.
         var owner: String?
-        /// Its unsent bytes as counted in `memberBacklog` and `totalBacklog`.
+        /// Its unsent bytes as counted in `RelayServer.unsent`.
         var counted = 0
         var pendingBytes: Int { out.count - outStart }
         /// Bytes of replies to its requests not queued in `out` yet (held for a commit).
@@ -52,9 +52,8 @@ extension RelayServer {
         /// (Events from others do not hold its requests back: a guardian behind on questions
         /// still has its answers taken.)
         var owed: Int { unreleased + repliesUnsentBytes }
-        /// Its `owed` as counted in `memberOwed` and `totalOwed`, and for which member.
-        var owedCounted = 0
-        var owedOwner: String?
+        /// Its `unreleased` as counted in `RelayServer.held`.
+        var heldCounted = 0
 
         /// Lets go of the replies now sent.
         func repliesSent() {
@@ -78,5 +77,21 @@ extension RelayServer {
             openedAt = now
             lastHeard = now
         }
+    }
+}
+
+/// Bytes counted by member and in all.
+struct Tally {
+    private(set) var total = 0
+    private var byMember: [String: Int] = [:]
+
+    subscript(member: String) -> Int { byMember[member, default: 0] }
+
+    /// `member` "" (a connection without a session) counts in all only.
+    mutating func add(_ delta: Int, for member: String) {
+        total += delta
+        guard !member.isEmpty else { return }
+        let now = byMember[member, default: 0] + delta
+        byMember[member] = now == 0 ? nil : now
     }
 }
