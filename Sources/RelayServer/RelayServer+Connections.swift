@@ -167,10 +167,10 @@ extension RelayServer {
     /// Whether a connection takes more requests, owed `owedMeanwhile` more than counted:
     /// while it is owed less than `inputPauseBytes`, and the replies held for a commit
     /// (`Conn.unreleased`) of its member's connections together, and of all, come to less
-    /// than the limits on their unsent bytes. Those the unsent bytes' limits count only
-    /// once the commit is done: many connections that send requests and never read would
-    /// otherwise each be held up to `inputPauseBytes` of replies meanwhile. Every commit
-    /// lets go of what it held, so a connection waits for a commit at most.
+    /// than the limits on their unsent bytes. Those limits see a reply only once its commit
+    /// is done: until then, many connections that send requests and never read could each
+    /// be held up to `inputPauseBytes` of replies. Every commit lets go of what it held,
+    /// so a connection waits for one commit at most.
     func mayTakeRequests(_ c: Conn, owedMeanwhile: Int = 0) -> Bool {
         guard c.owed + owedMeanwhile < inputPauseBytes else { return false }
         let uncounted = c.unreleased + owedMeanwhile - c.heldCounted
@@ -260,7 +260,7 @@ extension RelayServer {
         handshaking[user] = left > 0 ? left : nil
     }
 
-    /// Takes up again the requests of connections now owed less than `inputPauseBytes`.
+    /// Takes up again the requests of connections that may take them now (`mayTakeRequests`).
     func resumeInput(now: Timestamp) {
         let waiting = pausedInput
         pausedInput.removeAll()
