@@ -219,7 +219,7 @@ public final class HubConnection: @unchecked Sendable {
                 return s
             }
         }
-        // Another device made it meanwhile (a family's account holds one stream).
+        // Made meanwhile, by another device or another thread (a family's account holds one stream).
         if made != NATS_OK, js_GetStreamInfo(&info, jetStream, stream.name, nil, nil) == NATS_OK {
             jsStreamInfo_Destroy(info)
             return

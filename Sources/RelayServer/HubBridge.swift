@@ -43,8 +43,9 @@ final class HubBridge: @unchecked Sendable {
     /// Held while a connection is being made (by one thread; the other waits), never
     /// together with `condition`, which the loop takes.
     private let linking = NSLock()
-    /// The families whose stream this bridge made or found, and that since worked. Held
-    /// (`ensuring`) through the making, so that the two threads never both make one.
+    /// The families whose stream this bridge made or found, and that since worked; under
+    /// `ensuring`, never held through a call to the hub (the two threads may both make one:
+    /// the second finds it made).
     private var streams: Set<String> = []
     private let ensuring = NSLock()
     /// The hub refused this device's credentials at the last try, and when (monotonic
@@ -210,12 +211,15 @@ final class HubBridge: @unchecked Sendable {
     /// not gone since: `streamMissing`).
     private func ensureStream(_ family: String, on hub: HubConnection) throws(HubError) {
         ensuring.lock()
-        defer { ensuring.unlock() }
-        guard !streams.contains(family) else { return }
+        let known = streams.contains(family)
+        ensuring.unlock()
+        guard !known else { return }
         var stream = HubStream(name: HubNames.stream(family: family), subjects: [HubNames.all(family: family)])
         stream.maxAgeSeconds = retentionSeconds
         try hub.ensureStream(stream)
+        ensuring.lock()
         streams.insert(family)
+        ensuring.unlock()
     }
 
     /// After `error`, a family's stream may be gone from the hub (a hub that lost its
