@@ -174,7 +174,10 @@ extension RelayServer {
     func mayTakeRequests(_ c: Conn, owedMeanwhile: Int = 0) -> Bool {
         guard c.owed + owedMeanwhile < inputPauseBytes else { return false }
         let uncounted = c.unreleased + owedMeanwhile - c.heldCounted
-        return held.total + uncounted < config.maxTotalOutputBytes && held[owner(of: c)] + uncounted < config.maxMemberOutputBytes
+        let total = held.total + uncounted
+        // A member holds no more than all do: its own tally is looked up only when that could matter.
+        return total < config.maxTotalOutputBytes
+            && (total < config.maxMemberOutputBytes || held[owner(of: c)] + uncounted < config.maxMemberOutputBytes)
     }
 
     /// The member whose session the connection is, as counted: "" until its hello succeeds

@@ -35,12 +35,7 @@ final class HubBridgeTests: XCTestCase {
             url: server.url, name: "laptop", credentials: try pair("laptop", NKey.generate(.user)), timeoutMillis: 2000)
         try laptop.ensureStream(HubStream(name: HubNames.stream(family: "smiths"), subjects: [HubNames.all(family: "smiths")]))
 
-        let store = try SQLiteStore(path: dir + "/relay.db")
-        try store.commit([.family("smiths")])
-        let bridge = try HubBridge(
-            url: server.url, credentials: tabletCredentials, device: "tablet", families: ["smiths"], retentionSeconds: 0,
-            outbox: try store.hubOutboxReader(), log: Log(level: .error) { _ in })
-        bridge.start()
+        let bridge = try startTablet(url: server.url, credentials: tabletCredentials, store: dir + "/relay.db")
         defer { bridge.stop() }
         func next(_ body: [UInt8], within seconds: Double) -> HubMessage? {
             let deadline = Date().addingTimeInterval(seconds)
@@ -68,12 +63,7 @@ final class HubBridgeTests: XCTestCase {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let server = try NATSServer()
-        let store = try SQLiteStore(path: dir + "/relay.db")
-        try store.commit([.family("smiths")])
-        let bridge = try HubBridge(
-            url: server.url, credentials: nil, device: "tablet", families: ["smiths"], retentionSeconds: 0,
-            outbox: try store.hubOutboxReader(), log: Log(level: .error) { _ in })
-        bridge.start()
+        let bridge = try startTablet(url: server.url, credentials: nil, store: dir + "/relay.db")
         defer { bridge.stop() }
         let laptop = try HubConnection(url: server.url, name: "laptop", credentials: nil, timeoutMillis: 2000)
         /// Publishes an ask from the laptop (which never makes the stream) until the hub
@@ -99,5 +89,16 @@ final class HubBridgeTests: XCTestCase {
         try FileManager.default.removeItem(at: server.storeDirectory.appendingPathComponent("jetstream"))
         try server.start()
         XCTAssertTrue(readsAsk(2), "the hub lost its store: the bridge made the stream again and reads it")
+    }
+
+    /// The bridge of a device "tablet" whose store (at `store`) holds the family "smiths", started.
+    private func startTablet(url: String, credentials: String?, store path: String) throws -> HubBridge {
+        let store = try SQLiteStore(path: path)
+        try store.commit([.family("smiths")])
+        let bridge = try HubBridge(
+            url: url, credentials: credentials, device: "tablet", families: ["smiths"], retentionSeconds: 0,
+            outbox: try store.hubOutboxReader(), log: Log(level: .error) { _ in })
+        bridge.start()
+        return bridge
     }
 }

@@ -558,13 +558,19 @@ final class WireTests: XCTestCase {
         return written
     }
 
-    func testFullDiskLosesNothingAcknowledged() throws {
+    /// A store made, then opened capped at 40 pages (a disk that fills at once), in a
+    /// directory removed after the test.
+    private func fullDiskStore() throws -> SQLiteStore {
         let dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("prt-full-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: dir) }
+        addTeardownBlock { try? FileManager.default.removeItem(at: dir) }
         let path = dir.appendingPathComponent("relay.db").path
         _ = try SQLiteStore(path: path)
-        let relay = try InProcessRelay(store: try SQLiteStore(path: path, maxPageCount: 40))
+        return try SQLiteStore(path: path, maxPageCount: 40)
+    }
+
+    func testFullDiskLosesNothingAcknowledged() throws {
+        let relay = try InProcessRelay(store: try fullDiskStore())
         defer { relay.stop() }
         let tokens = try relay.provision()
         let c = try relay.connect()
@@ -613,14 +619,9 @@ final class WireTests: XCTestCase {
     /// Space freed on a full disk ends the refusal of new connections at once, not at the
     /// end of its pause.
     func testSpaceFreedOnAFullDiskEndsTheRefusalAtOnce() throws {
-        let dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("prt-room-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: dir) }
-        let path = dir.appendingPathComponent("relay.db").path
-        _ = try SQLiteStore(path: path)
         let space = Mutex(DiskSpace(available: 1 << 30, total: 8 << 30))
         let logged = LoggedLines()
-        let relay = try InProcessRelay(store: try SQLiteStore(path: path, maxPageCount: 40), log: logged.log) { server, _ in
+        let relay = try InProcessRelay(store: try fullDiskStore(), log: logged.log) { server, _ in
             server.dataDirectory = "/data"
             server.diskSpace = { path in path == "/data" ? space.withLock { $0 } : nil }
         }
