@@ -234,6 +234,10 @@ extension RelayServer {
     /// (it is not silent), and what it holds is bounded.
     private func holdsEnoughInput(_ c: Conn) -> Bool {
         if !c.greeted && c.decoder.bufferedCount > Self.helloBytes && handshakeInput - c.handshakeCounted >= config.maxHandshakeInputBytes {
+            if !c.heldForHandshake {
+                c.heldForHandshake = true
+                handshakesHeld.append(c)
+            }
             return true
         }
         if c.inputPaused { return c.decoder.bufferedCount > max(coreConfig.maxFrameBytes, inputPauseBytes) }
@@ -251,8 +255,22 @@ extension RelayServer {
             if c.greeted { handshakeEnded(c) }
         }
         let holds = c.greeted ? 0 : c.decoder.bufferedCount
+        if holds < c.handshakeCounted { handshakeInputFreed = true }
         handshakeInput += holds - c.handshakeCounted
         c.handshakeCounted = holds
+    }
+
+    /// Reads again the connections held back by the pre-hello budget that it now has room
+    /// for: their handshakes go on rather than time out.
+    func rereadHandshakes() {
+        handshakeInputFreed = false
+        let waiting = handshakesHeld
+        handshakesHeld.removeAll()
+        for c in waiting {
+            c.heldForHandshake = false
+            // Those still over the budget are listed again by `setInterest`.
+            if conns[c.id] === c && !c.greeted { setInterest(c) }
+        }
     }
 
     /// The connection is no longer another user's that has not said hello.
@@ -358,6 +376,7 @@ extension RelayServer {
         count(c)
         c.unreleased = 0  // its replies held for a commit are dropped at the dispatch
         countHeld(c)
+        if c.handshakeCounted > 0 { handshakeInputFreed = true }
         handshakeInput -= c.handshakeCounted
         c.handshakeCounted = 0
         handshakeEnded(c)

@@ -92,8 +92,10 @@ extension RelayServer {
             }
             let uid = cs_peer_uid(fd)
             // Another user's connections that have not said hello are bounded: on a socket all
-            // users reach, one user holding them cannot keep every other client out.
-            let foreign = uid > 0 && UInt32(uid) != coreConfig.relayUID ? UInt32(uid) : nil
+            // users reach, one user holding them cannot keep every other client out. Peers
+            // whose user cannot be read are counted together, as one other user ((uid_t)-1 is
+            // no user's).
+            let foreign: UInt32? = uid < 0 ? .max : uid > 0 && UInt32(uid) != coreConfig.relayUID ? UInt32(uid) : nil
             if let foreign, handshaking[foreign, default: 0] >= maxHandshakingPerUser {
                 refuse(fd, "holding \(maxHandshakingPerUser) connections of your user that have not said hello")
                 continue

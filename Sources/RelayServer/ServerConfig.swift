@@ -20,7 +20,7 @@ public struct ServerConfig: Sendable {
     public var handshakeTimeoutSeconds = 5.0
     /// Bytes all connections that have not completed `hello` may have sent, unread,
     /// together: while the others hold that much, one holding more than a hello needs is
-    /// read no further (its handshake times out), so that clients that announce large
+    /// read no further until they hold less (else its handshake times out), so that clients that announce large
     /// frames and never finish them cannot make the relay hold a frame's worth for each.
     public var maxHandshakeInputBytes = 64 << 20
     /// Unsent bytes a connection may hold before it is dropped as a slow consumer.

@@ -28,6 +28,8 @@ extension RelayServer {
         /// Its `hello` succeeded; until then, the bytes it holds as counted in `handshakeInput`.
         var greeted = false
         var handshakeCounted = 0
+        /// Listed in `RelayServer.handshakesHeld`.
+        var heldForHandshake = false
         /// Another user's, counted in `handshaking` until its hello succeeds.
         var handshakingUser: UInt32?
         /// The member whose session it is, once known.

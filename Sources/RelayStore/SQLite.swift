@@ -24,7 +24,9 @@ final class SQLiteDatabase {
     /// The same statements, by the address of their literal SQL.
     private var literals: [(UnsafeRawPointer, OpaquePointer)] = []
 
-    /// SQLite configured once, before its first open: its memory statistics off.
+    /// SQLite configured once, before its first open: its memory statistics off. (Refused
+    /// only once SQLite is initialized, by another user of it in the process: that costs
+    /// speed alone, so the result is not checked.)
     private static let configured: Void = { _ = permission_sqlite_memstatus_off() }()
 
     /// Opens the database at `path`, creating it unless `readOnly`.

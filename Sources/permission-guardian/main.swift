@@ -35,6 +35,7 @@ let usage = """
 
     EXIT STATUS:
       0 success (q in the view), 1 error (one line on stderr says what), 64 usage error,
+      5 answer kept and not confirmed yet: the family's other devices are out of reach,
       130 stopped by Ctrl-C (SIGINT), 143 by SIGTERM
 
     EXAMPLES:
@@ -240,11 +241,12 @@ func perform(_ command: String, _ a: Arguments, _ center: GuardianCenter, _ term
         } catch {
             guard let link = try? await center.familyLink(), !link.connected else { throw error }
             let why = link.trusted ? "the hub is out of reach from this device" : "the family hub no longer trusts this device"
-            throw CLIError.failure(
-                "no word yet from the family's other devices (\(why)): the answer is kept here and counts once the hub has it,"
-                    + " unless another guardian's, or the question's expiry, reached it first"
+            printErr(
+                "permission-guardian: no word yet from the family's other devices (\(why)): the answer is kept here and counts"
+                    + " once the hub has it, unless another guardian's, or the question's expiry, reached it first"
                     + " (`permission-guardian pending` shows whether the question is still open)"
             )
+            return 5
         }
         printOut(
             json

@@ -285,6 +285,15 @@ enum Serve {
             throw CLIError.failure("\(path) is damaged (\(error)): pair this device again (permission-relay device add)")
         }
         guard let family = jwt.family else { throw CLIError.failure("\(path) names no family: pair this device again") }
+        // Another device's credentials copied here would have two relays link as one device.
+        let keyPath = HubPaths.deviceKeyPath(data: data)
+        if let seed = try? String(contentsOfFile: keyPath, encoding: .utf8), let key = try? NKey(seed: seed),
+            key.publicKey != jwt.subject
+        {
+            throw CLIError.failure(
+                "\(path) is \(jwt.name)'s, not this device's (whose key is \(keyPath)): pair this device with its own"
+                    + " (permission-relay device key, device add, then device join) rather than copy another's")
+        }
         if let named, named != jwt.name {
             throw CLIError.usage("this device was paired as \(jwt.name) (\(path)): --device must be that name, or be left out")
         }

@@ -152,6 +152,8 @@ final class CrossDeviceTests: XCTestCase {
         let (child, guardian) = try connect(tablet, laptop, tokens)
         let crossed = try ask(child)
         _ = try guardian.event("question")
+        let unconfirmed = try ask(child)
+        _ = try guardian.event("question")
         func env(_ relay: RelayProcess) -> [String: String] {
             ["PERMISSION_RELAY_SOCKET": relay.socket, "PERMISSION_STATE_DIR": relay.dir.appendingPathComponent("state").path]
         }
@@ -177,16 +179,24 @@ final class CrossDeviceTests: XCTestCase {
         XCTAssertNotNil(text.nextLine(containing: "waiting for the family's other devices"))
         XCTAssertEqual(text.finish(), 0)
 
+        let asGuardian = ["--member", "g0", "--token", tokens[1]["g0"]!]
+        // Not confirmed before the program's 3 s are up: it says so, with a status of its own.
+        let kept = try ProgramRun(
+            "permission-guardian", ["answer", unconfirmed, "decline"] + asGuardian, env: env(laptop), stderrInLines: true)
+        XCTAssertNotNil(kept.nextLine(containing: "the answer is kept here and counts once the hub has it"), "\(kept.lines)")
+        XCTAssertEqual(kept.finish(), 5)
         let answer = try ProgramRun(
-            "permission-guardian", ["answer", crossed, "approve", "--member", "g0", "--token", tokens[1]["g0"]!], env: env(laptop),
-            stderrInLines: true)
+            "permission-guardian", ["answer", crossed, "approve"] + asGuardian, env: env(laptop), stderrInLines: true)
         let stop = answer.stopAfter(seconds: 60)
         defer { stop.cancel() }
         XCTAssertNotNil(answer.nextLine(containing: "waiting for the family's other devices: the hub is out of reach"), "\(answer.lines)")
         try hub.start()
         XCTAssertNotNil(answer.nextLine(containing: "answered \(crossed) with approve"))
         XCTAssertEqual(answer.finish(), 0)
-        XCTAssertEqual(try child.event("response")["guardian"]?.string, "g0")
+        // The kept answer counts too, once the hub is back.
+        let responses = try [child.event("response"), child.event("response")]
+        XCTAssertEqual(Set(responses.compactMap { $0["question"]?["id"]?.string }), [crossed, unconfirmed])
+        XCTAssertEqual(responses.map { $0["guardian"]?.string }, ["g0", "g0"])
     }
 
     /// The laptop's relay is killed as its guardian answers, the tablet's as the answer

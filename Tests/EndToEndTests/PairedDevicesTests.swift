@@ -156,5 +156,15 @@ final class PairedDevicesTests: XCTestCase {
         let log = try String(contentsOf: keyed.logFile, encoding: .utf8)
         XCTAssertTrue(log.contains("hub.creds is missing") && log.contains("pair it again"), log)
         XCTAssertEqual(keyed.terminate(), 0)
+
+        // Another device's credentials copied in beside this device's key: refused, with what to do.
+        let other = try NKey.generate(.user)
+        let names = HubFamilyNames(stream: "s", subjects: "s.>", consumer: "c")
+        let jwt = try HubKeys(directory: dir + "/keys").addDevice("laptop", publicKey: other.publicKey, family: "f0", names: names) { _ in }
+        try HubKeys.writePrivate(keyed.data + "/hub.creds", HubCredentials.text(jwt: jwt, seed: other))
+        let serve = [relayBinary, "serve", "--data", keyed.data, "--socket", dir + "/s.sock", "--hub", "nats://127.0.0.1:1"]
+        let (copied, refusal) = runToEnd(process(["/usr/bin/timeout", "10"] + serve, environment: [:]))  // not left serving
+        XCTAssertEqual(copied, 1)
+        XCTAssertTrue(refusal.contains("hub.creds is laptop's, not this device's") && refusal.contains("device join"), refusal)
     }
 }
