@@ -126,6 +126,16 @@ public final class AskCenter: Sendable {
         /// Events given to streams: how many of those streams are not done with each, and
         /// whether a loop had it. Processed once none is left.
         var outstanding: [Int64: (event: JSONObject, streams: Int, handed: Bool)] = [:]
+        /// Awaited questions whose response or closing came through the stream in this run,
+        /// and those recovered in it (`recover`): neither is recovered (again).
+        var closedHere: Set<String> = []
+        var recovered: Set<String> = []
+        /// The next seq for a recovered closing: below 1, never one of the stream's.
+        var nextRecovered: Int64 = 0
+        /// The relay is being asked how the awaited questions stand (`checkAwaited`); and
+        /// another welcome came meanwhile, so it is asked again once that is done.
+        var checking = false
+        var checkAgain = false
     }
 
     /// A center for an explicit identity.
@@ -143,7 +153,8 @@ public final class AskCenter: Sendable {
         let box = WeakBox<AskCenter>()
         session = MemberSession(
             configuration: configuration, setup: { box.value?.subscribeFrame.map { [$0] } ?? [] },
-            onEvent: { e in box.value?.handle(e) }, onEnd: { box.value?.end() })
+            onWelcome: { _ in box.value?.checkAwaitedIfUnsure() }, onEvent: { e in box.value?.handle(e) },
+            onEnd: { box.value?.end() })
         box.value = self
         session.start()  // only now can an event reach `handle`
     }
@@ -183,6 +194,7 @@ public final class AskCenter: Sendable {
         }
         register([Topic.id])  // the response must reach this session, in this run or a later one
         let r = try await call(["type": "ask", "question": wire])
+        if r["status"]?.string == "pending" { progress.awaitClosing(of: question.id.uuidString) }
         return AskReceipt(
             questionID: r["questionId"]?.string.flatMap(UUID.init(uuidString:)) ?? question.id,
             status: r["status"]?.string ?? "pending", attempt: Int(r["attempt"]?.int ?? 1),
@@ -299,7 +311,7 @@ public final class AskCenter: Sendable {
                 return nil
             }
             // Processed before the lock is let go: a replay of it coming meanwhile is not handed again.
-            return session.progress.markDone(seq)
+            return session.progress.markDone(seq, closing: Self.closedQuestion(of: o.event))
         }
         if let mark { session.acknowledge(mark) }
     }
@@ -418,15 +430,8 @@ public final class AskCenter: Sendable {
             // Replayed after a reconnect while the app still has it, or while it waits for a
             // stream: it is handed once (again only to an app restarted before it was done).
             guard h.outstanding[seq] == nil, h.held[seq] == nil else { return [] }
-            let list =
-                type == "response"
-                ? (h.responseConsumers[Self.topicKind(of: e) ?? ""]?.values).map(Array.init) ?? [] : Array(h.outcomeConsumers.values)
-            guard !list.isEmpty else {
-                h.held[seq] = e
-                return []
-            }
-            h.outstanding[seq] = (e, list.count, false)
-            return list
+            if let q = Self.closedQuestion(of: e), progress.awaiting.contains(q) { h.closedHere.insert(q) }
+            return give(seq, e, &h)
         }
         for c in consumers {
             let taken = c.take(seq, e)
@@ -434,16 +439,133 @@ public final class AskCenter: Sendable {
         }
     }
 
+    /// Lists a response or outcome for the app's open streams of it (returned: each is to
+    /// be given it), or holds it for the first that opens.
+    private func give(_ seq: Int64, _ e: JSONObject, _ h: inout Hub) -> [EventConsumer] {
+        let list =
+            e["type"]?.string == "response"
+            ? (h.responseConsumers[Self.topicKind(of: e) ?? ""]?.values).map(Array.init) ?? [] : Array(h.outcomeConsumers.values)
+        guard !list.isEmpty else {
+            h.held[seq] = e
+            return []
+        }
+        h.outstanding[seq] = (e, list.count, false)
+        return list
+    }
+
+    /// The question a response or `questionClosed` closes.
+    private static func closedQuestion(of e: JSONObject) -> String? {
+        (e["questionId"] ?? e["question"]?["id"])?.string.flatMap(UUID.init(uuidString:))?.uuidString
+    }
+
+    /// After a gap (or a relay whose data was reset), until the relay has been asked: starts
+    /// asking how the awaited questions stand.
+    private func checkAwaitedIfUnsure() {
+        guard progress.unsure else { return }
+        let start = hub.withLock { h -> Bool in
+            h.checkAgain = h.checking
+            h.checking = true
+            return !h.checkAgain
+        }
+        guard start else { return }
+        Task {
+            repeat {
+                await checkAwaited()
+            } while hub.withLock { h in
+                (h.checking, h.checkAgain) = (h.checkAgain, false)
+                return h.checking
+            }
+        }
+    }
+
+    /// Asks the relay for this child's questions until every awaited one is listed, and
+    /// recovers the response or closing of those finished whose event the stream did not
+    /// bring in this run: a gap dropped it, or an earlier run recovered it and stopped
+    /// before its loop was done with it. Those the relay no longer has are awaited no more.
+    /// A failure leaves it to the next welcome.
+    private func checkAwaited() async {
+        let awaited = progress.awaiting
+        guard !awaited.isEmpty else { return progress.checked(gone: [], sure: true) }
+        var listed = 0
+        let want = Set(awaited)
+        let questions: [JSON]
+        do {
+            // Newest first: the awaited ones are among the newest, as a rule.
+            questions = try await session.list(["type": "questions"]) { q in
+                if let id = Self.closedQuestion(of: ["question": q]), want.contains(id) { listed += 1 }
+                return listed == want.count
+            }
+        } catch {
+            return
+        }
+        var byID: [String: JSON] = [:]
+        for q in questions {
+            if let id = Self.closedQuestion(of: ["question": q]), want.contains(id) { byID[id] = q }
+        }
+        var sure = true
+        for id in awaited {
+            guard let q = byID[id], let e = Self.closing(of: q) else { continue }
+            if !recover(id, e) { sure = false }
+        }
+        progress.checked(gone: want.subtracting(byID.keys), sure: sure)
+    }
+
+    /// Hands the app a closing the stream did not bring, as if it had (under a seq of its
+    /// own); false when it is still to be processed here. Processed, it is awaited no more.
+    private func recover(_ question: String, _ e: JSONObject) -> Bool {
+        var seq: Int64 = 0
+        let consumers = hub.withLock { h -> [EventConsumer]? in
+            guard progress.awaiting.contains(question), !h.closedHere.contains(question), !h.recovered.contains(question) else {
+                return nil
+            }
+            h.recovered.insert(question)
+            seq = h.nextRecovered
+            h.nextRecovered -= 1
+            return give(seq, e, &h)
+        }
+        guard let consumers else {
+            // Not to be recovered: processed, brought by the stream, or recovered and in hand.
+            return hub.withLock { h in !(h.recovered.contains(question) && progress.awaiting.contains(question)) }
+        }
+        for c in consumers {
+            let taken = c.take(seq, e)
+            if taken != .given { settled(seq, handed: taken == .unreadable) }
+        }
+        return false
+    }
+
+    /// The event that closed a finished question, as the stream brings it: a `response`, or
+    /// a `questionClosed` when it was cancelled or expired; nil while it is pending.
+    private static func closing(of q: JSON) -> JSONObject? {
+        guard let id = q["id"] else { return nil }
+        switch q["status"]?.string {
+        case "answered":
+            guard let o = q["outcome"], let choice = o["choice"] else { return nil }
+            var e: JSONObject = ["type": "response", "question": q, "choice": choice]
+            if let guardian = o["guardian"] { e["guardian"] = guardian }
+            if let at = o["answeredAt"] { e["answeredAt"] = at }
+            return e
+        case "cancelled":
+            return ["type": "questionClosed", "questionId": id, "reason": "cancelled"]
+        case "expired":
+            var e: JSONObject = ["type": "questionClosed", "questionId": id, "reason": "expired"]
+            if let choice = q["choices"]?.array?.first(where: { $0["id"] == q["defaultChoice"] }) { e["defaultChoice"] = choice }
+            return e
+        default:
+            return nil
+        }
+    }
+
     /// Held outcomes are processed when the center closes unless this app (in any run)
     /// asked for outcomes: an app that never does must not hold its stream back for ever.
     private func releaseUnwantedOutcomes() {
         guard !progress.usesOutcomes else { return }
-        let outcomes = hub.withLock { h -> [Int64] in
-            let seqs = h.held.filter { $0.value["type"]?.string == "questionClosed" }.map(\.key)
-            for seq in seqs { h.held[seq] = nil }
-            return seqs.sorted()
+        let outcomes = hub.withLock { h -> [(Int64, String?)] in
+            let held = h.held.filter { $0.value["type"]?.string == "questionClosed" }
+            for seq in held.keys { h.held[seq] = nil }
+            return held.map { ($0.key, Self.closedQuestion(of: $0.value)) }.sorted { $0.0 < $1.0 }
         }
-        for seq in outcomes { session.done(seq) }
+        for (seq, question) in outcomes { session.done(seq, closing: question) }
     }
 }
 

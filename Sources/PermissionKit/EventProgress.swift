@@ -11,6 +11,10 @@
 // events in order with no hole after the first (§6), so a seq below the highest received
 // that never came will not come: the mark passes it once everything received below it is
 // processed.
+//
+// The file also keeps the questions asked here whose response (or closing) this app has
+// not processed, and whether a gap may have taken some of those: `AskCenter` then asks
+// the relay how they stand.
 
 import Foundation
 import RelayProtocol
@@ -22,6 +26,10 @@ final class EventProgress: Sendable {
         var above: Set<Int64>
         var topics: Set<String>
         var outcomes: Bool
+        /// Questions asked here whose response or closing is not processed yet, oldest first.
+        var awaiting: [String]
+        /// A gap may have dropped the response or closing of one of `awaiting`.
+        var unsure: Bool
         /// Received in this run and not processed yet.
         var open: Set<Int64> = []
         /// The highest seq received in this run.
@@ -37,13 +45,47 @@ final class EventProgress: Sendable {
         var above: Set<Int64> = []
         var topics: Set<String> = []
         var outcomes = false
+        var awaiting: [String] = []
+        var unsure = false
         if let path, let data = FileManager.default.contents(atPath: path), let j = try? JSON.parse(Array(data)) {
             mark = j["seq"]?.int
             above = Set((j["above"]?.array ?? []).compactMap(\.int))
             topics = Set((j["topics"]?.array ?? []).compactMap(\.string))
             outcomes = j["outcomes"]?.bool ?? false
+            awaiting = (j["awaiting"]?.array ?? []).compactMap(\.string)
+            unsure = j["unsure"]?.bool ?? false
         }
-        state = Mutex(State(mark: mark, above: above, topics: topics, outcomes: outcomes))
+        state = Mutex(State(mark: mark, above: above, topics: topics, outcomes: outcomes, awaiting: awaiting, unsure: unsure))
+    }
+
+    /// The most questions whose closing is awaited: past it, the oldest are no longer
+    /// followed (the relay holds far fewer pending per child).
+    static let maxAwaited = 1024
+
+    /// The questions asked here whose response or closing is not processed yet.
+    var awaiting: [String] { state.withLock { $0.awaiting } }
+
+    /// Whether a gap may have taken the closing of a question in `awaiting`.
+    var unsure: Bool { state.withLock { $0.unsure } }
+
+    /// Notes a question asked here and pending: its response or closing is awaited.
+    func awaitClosing(of question: String) {
+        state.withLock { s in
+            guard !s.awaiting.contains(question) else { return }
+            s.awaiting.append(question)
+            s.awaiting.removeFirst(max(0, s.awaiting.count - Self.maxAwaited))
+            save(s)
+        }
+    }
+
+    /// The relay was asked how the awaited questions stand: those it no longer has are
+    /// not awaited any more; `sure` when no closing is left to hand but through the stream.
+    func checked(gone: Set<String>, sure: Bool) {
+        state.withLock { s in
+            s.awaiting.removeAll { gone.contains($0) }
+            s.unsure = !sure && !s.awaiting.isEmpty
+            save(s)
+        }
     }
 
     /// The highest seq up to which everything is processed (for `resume` and `ack`).
@@ -85,6 +127,7 @@ final class EventProgress: Sendable {
         state.withLock { s in
             if s.mark == nil || s.mark! > head {
                 (s.mark, s.above, s.open, s.highest) = (cursor, [], [], nil)
+                s.unsure = !s.awaiting.isEmpty  // a relay whose data was reset: what it has is to be seen
                 save(s)  // a run that processes nothing still resumes from here if the relay forgets the session
                 return
             }
@@ -98,6 +141,7 @@ final class EventProgress: Sendable {
                 s.mark = cursor
                 s.above = s.above.filter { $0 > cursor }
                 s.open = s.open.filter { $0 > cursor }
+                s.unsure = s.unsure || !s.awaiting.isEmpty
                 save(s)
             }
         }
@@ -124,15 +168,21 @@ final class EventProgress: Sendable {
         state.withLock { s in (s.mark.map { seq <= $0 } ?? false) || s.above.contains(seq) }
     }
 
-    /// Records `seq` as processed; returns the mark when it moved (to ack it): up to the
-    /// first seq received and not processed yet, or to the highest received when there is
-    /// none (what did not come below it will not).
+    /// Records `seq` as processed, and with it the closing of `question` (no longer
+    /// awaited); returns the mark when it moved (to ack it): up to the first seq received and
+    /// not processed yet, or to the highest received when there is none (what did not come
+    /// below it will not). A seq below 1 is of a closing recovered after a gap, not of the stream.
     @discardableResult
-    func markDone(_ seq: Int64) -> Int64? {
+    func markDone(_ seq: Int64, closing question: String? = nil) -> Int64? {
         state.withLock { s in
+            let awaited = question.map { q in s.awaiting.contains(q) } ?? false
+            if awaited { s.awaiting.removeAll { $0 == question } }
             let before = s.mark ?? (seq - 1)
             s.open.remove(seq)
-            guard seq > before else { return nil }
+            guard seq > before, seq > 0 else {
+                if awaited { save(s) }
+                return nil
+            }
             s.above.insert(seq)
             let highest = max(s.highest ?? seq, seq)
             var mark = max(before, s.open.min().map { $0 - 1 } ?? highest)  // all open ones are above the mark
@@ -155,6 +205,8 @@ final class EventProgress: Sendable {
         ]
         if let mark = s.mark { o["seq"] = .int(mark) }
         if s.outcomes { o["outcomes"] = true }
+        if !s.awaiting.isEmpty { o["awaiting"] = .array(s.awaiting.map { .string($0) }) }
+        if s.unsure { o["unsure"] = true }
         let j: JSON = .object(o)
         let dir = (path as NSString).deletingLastPathComponent
         try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])

@@ -110,9 +110,10 @@ final class MemberSession: Sendable {
     /// Sends a frame without waiting for its reply (e.g. a grown subscription).
     func sendLater(_ frame: JSONObject) { connection?.sendLater(frame) }
 
-    /// Records `seq` as processed and acknowledges what that completes.
-    func done(_ seq: Int64) {
-        if let mark = progress.markDone(seq) { acknowledge(mark) }
+    /// Records `seq` as processed (the closing of `question`, if given) and acknowledges
+    /// what that completes.
+    func done(_ seq: Int64, closing question: String? = nil) {
+        if let mark = progress.markDone(seq, closing: question) { acknowledge(mark) }
     }
 
     /// Acknowledges everything up to `mark` (`progress` says it is processed).

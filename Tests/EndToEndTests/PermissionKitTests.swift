@@ -675,6 +675,43 @@ final class PermissionKitTests: XCTestCase {
         try await expectOnlyANewResponse(third, guardian: guardian, "nothing already processed comes again")
     }
 
+    /// What the relay dropped while the app was away (here, past a retention of a second)
+    /// leaves a gap in its stream: the app still gets the response to one question and the
+    /// closing of another it asked, from the relay's record of them, and once only.
+    func testAResponseDroppedWhileTheAppWasAwayStillReachesItOnce() async throws {
+        let relay = try RelayProcess(flags: ["--retention-seconds", "1"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let (answered, cancelled) = (contact(), contact())
+        try await askAndStop(answered, relay, tokens, state: state)
+        try await askAndStop(cancelled, relay, tokens, state: state)
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        try await guardian.answer(answered.id, with: "decline")
+        let other = AskCenter(configuration: config(relay, "c0", tokens, session: "other"))  // another app of the child
+        try await other.cancel(questionID: cancelled.id)
+        await other.close()
+        // Until the child's stream has dropped both: a session that resumes from its start is told of a gap.
+        let deadline = Date().addingTimeInterval(30)
+        while try relay.connect().hello("c0", tokens["c0"]!, session: "probe", resume: 0)["gap"]?.bool != true {
+            guard Date() < deadline else { return XCTFail("the relay kept the events past their retention") }
+            usleep(100_000)
+        }
+
+        let again = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        // Each loop ends with what it was handed: that is processed.
+        let r = await firstElement(of: again.responses(for: CommunicationTopic.self), within: .seconds(10))
+        XCTAssertEqual(r?.question.id, answered.id)
+        XCTAssertEqual(r?.choice, .decline)
+        XCTAssertEqual(r?.guardian, "g0")
+        let o = await firstElement(of: again.outcomes(), within: .seconds(10))
+        XCTAssertEqual(o?.questionID, cancelled.id)
+        XCTAssertEqual(o?.reason, .cancelled)
+        await again.close()
+        let third = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        try await expectOnlyANewResponse(third, guardian: guardian, "nothing recovered comes again")
+    }
+
     /// An app whose session the relay forgot (here, past `--max-sessions-per-member`) is a new
     /// session when it comes back; its hello names its topics, so its replay still has its responses.
     func testAnAppWhoseSessionTheRelayForgotStillGetsItsResponse() async throws {

@@ -48,6 +48,34 @@ final class EventProgressTests: XCTestCase {
         XCTAssertEqual(EventProgress(path: path).mark, 8, "as stored for the next run")
     }
 
+    /// A question asked here is awaited until its closing is processed, across runs; a gap
+    /// makes the app unsure of it until the relay has been asked; a closing recovered then
+    /// (a seq below 1) is processed without moving the mark.
+    func testAnAwaitedQuestionOutlivesAGapUntilItsClosingIsProcessed() {
+        let path = stateFile()
+        let first = EventProgress(path: path)
+        first.welcome(head: 3, cursor: 3, gap: false)
+        first.awaitClosing(of: "Q")
+        XCTAssertFalse(first.unsure)
+        first.welcome(head: 9, cursor: 8, gap: true)
+        let next = EventProgress(path: path)
+        XCTAssertEqual(next.awaiting, ["Q"])
+        XCTAssertTrue(next.unsure, "as stored for the next run")
+        XCTAssertNil(next.markDone(-1, closing: "Q"))
+        XCTAssertEqual(next.mark, 8)
+        XCTAssertEqual(EventProgress(path: path).awaiting, [])
+        next.checked(gone: [], sure: false)
+        XCTAssertFalse(EventProgress(path: path).unsure, "nothing is awaited any more")
+        next.awaitClosing(of: "R")
+        next.awaitClosing(of: "S")
+        next.checked(gone: ["R"], sure: false)
+        XCTAssertEqual(EventProgress(path: path).awaiting, ["S"], "the relay no longer has R")
+        XCTAssertTrue(EventProgress(path: path).unsure)
+        next.received(9)
+        XCTAssertEqual(next.markDone(9, closing: "S"), 9)
+        XCTAssertEqual(EventProgress(path: path).awaiting, [])
+    }
+
     /// What a run processed above an event still open is kept for the next run, and the mark
     /// of the next run passes it once the open one is done.
     func testProcessedAboveTheMarkSurvivesARestart() {
