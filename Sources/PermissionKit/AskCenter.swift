@@ -193,8 +193,23 @@ public final class AskCenter: Sendable {
             throw session.failed(AskError.invalidQuestion, .relay(code: "invalidQuestion", message: why))
         }
         register([Topic.id])  // the response must reach this session, in this run or a later one
-        let r = try await call(["type": "ask", "question": wire])
-        if r["status"]?.string == "pending" { progress.awaitClosing(of: question.id.uuidString) }
+        // Awaited from before it is sent: its response may come before the reply does.
+        let id = question.id.uuidString
+        if session.durable {
+            hub.withLock { h in
+                h.closedHere.remove(id)  // asked again after it closed: a new closing to await
+                h.recovered.remove(id)
+                progress.awaitClosing(of: id)
+            }
+        }
+        let r: JSONObject
+        do {
+            r = try await call(["type": "ask", "question": wire])
+        } catch let e as RelayError {
+            progress.stopAwaiting(id)  // refused: not stored
+            throw e
+        }
+        if r["status"]?.string != "pending" { progress.stopAwaiting(id) }
         return AskReceipt(
             questionID: r["questionId"]?.string.flatMap(UUID.init(uuidString:)) ?? question.id,
             status: r["status"]?.string ?? "pending", attempt: Int(r["attempt"]?.int ?? 1),
@@ -426,13 +441,17 @@ public final class AskCenter: Sendable {
         let type = e["type"]?.string
         guard type == "response" || type == "questionClosed" else { return session.done(seq) }
         if type == "questionClosed" && QuestionOutcome(event: e) == nil { return session.done(seq) }
-        let consumers = hub.withLock { h -> [EventConsumer] in
+        let consumers = hub.withLock { h -> [EventConsumer]? in
             // Replayed after a reconnect while the app still has it, or while it waits for a
             // stream: it is handed once (again only to an app restarted before it was done).
             guard h.outstanding[seq] == nil, h.held[seq] == nil else { return [] }
-            if let q = Self.closedQuestion(of: e), progress.awaiting.contains(q) { h.closedHere.insert(q) }
+            if let q = Self.closedQuestion(of: e) {
+                if h.recovered.contains(q) { return nil }  // handed already, recovered after a gap
+                if progress.awaiting.contains(q) { h.closedHere.insert(q) }
+            }
             return give(seq, e, &h)
         }
+        guard let consumers else { return session.done(seq) }
         for c in consumers {
             let taken = c.take(seq, e)
             if taken != .given { settled(seq, handed: taken == .unreadable) }
@@ -484,8 +503,9 @@ public final class AskCenter: Sendable {
     /// before its loop was done with it. Those the relay no longer has are awaited no more.
     /// A failure leaves it to the next welcome.
     private func checkAwaited() async {
+        let gaps = progress.gaps
         let awaited = progress.awaiting
-        guard !awaited.isEmpty else { return progress.checked(gone: [], sure: true) }
+        guard !awaited.isEmpty else { return progress.checked(gone: [], sure: true, gaps: gaps) }
         var listed = 0
         let want = Set(awaited)
         let questions: [JSON]
@@ -507,11 +527,11 @@ public final class AskCenter: Sendable {
             guard let q = byID[id], let e = Self.closing(of: q) else { continue }
             if !recover(id, e) { sure = false }
         }
-        progress.checked(gone: want.subtracting(byID.keys), sure: sure)
+        progress.checked(gone: want.subtracting(byID.keys), sure: sure, gaps: gaps)
     }
 
     /// Hands the app a closing the stream did not bring, as if it had (under a seq of its
-    /// own); false when it is still to be processed here. Processed, it is awaited no more.
+    /// own); true once it is processed (it is then awaited no more).
     private func recover(_ question: String, _ e: JSONObject) -> Bool {
         var seq: Int64 = 0
         let consumers = hub.withLock { h -> [EventConsumer]? in
@@ -523,10 +543,9 @@ public final class AskCenter: Sendable {
             h.nextRecovered -= 1
             return give(seq, e, &h)
         }
-        guard let consumers else {
-            // Not to be recovered: processed, brought by the stream, or recovered and in hand.
-            return hub.withLock { h in !(h.recovered.contains(question) && progress.awaiting.contains(question)) }
-        }
+        // Not to be recovered (processed, brought by the stream, or recovered and in hand):
+        // sure only once processed, for the stream may drop what it brought before then.
+        guard let consumers else { return !progress.awaiting.contains(question) }
         for c in consumers {
             let taken = c.take(seq, e)
             if taken != .given { settled(seq, handed: taken == .unreadable) }

@@ -30,6 +30,8 @@ final class EventProgress: Sendable {
         var awaiting: [String]
         /// A gap may have dropped the response or closing of one of `awaiting`.
         var unsure: Bool
+        /// Gaps (and resets) seen in this run: a check begun before the last one is not the last word.
+        var gaps = 0
         /// Received in this run and not processed yet.
         var open: Set<Int64> = []
         /// The highest seq received in this run.
@@ -68,7 +70,10 @@ final class EventProgress: Sendable {
     /// Whether a gap may have taken the closing of a question in `awaiting`.
     var unsure: Bool { state.withLock { $0.unsure } }
 
-    /// Notes a question asked here and pending: its response or closing is awaited.
+    /// The gaps (and resets) this run has seen, for `checked`.
+    var gaps: Int { state.withLock { $0.gaps } }
+
+    /// Notes a question about to be asked here: its response or closing is awaited.
     func awaitClosing(of question: String) {
         state.withLock { s in
             guard !s.awaiting.contains(question) else { return }
@@ -78,12 +83,22 @@ final class EventProgress: Sendable {
         }
     }
 
-    /// The relay was asked how the awaited questions stand: those it no longer has are
-    /// not awaited any more; `sure` when no closing is left to hand but through the stream.
-    func checked(gone: Set<String>, sure: Bool) {
+    /// A question asked that the relay did not take, or that is not pending: not awaited.
+    func stopAwaiting(_ question: String) {
+        state.withLock { s in
+            guard let i = s.awaiting.firstIndex(of: question) else { return }
+            s.awaiting.remove(at: i)
+            save(s)
+        }
+    }
+
+    /// The relay was asked, after `gaps` gaps, how the awaited questions stand: those it no
+    /// longer has are not awaited any more; `sure` when every awaited one that finished has
+    /// had its closing processed. Unsure still after a later gap.
+    func checked(gone: Set<String>, sure: Bool, gaps: Int) {
         state.withLock { s in
             s.awaiting.removeAll { gone.contains($0) }
-            s.unsure = !sure && !s.awaiting.isEmpty
+            s.unsure = !s.awaiting.isEmpty && (!sure || s.gaps != gaps)
             save(s)
         }
     }
@@ -127,7 +142,10 @@ final class EventProgress: Sendable {
         state.withLock { s in
             if s.mark == nil || s.mark! > head {
                 (s.mark, s.above, s.open, s.highest) = (cursor, [], [], nil)
-                s.unsure = !s.awaiting.isEmpty  // a relay whose data was reset: what it has is to be seen
+                if !s.awaiting.isEmpty {  // a relay whose data was reset: what it has is to be seen
+                    s.unsure = true
+                    s.gaps += 1
+                }
                 save(s)  // a run that processes nothing still resumes from here if the relay forgets the session
                 return
             }
@@ -141,7 +159,10 @@ final class EventProgress: Sendable {
                 s.mark = cursor
                 s.above = s.above.filter { $0 > cursor }
                 s.open = s.open.filter { $0 > cursor }
-                s.unsure = s.unsure || !s.awaiting.isEmpty
+                if !s.awaiting.isEmpty {
+                    s.unsure = true
+                    s.gaps += 1
+                }
                 save(s)
             }
         }

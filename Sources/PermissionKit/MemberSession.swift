@@ -16,6 +16,8 @@ final class MemberSession: Sendable {
     /// This copy's hold on its default session, let go when the center closes.
     private let claim: SessionClaim?
     let progress: EventProgress
+    /// A durable session: its stream is replayed from where the app left it.
+    let durable: Bool
 
     /// `setup` gives the frames to send after every hello; `onWelcome` and `onEvent` run on
     /// the connection's thread, the latter for every event in stream order; `onEnd` runs once
@@ -30,6 +32,7 @@ final class MemberSession: Sendable {
         if let c = config, c.sessionPerCopy { (config, claim) = SessionClaim.take(c) } else { claim = nil }
         let progress = EventProgress(path: config?.stateFile)
         self.progress = progress
+        durable = config?.session != nil
         self.onEnd = onEnd
         if case .failure(let why) = configuration { unconfigured = why } else { unconfigured = nil }
         connection = config.map {

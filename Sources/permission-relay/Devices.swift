@@ -162,7 +162,7 @@ struct HubCommand: Sendable {
             }
             if let own {
                 try HubPaths.join(device, key: own, data: data)
-                printOut("paired this device as \(name) of family \(family); start its relay with --hub")
+                printOut("paired this device as \(name) of family \(family); \(HubPaths.takenBy)")
             } else {
                 printOut(
                     """
@@ -207,9 +207,7 @@ struct HubCommand: Sendable {
                 )
             }
             try HubPaths.join(jwt, key: key, data: data)
-            printOut(
-                "joined family \(family) as \(jwt.name); a relay already linked as this device takes it at once, any other"
-                    + " when started with --hub")
+            printOut("joined family \(family) as \(jwt.name); \(HubPaths.takenBy)")
         })
 
     static let remove = HubCommand(
@@ -368,6 +366,9 @@ enum HubPaths {
 
     /// The device's credentials for its hub, where `serve --hub` looks for them.
     static func credentials(data: String) -> String { data + "/hub.creds" }
+
+    /// Which relay uses credentials just written, and when.
+    static let takenBy = "a relay already linked as this device takes them at once, any other when started with --hub"
 
     /// Where this device's key is kept.
     static func deviceKeyPath(data: String) -> String { data + "/hub-device.nk" }

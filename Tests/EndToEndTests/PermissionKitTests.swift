@@ -691,12 +691,7 @@ final class PermissionKitTests: XCTestCase {
         let other = AskCenter(configuration: config(relay, "c0", tokens, session: "other"))  // another app of the child
         try await other.cancel(questionID: cancelled.id)
         await other.close()
-        // Until the child's stream has dropped both: a session that resumes from its start is told of a gap.
-        let deadline = Date().addingTimeInterval(30)
-        while try relay.connect().hello("c0", tokens["c0"]!, session: "probe", resume: 0)["gap"]?.bool != true {
-            guard Date() < deadline else { return XCTFail("the relay kept the events past their retention") }
-            usleep(100_000)
-        }
+        try awaitEverythingDropped(relay, tokens)
 
         let again = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         // Each loop ends with what it was handed: that is processed.
@@ -709,7 +704,80 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(o?.reason, .cancelled)
         await again.close()
         let third = AskCenter(configuration: config(relay, "c0", tokens, state: state))
-        try await expectOnlyANewResponse(third, guardian: guardian, "nothing recovered comes again")
+        try await expectOnlyANewResponse(third, guardian: guardian, "no recovered response comes again")
+        var outcomes = third.outcomes().makeAsyncIterator()
+        let marker = contact()
+        try await third.ask(marker)
+        try await third.cancel(marker)
+        let next = try await next(&outcomes)
+        XCTAssertEqual(next.questionID, marker.id, "no recovered outcome comes again")
+        await third.close()
+    }
+
+    /// Within one run: a response dropped while the app's relay was away (the relay stopped,
+    /// another on its store answering and dropping everything past a retention of a second)
+    /// reaches the app once the relay is back, also for a question cancelled and asked again;
+    /// and one the stream brought that the app had not taken yet, dropped likewise, reaches
+    /// it at its next start.
+    func testResponsesDroppedDuringARunReachTheAppInThatRunOrTheNext() async throws {
+        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        // Of another topic than the loop below takes, so that it stays held.
+        let (again, held) = (contact(), PermissionQuestion(significantAppUpdateTopic: SignificantAppUpdateTopic(description: "v2")))
+        try await app.ask(again)
+        try await app.cancel(again)
+        let closed = await firstElement(of: app.outcomes(), within: .seconds(10))
+        XCTAssertEqual(closed?.questionID, again.id)
+        try await app.ask(again)  // cancelled: asked anew
+        try await app.ask(held)
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        try await guardian.answer(held.id, with: "decline")
+        await guardian.close()
+        var states = app.connectionStates().makeAsyncIterator()
+        while await states.next() != .ready {}
+        try await whileAway(relay, tokens) { other in
+            let guardian = GuardianCenter(configuration: self.config(other, "g0", tokens))
+            try await guardian.answer(again.id, with: "approve")
+            await guardian.close()
+        }
+        let r = await firstElement(
+            of: app.responses(for: CommunicationTopic.self), where: { $0.question.id == again.id }, within: .seconds(10))
+        XCTAssertEqual(r?.choice, .approve, "the response to the question asked anew, recovered in the run")
+        await app.close()  // the held response was never taken (as if the app was killed)
+
+        let next = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let h = await firstElement(of: next.responses(for: SignificantAppUpdateTopic.self), within: .seconds(10))
+        XCTAssertEqual(h?.question.id, held.id, "the response held and dropped, at the next start")
+        await next.close()
+    }
+
+    /// Until the child's stream has dropped everything: a session that resumes from its
+    /// start is told of a gap and starts at the head.
+    private func awaitEverythingDropped(_ relay: RelayProcess, _ tokens: [String: String]) throws {
+        let deadline = Date().addingTimeInterval(30)
+        while true {
+            let w = try relay.connect().hello("c0", tokens["c0"]!, session: "probe", resume: 0)
+            if w["gap"]?.bool == true && w["cursor"] == w["head"] { return }
+            guard Date() < deadline else { return XCTFail("the relay kept the events past their retention") }
+            usleep(100_000)
+        }
+    }
+
+    /// Stops `relay`, runs `meanwhile` against another relay on its store until the child's
+    /// stream has dropped everything, then starts `relay` again.
+    private func whileAway(
+        _ relay: RelayProcess, _ tokens: [String: String], meanwhile: (RelayProcess) async throws -> Void
+    ) async throws {
+        XCTAssertEqual(relay.terminate(), 0)
+        let other = try RelayProcess(flags: relay.flags, socket: relay.dir.appendingPathComponent("other.sock").path, data: relay.data)
+        try other.start()
+        try await meanwhile(other)
+        try awaitEverythingDropped(other, tokens)
+        XCTAssertEqual(other.terminate(), 0)
+        try relay.start()
     }
 
     /// An app whose session the relay forgot (here, past `--max-sessions-per-member`) is a new

@@ -64,15 +64,25 @@ final class EventProgressTests: XCTestCase {
         XCTAssertNil(next.markDone(-1, closing: "Q"))
         XCTAssertEqual(next.mark, 8)
         XCTAssertEqual(EventProgress(path: path).awaiting, [])
-        next.checked(gone: [], sure: false)
+        next.checked(gone: [], sure: false, gaps: next.gaps)
         XCTAssertFalse(EventProgress(path: path).unsure, "nothing is awaited any more")
         next.awaitClosing(of: "R")
         next.awaitClosing(of: "S")
-        next.checked(gone: ["R"], sure: false)
+        next.checked(gone: ["R"], sure: false, gaps: next.gaps)
         XCTAssertEqual(EventProgress(path: path).awaiting, ["S"], "the relay no longer has R")
         XCTAssertTrue(EventProgress(path: path).unsure)
-        next.received(9)
-        XCTAssertEqual(next.markDone(9, closing: "S"), 9)
+        // A check begun before another gap does not settle it.
+        let gaps = next.gaps
+        next.welcome(head: 12, cursor: 11, gap: true)
+        next.checked(gone: [], sure: true, gaps: gaps)
+        XCTAssertTrue(EventProgress(path: path).unsure)
+        next.checked(gone: [], sure: true, gaps: next.gaps)
+        XCTAssertFalse(EventProgress(path: path).unsure)
+        // A relay whose stream restarted below the mark (its data reset): unsure too.
+        next.welcome(head: 2, cursor: 0, gap: false)
+        XCTAssertTrue(EventProgress(path: path).unsure)
+        next.received(1)
+        XCTAssertEqual(next.markDone(1, closing: "S"), 1)
         XCTAssertEqual(EventProgress(path: path).awaiting, [])
     }
 
