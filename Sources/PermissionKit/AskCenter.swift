@@ -130,6 +130,9 @@ public final class AskCenter: Sendable {
         /// and those recovered in it (`recover`): neither is recovered (again).
         var closedHere: Set<String> = []
         var recovered: Set<String> = []
+        /// Asked again while the closing of the question's last asking was still to be
+        /// processed: processing that one leaves the new asking awaited.
+        var askedAgain: Set<String> = []
         /// The next seq for a recovered closing: below 1, never one of the stream's.
         var nextRecovered: Int64 = 0
         /// The relay is being asked how the awaited questions stand (`checkAwaited`); and
@@ -197,8 +200,9 @@ public final class AskCenter: Sendable {
         let id = question.id.uuidString
         if session.durable {
             hub.withLock { h in
-                h.closedHere.remove(id)  // asked again after it closed: a new closing to await
-                h.recovered.remove(id)
+                // Asked again after it closed: a new closing to await.
+                let (brought, recovered) = (h.closedHere.remove(id), h.recovered.remove(id))
+                if brought != nil || recovered != nil, progress.awaiting.contains(id) { h.askedAgain.insert(id) }
                 progress.awaitClosing(of: id)
             }
         }
@@ -326,7 +330,7 @@ public final class AskCenter: Sendable {
                 return nil
             }
             // Processed before the lock is let go: a replay of it coming meanwhile is not handed again.
-            return session.progress.markDone(seq, closing: Self.closedQuestion(of: o.event))
+            return session.progress.markDone(seq, closing: Self.settledQuestion(of: o.event, &h))
         }
         if let mark { session.acknowledge(mark) }
     }
@@ -477,6 +481,13 @@ public final class AskCenter: Sendable {
         (e["questionId"] ?? e["question"]?["id"])?.string.flatMap(UUID.init(uuidString:))?.uuidString
     }
 
+    /// The question whose closing `e`, processed now, settles: none for the first of two
+    /// closings in hand of a question asked again between them.
+    private static func settledQuestion(of e: JSONObject, _ h: inout Hub) -> String? {
+        guard let q = closedQuestion(of: e) else { return nil }
+        return h.askedAgain.remove(q) == nil ? q : nil
+    }
+
     /// After a gap (or a relay whose data was reset), until the relay has been asked: starts
     /// asking how the awaited questions stand.
     private func checkAwaitedIfUnsure() {
@@ -582,7 +593,7 @@ public final class AskCenter: Sendable {
         let outcomes = hub.withLock { h -> [(Int64, String?)] in
             let held = h.held.filter { $0.value["type"]?.string == "questionClosed" }
             for seq in held.keys { h.held[seq] = nil }
-            return held.map { ($0.key, Self.closedQuestion(of: $0.value)) }.sorted { $0.0 < $1.0 }
+            return held.map { ($0.key, Self.settledQuestion(of: $0.value, &h)) }.sorted { $0.0 < $1.0 }
         }
         for (seq, question) in outcomes { session.done(seq, closing: question) }
     }

@@ -754,6 +754,39 @@ final class PermissionKitTests: XCTestCase {
         await next.close()
     }
 
+    /// An app that never asks for outcomes holds them until it closes: one asks a cancelled
+    /// question again, and the cancellation it still holds, processed as it closes, leaves
+    /// the new asking awaited: its response, dropped while the app was away, still reaches it.
+    func testAQuestionAskedAgainWhileItsLastOutcomeIsHeldStaysAwaited() async throws {
+        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let (question, marker) = (contact(), contact())
+        try await app.ask(question)
+        try await app.cancel(question)
+        // The marker's response comes after the cancellation: that is in hand by then.
+        try await app.ask(marker)
+        try await guardian.answer(marker.id, with: "approve")
+        let m = await firstElement(of: app.responses(for: CommunicationTopic.self), within: .seconds(10))
+        XCTAssertEqual(m?.question.id, marker.id)
+        try await app.ask(question)  // cancelled: asked anew
+        await app.close()  // the cancellation is processed now
+        try await whileAway(relay, tokens) { other in
+            let guardian = GuardianCenter(configuration: self.config(other, "g0", tokens))
+            try await guardian.answer(question.id, with: "decline")
+            await guardian.close()
+        }
+        await guardian.close()
+        let next = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let r = await firstElement(of: next.responses(for: CommunicationTopic.self), within: .seconds(10))
+        XCTAssertEqual(r?.question.id, question.id)
+        XCTAssertEqual(r?.choice, .decline)
+        await next.close()
+    }
+
     /// Until the child's stream has dropped everything: a session that resumes from its
     /// start is told of a gap and starts at the head.
     private func awaitEverythingDropped(_ relay: RelayProcess, _ tokens: [String: String]) throws {
