@@ -130,9 +130,10 @@ public final class AskCenter: Sendable {
         /// and those recovered in it (`recover`): neither is recovered (again).
         var closedHere: Set<String> = []
         var recovered: Set<String> = []
-        /// Asked again while the closing of the question's last asking was still to be
-        /// processed: processing that one leaves the new asking awaited.
-        var askedAgain: Set<String> = []
+        /// Asks sent and not answered yet, by question; and the questions asked since the
+        /// check under way began: a listing may be older than their asking.
+        var asking: [String: Int] = [:]
+        var askedSinceCheck: Set<String> = []
         /// The next seq for a recovered closing: below 1, never one of the stream's.
         var nextRecovered: Int64 = 0
         /// The relay is being asked how the awaited questions stand (`checkAwaited`); and
@@ -196,24 +197,17 @@ public final class AskCenter: Sendable {
             throw session.failed(AskError.invalidQuestion, .relay(code: "invalidQuestion", message: why))
         }
         register([Topic.id])  // the response must reach this session, in this run or a later one
-        // Awaited from before it is sent: its response may come before the reply does.
         let id = question.id.uuidString
-        if session.durable {
-            hub.withLock { h in
-                // Asked again after it closed: a new closing to await.
-                let (brought, recovered) = (h.closedHere.remove(id), h.recovered.remove(id))
-                if brought != nil || recovered != nil, progress.awaiting.contains(id) { h.askedAgain.insert(id) }
-                progress.awaitClosing(of: id)
-            }
-        }
+        let undo = session.durable ? awaitClosing(of: id) : nil
+        defer { if undo != nil { askAnswered(id) } }
         let r: JSONObject
         do {
             r = try await call(["type": "ask", "question": wire])
         } catch let e as RelayError {
-            progress.stopAwaiting(id)  // refused: not stored
+            undo?()  // refused: nothing stored
             throw e
         }
-        if r["status"]?.string != "pending" { progress.stopAwaiting(id) }
+        if r["status"]?.string != "pending" { undo?() }  // a resend of one no longer pending
         return AskReceipt(
             questionID: r["questionId"]?.string.flatMap(UUID.init(uuidString:)) ?? question.id,
             status: r["status"]?.string ?? "pending", attempt: Int(r["attempt"]?.int ?? 1),
@@ -330,7 +324,7 @@ public final class AskCenter: Sendable {
                 return nil
             }
             // Processed before the lock is let go: a replay of it coming meanwhile is not handed again.
-            return session.progress.markDone(seq, closing: Self.settledQuestion(of: o.event, &h))
+            return session.progress.markDone(seq, closing: Self.closedQuestion(of: o.event))
         }
         if let mark { session.acknowledge(mark) }
     }
@@ -476,16 +470,46 @@ public final class AskCenter: Sendable {
         return list
     }
 
+    /// Awaits the closing of a question about to be asked (from before it is sent: its
+    /// response may come before the reply does); returns what undoes that, for an ask that
+    /// asks nothing new.
+    private func awaitClosing(of id: String) -> @Sendable () -> Void {
+        hub.withLock { h in
+            h.asking[id, default: 0] += 1
+            if h.checking { h.askedSinceCheck.insert(id) }
+            let was = progress.awaiting.contains(id)
+            // Asked again after it closed: its closing, if any, is of the last asking.
+            let (brought, recovered) = (h.closedHere.remove(id) != nil, h.recovered.remove(id) != nil)
+            let inHand = was ? Self.closing(of: id, inHandIn: h) : nil
+            if let inHand { progress.askedAgain(id, closingInHand: inHand) }
+            progress.awaitClosing(of: id)
+            return { [self] in
+                hub.withLock { h in
+                    if brought { h.closedHere.insert(id) }
+                    if recovered { h.recovered.insert(id) }
+                    if inHand != nil { progress.askedAgain(id, closingInHand: nil) }
+                    if !was { progress.stopAwaiting(id) }
+                }
+            }
+        }
+    }
+
+    /// The ask of `id` has its reply (or failed).
+    private func askAnswered(_ id: String) {
+        hub.withLock { h in
+            let left = (h.asking[id] ?? 1) - 1
+            h.asking[id] = left > 0 ? left : nil
+        }
+    }
+
+    /// The seq of a closing of `id` the app has not processed yet, held or in its hands.
+    private static func closing(of id: String, inHandIn h: Hub) -> Int64? {
+        h.held.first { closedQuestion(of: $0.value) == id }?.key ?? h.outstanding.first { closedQuestion(of: $0.value.event) == id }?.key
+    }
+
     /// The question a response or `questionClosed` closes.
     private static func closedQuestion(of e: JSONObject) -> String? {
         (e["questionId"] ?? e["question"]?["id"])?.string.flatMap(UUID.init(uuidString:))?.uuidString
-    }
-
-    /// The question whose closing `e`, processed now, settles: none for the first of two
-    /// closings in hand of a question asked again between them.
-    private static func settledQuestion(of e: JSONObject, _ h: inout Hub) -> String? {
-        guard let q = closedQuestion(of: e) else { return nil }
-        return h.askedAgain.remove(q) == nil ? q : nil
     }
 
     /// After a gap (or a relay whose data was reset), until the relay has been asked: starts
@@ -515,6 +539,10 @@ public final class AskCenter: Sendable {
     /// A failure leaves it to the next welcome.
     private func checkAwaited() async {
         let gaps = progress.gaps
+        let askingAtStart = hub.withLock { h in
+            h.askedSinceCheck = []
+            return Set(h.asking.keys)
+        }
         let awaited = progress.awaiting
         guard !awaited.isEmpty else { return progress.checked(gone: [], sure: true, gaps: gaps) }
         var listed = 0
@@ -533,12 +561,15 @@ public final class AskCenter: Sendable {
         for q in questions {
             if let id = Self.closedQuestion(of: ["question": q]), want.contains(id) { byID[id] = q }
         }
-        var sure = true
-        for id in awaited {
+        // Those asked while the listing was made may be missing from it, or listed as they
+        // were before: they are left for the next check.
+        let asked = hub.withLock { h in askingAtStart.union(h.askedSinceCheck).union(h.asking.keys) }
+        var sure = asked.isDisjoint(with: want)
+        for id in awaited where !asked.contains(id) {
             guard let q = byID[id], let e = Self.closing(of: q) else { continue }
             if !recover(id, e) { sure = false }
         }
-        progress.checked(gone: want.subtracting(byID.keys), sure: sure, gaps: gaps)
+        progress.checked(gone: want.subtracting(byID.keys).subtracting(asked), sure: sure, gaps: gaps)
     }
 
     /// Hands the app a closing the stream did not bring, as if it had (under a seq of its
@@ -546,9 +577,9 @@ public final class AskCenter: Sendable {
     private func recover(_ question: String, _ e: JSONObject) -> Bool {
         var seq: Int64 = 0
         let consumers = hub.withLock { h -> [EventConsumer]? in
-            guard progress.awaiting.contains(question), !h.closedHere.contains(question), !h.recovered.contains(question) else {
-                return nil
-            }
+            guard progress.awaiting.contains(question), !h.closedHere.contains(question), !h.recovered.contains(question),
+                h.asking[question] == nil, !h.askedSinceCheck.contains(question)
+            else { return nil }
             h.recovered.insert(question)
             seq = h.nextRecovered
             h.nextRecovered -= 1
@@ -593,7 +624,7 @@ public final class AskCenter: Sendable {
         let outcomes = hub.withLock { h -> [(Int64, String?)] in
             let held = h.held.filter { $0.value["type"]?.string == "questionClosed" }
             for seq in held.keys { h.held[seq] = nil }
-            return held.map { ($0.key, Self.settledQuestion(of: $0.value, &h)) }.sorted { $0.0 < $1.0 }
+            return held.map { ($0.key, Self.closedQuestion(of: $0.value)) }.sorted { $0.0 < $1.0 }
         }
         for (seq, question) in outcomes { session.done(seq, closing: question) }
     }

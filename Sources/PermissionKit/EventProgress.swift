@@ -30,6 +30,9 @@ final class EventProgress: Sendable {
         var awaiting: [String]
         /// A gap may have dropped the response or closing of one of `awaiting`.
         var unsure: Bool
+        /// Questions asked again while the closing of their last asking was in hand, with
+        /// that closing's seq: processing that one leaves the new asking awaited.
+        var askedAgain: [String: Int64]
         /// Gaps (and resets) seen in this run: a check begun before the last one is not the last word.
         var gaps = 0
         /// Received in this run and not processed yet.
@@ -49,6 +52,7 @@ final class EventProgress: Sendable {
         var outcomes = false
         var awaiting: [String] = []
         var unsure = false
+        var askedAgain: [String: Int64] = [:]
         if let path, let data = FileManager.default.contents(atPath: path), let j = try? JSON.parse(Array(data)) {
             mark = j["seq"]?.int
             above = Set((j["above"]?.array ?? []).compactMap(\.int))
@@ -56,8 +60,11 @@ final class EventProgress: Sendable {
             outcomes = j["outcomes"]?.bool ?? false
             awaiting = (j["awaiting"]?.array ?? []).compactMap(\.string)
             unsure = j["unsure"]?.bool ?? false
+            // A closing recovered in an earlier run (a seq below 1) is not in hand in this one.
+            for f in j["askedAgain"]?.object?.fields ?? [] { if let seq = f.value.int, seq > 0 { askedAgain[f.key] = seq } }
         }
-        state = Mutex(State(mark: mark, above: above, topics: topics, outcomes: outcomes, awaiting: awaiting, unsure: unsure))
+        state = Mutex(
+            State(mark: mark, above: above, topics: topics, outcomes: outcomes, awaiting: awaiting, unsure: unsure, askedAgain: askedAgain))
     }
 
     /// The most questions whose closing is awaited: past it, the oldest are no longer
@@ -88,6 +95,15 @@ final class EventProgress: Sendable {
         state.withLock { s in
             guard let i = s.awaiting.firstIndex(of: question) else { return }
             s.awaiting.remove(at: i)
+            save(s)
+        }
+    }
+
+    /// `question` is asked again while the closing of its last asking, `seq`, is in hand
+    /// (nil: that asking is no longer to be told apart, the ask undone).
+    func askedAgain(_ question: String, closingInHand seq: Int64?) {
+        state.withLock { s in
+            s.askedAgain[question] = seq
             save(s)
         }
     }
@@ -146,6 +162,7 @@ final class EventProgress: Sendable {
                     s.unsure = true
                     s.gaps += 1
                 }
+                s.askedAgain = [:]
                 save(s)  // a run that processes nothing still resumes from here if the relay forgets the session
                 return
             }
@@ -163,6 +180,7 @@ final class EventProgress: Sendable {
                     s.unsure = true
                     s.gaps += 1
                 }
+                s.askedAgain = s.askedAgain.filter { $0.value > cursor || $0.value < 1 }  // those dropped never come
                 save(s)
             }
         }
@@ -196,12 +214,20 @@ final class EventProgress: Sendable {
     @discardableResult
     func markDone(_ seq: Int64, closing question: String? = nil) -> Int64? {
         state.withLock { s in
-            let awaited = question.map { q in s.awaiting.contains(q) } ?? false
-            if awaited { s.awaiting.removeAll { $0 == question } }
+            var changed = false
+            if let q = question {
+                if s.askedAgain[q] == seq {
+                    s.askedAgain[q] = nil  // the last asking's: the new one stays awaited
+                    changed = true
+                } else if let i = s.awaiting.firstIndex(of: q) {
+                    s.awaiting.remove(at: i)
+                    changed = true
+                }
+            }
             let before = s.mark ?? (seq - 1)
             s.open.remove(seq)
             guard seq > before, seq > 0 else {
-                if awaited { save(s) }
+                if changed { save(s) }
                 return nil
             }
             s.above.insert(seq)
@@ -228,6 +254,11 @@ final class EventProgress: Sendable {
         if s.outcomes { o["outcomes"] = true }
         if !s.awaiting.isEmpty { o["awaiting"] = .array(s.awaiting.map { .string($0) }) }
         if s.unsure { o["unsure"] = true }
+        if !s.askedAgain.isEmpty {
+            var again: JSONObject = [:]
+            for (q, seq) in s.askedAgain { again[q] = .int(seq) }
+            o["askedAgain"] = .object(again)
+        }
         let j: JSON = .object(o)
         let dir = (path as NSString).deletingLastPathComponent
         try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])

@@ -3,6 +3,7 @@
 
 import Foundation
 import PermissionKit
+import Synchronization
 import XCTest
 
 final class PermissionKitTests: XCTestCase {
@@ -716,40 +717,53 @@ final class PermissionKitTests: XCTestCase {
 
     /// Within one run: a response dropped while the app's relay was away (the relay stopped,
     /// another on its store answering and dropping everything past a retention of a second)
-    /// reaches the app once the relay is back, also for a question cancelled and asked again;
-    /// and one the stream brought that the app had not taken yet, dropped likewise, reaches
-    /// it at its next start.
-    func testResponsesDroppedDuringARunReachTheAppInThatRunOrTheNext() async throws {
+    /// reaches the app once the relay is back, also for a question cancelled and asked again.
+    func testAResponseDroppedDuringARunReachesTheAppInThatRun() async throws {
         let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
         try relay.start()
         let tokens = try relay.provision(families: 1)
         let state = relay.dir.appendingPathComponent("child.state").path
         let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
-        // Of another topic than the loop below takes, so that it stays held.
-        let (again, held) = (contact(), PermissionQuestion(significantAppUpdateTopic: SignificantAppUpdateTopic(description: "v2")))
+        let again = contact()
         try await app.ask(again)
         try await app.cancel(again)
         let closed = await firstElement(of: app.outcomes(), within: .seconds(10))
         XCTAssertEqual(closed?.questionID, again.id)
         try await app.ask(again)  // cancelled: asked anew
-        try await app.ask(held)
-        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
-        try await guardian.answer(held.id, with: "decline")
-        await guardian.close()
-        var states = app.connectionStates().makeAsyncIterator()
-        while await states.next() != .ready {}
         try await whileAway(relay, tokens) { other in
             let guardian = GuardianCenter(configuration: self.config(other, "g0", tokens))
             try await guardian.answer(again.id, with: "approve")
             await guardian.close()
         }
-        let r = await firstElement(
-            of: app.responses(for: CommunicationTopic.self), where: { $0.question.id == again.id }, within: .seconds(10))
+        let r = await firstElement(of: app.responses(for: CommunicationTopic.self), within: .seconds(10))
+        XCTAssertEqual(r?.question.id, again.id)
         XCTAssertEqual(r?.choice, .approve, "the response to the question asked anew, recovered in the run")
+        await app.close()
+    }
+
+    /// A response the stream brought that the app had not taken yet, dropped during the run,
+    /// reaches it at its next start.
+    func testAResponseHeldAndDroppedDuringARunReachesTheAppAtItsNextStart() async throws {
+        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let held = contact()
+        try await app.ask(held)
+        try await guardian.answer(held.id, with: "decline")
+        try await awaitInHand(app, guardian)
+        var states = app.connectionStates().makeAsyncIterator()
+        try await whileAway(relay, tokens) { _ in }
+        while await states.next() == .ready {}
+        while await states.next() != .ready {}  // welcomed again: the listing is asked for
+        _ = try await app.questions()  // and is in hand by this one's reply
         await app.close()  // the held response was never taken (as if the app was killed)
+        await guardian.close()
 
         let next = AskCenter(configuration: config(relay, "c0", tokens, state: state))
-        let h = await firstElement(of: next.responses(for: SignificantAppUpdateTopic.self), within: .seconds(10))
+        let h = await firstElement(of: next.responses(for: CommunicationTopic.self), within: .seconds(10))
         XCTAssertEqual(h?.question.id, held.id, "the response held and dropped, at the next start")
         await next.close()
     }
@@ -785,6 +799,120 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(r?.question.id, question.id)
         XCTAssertEqual(r?.choice, .decline)
         await next.close()
+    }
+
+    /// A resend of a question answered while the app holds its response (the relay says
+    /// `answered`) leaves it awaited: dropped later, the response still reaches the app.
+    func testAResendOfAnAnsweredQuestionLeavesItAwaited() async throws {
+        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let question = contact()
+        try await app.ask(question)
+        try await guardian.answer(question.id, with: "approve")
+        try await awaitInHand(app, guardian)
+        let resent = try await app.submit(question)
+        XCTAssertEqual(resent.status, "answered")
+        await app.close()  // the response never taken (as if the app was killed)
+        try awaitEverythingDropped(relay, tokens)
+        let next = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let r = await firstElement(of: next.responses(for: CommunicationTopic.self), within: .seconds(10))
+        XCTAssertEqual(r?.question.id, question.id)
+        await next.close()
+        await guardian.close()
+    }
+
+    /// A question asked again while the app holds the closing of its last asking (its
+    /// outcomes stream not done with it as it stops): that closing, processed at the next
+    /// start, leaves the new asking awaited, and its response, dropped, reaches the app.
+    func testAQuestionAskedAgainStaysAwaitedAcrossARestart() async throws {
+        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let question = contact()
+        do {
+            let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+            _ = app.outcomes()  // an app that takes outcomes: they wait for it
+            try await app.ask(question)
+            try await app.cancel(question)
+            try await awaitInHand(app, guardian)
+            try await app.ask(question)  // cancelled: asked anew
+            await app.close()
+        }
+        do {
+            let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+            let o = await firstElement(of: app.outcomes(), within: .seconds(10))
+            XCTAssertEqual(o?.questionID, question.id)
+            XCTAssertEqual(o?.reason, .cancelled)
+            await app.close()
+        }
+        try await guardian.answer(question.id, with: "decline")
+        try awaitEverythingDropped(relay, tokens)
+        let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let r = await firstElement(of: app.responses(for: CommunicationTopic.self), within: .seconds(10))
+        XCTAssertEqual(r?.question.id, question.id)
+        XCTAssertEqual(r?.choice, .decline)
+        await app.close()
+        await guardian.close()
+    }
+
+    /// The app, handed a cancellation replayed after a gap, asks the question again while
+    /// the relay is asked how its questions stand: the listing, older than the new asking,
+    /// hands nothing again, and the new asking's response comes.
+    func testAQuestionAskedAgainDuringTheCheckIsNotHandedItsLastClosingAgain() async throws {
+        let relay = try RelayProcess(flags: ["--retention-seconds", "3", "--ask-rate-limit", "0"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let question = contact()
+        try await askAndStop(question, relay, tokens, state: state)
+        let other = AskCenter(configuration: config(relay, "c0", tokens, session: "other"))  // another app of the child
+        let dropped = contact()
+        try await other.ask(dropped)
+        try await other.cancel(dropped)
+        try awaitEverythingDropped(relay, tokens)  // a gap before the cancellation that follows
+        try await other.cancel(questionID: question.id)
+        await other.close()
+
+        let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let closings = Mutex<[UUID]>([])
+        let marker = contact()
+        let (askedAnew, asking) = AsyncStream<Bool>.makeStream()
+        let loop = Task {
+            for await o in app.outcomes() {
+                closings.withLock { $0.append(o.questionID) }
+                if o.questionID == question.id { asking.yield((try? await app.submit(question)) != nil) }  // asked anew at once
+                if o.questionID == marker.id { return }
+            }
+        }
+        let anew = await firstElement(of: askedAnew, within: .seconds(10))
+        XCTAssertEqual(anew, true, "the replayed cancellation, then the question asked anew")
+        try await guardian.answer(question.id, with: "approve")
+        let answered = await firstElement(
+            of: app.responses(for: CommunicationTopic.self), where: { $0.question.id == question.id }, within: .seconds(10))
+        XCTAssertEqual(answered?.choice, .approve, "the new asking's response")
+        try await app.ask(marker)
+        try await app.cancel(marker)
+        await loop.value  // every closing before the marker's is taken
+        XCTAssertEqual(closings.withLock { $0 }, [question.id, marker.id], "the cancellation once")
+        await app.close()
+        await guardian.close()
+    }
+
+    /// Until everything the relay sent `app` before this call is in its hands: the response
+    /// to a question of the other topic asked now comes after it.
+    private func awaitInHand(_ app: AskCenter, _ guardian: GuardianCenter) async throws {
+        let marker = PermissionQuestion(significantAppUpdateTopic: SignificantAppUpdateTopic(description: "v\(Int.random(in: 1...999))"))
+        try await app.ask(marker)
+        try await guardian.answer(marker.id, with: "approve")
+        let r = await firstElement(of: app.responses(for: SignificantAppUpdateTopic.self), within: .seconds(10))
+        XCTAssertEqual(r?.question.id, marker.id)
     }
 
     /// Until the child's stream has dropped everything: a session that resumes from its

@@ -86,6 +86,39 @@ final class EventProgressTests: XCTestCase {
         XCTAssertEqual(EventProgress(path: path).awaiting, [])
     }
 
+    /// A question asked again while the closing of its last asking is in hand: that closing,
+    /// processed (in this run or the next), leaves the new asking awaited; one a gap dropped
+    /// never comes, nor does one recovered in an earlier run.
+    func testTheLastAskingsClosingLeavesTheNewAskingAwaited() {
+        let path = stateFile()
+        let first = EventProgress(path: path)
+        first.welcome(head: 0, cursor: 0, gap: false)
+        first.awaitClosing(of: "Q")
+        first.received(1)  // its cancellation, not processed
+        first.askedAgain("Q", closingInHand: 1)
+        let next = EventProgress(path: path)
+        next.welcome(head: 1, cursor: 0, gap: false)
+        next.received(1)  // replayed
+        XCTAssertEqual(next.markDone(1, closing: "Q"), 1)
+        XCTAssertEqual(EventProgress(path: path).awaiting, ["Q"], "the new asking is awaited")
+        next.received(2)
+        XCTAssertEqual(next.markDone(2, closing: "Q"), 2)
+        XCTAssertEqual(EventProgress(path: path).awaiting, [])
+
+        next.awaitClosing(of: "R")
+        next.received(3)
+        next.askedAgain("R", closingInHand: 3)
+        next.awaitClosing(of: "S")
+        next.askedAgain("S", closingInHand: -1)  // a recovered closing
+        next.welcome(head: 9, cursor: 8, gap: true)  // 3 dropped
+        next.received(9)
+        XCTAssertEqual(next.markDone(9, closing: "R"), 9)
+        let last = EventProgress(path: path)
+        XCTAssertEqual(last.awaiting, ["S"], "R's new asking closed")
+        XCTAssertNil(last.markDone(-1, closing: "S"))
+        XCTAssertEqual(EventProgress(path: path).awaiting, [], "no closing recovered in an earlier run is in hand")
+    }
+
     /// What a run processed above an event still open is kept for the next run, and the mark
     /// of the next run passes it once the open one is done.
     func testProcessedAboveTheMarkSurvivesARestart() {
