@@ -126,14 +126,18 @@ public final class AskCenter: Sendable {
         /// Events given to streams: how many of those streams are not done with each, and
         /// whether a loop had it. Processed once none is left.
         var outstanding: [Int64: (event: JSONObject, streams: Int, handed: Bool)] = [:]
-        /// Awaited questions whose response or closing came through the stream in this run,
-        /// and those recovered in it (`recover`): neither is recovered (again).
+        /// Awaited questions whose response or closing came through the stream in this run
+        /// and is not processed yet, and those recovered in it (`recover`): neither is
+        /// recovered (again).
         var closedHere: Set<String> = []
         var recovered: Set<String> = []
         /// Asks sent and not answered yet, by question; and the questions asked since the
         /// check under way began: a listing may be older than their asking.
         var asking: [String: Int] = [:]
         var askedSinceCheck: Set<String> = []
+        /// Awaited questions a check left for the next because they were being asked: their
+        /// ask's reply starts one.
+        var leftByCheck: Set<String> = []
         /// The next seq for a recovered closing: below 1, never one of the stream's.
         var nextRecovered: Int64 = 0
         /// The relay is being asked how the awaited questions stand (`checkAwaited`); and
@@ -203,9 +207,10 @@ public final class AskCenter: Sendable {
         let r: JSONObject
         do {
             r = try await call(["type": "ask", "question": wire])
-        } catch let e as RelayError {
-            undo?()  // refused: nothing stored
-            throw e
+        } catch {
+            // Refused (nothing stored), or not known to be stored: the app was told it failed.
+            undo?()
+            throw error
         }
         if r["status"]?.string != "pending" { undo?() }  // a resend of one no longer pending
         return AskReceipt(
@@ -324,7 +329,9 @@ public final class AskCenter: Sendable {
                 return nil
             }
             // Processed before the lock is let go: a replay of it coming meanwhile is not handed again.
-            return session.progress.markDone(seq, closing: Self.closedQuestion(of: o.event))
+            let closed = Self.closedQuestion(of: o.event)
+            if let closed { h.closedHere.remove(closed) }  // what it was kept for is done
+            return session.progress.markDone(seq, closing: closed)
         }
         if let mark { session.acknowledge(mark) }
     }
@@ -496,10 +503,12 @@ public final class AskCenter: Sendable {
 
     /// The ask of `id` has its reply (or failed).
     private func askAnswered(_ id: String) {
-        hub.withLock { h in
+        let checkAgain = hub.withLock { h in
             let left = (h.asking[id] ?? 1) - 1
             h.asking[id] = left > 0 ? left : nil
+            return h.leftByCheck.remove(id) != nil
         }
+        if checkAgain { checkAwaitedIfUnsure() }
     }
 
     /// The seq of a closing of `id` the app has not processed yet, held or in its hands.
@@ -563,7 +572,11 @@ public final class AskCenter: Sendable {
         }
         // Those asked while the listing was made may be missing from it, or listed as they
         // were before: they are left for the next check.
-        let asked = hub.withLock { h in askingAtStart.union(h.askedSinceCheck).union(h.asking.keys) }
+        let asked = hub.withLock { h in
+            let asked = askingAtStart.union(h.askedSinceCheck).union(h.asking.keys)
+            h.leftByCheck.formUnion(asked.intersection(want).filter { h.asking[$0] != nil })
+            return asked
+        }
         var sure = asked.isDisjoint(with: want)
         for id in awaited where !asked.contains(id) {
             guard let q = byID[id], let e = Self.closing(of: q) else { continue }
@@ -624,7 +637,9 @@ public final class AskCenter: Sendable {
         let outcomes = hub.withLock { h -> [(Int64, String?)] in
             let held = h.held.filter { $0.value["type"]?.string == "questionClosed" }
             for seq in held.keys { h.held[seq] = nil }
-            return held.map { ($0.key, Self.closedQuestion(of: $0.value)) }.sorted { $0.0 < $1.0 }
+            let closed = held.map { ($0.key, Self.closedQuestion(of: $0.value)) }
+            for case (_, let q?) in closed { h.closedHere.remove(q) }
+            return closed.sorted { $0.0 < $1.0 }
         }
         for (seq, question) in outcomes { session.done(seq, closing: question) }
     }

@@ -60,8 +60,11 @@ final class EventProgress: Sendable {
             outcomes = j["outcomes"]?.bool ?? false
             awaiting = (j["awaiting"]?.array ?? []).compactMap(\.string)
             unsure = j["unsure"]?.bool ?? false
-            // A closing recovered in an earlier run (a seq below 1) is not in hand in this one.
-            for f in j["askedAgain"]?.object?.fields ?? [] { if let seq = f.value.int, seq > 0 { askedAgain[f.key] = seq } }
+            // A closing recovered in an earlier run (a seq below 1), or one a gap passed (up to
+            // the mark), is not in hand in this one.
+            for f in j["askedAgain"]?.object?.fields ?? [] {
+                if let seq = f.value.int, seq > (mark ?? 0) { askedAgain[f.key] = seq }
+            }
         }
         state = Mutex(
             State(mark: mark, above: above, topics: topics, outcomes: outcomes, awaiting: awaiting, unsure: unsure, askedAgain: askedAgain))
@@ -173,6 +176,8 @@ final class EventProgress: Sendable {
                 save(s)
             }
             if gap, let mark = s.mark, cursor > mark {
+                // Closings dropped never come; those in hand are still to be processed.
+                s.askedAgain = s.askedAgain.filter { $0.value > cursor || $0.value < 1 || s.open.contains($0.value) }
                 s.mark = cursor
                 s.above = s.above.filter { $0 > cursor }
                 s.open = s.open.filter { $0 > cursor }
@@ -180,7 +185,6 @@ final class EventProgress: Sendable {
                     s.unsure = true
                     s.gaps += 1
                 }
-                s.askedAgain = s.askedAgain.filter { $0.value > cursor || $0.value < 1 }  // those dropped never come
                 save(s)
             }
         }
@@ -254,10 +258,9 @@ final class EventProgress: Sendable {
         if s.outcomes { o["outcomes"] = true }
         if !s.awaiting.isEmpty { o["awaiting"] = .array(s.awaiting.map { .string($0) }) }
         if s.unsure { o["unsure"] = true }
-        if !s.askedAgain.isEmpty {
-            var again: JSONObject = [:]
-            for (q, seq) in s.askedAgain { again[q] = .int(seq) }
-            o["askedAgain"] = .object(again)
+        let again = s.askedAgain.filter { s.awaiting.contains($0.key) }  // of questions still awaited
+        if !again.isEmpty {
+            o["askedAgain"] = .object(JSONObject(again.sorted { $0.key < $1.key }.map { JSONObject.Field($0.key, .int($0.value)) }))
         }
         let j: JSON = .object(o)
         let dir = (path as NSString).deletingLastPathComponent

@@ -905,6 +905,45 @@ final class PermissionKitTests: XCTestCase {
         await guardian.close()
     }
 
+    /// An ask again that fails (here, from a task cancelled before it is sent) leaves the
+    /// question as it was: the closing of its last asking, processed, is not recovered after a gap.
+    func testAnAskAgainThatFailsChangesNothing() async throws {
+        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let (question, marker) = (contact(), contact())
+        let closings = Mutex<[UUID]>([])
+        let (handled, handling) = AsyncStream<Void>.makeStream()
+        let loop = Task {
+            for await o in app.outcomes() {
+                closings.withLock { $0.append(o.questionID) }
+                if o.questionID == question.id {
+                    let again = Task { try await app.submit(question) }
+                    again.cancel()
+                    let sent = try? await again.value
+                    XCTAssertNil(sent, "cancelled before it was sent")
+                    handling.yield()
+                }
+                if o.questionID == marker.id { return }
+            }
+        }
+        try await app.ask(question)
+        try await app.cancel(question)
+        let tookIt: Void? = await firstElement(of: handled, within: .seconds(10))
+        XCTAssertNotNil(tookIt)
+        var states = app.connectionStates().makeAsyncIterator()
+        try await whileAway(relay, tokens) { _ in }
+        while await states.next() == .ready {}
+        while await states.next() != .ready {}  // welcomed after a gap: the relay is asked
+        try await app.ask(marker)
+        try await app.cancel(marker)
+        await loop.value
+        XCTAssertEqual(closings.withLock { $0 }, [question.id, marker.id], "the cancellation once")
+        await app.close()
+    }
+
     /// Until everything the relay sent `app` before this call is in its hands: the response
     /// to a question of the other topic asked now comes after it.
     private func awaitInHand(_ app: AskCenter, _ guardian: GuardianCenter) async throws {

@@ -117,6 +117,15 @@ final class EventProgressTests: XCTestCase {
         XCTAssertEqual(last.awaiting, ["S"], "R's new asking closed")
         XCTAssertNil(last.markDone(-1, closing: "S"))
         XCTAssertEqual(EventProgress(path: path).awaiting, [], "no closing recovered in an earlier run is in hand")
+
+        // A closing in hand as a gap passes it is still to be processed: its mark stays.
+        last.welcome(head: 20, cursor: 20, gap: false)
+        last.awaitClosing(of: "T")
+        last.received(21)
+        last.askedAgain("T", closingInHand: 21)
+        last.welcome(head: 30, cursor: 29, gap: true)
+        XCTAssertNil(last.markDone(21, closing: "T"))
+        XCTAssertEqual(EventProgress(path: path).awaiting, ["T"])
     }
 
     /// What a run processed above an event still open is kept for the next run, and the mark
