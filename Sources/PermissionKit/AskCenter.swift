@@ -330,7 +330,8 @@ public final class AskCenter: Sendable {
             }
             // Processed before the lock is let go: a replay of it coming meanwhile is not handed again.
             let closed = Self.closedQuestion(of: o.event)
-            if let closed { h.closedHere.remove(closed) }  // what it was kept for is done
+            // What it was kept for is done, unless another closing of it is in hand.
+            if let closed, Self.closing(of: closed, inHandIn: h) == nil { h.closedHere.remove(closed) }
             return session.progress.markDone(seq, closing: closed)
         }
         if let mark { session.acknowledge(mark) }
@@ -449,7 +450,8 @@ public final class AskCenter: Sendable {
         let consumers = hub.withLock { h -> [EventConsumer]? in
             // Replayed after a reconnect while the app still has it, or while it waits for a
             // stream: it is handed once (again only to an app restarted before it was done).
-            guard h.outstanding[seq] == nil, h.held[seq] == nil else { return [] }
+            // Processed meanwhile (since `isDone` above): not handed again.
+            guard h.outstanding[seq] == nil, h.held[seq] == nil, !progress.isDone(seq) else { return [] }
             if let q = Self.closedQuestion(of: e) {
                 if h.recovered.contains(q) { return nil }  // handed already, recovered after a gap
                 if progress.awaiting.contains(q) { h.closedHere.insert(q) }
@@ -492,10 +494,17 @@ public final class AskCenter: Sendable {
             progress.awaitClosing(of: id)
             return { [self] in
                 hub.withLock { h in
-                    if brought { h.closedHere.insert(id) }
                     if recovered { h.recovered.insert(id) }
-                    if inHand != nil { progress.askedAgain(id, closingInHand: nil) }
-                    if !was { progress.stopAwaiting(id) }
+                    if let inHand {
+                        // The last asking's closing, processed meanwhile, found this one awaited:
+                        // without it, nothing is awaited.
+                        progress.undoAskAgain(id, closingInHand: inHand)
+                        if brought && Self.closing(of: id, inHandIn: h) != nil { h.closedHere.insert(id) }
+                    } else if !was {
+                        progress.stopAwaiting(id)
+                    } else if brought {
+                        h.closedHere.insert(id)
+                    }
                 }
             }
         }
@@ -574,7 +583,11 @@ public final class AskCenter: Sendable {
         // were before: they are left for the next check.
         let asked = hub.withLock { h in
             let asked = askingAtStart.union(h.askedSinceCheck).union(h.asking.keys)
-            h.leftByCheck.formUnion(asked.intersection(want).filter { h.asking[$0] != nil })
+            // Left for the next check: once their asks have replies (those that have already,
+            // at once).
+            let left = asked.intersection(want)
+            h.leftByCheck.formUnion(left.filter { h.asking[$0] != nil })
+            if left.contains(where: { h.asking[$0] == nil }) { h.checkAgain = true }
             return asked
         }
         var sure = asked.isDisjoint(with: want)
@@ -638,7 +651,7 @@ public final class AskCenter: Sendable {
             let held = h.held.filter { $0.value["type"]?.string == "questionClosed" }
             for seq in held.keys { h.held[seq] = nil }
             let closed = held.map { ($0.key, Self.closedQuestion(of: $0.value)) }
-            for case (_, let q?) in closed { h.closedHere.remove(q) }
+            for case (_, let q?) in closed where Self.closing(of: q, inHandIn: h) == nil { h.closedHere.remove(q) }
             return closed.sorted { $0.0 < $1.0 }
         }
         for (seq, question) in outcomes { session.done(seq, closing: question) }

@@ -102,11 +102,23 @@ final class EventProgress: Sendable {
         }
     }
 
-    /// `question` is asked again while the closing of its last asking, `seq`, is in hand
-    /// (nil: that asking is no longer to be told apart, the ask undone).
-    func askedAgain(_ question: String, closingInHand seq: Int64?) {
+    /// `question` is asked again while the closing of its last asking, `seq`, is in hand.
+    func askedAgain(_ question: String, closingInHand seq: Int64) {
         state.withLock { s in
             s.askedAgain[question] = seq
+            save(s)
+        }
+    }
+
+    /// That ask again failed: while the closing in hand is still to be processed, it is
+    /// awaited as before; once processed, the question is not awaited any more.
+    func undoAskAgain(_ question: String, closingInHand seq: Int64) {
+        state.withLock { s in
+            if s.askedAgain[question] == seq {
+                s.askedAgain[question] = nil
+            } else {
+                s.awaiting.removeAll { $0 == question }
+            }
             save(s)
         }
     }

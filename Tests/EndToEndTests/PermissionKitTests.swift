@@ -944,14 +944,53 @@ final class PermissionKitTests: XCTestCase {
         await app.close()
     }
 
-    /// Until everything the relay sent `app` before this call is in its hands: the response
-    /// to a question of the other topic asked now comes after it.
-    private func awaitInHand(_ app: AskCenter, _ guardian: GuardianCenter) async throws {
-        let marker = PermissionQuestion(significantAppUpdateTopic: SignificantAppUpdateTopic(description: "v\(Int.random(in: 1...999))"))
+    /// A question cancelled, asked again and cancelled again while the app's loop handles the
+    /// first cancellation: with the second in the loop's hands as a gap passes, each is
+    /// handed once.
+    func testTwoClosingsOfOneQuestionInHandAcrossAGapAreHandedOnceEach() async throws {
+        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        let state = relay.dir.appendingPathComponent("child.state").path
+        let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
+        let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
+        let (question, marker) = (contact(), contact())
+        let closings = Mutex<[UUID]>([])
+        let (second, holding) = AsyncStream<Void>.makeStream()
+        let (checked, gapPassed) = AsyncStream<Void>.makeStream()
+        let loop = Task {
+            var passed = checked.makeAsyncIterator()
+            for await o in app.outcomes() {
+                let n = closings.withLock {
+                    $0.append(o.questionID); return $0.count
+                }
+                if n == 1 {
+                    try await app.ask(question)
+                    try await app.cancel(question)
+                    try await awaitInHand(app, guardian)  // the second cancellation too
+                } else if n == 2 {
+                    holding.yield()
+                    _ = await passed.next()  // held while a gap passes
+                }
+                if o.questionID == marker.id { return }
+            }
+        }
+        try await app.ask(question)
+        try await app.cancel(question)
+        let inHand: Void? = await firstElement(of: second, within: .seconds(10))
+        XCTAssertNotNil(inHand)
+        var states = app.connectionStates().makeAsyncIterator()
+        try await whileAway(relay, tokens) { _ in }
+        while await states.next() == .ready {}
+        while await states.next() != .ready {}  // welcomed after the gap: the relay is asked
+        _ = try await app.questions()
+        gapPassed.yield()
         try await app.ask(marker)
-        try await guardian.answer(marker.id, with: "approve")
-        let r = await firstElement(of: app.responses(for: SignificantAppUpdateTopic.self), within: .seconds(10))
-        XCTAssertEqual(r?.question.id, marker.id)
+        try await app.cancel(marker)
+        try await loop.value
+        XCTAssertEqual(closings.withLock { $0 }, [question.id, question.id, marker.id], "each cancellation once")
+        await app.close()
+        await guardian.close()
     }
 
     /// Until the child's stream has dropped everything: a session that resumes from its
@@ -1004,6 +1043,16 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(r?.choice, .approve)
         await again.close()
     }
+}
+
+/// Until everything the relay sent `app` before this call is in its hands: the response
+/// to a question of the other topic asked now comes after it.
+private func awaitInHand(_ app: AskCenter, _ guardian: GuardianCenter) async throws {
+    let marker = PermissionQuestion(significantAppUpdateTopic: SignificantAppUpdateTopic(description: "v\(Int.random(in: 1...999))"))
+    try await app.ask(marker)
+    try await guardian.answer(marker.id, with: "approve")
+    let r = await firstElement(of: app.responses(for: SignificantAppUpdateTopic.self), within: .seconds(10))
+    XCTAssertEqual(r?.question.id, marker.id)
 }
 
 /// The first element of `stream` that `matches`, or nil when none comes within `limit`.

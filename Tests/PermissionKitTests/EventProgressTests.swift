@@ -126,6 +126,18 @@ final class EventProgressTests: XCTestCase {
         last.welcome(head: 30, cursor: 29, gap: true)
         XCTAssertNil(last.markDone(21, closing: "T"))
         XCTAssertEqual(EventProgress(path: path).awaiting, ["T"])
+
+        // An ask again that failed: undone before the last closing is processed, the question
+        // is awaited for that closing; after, it is awaited no more.
+        last.received(30)
+        last.askedAgain("T", closingInHand: 30)
+        last.undoAskAgain("T", closingInHand: 30)
+        XCTAssertEqual(EventProgress(path: path).awaiting, ["T"])
+        last.askedAgain("T", closingInHand: 30)
+        last.markDone(30, closing: "T")
+        XCTAssertEqual(EventProgress(path: path).awaiting, ["T"], "the ask again still under way")
+        last.undoAskAgain("T", closingInHand: 30)
+        XCTAssertEqual(EventProgress(path: path).awaiting, [])
     }
 
     /// What a run processed above an event still open is kept for the next run, and the mark
