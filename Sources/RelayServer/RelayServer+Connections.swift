@@ -255,7 +255,7 @@ extension RelayServer {
             if c.greeted { handshakeEnded(c) }
         }
         let holds = c.greeted ? 0 : c.decoder.bufferedCount
-        if holds < c.handshakeCounted { handshakeInputFreed = true }
+        if holds < c.handshakeCounted && !handshakesHeld.isEmpty { handshakeInputFreed = true }
         handshakeInput += holds - c.handshakeCounted
         c.handshakeCounted = holds
     }
@@ -376,7 +376,7 @@ extension RelayServer {
         count(c)
         c.unreleased = 0  // its replies held for a commit are dropped at the dispatch
         countHeld(c)
-        if c.handshakeCounted > 0 { handshakeInputFreed = true }
+        if c.handshakeCounted > 0 && !handshakesHeld.isEmpty { handshakeInputFreed = true }
         handshakeInput -= c.handshakeCounted
         c.handshakeCounted = 0
         handshakeEnded(c)

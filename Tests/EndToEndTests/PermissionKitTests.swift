@@ -680,10 +680,7 @@ final class PermissionKitTests: XCTestCase {
     /// leaves a gap in its stream: the app still gets the response to one question and the
     /// closing of another it asked, from the relay's record of them, and once only.
     func testAResponseDroppedWhileTheAppWasAwayStillReachesItOnce() async throws {
-        let relay = try RelayProcess(flags: ["--retention-seconds", "1"])
-        try relay.start()
-        let tokens = try relay.provision(families: 1)
-        let state = relay.dir.appendingPathComponent("child.state").path
+        let (relay, tokens, state) = try relayKeepingEventsASecond()
         let (answered, cancelled) = (contact(), contact())
         try await askAndStop(answered, relay, tokens, state: state)
         try await askAndStop(cancelled, relay, tokens, state: state)
@@ -719,10 +716,7 @@ final class PermissionKitTests: XCTestCase {
     /// another on its store answering and dropping everything past a retention of a second)
     /// reaches the app once the relay is back, also for a question cancelled and asked again.
     func testAResponseDroppedDuringARunReachesTheAppInThatRun() async throws {
-        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
-        try relay.start()
-        let tokens = try relay.provision(families: 1)
-        let state = relay.dir.appendingPathComponent("child.state").path
+        let (relay, tokens, state) = try relayKeepingEventsASecond()
         let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         let again = contact()
         try await app.ask(again)
@@ -744,20 +738,14 @@ final class PermissionKitTests: XCTestCase {
     /// A response the stream brought that the app had not taken yet, dropped during the run,
     /// reaches it at its next start.
     func testAResponseHeldAndDroppedDuringARunReachesTheAppAtItsNextStart() async throws {
-        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
-        try relay.start()
-        let tokens = try relay.provision(families: 1)
-        let state = relay.dir.appendingPathComponent("child.state").path
+        let (relay, tokens, state) = try relayKeepingEventsASecond()
         let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
         let held = contact()
         try await app.ask(held)
         try await guardian.answer(held.id, with: "decline")
         try await awaitInHand(app, guardian)
-        var states = app.connectionStates().makeAsyncIterator()
-        try await whileAway(relay, tokens) { _ in }
-        while await states.next() == .ready {}
-        while await states.next() != .ready {}  // welcomed again: the listing is asked for
+        try await gapWhileRunning(app, relay, tokens)
         _ = try await app.questions()  // and is in hand by this one's reply
         await app.close()  // the held response was never taken (as if the app was killed)
         await guardian.close()
@@ -772,20 +760,13 @@ final class PermissionKitTests: XCTestCase {
     /// question again, and the cancellation it still holds, processed as it closes, leaves
     /// the new asking awaited: its response, dropped while the app was away, still reaches it.
     func testAQuestionAskedAgainWhileItsLastOutcomeIsHeldStaysAwaited() async throws {
-        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
-        try relay.start()
-        let tokens = try relay.provision(families: 1)
-        let state = relay.dir.appendingPathComponent("child.state").path
+        let (relay, tokens, state) = try relayKeepingEventsASecond()
         let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
-        let (question, marker) = (contact(), contact())
+        let question = contact()
         try await app.ask(question)
         try await app.cancel(question)
-        // The marker's response comes after the cancellation: that is in hand by then.
-        try await app.ask(marker)
-        try await guardian.answer(marker.id, with: "approve")
-        let m = await firstElement(of: app.responses(for: CommunicationTopic.self), within: .seconds(10))
-        XCTAssertEqual(m?.question.id, marker.id)
+        try await awaitInHand(app, guardian)  // the cancellation too
         try await app.ask(question)  // cancelled: asked anew
         await app.close()  // the cancellation is processed now
         try await whileAway(relay, tokens) { other in
@@ -804,10 +785,7 @@ final class PermissionKitTests: XCTestCase {
     /// A resend of a question answered while the app holds its response (the relay says
     /// `answered`) leaves it awaited: dropped later, the response still reaches the app.
     func testAResendOfAnAnsweredQuestionLeavesItAwaited() async throws {
-        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
-        try relay.start()
-        let tokens = try relay.provision(families: 1)
-        let state = relay.dir.appendingPathComponent("child.state").path
+        let (relay, tokens, state) = try relayKeepingEventsASecond()
         let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
         let question = contact()
@@ -829,10 +807,7 @@ final class PermissionKitTests: XCTestCase {
     /// outcomes stream not done with it as it stops): that closing, processed at the next
     /// start, leaves the new asking awaited, and its response, dropped, reaches the app.
     func testAQuestionAskedAgainStaysAwaitedAcrossARestart() async throws {
-        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
-        try relay.start()
-        let tokens = try relay.provision(families: 1)
-        let state = relay.dir.appendingPathComponent("child.state").path
+        let (relay, tokens, state) = try relayKeepingEventsASecond()
         let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
         let question = contact()
         do {
@@ -908,10 +883,7 @@ final class PermissionKitTests: XCTestCase {
     /// An ask again that fails (here, from a task cancelled before it is sent) leaves the
     /// question as it was: the closing of its last asking, processed, is not recovered after a gap.
     func testAnAskAgainThatFailsChangesNothing() async throws {
-        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
-        try relay.start()
-        let tokens = try relay.provision(families: 1)
-        let state = relay.dir.appendingPathComponent("child.state").path
+        let (relay, tokens, state) = try relayKeepingEventsASecond()
         let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         let (question, marker) = (contact(), contact())
         let closings = Mutex<[UUID]>([])
@@ -933,10 +905,7 @@ final class PermissionKitTests: XCTestCase {
         try await app.cancel(question)
         let tookIt: Void? = await firstElement(of: handled, within: .seconds(10))
         XCTAssertNotNil(tookIt)
-        var states = app.connectionStates().makeAsyncIterator()
-        try await whileAway(relay, tokens) { _ in }
-        while await states.next() == .ready {}
-        while await states.next() != .ready {}  // welcomed after a gap: the relay is asked
+        try await gapWhileRunning(app, relay, tokens)
         try await app.ask(marker)
         try await app.cancel(marker)
         await loop.value
@@ -948,10 +917,7 @@ final class PermissionKitTests: XCTestCase {
     /// first cancellation: with the second in the loop's hands as a gap passes, each is
     /// handed once.
     func testTwoClosingsOfOneQuestionInHandAcrossAGapAreHandedOnceEach() async throws {
-        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
-        try relay.start()
-        let tokens = try relay.provision(families: 1)
-        let state = relay.dir.appendingPathComponent("child.state").path
+        let (relay, tokens, state) = try relayKeepingEventsASecond()
         let app = AskCenter(configuration: config(relay, "c0", tokens, state: state))
         let guardian = GuardianCenter(configuration: config(relay, "g0", tokens))
         let (question, marker) = (contact(), contact())
@@ -979,10 +945,7 @@ final class PermissionKitTests: XCTestCase {
         try await app.cancel(question)
         let inHand: Void? = await firstElement(of: second, within: .seconds(10))
         XCTAssertNotNil(inHand)
-        var states = app.connectionStates().makeAsyncIterator()
-        try await whileAway(relay, tokens) { _ in }
-        while await states.next() == .ready {}
-        while await states.next() != .ready {}  // welcomed after the gap: the relay is asked
+        try await gapWhileRunning(app, relay, tokens)
         _ = try await app.questions()
         gapPassed.yield()
         try await app.ask(marker)
@@ -991,6 +954,23 @@ final class PermissionKitTests: XCTestCase {
         XCTAssertEqual(closings.withLock { $0 }, [question.id, question.id, marker.id], "each cancellation once")
         await app.close()
         await guardian.close()
+    }
+
+    /// A relay that keeps events a second, provisioned with one family, and a state file for the child's app.
+    private func relayKeepingEventsASecond() throws -> (RelayProcess, [String: String], state: String) {
+        let relay = try RelayProcess(flags: ["--retention-seconds", "1", "--ask-rate-limit", "0"])
+        try relay.start()
+        return (relay, try relay.provision(families: 1), relay.dir.appendingPathComponent("child.state").path)
+    }
+
+    /// A gap in the stream of `app`, running: its relay goes away while everything is
+    /// dropped, and returns when `app` is welcomed again (the relay is then asked how its
+    /// questions stand).
+    private func gapWhileRunning(_ app: AskCenter, _ relay: RelayProcess, _ tokens: [String: String]) async throws {
+        var states = app.connectionStates().makeAsyncIterator()
+        try await whileAway(relay, tokens) { _ in }
+        while await states.next() == .ready {}
+        while await states.next() != .ready {}
     }
 
     /// Until the child's stream has dropped everything: a session that resumes from its
