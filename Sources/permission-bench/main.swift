@@ -187,23 +187,30 @@ func measure(
     let pid = pid ?? gen.serverPID  // a running relay (--socket) is found by its socket's peer credentials
     var cpuStart = ProcessCPU(user: 0, system: 0)
     let every = a.value("--every") != nil ? try a.seconds("--every", default: 60, min: 0.1) : nil
+    // A stretch's figures are worked out on another thread, in order: sorting a minute of
+    // latencies on the generator's would stall every cycle in flight, and show as the
+    // relay's tail.
+    let intervalReports = DispatchQueue(label: "stretch figures")
     var result = gen.run(
         duration: try a.seconds("--duration", default: 5, min: 0.1), warmup: try a.seconds("--warmup", default: 1), every: every,
         onInterval: { at, latencies in
             guard let every else { return }
-            guard !latencies.isEmpty else {
-                return printErr("  \(baseline ? "baseline" : "relay") at \(String(format: "%g", at)) s: no cycles")
-            }
-            let sorted = latencies.sorted()
-            let p50 = Summary.percentile(0.5, ofSorted: sorted), p99 = Summary.percentile(0.99, ofSorted: sorted)
+            let name = baseline ? "baseline" : "relay"
+            guard !latencies.isEmpty else { return printErr("  \(name) at \(String(format: "%g", at)) s: no cycles") }
             let rss = pid.map { " · RSS \(([$0] + others).map(rssBytes).reduce(0, +) >> 20) MiB" } ?? ""
-            printErr(
-                "  \(baseline ? "baseline" : "relay") at \(String(format: "%g", at)) s: \(Int(Double(sorted.count) / every)) cycles/s"
-                    + " · p50 \(Int(p50)) µs · p99 \(Int(p99)) µs (\(String(format: "%.1f", p50 > 0 ? p99 / p50 : 0))× p50)\(rss)")
+            let stretch = Array(latencies)
+            intervalReports.async {
+                let sorted = stretch.sorted()
+                let p50 = Summary.percentile(0.5, ofSorted: sorted), p99 = Summary.percentile(0.99, ofSorted: sorted)
+                printErr(
+                    "  \(name) at \(String(format: "%g", at)) s: \(Int(Double(sorted.count) / every)) cycles/s"
+                        + " · p50 \(Int(p50)) µs · p99 \(Int(p99)) µs (\(String(format: "%.1f", p50 > 0 ? p99 / p50 : 0))× p50)\(rss)")
+            }
         }
     ) {
         if let pid { cpuStart = ProcessCPU(pids: [pid] + others) }
     }
+    intervalReports.sync {}
     // Unknown, not zero, when no server process is found.
     let cpu = pid.map { ProcessCPU(pids: [$0] + others) - cpuStart } ?? ProcessCPU(user: .nan, system: .nan)
     let rss = pid.map { ([$0] + others).map(rssBytes).reduce(0, +) } ?? 0
