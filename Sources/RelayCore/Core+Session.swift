@@ -20,7 +20,9 @@ extension RelayCore {
             // A number too large for a double reads as infinite, which JSON writes as null.
             let outOfRange = proto != .null && proto.text == "null"
             let asked = proto.int.map(String.init) ?? "\"protocol\": \(outOfRange ? "a number out of range" : proto.text)"
-            return refuse(.unsupportedProtocol, "this relay speaks protocol 1, not \(asked)")
+            // The version as a string is the likeliest slip: say what to send instead.
+            let hint = proto.string == "1" ? " (send the number 1, not a string)" : ""
+            return refuse(.unsupportedProtocol, "this relay speaks protocol 1, not \(asked)\(hint)")
         }
         guard let id else { return refuse(.unauthorized, "hello needs a string \"id\", which its welcome answers") }
 

@@ -97,6 +97,11 @@ final class HandshakeTests: XCTestCase {
         let null = h.connect()
         h.sendRaw(null, Array(#"{"type":"hello","id":"h","protocol":null}"#.utf8))
         XCTAssertEqual(h.drain(null).first?["message"]?.string, #"this relay speaks protocol 1, not "protocol": null"#)
+        let quoted = h.connect()
+        h.sendRaw(quoted, Array(#"{"type":"hello","id":"h","protocol":"1"}"#.utf8))
+        let told = h.drain(quoted).first ?? [:]
+        XCTAssertEqual(told["code"]?.string, "unsupportedProtocol")
+        XCTAssertEqual(told["message"]?.string, #"this relay speaks protocol 1, not "protocol": "1" (send the number 1, not a string)"#)
         let unsaid = h.connect()
         h.send(unsaid, ["type": "hello", "id": "h", "member": "c1", "token": "t"])
         XCTAssertEqual(h.drain(unsaid).first?["code"]?.string, "unauthorized", "a hello with no protocol is not a valid one (§1)")
