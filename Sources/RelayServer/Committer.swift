@@ -146,6 +146,10 @@ final class Committer: @unchecked Sendable {
             case .prune(let cutoff, let acknowledged, let settled, let questionsKept, let limit):
                 do {
                     let step = try store.prune(olderThan: cutoff, acknowledged: acknowledged, settledThrough: settled, limit: limit)
+                    // A checkpoint this part made due runs before the commits queued behind it
+                    // are taken, not at the start of their transaction: turns handed over
+                    // while it runs then share that commit.
+                    store.finishCommits()
                     queueNext(.updateLookups(after: step, questionsKept: questionsKept, limit: limit))
                     continue  // its outcome comes with the last part's
                 } catch {
@@ -154,6 +158,7 @@ final class Committer: @unchecked Sendable {
             case .updateLookups(var step, let questionsKept, let limit):
                 do {
                     if try store.updateQuestionLookups() { step.more = true }
+                    store.finishCommits()
                     queueNext(.forget(after: step, questionsKept: questionsKept, limit: limit))
                     continue
                 } catch {

@@ -38,6 +38,31 @@ final class CommitterTests: XCTestCase {
         XCTAssertTrue(step.more, "more upkeep is due, so more steps are")
     }
 
+    /// A part of a pruning step may make the writer's own checkpoint due (a commit's
+    /// transaction: the WAL's length). It runs before the writer takes the commits queued
+    /// behind that part, so that the turns handed over while it runs share their commit
+    /// rather than wait for the one after it.
+    func testTheCheckpointAPartOfAPruningStepMadeDueRunsBeforeTheNextCommitIsTaken() throws {
+        let store = OrderedStore()
+        store.holdsFinish.withLock { $0 = true }
+        let committer = try Committer(store: store)
+        defer { committer.stop() }
+        defer { store.letEveryGateOpen() }
+        committer.submit(pruneJob)
+        XCTAssertEqual(store.prune.started.wait(timeout: .now() + 10), .success)
+        committer.submit(.commit([.family("smiths")]))
+        store.prune.mayEnd.signal()
+        XCTAssertEqual(store.finish.started.wait(timeout: .now() + 10), .success)
+        store.holdsFinish.withLock { $0 = false }
+        committer.submit(.commit([.family("joneses")]))
+        store.finish.mayEnd.signal()
+        store.lookups.mayEnd.signal()
+        committer.waitUntilIdle()
+
+        XCTAssertEqual(Array(store.calls.withLock { $0 }.prefix(3)), ["prune", "finish", "commit"])
+        XCTAssertEqual(store.transactions.withLock { $0 }, [["smiths", "joneses"]], "both turns in the commit after the checkpoint")
+    }
+
     func testAFailedPartOfTheUpkeepStillReportsWhatThePruningPartDropped() throws {
         for failing in ["lookups", "forget"] {
             let store = OrderedStore()
