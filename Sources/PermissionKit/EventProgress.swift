@@ -37,6 +37,10 @@ final class EventProgress: Sendable {
         var gaps = 0
         /// Received in this run and not processed yet.
         var open: Set<Int64> = []
+        /// Received in this run from a stream the relay no longer has (its data reset, or a
+        /// backup restored below them) and not processed yet: the relay gives those seqs to
+        /// new events, so processing one of these moves nothing.
+        var stale: Set<Int64> = []
         /// The highest seq received in this run.
         var highest: Int64?
     }
@@ -172,6 +176,7 @@ final class EventProgress: Sendable {
     func welcome(head: Int64, cursor: Int64, gap: Bool) {
         state.withLock { s in
             if s.mark == nil || s.mark! > head {
+                s.stale.formUnion(s.open)
                 (s.mark, s.above, s.open, s.highest) = (cursor, [], [], nil)
                 if !s.awaiting.isEmpty {  // a relay whose data was reset: what it has is to be seen
                     s.unsure = true
@@ -183,6 +188,7 @@ final class EventProgress: Sendable {
             }
             if (s.highest ?? 0) > head || s.above.contains(where: { $0 > head }) {
                 s.above = s.above.filter { $0 <= head }
+                s.stale.formUnion(s.open.filter { $0 > head })
                 s.open = s.open.filter { $0 <= head }
                 s.highest = s.highest.map { min($0, head) }
                 save(s)
@@ -241,8 +247,11 @@ final class EventProgress: Sendable {
                 }
             }
             let before = s.mark ?? (seq - 1)
-            s.open.remove(seq)
-            guard seq > before, seq > 0 else {
+            // Of the stream before a reset: the first processing of that seq since is taken
+            // for it (the older event came first), and the newer one stays open.
+            let stale = s.stale.remove(seq) != nil
+            if !stale { s.open.remove(seq) }
+            guard seq > before, seq > 0, !stale else {
                 if changed { save(s) }
                 return nil
             }

@@ -176,6 +176,35 @@ final class EventProgressTests: XCTestCase {
         XCTAssertFalse(EventProgress(path: path).isDone(3), "as stored for the next run")
     }
 
+    /// The relay's data was reset (or a backup restored below the app's mark) while the app
+    /// held events of its old stream: processed later, they do not count for the new
+    /// stream's events, which reuse their seqs.
+    func testEventsInHandFromAStreamTheRelayNoLongerHasMoveNothingWhenProcessed() {
+        for restored in [false, true] {
+            let path = stateFile()
+            let p = EventProgress(path: path)
+            p.welcome(head: 0, cursor: 0, gap: false)
+            for seq: Int64 in 1...6 { p.received(seq) }
+            for seq: Int64 in 1...3 { XCTAssertEqual(p.markDone(seq), seq) }
+            if restored {
+                p.welcome(head: 3, cursor: 3, gap: false)  // a backup whose stream ends at 3
+            } else {
+                p.welcome(head: 0, cursor: 0, gap: false)  // a relay whose data was reset
+            }
+            XCTAssertNil(p.markDone(6), "an event of the old stream (\(restored))")
+            XCTAssertFalse(p.isDone(4), "seq 4 is the new stream's (\(restored))")
+            XCTAssertFalse(EventProgress(path: path).isDone(4), "as stored for the next run (\(restored))")
+            p.received(4)  // the new stream's, while the old stream's 4 is in hand
+            XCTAssertNil(p.markDone(4), "the old stream's, which came first (\(restored))")
+            XCTAssertNil(p.markDone(5), "of the old stream too (\(restored))")
+            XCTAssertFalse(p.isDone(4), "the new 4 is still to be processed (\(restored))")
+            XCTAssertEqual(p.markDone(4), 4, "(\(restored))")
+            p.received(6)
+            XCTAssertFalse(p.isDone(6), "the new event with seq 6 (\(restored))")
+            XCTAssertEqual(p.markDone(6), 6, "(\(restored))")
+        }
+    }
+
     /// The relay replays a response the app's loop still has (it was not acknowledged): the
     /// loop is not handed it a second time.
     func testAResponseInHandIsNotHandedAgainWhenReplayedAfterAReconnect() async throws {
