@@ -140,6 +140,10 @@ public final class AskCenter: Sendable {
         var leftByCheck: Set<String> = []
         /// The next seq for a recovered closing: below 1, never one of the stream's.
         var nextRecovered: Int64 = 0
+        /// Events of a stream the relay started anew (its data reset, a backup restored) with
+        /// the seq of one from before that the app still has: each waits until that one is
+        /// processed, so that no two events in hand share a seq.
+        var behindStale: [Int64: JSONObject] = [:]
         /// The relay is being asked how the awaited questions stand (`checkAwaited`); and
         /// another welcome came meanwhile, so it is asked again once that is done.
         var checking = false
@@ -314,27 +318,28 @@ public final class AskCenter: Sendable {
 
     /// A stream is done with `seq`: its loop handled it, or it ended before its loop took it.
     private func settled(_ seq: Int64, handed: Bool) {
-        let mark = hub.withLock { h -> Int64? in
-            guard var o = h.outstanding[seq] else { return nil }  // processed before this stream had it
+        let (mark, next) = hub.withLock { h -> (Int64?, JSONObject?) in
+            guard var o = h.outstanding[seq] else { return (nil, nil) }  // processed before this stream had it
             o.streams -= 1
             o.handed = o.handed || handed
             guard o.streams <= 0 else {
                 h.outstanding[seq] = o
-                return nil
+                return (nil, nil)
             }
             h.outstanding[seq] = nil
             // No loop had it (every stream ended first): it waits for the next stream.
             guard o.handed else {
                 h.held[seq] = o.event
-                return nil
+                return (nil, nil)
             }
             // Processed before the lock is let go: a replay of it coming meanwhile is not handed again.
             let closed = Self.closedQuestion(of: o.event)
             // What it was kept for is done, unless another closing of it is in hand.
             if let closed, Self.closing(of: closed, inHandIn: h) == nil { h.closedHere.remove(closed) }
-            return session.progress.markDone(seq, closing: closed)
+            return (session.progress.markDone(seq, closing: closed), h.behindStale.removeValue(forKey: seq))
         }
         if let mark { session.acknowledge(mark) }
+        if let next { handle(next) }
     }
 
     /// Whether the relay can be reached now.
@@ -444,6 +449,15 @@ public final class AskCenter: Sendable {
     private func handle(_ e: JSONObject) {
         guard let seq = e["seq"]?.int else { return }
         if progress.isDone(seq) { return }
+        if progress.isStale(seq) {
+            let waits = hub.withLock { h in
+                guard h.outstanding[seq] != nil || h.held[seq] != nil else { return false }
+                h.behindStale[seq] = e
+                return true
+            }
+            if waits { return }
+            progress.forgetStale(seq)  // the one from before is not in hand any more
+        }
         let type = e["type"]?.string
         guard type == "response" || type == "questionClosed" else { return session.done(seq) }
         if type == "questionClosed" && QuestionOutcome(event: e) == nil { return session.done(seq) }

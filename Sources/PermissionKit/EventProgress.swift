@@ -189,6 +189,7 @@ final class EventProgress: Sendable {
             if (s.highest ?? 0) > head || s.above.contains(where: { $0 > head }) {
                 s.above = s.above.filter { $0 <= head }
                 s.stale.formUnion(s.open.filter { $0 > head })
+                s.askedAgain = s.askedAgain.filter { $0.value <= head }  // as at a reset: those closings are stale
                 s.open = s.open.filter { $0 <= head }
                 s.highest = s.highest.map { min($0, head) }
                 save(s)
@@ -225,6 +226,12 @@ final class EventProgress: Sendable {
         }
     }
 
+    /// Whether an event with `seq` from before the relay's reset is still to be processed.
+    func isStale(_ seq: Int64) -> Bool { state.withLock { $0.stale.contains(seq) } }
+
+    /// The event with `seq` from before the relay's reset is no longer in hand.
+    func forgetStale(_ seq: Int64) { state.withLock { _ = $0.stale.remove(seq) } }
+
     func isDone(_ seq: Int64) -> Bool {
         state.withLock { s in (s.mark.map { seq <= $0 } ?? false) || s.above.contains(seq) }
     }
@@ -247,8 +254,8 @@ final class EventProgress: Sendable {
                 }
             }
             let before = s.mark ?? (seq - 1)
-            // Of the stream before a reset: the first processing of that seq since is taken
-            // for it (the older event came first), and the newer one stays open.
+            // Of the stream before a reset (`AskCenter` hands the new stream's event with that
+            // seq only once the old one is processed): it moves nothing.
             let stale = s.stale.remove(seq) != nil
             if !stale { s.open.remove(seq) }
             guard seq > before, seq > 0, !stale else {

@@ -189,7 +189,7 @@ func measure(
     let every = a.value("--every") != nil ? try a.seconds("--every", default: 60, min: 0.1) : nil
     // A stretch's figures are worked out on another thread, in order: sorting a minute of
     // latencies on the generator's would stall every cycle in flight, and show as the
-    // relay's tail.
+    // relay's tail (copying them there takes a few milliseconds).
     let intervalReports = DispatchQueue(label: "stretch figures")
     var result = gen.run(
         duration: try a.seconds("--duration", default: 5, min: 0.1), warmup: try a.seconds("--warmup", default: 1), every: every,

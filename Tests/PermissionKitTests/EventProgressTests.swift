@@ -205,6 +205,74 @@ final class EventProgressTests: XCTestCase {
         }
     }
 
+    /// A question asked again while the closing of its last asking was in hand, and then a
+    /// backup restored below that closing: a closing of the new stream with its seq, in the
+    /// next run, is the new asking's.
+    func testARestoreBelowAClosingInHandLetsItsReaskMarkGo() {
+        let path = stateFile()
+        let p = EventProgress(path: path)
+        p.welcome(head: 0, cursor: 0, gap: false)
+        for seq: Int64 in 1...5 { p.received(seq) }
+        for seq: Int64 in 1...3 { XCTAssertEqual(p.markDone(seq), seq) }
+        p.awaitClosing(of: "Q")
+        p.askedAgain("Q", closingInHand: 5)
+        p.welcome(head: 3, cursor: 3, gap: false)  // a backup whose stream ends at 3
+        let next = EventProgress(path: path)
+        next.welcome(head: 3, cursor: 3, gap: false)
+        next.received(5)
+        next.markDone(5, closing: "Q")
+        XCTAssertEqual(next.awaiting, [], "the new stream's closing of Q")
+    }
+
+    /// The relay's data is reset while the app's loop has a response: the new stream's
+    /// response with the same seq is handed once that one is done, not taken for a replay.
+    func testANewResponseWithTheSeqOfOneInHandFromBeforeAResetIsHandedAfterIt() async throws {
+        let relay = try ScriptedRelay()
+        var config = RelayConfiguration(
+            socketPath: relay.path, member: "c0", token: "t", session: "app", stateFile: stateFile())
+        config.ackDelay = .zero
+        config.reconnectDelay = .milliseconds(10)
+        let center = AskCenter(configuration: config)
+        let responses = center.responses(for: CommunicationTopic.self)
+        try relay.acceptAndWelcome()
+        let (done, inHand, new) = (UUID(), UUID(), UUID())
+        let newHanded = expectation(description: "the new stream's response handed")
+        let (handed, next) = AsyncStream<UUID>.makeStream()
+        let (release, releasing) = AsyncStream<Void>.makeStream()
+        let loop = Task {
+            var releases = release.makeAsyncIterator()
+            for await r in responses {
+                next.yield(r.question.id)
+                if r.question.id == new { newHanded.fulfill() }
+                _ = await releases.next()
+            }
+        }
+        var seen = handed.makeAsyncIterator()
+        relay.send(Self.response(seq: 1, question: done))
+        let first = await seen.next()
+        XCTAssertEqual(first, done)
+        relay.send(Self.response(seq: 2, question: inHand))
+        releasing.yield()  // 1 is processed (the mark is 1); 2 is in the loop's hands
+        let second = await seen.next()
+        XCTAssertEqual(second, inHand)
+        relay.drop()
+        let hello = try relay.acceptAndWelcome(head: 0, cursor: 0)  // a relay whose data was reset
+        XCTAssertEqual(hello["resume"]?.int, 1)
+        relay.send(Self.response(seq: 2, question: new))  // the new stream's 1 is of another topic
+        relay.send(try JSON.parse(#"{"type":"limitsChanged","seq":3,"enabled":true}"#).object!)
+        // Acknowledged up to 1 (3 is done, 2 is not): both came before the old 2 is let go.
+        var acked: Int64?
+        while acked == nil, let (frame, _) = relay.nextFrame(within: .seconds(10)) {
+            if frame["type"]?.string == "ack" { acked = frame["seq"]?.int }
+        }
+        XCTAssertEqual(acked, 1)
+        releasing.yield()
+        await fulfillment(of: [newHanded], timeout: 10)
+        releasing.yield()
+        loop.cancel()
+        await center.close()
+    }
+
     /// The relay replays a response the app's loop still has (it was not acknowledged): the
     /// loop is not handed it a second time.
     func testAResponseInHandIsNotHandedAgainWhenReplayedAfterAReconnect() async throws {
