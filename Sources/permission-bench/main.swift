@@ -196,10 +196,10 @@ func measure(
         onInterval: { at, latencies in
             guard let every else { return }
             let name = baseline ? "baseline" : "relay"
-            guard !latencies.isEmpty else { return printErr("  \(name) at \(String(format: "%g", at)) s: no cycles") }
             let rss = pid.map { " · RSS \(([$0] + others).map(rssBytes).reduce(0, +) >> 20) MiB" } ?? ""
             let stretch = Array(latencies)
             intervalReports.async {
+                guard !stretch.isEmpty else { return printErr("  \(name) at \(String(format: "%g", at)) s: no cycles") }
                 let sorted = stretch.sorted()
                 let p50 = Summary.percentile(0.5, ofSorted: sorted), p99 = Summary.percentile(0.99, ofSorted: sorted)
                 printErr(
