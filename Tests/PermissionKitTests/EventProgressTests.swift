@@ -205,6 +205,34 @@ final class EventProgressTests: XCTestCase {
         }
     }
 
+    /// A center with a durable session on a relay the test plays (welcomed; acknowledging at
+    /// once, reconnecting within 10 ms), whose app's loop hands on (and to `onHanded`) each
+    /// response's question and holds it until released: the app shows it, and waits for
+    /// the user.
+    private func appHoldingEachResponse(onHanded: @escaping @Sendable (UUID) -> Void = { _ in }) throws -> (
+        ScriptedRelay, AskCenter, handed: AsyncStream<UUID>, releasing: AsyncStream<Void>.Continuation, loop: Task<Void, Never>
+    ) {
+        let relay = try ScriptedRelay()
+        var config = RelayConfiguration(
+            socketPath: relay.path, member: "c0", token: "t", session: "app", stateFile: stateFile())
+        config.ackDelay = .zero
+        config.reconnectDelay = .milliseconds(10)
+        let center = AskCenter(configuration: config)
+        let responses = center.responses(for: CommunicationTopic.self)
+        try relay.acceptAndWelcome()
+        let (handed, next) = AsyncStream<UUID>.makeStream()
+        let (release, releasing) = AsyncStream<Void>.makeStream()
+        let loop = Task {
+            var releases = release.makeAsyncIterator()
+            for await r in responses {
+                next.yield(r.question.id)
+                onHanded(r.question.id)
+                _ = await releases.next()
+            }
+        }
+        return (relay, center, handed, releasing, loop)
+    }
+
     /// A question asked again while the closing of its last asking was in hand, and then a
     /// backup restored below that closing: a closing of the new stream with its seq, in the
     /// next run, is the new asking's.
@@ -227,26 +255,9 @@ final class EventProgressTests: XCTestCase {
     /// The relay's data is reset while the app's loop has a response: the new stream's
     /// response with the same seq is handed once that one is done, not taken for a replay.
     func testANewResponseWithTheSeqOfOneInHandFromBeforeAResetIsHandedAfterIt() async throws {
-        let relay = try ScriptedRelay()
-        var config = RelayConfiguration(
-            socketPath: relay.path, member: "c0", token: "t", session: "app", stateFile: stateFile())
-        config.ackDelay = .zero
-        config.reconnectDelay = .milliseconds(10)
-        let center = AskCenter(configuration: config)
-        let responses = center.responses(for: CommunicationTopic.self)
-        try relay.acceptAndWelcome()
         let (done, inHand, new) = (UUID(), UUID(), UUID())
         let newHanded = expectation(description: "the new stream's response handed")
-        let (handed, next) = AsyncStream<UUID>.makeStream()
-        let (release, releasing) = AsyncStream<Void>.makeStream()
-        let loop = Task {
-            var releases = release.makeAsyncIterator()
-            for await r in responses {
-                next.yield(r.question.id)
-                if r.question.id == new { newHanded.fulfill() }
-                _ = await releases.next()
-            }
-        }
+        let (relay, center, handed, releasing, loop) = try appHoldingEachResponse { if $0 == new { newHanded.fulfill() } }
         var seen = handed.makeAsyncIterator()
         relay.send(Self.response(seq: 1, question: done))
         let first = await seen.next()
@@ -276,24 +287,8 @@ final class EventProgressTests: XCTestCase {
     /// The relay replays a response the app's loop still has (it was not acknowledged): the
     /// loop is not handed it a second time.
     func testAResponseInHandIsNotHandedAgainWhenReplayedAfterAReconnect() async throws {
-        let relay = try ScriptedRelay()
-        var config = RelayConfiguration(
-            socketPath: relay.path, member: "c0", token: "t", session: "app", stateFile: stateFile())
-        config.ackDelay = .zero
-        config.reconnectDelay = .milliseconds(10)
-        let center = AskCenter(configuration: config)
-        let responses = center.responses(for: CommunicationTopic.self)
-        try relay.acceptAndWelcome()
         let (first, second) = (UUID(), UUID())
-        let (handed, next) = AsyncStream<UUID>.makeStream()
-        let (release, releasing) = AsyncStream<Void>.makeStream()
-        let loop = Task {
-            var releases = release.makeAsyncIterator()
-            for await r in responses {
-                next.yield(r.question.id)
-                _ = await releases.next()  // the app shows it, and waits for the user
-            }
-        }
+        let (relay, center, handed, releasing, loop) = try appHoldingEachResponse()
         var seen = handed.makeAsyncIterator()
         relay.send(Self.response(seq: 1, question: first))
         let firstHanded = await seen.next()
