@@ -261,9 +261,11 @@ struct Row {
     func isNull(_ i: Int32) -> Bool { sqlite3_column_type(stmt, i) == SQLITE_NULL }
     func anyNull(_ columns: ClosedRange<Int32>) -> Bool { columns.contains(where: isNull) }
     func int(_ i: Int32) -> Int64 { sqlite3_column_int64(stmt, i) }
+    /// The column's text, all of its bytes: a NUL within it (a custom handle may hold one)
+    /// is kept, not taken for the end.
     func text(_ i: Int32) -> String {
         guard let p = sqlite3_column_text(stmt, i) else { return "" }
-        return String(cString: p)
+        return String(decoding: UnsafeBufferPointer(start: p, count: Int(sqlite3_column_bytes(stmt, i))), as: UTF8.self)
     }
     func blob(_ i: Int32) -> [UInt8] {
         let n = Int(sqlite3_column_bytes(stmt, i))

@@ -93,6 +93,11 @@ final class StoreContractTests: XCTestCase {
             .questionState(answered), .questionState(cancelled), .member(child),
             .knownHandle(
                 KnownHandleRecord(row: 2, child: "c1", handle: h, permanent: true, until: nil, actions: ["message", "audioCall"])),
+            // A custom handle is compared exactly, a NUL within it too.
+            .knownHandle(
+                KnownHandleRecord(
+                    row: 3, child: "c1", handle: NormalizedHandle(kind: .custom, rawValue: "bob\u{0}evil")!, permanent: true,
+                    until: nil, actions: [])),
             .unknownHandle(timedRecord), .event(event("c1", 1, at: 7, topic: .communication)),
             .session(SessionRecord(member: "g1", name: "tab", cursor: 2, topics: [])), .dropSession(member: "g1", name: "old"),
             .dropSessions(member: "c1"),
