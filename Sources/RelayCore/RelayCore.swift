@@ -452,12 +452,14 @@ public final class RelayCore {
             parsed = try JSON.parse(body)
         } catch {
             var why = error
-            if error.tooDeep {
-                // Nested deeper than the parser goes, a frame may still be JSON: then its error
-                // carries its id (§1).
+            if error.isJSON {
+                // Refused by the parser, a frame may still be JSON: then its error carries its id (§1).
                 do {
-                    let json = try JSON.parseTruncatingDepth(body).json
-                    let message = "the frame nests arrays and objects deeper than \(JSON.maxDepth) levels"
+                    let json = try JSON.parseLeniently(body).json
+                    let message =
+                        error.tooDeep
+                        ? "the frame nests arrays and objects deeper than \(JSON.maxDepth) levels"
+                        : "the frame holds \(error), which no Unicode text holds: send whole characters"
                     reject(conn, re: json["id"]?.string, established, .badFrame, message)
                     return
                 } catch {

@@ -122,12 +122,18 @@ extension JSON {
 
 // MARK: - Parsing
 
-/// Why bytes are not a JSON document (or, when `tooDeep`, one nested deeper than
-/// `JSON.maxDepth`, which is JSON all the same).
+/// Why bytes are not a JSON document, or not one `JSON.parse` takes: when `isJSON`, what
+/// stopped it is JSON all the same, and `JSON.parseLeniently` reads the document (or says
+/// why it is not JSON).
 public struct JSONParseError: Error, Sendable, CustomStringConvertible {
     public let reason: String
     public let offset: Int
+    /// An array or object nested deeper than `JSON.maxDepth`.
     public var tooDeep = false
+    /// A `\u` escape of half a UTF-16 surrogate pair without its other half: JSON's grammar
+    /// allows it, but no Unicode text (nor UTF-8) holds it.
+    public var unpairedSurrogate = false
+    public var isJSON: Bool { tooDeep || unpairedSurrogate }
     public var description: String { "\(reason) at byte \(offset)" }
 }
 
@@ -162,16 +168,18 @@ extension JSON {
         try parse(Array(text.utf8))
     }
 
-    /// Parses as `parse` does, except that an array or object nested deeper than `maxDepth`
-    /// is checked without recursion and read as null; `truncated` says whether one was. What
-    /// a frame too deep to take says of itself (its id, for the error's `re`) is read so.
-    public static func parseTruncatingDepth(_ bytes: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> (
-        json: JSON, truncated: Bool
+    /// Parses as `parse` does, except what is JSON but refused there (`JSONParseError.isJSON`):
+    /// an array or object nested deeper than `maxDepth` is checked without recursion and read
+    /// as null, and an unpaired surrogate escape is read as U+FFFD; `altered` says whether
+    /// either was. What a frame refused so says of itself (its id, for the error's `re`) is
+    /// read with it.
+    public static func parseLeniently(_ bytes: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> (
+        json: JSON, altered: Bool
     ) {
         var p = Parser(bytes)
-        p.truncating = true
+        p.lenient = true
         let json = try p.document()
-        return (json, p.truncated)
+        return (json, p.altered)
     }
 }
 
@@ -193,10 +201,10 @@ private struct Parser {
     let buf: UnsafeBufferPointer<UInt8>
     var i = 0
     var depth = 0
-    /// Whether an array or object past `JSON.maxDepth` is skipped (and read as null) rather
-    /// than refused; `truncated` records that one was.
-    var truncating = false
-    var truncated = false
+    /// Whether an array or object past `JSON.maxDepth` is skipped (and read as null), and an
+    /// unpaired surrogate read as U+FFFD, rather than refused; `altered` records that one was.
+    var lenient = false
+    var altered = false
 
     init(_ buf: UnsafeBufferPointer<UInt8>) { self.buf = buf }
 
@@ -216,9 +224,9 @@ private struct Parser {
         guard i < buf.count else { throw fail("unexpected end of input") }
         switch buf[i] {
         case UInt8(ascii: "{"), UInt8(ascii: "["):
-            if truncating && depth >= JSON.maxDepth {
+            if lenient && depth >= JSON.maxDepth {
                 try skipNested()
-                truncated = true
+                altered = true
                 return .null
             }
             return buf[i] == UInt8(ascii: "{") ? try object() : try array()
@@ -422,16 +430,23 @@ private struct Parser {
                 case UInt8(ascii: "r"): out.append(0x0D)
                 case UInt8(ascii: "t"): out.append(0x09)
                 case UInt8(ascii: "u"):
+                    let at = i - 2
                     var scalar = try hex4()
                     if (0xD800..<0xDC00).contains(scalar) {
-                        guard i + 1 < buf.count, buf[i] == UInt8(ascii: "\\"), buf[i + 1] == UInt8(ascii: "u")
-                        else { throw fail("unpaired surrogate") }
-                        i += 2
-                        let low = try hex4()
-                        guard (0xDC00..<0xE000).contains(low) else { throw fail("unpaired surrogate") }
-                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                        let next = i
+                        var low: UInt32 = 0
+                        if i + 1 < buf.count, buf[i] == UInt8(ascii: "\\"), buf[i + 1] == UInt8(ascii: "u") {
+                            i += 2
+                            low = try hex4()
+                        }
+                        if (0xDC00..<0xE000).contains(low) {
+                            scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                        } else {
+                            i = next  // an escape after it is read on its own
+                            scalar = try unpaired(at: at)
+                        }
                     } else if (0xDC00..<0xE000).contains(scalar) {
-                        throw fail("unpaired surrogate")
+                        scalar = try unpaired(at: at)
                     }
                     out.append(contentsOf: Unicode.UTF8.encode(Unicode.Scalar(scalar)!)!)
                 default: throw fail("invalid escape")
@@ -443,6 +458,19 @@ private struct Parser {
             }
         }
         throw fail("unterminated string")
+    }
+
+    /// The unpaired surrogate escape at `at`: read as U+FFFD when lenient, else refused as
+    /// JSON that `parse` does not take.
+    mutating func unpaired(at: Int) throws(JSONParseError) -> UInt32 {
+        guard lenient else {
+            let escape = String(decoding: UnsafeBufferPointer(rebasing: buf[at..<(at + 6)]), as: UTF8.self)
+            var error = JSONParseError(reason: "an unpaired UTF-16 surrogate escape (\(escape))", offset: at)
+            error.unpairedSurrogate = true
+            throw error
+        }
+        altered = true
+        return 0xFFFD
     }
 
     mutating func hex4() throws(JSONParseError) -> UInt32 {

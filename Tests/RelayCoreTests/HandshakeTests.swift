@@ -199,6 +199,12 @@ final class HandshakeTests: XCTestCase {
         XCTAssertEqual(notJSON["code"]?.string, "badFrame")
         XCTAssertNil(notJSON["re"])
         XCTAssertTrue(notJSON["message"]?.string?.contains("not valid UTF-8 JSON") ?? false)
+        // Half a surrogate pair, escaped: JSON, though no text holds it, so refused with its id.
+        h.sendRaw(c, Array(#"{"type":"limits","id":"s","note":"\ud83d"}"#.utf8))
+        let unpaired = h.drain(c).first!
+        XCTAssertEqual(unpaired["code"]?.string, "badFrame")
+        XCTAssertEqual(unpaired["re"]?.string, "s")
+        XCTAssertTrue(unpaired["message"]?.string?.contains(#"unpaired UTF-16 surrogate escape (\ud83d)"#) ?? false)
         _ = h.error(c, ["type": "frobnicate"], .unknownType)
         h.send(c, ["type": "limits"])
         XCTAssertEqual(h.drain(c).first?["code"]?.string, "badRequest", "a request without id")

@@ -50,11 +50,36 @@ final class JSONTests: XCTestCase {
         XCTAssertThrowsError(try JSON.parse("[1,]")) { XCTAssertFalse(($0 as? JSONParseError)?.tooDeep ?? true) }
     }
 
+    /// Half a surrogate pair escaped alone is JSON that no Unicode text holds: refused by
+    /// `parse`, read as U+FFFD by `parseLeniently`; a whole pair is one character.
+    func testUnpairedSurrogateEscapesAreJSONThatParseRefuses() throws {
+        func lenient(_ text: String) throws -> (json: JSON, altered: Bool) {
+            try Array(text.utf8).withUnsafeBufferPointer { try JSON.parseLeniently($0) }
+        }
+        for (text, read) in [
+            (#""\ud83d""#, "\u{FFFD}"), (#""\uDE00x""#, "\u{FFFD}x"), (#""\ud83d\u0041""#, "\u{FFFD}A"),
+            (#""\ud83d\ud83d\ude00""#, "\u{FFFD}😀"), (#""a\ud83d""#, "a\u{FFFD}"),
+        ] {
+            XCTAssertThrowsError(try JSON.parse(text), text) { error in
+                let e = error as? JSONParseError
+                XCTAssertEqual(e?.unpairedSurrogate, true, text)
+                XCTAssertEqual(e?.isJSON, true, text)
+            }
+            XCTAssertEqual(try lenient(text).json, .string(read), text)
+            XCTAssertEqual(try lenient(text).altered, true, text)
+        }
+        XCTAssertEqual(try JSON.parse(#""\ud83d\ude00""#), .string("😀"))
+        XCTAssertEqual(try lenient(#""\ud83d\ude00""#).altered, false)
+        // What follows is still read as JSON, and refused when it is not.
+        XCTAssertThrowsError(try lenient(#""\ud83d\u00""#))
+        XCTAssertThrowsError(try lenient(#""\ud83d\x""#))
+    }
+
     /// A document nested too deep is still JSON: read with what is too deep checked and
     /// taken as null, however deep it goes; anything that is not JSON in there is still refused.
     func testWhatIsNestedTooDeepIsCheckedAndReadAsNull() throws {
-        func truncating(_ text: String) throws -> (json: JSON, truncated: Bool) {
-            try Array(text.utf8).withUnsafeBufferPointer { try JSON.parseTruncatingDepth($0) }
+        func truncating(_ text: String) throws -> (json: JSON, altered: Bool) {
+            try Array(text.utf8).withUnsafeBufferPointer { try JSON.parseLeniently($0) }
         }
         func nested(_ depth: Int, _ inner: String) -> String {
             (0..<depth).map { $0 % 2 == 0 ? "[" : #"{"k":"# }.joined() + inner
@@ -73,7 +98,7 @@ final class JSONTests: XCTestCase {
             XCTAssertThrowsError(try truncating(String(text.dropLast(2))), "depth \(depth), cut short")
         }
         XCTAssertEqual(try truncating(#"{"a":[1,{"b":[]}]}"#).json, try JSON.parse(#"{"a":[1,{"b":[]}]}"#))
-        XCTAssertEqual(try truncating(#"{"a":[1,{"b":[]}]}"#).truncated, false)
+        XCTAssertEqual(try truncating(#"{"a":[1,{"b":[]}]}"#).altered, false)
     }
 
     /// Foundation's JSONSerialization is the reference: on generated and mutated documents
