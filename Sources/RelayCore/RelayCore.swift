@@ -621,11 +621,12 @@ public final class RelayCore {
                 throw RequestError(.badRequest, "\"\(key)\" must be an array of handles")
             }
             var out: [NormalizedHandle] = []
+            var seen = Set<NormalizedHandle>(minimumCapacity: list.count)  // a frame may hold tens of thousands
             for (i, h) in list.enumerated() {
                 guard let n = NormalizedHandle(json: h) else {
                     throw RequestError(.badRequest, "\(key)[\(i)] \(NormalizedHandle.whyInvalid(h))")
                 }
-                if !out.contains(n) { out.append(n) }
+                if seen.insert(n).inserted { out.append(n) }
             }
             return out
         }
