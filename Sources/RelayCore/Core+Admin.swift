@@ -38,8 +38,15 @@ extension RelayCore {
         switch r.frame["unixUID"] {
         case nil, .null?: break
         case let v?:
-            guard let n = v.int, n >= 0, n <= Int64(UInt32.max) else {
-                throw RequestError(.badRequest, "\"unixUID\" must be a Unix account's uid (a whole number from 0)")
+            guard let n = v.int, n >= 0, n < Int64(UInt32.max) else {
+                // UInt32.max is (uid_t)-1, which the kernel reserves for "no account".
+                throw RequestError(.badRequest, "\"unixUID\" must be a Unix account's uid (a whole number from 1 to 4294967294)")
+            }
+            guard n != 0 else {
+                // Bound, an account can say hello as that member only: root's token hellos would stop working.
+                throw RequestError(
+                    .badRequest,
+                    "uid 0 is root's, which opens admin sessions and cannot be one member: bind the account the member's programs run as")
             }
             unixUID = UInt32(n)
             if let bound = boundMembers[UInt32(n)] {

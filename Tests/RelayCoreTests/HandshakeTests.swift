@@ -42,7 +42,10 @@ final class HandshakeTests: XCTestCase {
         XCTAssertEqual(added["unixUID"]?.int, 1001)
         XCTAssertNil(added["token"], "no token is issued to a member bound to an account")
         _ = h.error(a, ["type": "addMember", "family": "fam", "member": "kid2", "role": "child", "unixUID": 1001], .conflict)
-        _ = h.error(a, ["type": "addMember", "family": "fam", "member": "kid3", "role": "child", "unixUID": -1], .badRequest)
+        for uid: Int64 in [-1, 0, 4_294_967_295, 4_294_967_296] {
+            _ = h.error(a, ["type": "addMember", "family": "fam", "member": "kid3", "role": "child", "unixUID": .int(uid)], .badRequest)
+        }
+        XCTAssertNil(h.core.members["kid3"], "none of them added")
         _ = h.error(a, ["type": "rotateToken", "member": "kid"], .badRequest)
 
         func hello(_ member: String?, uid: UInt32?) -> JSONObject {
