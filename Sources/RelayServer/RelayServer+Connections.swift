@@ -121,12 +121,13 @@ extension RelayServer {
             let silent = now - c.lastHeard
             if !relay.isEstablished(id) {
                 if now - c.openedAt >= handshake { relay.drop(id, .handshakeTimeout) }
-            } else if silent >= 3 * hb {
-                relay.drop(id, .heartbeatTimeout)
             } else if let since = c.partSince, now - since >= 3 * hb {
                 // Bytes that trickle in keep a connection from being silent; a frame that
                 // never ends would still hold its buffer (up to the largest frame) for good.
+                // Checked first: a peer silent since part of a frame is told why it is closed.
                 relay.framingViolation(id, .badFrame, "a frame stayed incomplete for \(3 * hb / 1000) s; closing")
+            } else if silent >= 3 * hb {
+                relay.drop(id, .heartbeatTimeout)
             } else if silent >= hb && !c.pinged {
                 c.pinged = true
                 enqueue(Self.pingFrame, to: c)

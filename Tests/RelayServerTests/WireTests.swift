@@ -231,6 +231,19 @@ final class WireTests: XCTestCase {
         XCTAssertLessThan(Date().timeIntervalSince(started), 6, "three heartbeat intervals (3 s), not never")
     }
 
+    func testAFrameLeftIncompleteBySilenceIsRefusedAsIncomplete() throws {
+        let relay = try InProcessRelay { _, core in core.heartbeatSeconds = 1 }
+        defer { relay.stop() }
+        let tokens = try relay.provision()
+        let c = try relay.connect()
+        try c.hello("g1", tokens["g1"]!)
+        try c.sendRaw([0, 0, 0, 40] + Array(#"{"type":"pending""#.utf8))  // and nothing more
+        let frames = try c.untilClosed()
+        let refusal = frames.first { $0["type"]?.string == "error" }
+        XCTAssertEqual(refusal?["code"]?.string, "badFrame", "\(frames)")
+        XCTAssertTrue(refusal?["message"]?.string?.contains("stayed incomplete") ?? false, "\(frames)")
+    }
+
     func testFramesThatKeepComingSplitAcrossWritesAreNotAFrameThatNeverEnds() throws {
         let relay = try InProcessRelay { _, core in core.heartbeatSeconds = 1 }
         defer { relay.stop() }
