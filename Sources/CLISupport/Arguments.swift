@@ -56,7 +56,7 @@ public struct Arguments {
                         throw CLIError.usage("\(name) is given twice: give it once")
                     }
                 } else {
-                    throw CLIError.usage("unknown option \(name)")
+                    throw CLIError.usage("unknown option \(name)\(didYouMean(name, among: valueFlags.union(switchFlags).sorted()))")
                 }
             } else {
                 positionals.append(a)
@@ -195,4 +195,22 @@ private func report(_ error: any Error, program: String) -> Int32 {
         printErr("\(program): \(error)")
         return 1
     }
+}
+
+/// Whether `typed` is `word` mistyped: one letter changed, added, left out, or two swapped.
+public func closeTo(_ word: String, _ typed: String) -> Bool {
+    let a = Array(word), b = Array(typed)
+    guard a != b, abs(a.count - b.count) <= 1 else { return false }
+    if a.count == b.count {
+        let differ = a.indices.filter { a[$0] != b[$0] }
+        return differ.count == 1
+            || (differ.count == 2 && differ[1] == differ[0] + 1 && a[differ[0]] == b[differ[1]] && a[differ[1]] == b[differ[0]])
+    }
+    let (long, short) = a.count > b.count ? (a, b) : (b, a)
+    return long.indices.contains { i in Array(long[..<i] + long[(i + 1)...]) == short }
+}
+
+/// " (did you mean WORD?)" for the first of `words` that `typed` is a mistyping of, or "".
+public func didYouMean(_ typed: String, among words: some Sequence<String>) -> String {
+    words.first { closeTo($0, typed) }.map { " (did you mean \($0)?)" } ?? ""
 }

@@ -77,21 +77,7 @@ exit(
             throw HubCommand.unknown(first, Array(args.dropFirst()))
         } else {
             let words = ["serve", "status", "backup", "restore", "check", "hub", "device"] + CommandGroup.all.map(\.word)
-            let near = words.first { closeTo($0, first) }.map { " (did you mean \($0)?)" } ?? ""
-            throw CLIError.usage("unknown command \"\(args.prefix(2).joined(separator: " "))\"\(near)")
+            throw CLIError.usage("unknown command \"\(args.prefix(2).joined(separator: " "))\"\(didYouMean(first, among: words))")
         }
         return 0
     })
-
-/// Whether `typed` is `word` mistyped: one letter changed, added, left out, or two swapped.
-func closeTo(_ word: String, _ typed: String) -> Bool {
-    let a = Array(word), b = Array(typed)
-    guard a != b, abs(a.count - b.count) <= 1 else { return false }
-    if a.count == b.count {
-        let differ = a.indices.filter { a[$0] != b[$0] }
-        return differ.count == 1
-            || (differ.count == 2 && differ[1] == differ[0] + 1 && a[differ[0]] == b[differ[1]] && a[differ[1]] == b[differ[0]])
-    }
-    let (long, short) = a.count > b.count ? (a, b) : (b, a)
-    return long.indices.contains { i in Array(long[..<i] + long[(i + 1)...]) == short }
-}

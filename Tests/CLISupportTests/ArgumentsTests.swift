@@ -17,6 +17,18 @@ final class ArgumentsTests: XCTestCase {
         }
     }
 
+    func testAMistypedOptionIsShownTheOneMeant() {
+        for (typed, said) in [
+            ("--wiat", "unknown option --wiat (did you mean --wait?)"), ("--timeot", "unknown option --timeot (did you mean --timeout?)"),
+            ("--json", "unknown option --json"),
+        ] {
+            XCTAssertThrowsError(try Arguments([typed], valueFlags: ["--timeout"], switchFlags: ["--wait"])) { error in
+                guard case CLIError.usage(let message) = error else { return XCTFail("\(error)") }
+                XCTAssertEqual(message, said)
+            }
+        }
+    }
+
     func testTheFirstPositionalMayComeAfterADoubleDash() {
         let flags: Set<String> = ["--socket"]
         XCTAssertEqual(Arguments.firstPositional(in: ["--socket", "s", "ask", "x"], valueFlags: flags), 2)
