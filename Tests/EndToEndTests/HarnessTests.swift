@@ -97,22 +97,38 @@ final class HarnessTests: XCTestCase {
         try Data(#"{"devices": {"tablet": ["c"], "laptop": ["g"]}, "steps": [{"do": "kill-relay"}]}"#.utf8).write(to: unnamed)
         let hubless = dir.appendingPathComponent("hubless.json")
         try Data(#"{"steps": [{"do": "cut-link"}]}"#.utf8).write(to: hubless)
+        // Mistyped keys fail the scenario, rather than leaving out what they say (a check, say).
+        var mistyped: [URL] = []
+        for (i, text) in [
+            "{}", #"{"step": [{"do": "sleep", "seconds": 0}]}"#,
+            #"{"steps": [{"do": "answer", "actor": "g", "id": "Q1", "choice": "approve", "expct": {"error": "notFound"}}]}"#,
+            #"{"steps": [{"do": "anwser"}]}"#, #"{"steps": [{"do": "ask", "actor": "c", "question": {"handle": ["phone:+1 555 0100"]}}]}"#,
+            #"{"families": {"f": {"children": ["c"], "guardian": ["g"]}}, "steps": [{"do": "sleep", "seconds": 0}]}"#,
+        ].enumerated() {
+            mistyped.append(dir.appendingPathComponent("mistyped-\(i).json"))
+            try Data(text.utf8).write(to: mistyped[i])
+        }
         let run = try ProgramRun(
-            "permission-harness", ["run", missing.path, cut.path, list.path, dir.path, typo.path, unnamed.path, hubless.path], env: [:])
+            "permission-harness",
+            ["run", missing.path, cut.path, list.path, dir.path, typo.path, unnamed.path, hubless.path] + mistyped.map(\.path), env: [:])
         var lines: [String] = []
         while let l = run.nextLine() { lines.append(l) }
         XCTAssertEqual(run.finish(), 1)
         let failures = lines.filter { $0.contains("FAIL") }
-        XCTAssertEqual(failures.count, 7, "\(lines)")
+        XCTAssertEqual(failures.count, 13, "\(lines)")
         let reasons = [
             "no such file", "is not valid JSON: unexpected end of input", "is not a JSON object", "it is a directory",
             #"step 1 (sleep): "seconds" must be a number of seconds"#, "step 1 (kill-relay): which device? name one: laptop, tablet",
-            #"step 1 (cut-link): cut-link needs a scenario with "devices""#,
+            #"step 1 (cut-link): cut-link needs a scenario with "devices""#, #"the scenario has no "steps""#,
+            #"the scenario: unknown key "step" (did you mean steps?)"#, #"step 1 (answer): unknown key "expct" (did you mean expect?)"#,
+            #"step 1: unknown step "anwser" (did you mean answer?)"#,
+            #"step 1 (ask)'s question: unknown key "handle" (did you mean handles?)"#,
+            #"family f: unknown key "guardian" (did you mean guardians?)"#,
         ]
         for (line, why) in zip(failures, reasons) {
             XCTAssertTrue(line.contains(why), "\(line) should say \(why)")
         }
-        XCTAssertEqual(lines.last, "0 passed, 7 failed")
+        XCTAssertEqual(lines.last, "0 passed, 13 failed")
     }
 
     func testScenariosAgainstARunningRelay() throws {
