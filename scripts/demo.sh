@@ -83,20 +83,23 @@ if [ "${1:-}" = "--manual" ]; then
     "$bin/permission-child" ask phone:+15550100 --name "Kim Lee" --action message --expires 10m \
         --credentials "$dir/alex.json" --wait > "$dir/child.out" 2>&1 &
     child_pid=$!
-    # Quit with q, or Ctrl-C (130): either way the demo ends below.
-    "$bin/permission-guardian" --credentials "$dir/sam.json" || true
+    # Quit with q (0), or Ctrl-C (130, which the demo ends with too): either way the demo ends below.
+    status=0
+    "$bin/permission-guardian" --credentials "$dir/sam.json" || status=$?
     # An answer given just before quitting takes the child a moment to hear.
     for _ in $(seq 40); do kill -0 "$child_pid" 2>/dev/null || break; sleep 0.05; done
     if kill -0 "$child_pid" 2>/dev/null; then
         # Not the child's own advice to wait again: the demo's relay and its data go now.
-        echo "4. you quit without answering: alex stops waiting, and the demo's relay stops with its data"
+        how="you quit without answering"
+        [ "$status" -eq 130 ] && how="stopped by Ctrl-C"
+        echo "4. $how: alex stops waiting, and the demo's relay stops with its data"
         kill -INT "$child_pid"
         wait "$child_pid" || true
-        exit 0
+        exit "$status"
     fi
     wait "$child_pid" || true
     cat "$dir/child.out"
-    exit 0
+    exit "$status"
 fi
 
 # Not a pipeline: $! must be the guardian's own pid, or cleanup would stop only sed and then

@@ -164,6 +164,14 @@ final class DemoScriptTests: XCTestCase {
         XCTAssertFalse(run.screen.contains("run the same command again"), "the demo's relay is gone: " + run.screen)
     }
 
+    /// Ctrl-C in the view (a key in its raw terminal, not a signal to the demo) ends the
+    /// demo as it ends every program: with status 130.
+    func testTheManualDemoStoppedByCtrlCEndsWith130() throws {
+        guard let run = try runManualDemo(typing: "\u{03}") else { return }
+        XCTAssertEqual(run.status, 130, run.screen)
+        XCTAssertTrue(run.screen.contains("4. stopped by Ctrl-C: alex stops waiting"), run.screen)
+    }
+
     /// Without PERMISSION_BIN_DIR the demo runs the release programs, and builds them first
     /// (saying so) when one is missing or older than a source: here in a copy of the script
     /// in a package of its own, with a `swift` on PATH that "builds" by linking to the
