@@ -13,7 +13,7 @@ extension RelayServer {
 
     /// What a relay says when another one already serves its socket `path`.
     public static func servedAlready(_ path: String) -> String {
-        "another relay is already serving \(path); stop it first or choose another --socket"
+        "another relay is already serving \(path); stop it first, or give this one a --socket and a --data of its own"
     }
 
     func bindSocketPath() throws {
