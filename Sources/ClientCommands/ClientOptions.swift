@@ -238,14 +238,15 @@ public func reportConnectionTrouble(
     Task {
         var lastReplaced: ContinuousClock.Instant?
         var unreachable = false
+        var connected = false
         for await state in states {
             switch state {
             case .unavailable where !unreachable:
                 unreachable = true
                 printErr("\(program): \(why()?.description ?? "the relay is not available"); still trying")
-            case .ready where unreachable:
-                unreachable = false
-                printErr("\(program): connected to the relay again")
+            case .ready:
+                if unreachable { printErr("\(program): connected to the relay\(connected ? " again" : "")") }
+                (unreachable, connected) = (false, true)
             case .replaced:
                 let now = ContinuousClock.now
                 if let last = lastReplaced, now - last < .seconds(60) { printErr("\(program): \(replacedNotice)") }

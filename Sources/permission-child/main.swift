@@ -354,6 +354,18 @@ func printResponses<T: QuestionTopic>(
     }
 }
 
+/// The actions `--action` names.
+func actions(_ a: Arguments) throws -> Set<CommunicationTopic.Action> {
+    try Set(
+        a.values("--action").map { name in
+            guard let action = CommunicationTopic.Action(rawValue: name) else {
+                let all = CommunicationTopic.Action.allCases.map(\.rawValue)
+                throw CLIError.usage("unknown --action \(name)\(didYouMean(name, among: all)): use \(all.joined(separator: ", "))")
+            }
+            return action
+        })
+}
+
 func run() async throws -> Int32 {
     var args = Array(CommandLine.arguments.dropFirst())
     if let help = CommandHelp.requested(by: args, usage: usage, program: "permission-child") {
@@ -371,6 +383,8 @@ func run() async throws -> Int32 {
     }
     // Options of one command, checked before anything is sent.
     if ["ask-update", "watch", "limits", "questions"].contains(command) { _ = try a.expectPositionals([]) }
+    if ["ask", "known"].contains(command), a.positionals.isEmpty { throw CLIError.usage("\(command) needs at least one HANDLE") }
+    _ = try actions(a)
     if a.value("--timeout") != nil {
         guard command == "ask" || command == "ask-update" else { throw CLIError.usage("--timeout is an option of ask and ask-update") }
         guard a.has("--wait") else { throw CLIError.usage("--timeout is how long --wait waits: give --wait too") }
@@ -422,7 +436,6 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
     do {
         switch command {
         case "ask":
-            guard !a.positionals.isEmpty else { throw CLIError.usage("ask needs at least one HANDLE") }
             let names = a.values("--name")
             guard names.count <= a.positionals.count else {
                 throw CLIError.usage(
@@ -437,12 +450,7 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
                 }
                 return .init(handle: try parseHandle(text), nameComponents: components)
             }
-            var actions: Set<CommunicationTopic.Action> = []
-            for name in a.values("--action") {
-                guard let act = CommunicationTopic.Action(rawValue: name) else { throw CLIError.usage("unknown --action \(name)") }
-                actions.insert(act)
-            }
-            let topic = CommunicationTopic(personInformation: people, actions: actions)
+            let topic = CommunicationTopic(personInformation: people, actions: try actions(a))
             let q = try question(topic, a)
             let existing = a.has("--new") || a.value("--id") != nil ? nil : try await pendingQuestion(like: q, center: center)
             return try await send(q, existing: existing, center: center, waiting: waiting, stop: stop, a)
@@ -483,7 +491,6 @@ func perform(_ command: String, _ a: Arguments, _ center: AskCenter, _ waiting: 
             // The streams end only when the relay refused the credentials.
             throw CLIError.failure(refusal(center.connectionError))
         case "known":
-            guard !a.positionals.isEmpty else { throw CLIError.usage("known needs at least one HANDLE") }
             let handles = try a.positionals.map(parseHandle)
             let knownSet = try await center.knownHandles(in: Set(handles))
             for h in handles {

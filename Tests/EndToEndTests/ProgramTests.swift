@@ -325,6 +325,22 @@ final class ProgramTests: XCTestCase {
         watch.stop()
     }
 
+    /// Started while the relay is down, a watch says it is not available, then that it is
+    /// connected: not "again", as it never was.
+    func testAWatchStartedBeforeTheRelaySaysWhenItIsConnected() throws {
+        relay.crash()
+        let watch = try ProgramRun(
+            "permission-guardian", ["watch", "--json", "--credentials", relay.dir.appendingPathComponent("guardian.json").path],
+            env: env, stderrInLines: true)
+        let giveUp = watch.stopAfter(seconds: 30)
+        defer { giveUp.cancel() }
+        let gone = watch.nextLine(containing: "permission-guardian: ")
+        XCTAssertTrue(gone?.hasSuffix("still trying") ?? false, gone ?? "EOF")
+        try relay.start()
+        XCTAssertEqual(watch.nextLine(containing: "permission-guardian: "), "permission-guardian: connected to the relay")
+        watch.stop()
+    }
+
     func testAsksBesideTheChildsWatchLeaveItsSessionAlone() throws {
         let log = relay.dir.appendingPathComponent("child-watch.err").path
         let watch = try ProgramRun(
@@ -593,6 +609,15 @@ final class ProgramTests: XCTestCase {
             "permission-guardian", ["answer"], env: ["PERMISSION_MEMBER": "", "PERMISSION_CREDENTIALS": ""], stderrInLines: true)
         XCTAssertEqual(bare.finish(), 64)
         XCTAssertTrue(bare.nextLine()?.contains("expected ID CHOICE, got nothing") ?? false, "what is missing first, then who")
+        let bareAsk = try ProgramRun(
+            "permission-child", ["ask"], env: ["PERMISSION_MEMBER": "", "PERMISSION_CREDENTIALS": ""], stderrInLines: true)
+        XCTAssertEqual(bareAsk.finish(), 64)
+        XCTAssertTrue(bareAsk.nextLine()?.contains("ask needs at least one HANDLE") ?? false, "what is missing first, then who")
+        let action = try child(["ask", "+15550177", "--action", "mesage"], stderrInLines: true)
+        XCTAssertEqual(action.finish(), 64)
+        XCTAssertTrue(
+            action.nextLine()?.contains("unknown --action mesage (did you mean message?): use message, audioCall,") ?? false,
+            action.lines.joined())
         XCTAssertEqual(
             try ProgramRun(
                 "permission-guardian", ["pending"], env: ["PERMISSION_MEMBER": "", "PERMISSION_TOKEN": "", "PERMISSION_CREDENTIALS": ""]
