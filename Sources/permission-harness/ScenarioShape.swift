@@ -14,7 +14,7 @@ enum ScenarioShape {
     private static let stepKeys = ["do", "actor", "timeout"]
     private static let request = ["expect", "reply"]
     /// What each step takes besides `stepKeys`.
-    static let steps: [String: [String]] = [
+    private static let steps: [String: [String]] = [
         "ask": ["question"] + request, "cancel": ["id"] + request, "answer": ["id", "choice"] + request,
         "known": ["handles"] + request, "limits": request, "set-limits": ["child", "enabled"] + request,
         "add-known": ["child", "handles"] + request, "remove-known": ["child", "handles"] + request,
@@ -43,14 +43,14 @@ enum ScenarioShape {
                 throw ScenarioFailure(
                     description: "step \(i + 1): unknown step \"\(what)\"\(didYouMean(what, among: steps.keys.sorted()))")
             }
-            let where_ = "step \(i + 1) (\(what))"
-            try keys(of: step, allowed: stepKeys + takes, in: where_)
+            let place = "step \(i + 1) (\(what))"
+            try keys(of: step, allowed: stepKeys + takes, in: place)
             guard what == "ask", let question = step["question"] else { continue }
-            guard let q = question.object else { throw ScenarioFailure(description: "\(where_): \"question\" must be an object") }
-            try keys(of: q, allowed: questionKeys, in: "\(where_)'s question")
+            guard let q = question.object else { throw ScenarioFailure(description: "\(place): \"question\" must be an object") }
+            try keys(of: q, allowed: questionKeys, in: "\(place)'s question")
             for (k, choice) in (q["choices"]?.array ?? []).enumerated() {
-                guard let c = choice.object else { throw ScenarioFailure(description: "\(where_): choice \(k + 1) must be an object") }
-                try keys(of: c, allowed: choiceKeys, in: "\(where_)'s choice \(k + 1)")
+                guard let c = choice.object else { throw ScenarioFailure(description: "\(place): choice \(k + 1) must be an object") }
+                try keys(of: c, allowed: choiceKeys, in: "\(place)'s choice \(k + 1)")
             }
         }
     }
