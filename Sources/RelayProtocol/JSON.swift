@@ -315,13 +315,13 @@ private struct Parser {
         try enter()
         i += 1
         var fields: [JSONObject.Field] = []
-        fields.reserveCapacity(8)
         skipSpace()
         if i < buf.count, buf[i] == UInt8(ascii: "}") {
             i += 1
             depth -= 1
             return .object(JSONObject(fields))
         }
+        fields.reserveCapacity(8)  // not for `{}`: a frame of them would take 45 times its size
         while true {
             let key = try fieldName()
             skipSpace()
@@ -343,13 +343,13 @@ private struct Parser {
         try enter()
         i += 1
         var items: [JSON] = []
-        items.reserveCapacity(4)  // one allocation for the short lists frames hold, not three
         skipSpace()
         if i < buf.count, buf[i] == UInt8(ascii: "]") {
             i += 1
             depth -= 1
             return .array(items)
         }
+        items.reserveCapacity(4)  // one allocation for the short lists frames hold, not three
         while true {
             skipSpace()
             items.append(try value())
