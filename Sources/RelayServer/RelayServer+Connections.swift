@@ -215,9 +215,14 @@ extension RelayServer {
     /// Queues bytes for a connection: the one way output is queued, so nothing queued
     /// waits unwritten (it is written at the end of this turn's dispatch).
     private func enqueue(_ bytes: [UInt8], to c: Conn) {
+        guard !c.closed else { return }  // dropped earlier in this dispatch
         c.out.append(bytes: bytes)
         c.queuedTotal += bytes.count
         touch(c)
+        // Counted as queued, not at the turn's end: a member's many connections that do not
+        // read would otherwise each take a copy of every event before any is dropped.
+        count(c)
+        if tooMuchUnsent(c) != nil { flush(c) }
     }
 
     /// A connection owed this many bytes takes no more requests until it is owed less: a
@@ -305,6 +310,7 @@ extension RelayServer {
     }
 
     func flush(_ c: Conn) {
+        guard !c.closed else { return }
         let id = c.id
         while c.pendingBytes > 0 {
             let n = c.out.withUnsafeBytes { cs_send(c.fd, $0.baseAddress! + c.outStart, c.pendingBytes) }
@@ -371,6 +377,7 @@ extension RelayServer {
 
     func closeNow(_ id: ConnectionID) {
         guard let c = conns.removeValue(forKey: id) else { return }
+        c.closed = true
         log(.debug, "connection \(id) closed (\(c.closing?.rawValue ?? (c.peerGone ? "by the client" : "by the relay")))")
         c.out = []
         c.outStart = 0

@@ -23,6 +23,8 @@ extension RelayServer {
         var closing: CloseReason?
         var closingSince: Int64?
         var peerGone = false
+        /// Closed (`closeNow`): what is still queued for it goes nowhere.
+        var closed = false
         /// Listed in `touched` during a dispatch.
         var touched = false
         /// Its `hello` succeeded; until then, the bytes it holds as counted in `handshakeInput`.

@@ -36,6 +36,41 @@ final class LoadTests: XCTestCase {
         for g in guardians { XCTAssertEqual(try g.reply("x")["status"]?.string, "answered") }
     }
 
+    /// An event for many connections of one member that do not read is not copied to each
+    /// before any is dropped: past the member's limit on unsent bytes the rest go at once, so
+    /// the relay's memory at its peak grows by about that limit, not by connections × event.
+    func testAnEventForManyConnectionsThatDoNotReadIsNotCopiedPastTheMembersLimit() throws {
+        let relay = try RelayProcess(flags: ["--ask-rate-limit", "0", "--max-member-output-bytes", "1048576"])
+        try relay.start()
+        let tokens = try relay.provision(families: 1)
+        var idle: [Client] = []
+        for _ in 0..<200 {
+            let g = try relay.connect()
+            _ = try g.hello("g0", tokens["g0"]!)
+            idle.append(g)  // never read from again
+        }
+        func peakKiB() throws -> Int {
+            let status = try String(contentsOfFile: "/proc/\(relay.pid)/status", encoding: .utf8)
+            let line = try XCTUnwrap(status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") })
+            return try XCTUnwrap(Int(line.split(separator: " ")[1]))
+        }
+        let before = try peakKiB()
+        let person: JSON = .object([
+            "handle": .object(["value": "+15550100", "kind": "phoneNumber"]),
+            "avatarImage": .string(Data(repeating: 7, count: 256 << 10).base64EncodedString()),
+        ])
+        let q: JSON = .object([
+            "id": .string(UUID().uuidString), "topic": .object(["kind": "communication", "personInformation": [person]]),
+        ])
+        let c = try relay.connect()
+        _ = try c.hello("c0", tokens["c0"]!)
+        // Its reply comes once the question event has gone to every guardian connection.
+        XCTAssertEqual(try c.request(["type": "ask", "question": q])["type"]?.string, "ok")
+        let grown = try peakKiB() - before
+        XCTAssertLessThan(grown, 24 << 10, "KiB more at the peak; 200 copies of the event are \(200 * 350) KiB")
+        withExtendedLifetime(idle) {}
+    }
+
     /// Out of file descriptors, the relay tells each connection it cannot take `busy` and
     /// closes it, rather than leaving it waiting while the listening socket, ready for it,
     /// keeps the loop spinning; once connections close it takes new ones again.
