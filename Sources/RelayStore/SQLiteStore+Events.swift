@@ -1,5 +1,5 @@
-// The event streams in the SQLite store: a row per member per commit (schema step 4),
-// holding its events' frames one after another and their topic kinds.
+// The event streams in the SQLite store: a row per member per commit (schema step 4; more
+// past `rowBytes`), holding its events' frames one after another and their topic kinds.
 //
 // Rows are written unindexed (schema step 6): an index entry per member per commit is a
 // page of its own to write, yet most rows are acknowledged, and dropped, within seconds.
@@ -121,8 +121,16 @@ extension SQLiteStore {
 
     public var eventPosition: Int64 { tail.withLock { $0.nextRow - 1 } }
 
-    /// Appends `events` (in order of appending) as a row per member, after checking that
-    /// each member's first one follows `stored(member)`: a seq is never stored twice.
+    /// A row of a member's events takes no more once its frames come to this many bytes
+    /// (the rest of the commit's go in rows after it). A replay step reads whole rows and
+    /// checks every frame in them: a row of one commit's many large events (questions that
+    /// expire together with large choices, say) would otherwise be read and checked again
+    /// at every step of its replay, which takes about a step's budget (256 KiB) at a time.
+    static let rowBytes = 256 << 10
+
+    /// Appends `events` (in order of appending) as a row per member (or more, past
+    /// `rowBytes`), after checking that each member's first one follows `stored(member)`: a
+    /// seq is never stored twice.
     /// Rows given `firstID` (and on, in order) stay out of the (member, lastSeq) index
     /// (schema step 6 on); without it, SQLite gives the ids and the rows are indexed.
     @discardableResult
@@ -152,6 +160,13 @@ extension SQLiteStore {
                     topics.append(contentsOf: "null".utf8)
                 }
             }
+            func startRow() {
+                place[e.member] = gathered.count
+                var topics: [UInt8] = [UInt8(ascii: "[")]
+                appendTopic(to: &topics)
+                gathered.append(
+                    Gathered(member: e.member, first: e.seq, last: e.seq, at: e.at.milliseconds, frames: e.frame, topics: topics))
+            }
             // The first above what is stored (it may follow a head whose events are gone),
             // the others one by one.
             guard let i = place[e.member] else {
@@ -160,16 +175,16 @@ extension SQLiteStore {
                     throw SQLiteError(
                         code: 19, message: "event \(e.seq) of \(e.member) does not follow \(previous): a seq is never stored twice")
                 }
-                place[e.member] = gathered.count
-                var topics: [UInt8] = [UInt8(ascii: "[")]
-                appendTopic(to: &topics)
-                gathered.append(
-                    Gathered(member: e.member, first: e.seq, last: e.seq, at: e.at.milliseconds, frames: e.frame, topics: topics))
+                startRow()
                 continue
             }
             guard e.seq == gathered[i].last + 1 else {
                 throw SQLiteError(
                     code: 19, message: "event \(e.seq) of \(e.member) does not follow \(gathered[i].last): a seq is never stored twice")
+            }
+            if gathered[i].frames.count >= rowBytes {
+                startRow()
+                continue
             }
             gathered[i].last = e.seq
             gathered[i].at = e.at.milliseconds

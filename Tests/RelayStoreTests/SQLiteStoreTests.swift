@@ -1040,6 +1040,43 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertTrue(findings.contains { $0.contains("asked by nobody") }, "\(findings)")
     }
 
+    /// A commit's events of one member past `rowBytes` go in more rows, each read on its own
+    /// by a replay step; the stream reads back whole and in order, also once indexed.
+    func testAMembersLargeEventsOfOneCommitAreSplitIntoRowsOfAboutAReplayStep() throws {
+        let store = try SQLiteStore(path: path)
+        try store.commit([.member(MemberRecord(id: "g1", family: "fam", role: .guardian, tokenHash: [0]))])
+        let big = SQLiteStore.rowBytes / 3 + 1
+        var events = (Int64(1)...7).map { seq in
+            EventRecord(
+                member: "g1", seq: seq, at: Timestamp(milliseconds: seq), topic: nil,
+                frame: StoreContractTests.frame(seq, padding: seq == 7 ? 0 : big))
+        }
+        events.insert(StoreContractTests.event("c1", 1), at: 2)
+        try store.commit(events.map { .event($0) })
+        // Three frames pass `rowBytes`: the fourth starts a row, and the seventh (small) a third.
+        let rows = try (1...3).map { n in
+            try store.db.scalar(
+                "SELECT firstSeq * 100 + lastSeq FROM events WHERE member = 'g1' ORDER BY id LIMIT 1 OFFSET ?", [.int(n - 1)])
+        }
+        XCTAssertEqual(rows, [103, 406, 707])
+        XCTAssertEqual(try store.db.scalar("SELECT count(*) FROM events WHERE member = 'c1'"), 1)
+        func seqs(after seq: Int64, in store: SQLiteStore) throws -> [Int64] {
+            try store.events(member: "g1", after: seq, limit: 100, maxBytes: .max).map(\.seq)
+        }
+        for after in Int64(0)...7 { XCTAssertEqual(try seqs(after: after, in: store), Array((after + 1)..<8)) }
+        XCTAssertEqual(try store.events(member: "g1", after: 0, limit: 100, maxBytes: 1).map(\.seq), [1], "a step's budget")
+        // Indexed in a round, as rows that stay are, and reopened: the same.
+        store.eventIndexRoundRows = 1
+        while try store.prune(
+            olderThan: Timestamp(milliseconds: 0), acknowledged: ["g1": 0], settledThrough: StoreContractTests.later, limit: 10
+        ).more {}
+        XCTAssertEqual(try store.db.scalar("SELECT count(*) FROM eventIndex WHERE member = 'g1'"), 3)
+        let reopened = try SQLiteStore(path: path)
+        XCTAssertEqual(try seqs(after: 0, in: reopened), Array(1...7))
+        XCTAssertEqual(try seqs(after: 5, in: reopened), [6, 7])
+        XCTAssertEqual(try SQLiteStore.check(databaseAt: path), [])
+    }
+
     /// New rows stay out of the events index until pruning decides; `check` finds a row
     /// the mark has passed that is not in the index (a replay would miss it).
     func testCheckFindsARowPassedByTheIndexMarkButNotInTheIndex() throws {
