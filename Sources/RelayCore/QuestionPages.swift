@@ -38,10 +38,13 @@ private struct StoredList {
     /// Where the last chunk ended: the next one is read from after it.
     var after: QuestionPlace?
     var exhausted = false
+    /// How many the next chunk reads: a few at first, more while they are small
+    /// (`RelayCore.pageChunk` at most), fewer when a chunk comes to more than a reply holds.
+    var size = 8
 }
 
 extension RelayCore {
-    /// Questions read from the archive at a time, per child, while a page is filled.
+    /// Questions read from the archive at a time at most, per child, while a page is filled.
     static let pageChunk = 64
 
     /// A page's questions in list order, merged from the held ones and each child's stored
@@ -91,11 +94,14 @@ extension RelayCore {
         let read: [QuestionRecord]
         do {
             read = try archive.questions(
-                of: list.child.id, status: status, newestFirst: newestFirst, after: list.after, limit: Self.pageChunk)
+                of: list.child.id, status: status, newestFirst: newestFirst, after: list.after, limit: list.size)
         } catch {
             throw Self.readFailure("\(list.child.id)'s questions", error)
         }
-        list.exhausted = read.count < Self.pageChunk
+        list.exhausted = read.count < list.size
+        // Questions of a megabyte (avatars, long names) are read about as many as a reply holds.
+        let bytes = read.reduce(0) { $0 + $1.content.encoded.count }
+        list.size = bytes >= config.listReplyBytes ? max(1, list.size / 2) : min(Self.pageChunk, list.size * 2)
         list.after = read.last.map(QuestionPlace.init) ?? list.after
         list.chunk = read.filter { !list.child.held.contains($0.key) }
         list.next = 0

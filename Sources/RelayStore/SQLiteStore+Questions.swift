@@ -189,6 +189,8 @@ extension SQLiteStore {
     }
 
     private static let questionByRow = "SELECT \(questionColumns) FROM questions q \(withState) WHERE q.key = ?"
+    /// A question's status alone: its columns come before the content, so a large one is not read.
+    private static let statusByRow = "SELECT \(status) FROM questions q \(withState) WHERE q.key = ?"
     private static let questionByID =
         "SELECT \(questionColumns) FROM questionIDs i JOIN questions q ON q.key = i.key \(withState) WHERE i.high = ? AND i.low = ?"
 
@@ -238,6 +240,11 @@ extension SQLiteStore {
         var taken = 0
         for candidate in listed.filter({ !inTables.contains($0.row) && inOrder(place, $0) }).sorted(by: inOrder) {
             guard taken < limit else { break }
+            if let status {
+                var stored: String?
+                try reader.run(dynamic: Self.statusByRow, [.int(candidate.row)]) { stored = $0.text(0) }
+                guard stored == status.rawValue else { continue }
+            }
             guard let q = try question(row: candidate.row), status == nil || q.status == status, inOrder(place, QuestionPlace(q)) else {
                 continue
             }
