@@ -232,6 +232,11 @@ extension QuestionContent {
                 guard let hk = HandleKind(rawValue: kindName) else {
                     throw invalid("personInformation[\(n)].handle.kind \"\(kindName)\" is not phoneNumber, emailAddress or custom")
                 }
+                guard value.utf8.count <= NormalizedHandle.maxValueBytes else {
+                    throw invalid(
+                        "personInformation[\(n)].handle's value is \(value.utf8.count) bytes long, more than \(NormalizedHandle.maxValueBytes)"
+                    )
+                }
                 guard let normalized = NormalizedHandle(kind: hk, rawValue: value) else {
                     throw invalid("personInformation[\(n)].handle \"\(value)\" is not a valid \(kindName)")
                 }

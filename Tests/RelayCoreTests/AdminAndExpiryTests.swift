@@ -149,6 +149,34 @@ final class AdminAndExpiryTests: XCTestCase {
 }
 
 final class BoundsTests: XCTestCase {
+    /// Known handles are all held in memory: a value is 2048 bytes at most, in an ask, a
+    /// guardian's list and a child's question alike.
+    func testAHandleValueLongerThan2048BytesIsInvalid() throws {
+        let h = try CoreHarness()
+        h.standardFamilies()
+        let (c, _) = h.login("c1")
+        let (g, _) = h.login("g1")
+        let longest = String(repeating: "é", count: 1024), longer = longest + "x"  // 2048 and 2049 bytes
+        func handles(_ value: String) -> JSON { .array([.object(["value": .string(value), "kind": "custom"])]) }
+        XCTAssertEqual(h.ok(g, ["type": "addKnownHandles", "child": "c1", "handles": handles(longest)])["known"]?.int, 1)
+        let refused = h.error(g, ["type": "addKnownHandles", "child": "c1", "handles": handles(longer)], .badRequest)
+        XCTAssertTrue(refused["message"]?.string?.contains("its value is 2049 bytes long, more than 2048") ?? false, "\(refused)")
+        _ = h.error(c, ["type": "knownHandles", "handles": handles(longer)], .badRequest)
+        for (value, ok) in [(longest, true), (longer, false)] {
+            var q = h.question()
+            q["topic"] = .object([
+                "kind": "communication", "personInformation": [.object(["handle": handles(value).array![0]])],
+            ])
+            if ok {
+                h.ok(c, ["type": "ask", "question": .object(q)])
+            } else {
+                let e = h.error(c, ["type": "ask", "question": .object(q)], .invalidQuestion)
+                XCTAssertEqual(
+                    e["message"]?.string?.contains("personInformation[0].handle's value is 2049 bytes long, more than 2048"), true, "\(e)")
+            }
+        }
+    }
+
     func testAGuardianCannotMakeAChildKeepMoreHandlesThanTheLimitButAnApprovalStillCounts() throws {
         let h = try CoreHarness { $0.maxKnownHandlesPerChild = 3 }
         h.standardFamilies()
