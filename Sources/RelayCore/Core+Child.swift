@@ -166,7 +166,7 @@ extension RelayCore {
         case .answered:
             throw alreadyAnswered(q)
         case .pending:
-            if hubLinked(q.family) { return propose(.cancel, on: q, r) }
+            if hubLinked(q.family) { return try propose(.cancel, on: q, r) }
             q.status = .cancelled
             close(question: q, reason: .cancelled, now: r.now)
             return ["questionId": .string(id), "status": "cancelled"]

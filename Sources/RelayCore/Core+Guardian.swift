@@ -36,7 +36,7 @@ extension RelayCore {
                 .invalidChoice,
                 "\"\(choiceID)\" is not a choice of question \(key); its choices are \(content.choices.map(\.id).joined(separator: ", "))")
         }
-        if hubLinked(entry.record.family) { return propose(.answer(guardian: r.member.id, choice: choiceID), on: entry.record, r) }
+        if hubLinked(entry.record.family) { return try propose(.answer(guardian: r.member.id, choice: choiceID), on: entry.record, r) }
         applyAnswer(entry, guardian: r.member.id, choice: choice, now: r.now)
         return .frame(
             okFrame(re: r.id, capacity: 128) { ok in

@@ -104,9 +104,22 @@ extension RelayCore {
         hubAskingsOnTheirWay[Self.hubKey(q)] = lastHubOutbound
     }
 
+    /// Requests of one connection that may wait for the hub's decisions at once: while the
+    /// hub is out of reach, a client repeating an answer would otherwise have the relay keep
+    /// each request (and its id) until it comes back.
+    static let hubWaitingPerConnection = 64
+
     /// Proposes a decision on `q`'s asking for the request `r`, which is answered once the
     /// hub's decision comes back.
-    func propose(_ proposal: HubProposal, on q: QuestionRecord, _ r: Request) -> ReplyFields {
+    func propose(_ proposal: HubProposal, on q: QuestionRecord, _ r: Request) throws(RequestError) -> ReplyFields {
+        guard let c = connections[r.conn] else { return .later }
+        guard c.hubWaiting < Self.hubWaitingPerConnection else {
+            throw RequestError(
+                .busy,
+                "\(Self.hubWaitingPerConnection) requests of this connection already wait for the family's other devices"
+                    + " to agree: wait for their replies, then send it again")
+        }
+        c.hubWaiting += 1
         let key = Self.hubKey(q)
         hubWaiters[key, default: []].append(HubWaiter(conn: r.conn, id: r.id, proposal: proposal))
         switch proposal {
@@ -315,7 +328,7 @@ extension RelayCore {
                 hubWaiters[Self.hubKey(new), default: []].append(w)
             } else {
                 let why = "question \(new.id) was asked on another device at the same moment, and that version stands: look at it again"
-                reply(w.conn, w.id, .failure(RequestError(.conflict, why)))
+                replyWaiting(w, .failure(RequestError(.conflict, why)))
             }
         }
     }
@@ -324,8 +337,13 @@ extension RelayCore {
     private func answerWaiters(on q: QuestionRecord) {
         hubProposed[Self.hubKey(q)] = nil
         for w in hubWaiters.removeValue(forKey: Self.hubKey(q)) ?? [] where connections[w.conn] != nil {
-            reply(w.conn, w.id, Result { () throws(RequestError) in try decided(q, for: w.proposal) })
+            replyWaiting(w, Result { () throws(RequestError) in try decided(q, for: w.proposal) })
         }
+    }
+
+    private func replyWaiting(_ w: HubWaiter, _ result: Result<ReplyFields, RequestError>) {
+        connections[w.conn]?.hubWaiting -= 1
+        reply(w.conn, w.id, result)
     }
 
     /// A question no longer pending (decided, or closed here with its removed child): no

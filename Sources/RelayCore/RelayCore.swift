@@ -692,6 +692,8 @@ final class Connection {
     let id: ConnectionID
     let peerUID: UInt32?
     var session: Session?
+    /// Its requests waiting for the hub's decisions (`hubWaiters`).
+    var hubWaiting = 0
 
     init(id: ConnectionID, peerUID: UInt32?) {
         self.id = id

@@ -97,6 +97,34 @@ final class HubTests: XCTestCase {
         XCTAssertEqual(h.hubOutbox, [], "what the hub stored leaves the outbox")
     }
 
+    /// While the hub is out of reach, a connection's requests waiting for its decisions are
+    /// bounded: one more is told `busy`; once they are answered, more may wait again.
+    func testAConnectionsRequestsWaitingForTheHubAreBounded() throws {
+        let (h, g, _, id) = try asked()
+        _ = h.events(g, "question")
+        let waiting = RelayCore.hubWaitingPerConnection
+        for i in 0..<waiting {
+            h.send(g, ["type": "answer", "id": .string("a\(i)"), "questionId": .string(id), "choice": "approve"])
+        }
+        XCTAssertTrue(h.drain(g).isEmpty, "all wait")
+        let refused = h.error(g, ["type": "answer", "id": "more", "questionId": .string(id), "choice": "approve"], .busy)
+        XCTAssertTrue(refused["message"]?.string?.contains("\(waiting) requests of this connection already wait") ?? false)
+        let (other, _) = h.login("g1")
+        h.send(other, ["type": "answer", "id": "b", "questionId": .string(id), "choice": "approve"])
+        XCTAssertTrue(h.drain(other).isEmpty, "another connection's wait")
+        XCTAssertEqual(h.fromHub(h.hubOutbox[0]), .known)
+        XCTAssertEqual(h.fromHub(try XCTUnwrap(h.hubOutbox.last)), .applied)
+        XCTAssertEqual(h.drain(g).filter { $0["type"]?.string == "ok" }.count, waiting)
+        XCTAssertEqual(h.drain(other).filter { $0["type"]?.string == "ok" }.compactMap { $0["re"]?.string }, ["b"])
+        h.ok(g, ["type": "answer", "questionId": .string(id), "choice": "approve"])  // decided: answered at once
+        // Answered, they no longer count: the connection's next proposal waits, not refused.
+        let (c, _) = h.login("c1")
+        let q = h.question()
+        h.ok(c, ["type": "ask", "question": .object(q)])
+        h.send(g, ["type": "answer", "id": "next", "questionId": q["id"]!, "choice": "approve"])
+        XCTAssertEqual(h.drain(g).filter { $0["type"]?.string != "question" }, [], "it waits for the hub")
+    }
+
     func testAnotherDevicesDecisionFirstOnTheHubWinsOverTheOneProposedHere() throws {
         let (h, g, c, id) = try asked()
         h.send(g, ["type": "answer", "id": "a1", "questionId": .string(id), "choice": "approve"])
