@@ -108,6 +108,11 @@ extension RelayCore {
         }
         let handles = try r.handles("handles")
         if add {
+            if let long = handles.first(where: { $0.value.utf8.count > NormalizedHandle.maxValueBytes }) {
+                throw RequestError(
+                    .badRequest,
+                    "a handle's value is \(NormalizedHandle.maxValueBytes) bytes at most; one of these is \(long.value.utf8.count)")
+            }
             let limit = config.maxKnownHandlesPerChild
             if limit > 0 {
                 let new = Set(handles).count { child.known[$0] == nil }

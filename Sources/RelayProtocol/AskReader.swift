@@ -228,7 +228,9 @@ extension PlainReader {
             if k == 0 {
                 value = s
             } else {
-                guard let value, let kind = Self.handleKinds.first(where: { Self.equal(s, $0.rawValue) }),
+                // A value too long is refused by the full reading, which says so.
+                guard let value, value.count <= NormalizedHandle.maxValueBytes,
+                    let kind = Self.handleKinds.first(where: { Self.equal(s, $0.rawValue) }),
                     let n = NormalizedHandle(kind: kind, plainASCII: value)
                 else { return nil }
                 normalized = n

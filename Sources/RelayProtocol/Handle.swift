@@ -27,14 +27,14 @@ public struct NormalizedHandle: Hashable, Sendable, Comparable {
         self.value = value
     }
 
-    /// The longest value a handle may have, in bytes of UTF-8 as written: known handles are
-    /// all held in memory, and a child may keep a hundred thousand.
+    /// The longest value a new handle may have (a question's, or one a guardian adds), in
+    /// bytes of UTF-8 as written: known handles are all held in memory, and a child may keep
+    /// a hundred thousand. Handles stored before, or come through the hub, are read whatever
+    /// their length: that is why `init` does not check it.
     public static let maxValueBytes = 2048
 
-    /// Normalizes `value` of `kind`; nil when the value is invalid for its kind, or longer
-    /// than `maxValueBytes`.
+    /// Normalizes `value` of `kind`; nil when the value is invalid for its kind.
     public init?(kind: HandleKind, rawValue: String) {
-        guard rawValue.utf8.count <= Self.maxValueBytes else { return nil }
         self.kind = kind
         switch kind {
         case .phoneNumber:
@@ -60,7 +60,6 @@ public struct NormalizedHandle: Hashable, Sendable, Comparable {
     /// The same from a value of plain ASCII (no control characters), without making a
     /// string of a phone number first.
     init?(kind: HandleKind, plainASCII raw: UnsafeBufferPointer<UInt8>) {
-        guard raw.count <= Self.maxValueBytes else { return nil }
         guard kind == .phoneNumber else {
             self.init(kind: kind, rawValue: String(decoding: raw, as: UTF8.self))
             return
@@ -96,9 +95,6 @@ public struct NormalizedHandle: Hashable, Sendable, Comparable {
         }
         guard HandleKind(rawValue: kindName) != nil else {
             return "is not a valid handle: its kind \"\(kindName)\" is not phoneNumber, emailAddress or custom"
-        }
-        guard value.utf8.count <= maxValueBytes else {
-            return "is not a valid handle: its value is \(value.utf8.count) bytes long, more than \(maxValueBytes)"
         }
         return "is not a valid handle: \"\(value)\" is not a valid \(kindName) (a phone number has digits, an email address an @,"
             + " a custom handle is not empty)"

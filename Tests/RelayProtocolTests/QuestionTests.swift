@@ -38,6 +38,22 @@ final class QuestionTests: XCTestCase {
         XCTAssertEqual(Array(none.actions), ["communicate"])
     }
 
+    /// A handle longer than a new one may be is refused in a question asked, yet read in one
+    /// stored before the limit, or come through the hub from a relay without it.
+    func testALongHandleIsRefusedWhenAskedButReadWhenStored() throws {
+        let long = String(repeating: "k", count: NormalizedHandle.maxValueBytes + 1)
+        // In its stored (canonical) form.
+        let text =
+            #"{"id":"00000000-0000-4000-8000-00000000000C","topic":{"kind":"communication","personInformation":[{"handle":{"value":"\#(long)","kind":"custom"},"avatarImage":null}],"actions":["communicate"]},"choices":[{"id":"approve","title":"Approve","answer":"approval"},{"id":"decline","title":"Decline","answer":"denial"}],"defaultChoice":"decline"}"#
+        XCTAssertThrowsError(try QuestionContent.validate(XCTUnwrap(JSON.parse(text).object), now: now)) { error in
+            XCTAssertEqual((error as? RequestError)?.code, .invalidQuestion)
+        }
+        let stored = try XCTUnwrap(QuestionContent(encoded: Array(text.utf8)))
+        XCTAssertEqual(stored.handles.map(\.value), [long])
+        let frame = #"{"type":"ask","id":"r","question":\#(text)}"#
+        XCTAssertNil(QuestionContent.readAsk(Array(frame.utf8), now: now), "left to the full reading, which refuses it")
+    }
+
     /// Name parts are text, as in PersonNameComponents (its phonetic representation
     /// included): anything else could make what is kept outgrow what was sent (a number is
     /// written out in full), which the limits on pending questions count on.
