@@ -451,23 +451,25 @@ public final class RelayCore {
         do {
             parsed = try JSON.parse(body)
         } catch {
-            var why = error
-            if error.isJSON {
-                // Refused by the parser, a frame may still be JSON: then its error carries its id (§1).
-                do {
-                    let json = try JSON.parseLeniently(body).json
-                    let message =
-                        error.tooDeep
-                        ? "the frame nests arrays and objects deeper than \(JSON.maxDepth) levels"
-                        : "the frame holds \(error), which no Unicode text holds: send whole characters"
-                    reject(conn, re: json["id"]?.string, established, .badFrame, message)
-                    return
-                } catch {
-                    why = error
-                }
+            guard error.isJSON else {
+                reject(conn, re: nil, established, .badFrame, "the frame is not valid UTF-8 JSON: \(error)")
+                return
             }
-            reject(conn, re: nil, established, .badFrame, "the frame is not valid UTF-8 JSON: \(why)")
-            return
+            // Refused by the parser, a frame may still be JSON. Half a surrogate pair escaped
+            // alone is, though no text holds it: read as U+FFFD (unknown fields are ignored,
+            // whatever they hold). One nested too deep is refused, its error carrying its id (§1).
+            do {
+                let read = try JSON.parseLeniently(body)
+                guard !read.truncated else {
+                    let message = "the frame nests arrays and objects deeper than \(JSON.maxDepth) levels"
+                    reject(conn, re: read.json["id"]?.string, established, .badFrame, message)
+                    return
+                }
+                parsed = read.json
+            } catch {
+                reject(conn, re: nil, established, .badFrame, "the frame is not valid UTF-8 JSON: \(error)")
+                return
+            }
         }
         guard case .object(let frame) = parsed else {
             reject(conn, re: nil, established, .badFrame, "the frame must be a JSON object")

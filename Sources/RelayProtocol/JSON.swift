@@ -169,17 +169,17 @@ extension JSON {
     }
 
     /// Parses as `parse` does, except what is JSON but refused there (`JSONParseError.isJSON`):
+    /// an unpaired surrogate escape is read as U+FFFD (`replaced` says whether one was), and
     /// an array or object nested deeper than `maxDepth` is checked without recursion and read
-    /// as null, and an unpaired surrogate escape is read as U+FFFD; `altered` says whether
-    /// either was. What a frame refused so says of itself (its id, for the error's `re`) is
-    /// read with it.
+    /// as null (`truncated`): what a frame too deep says of itself (its id, for the error's
+    /// `re`) is read so.
     public static func parseLeniently(_ bytes: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> (
-        json: JSON, altered: Bool
+        json: JSON, truncated: Bool, replaced: Bool
     ) {
         var p = Parser(bytes)
         p.lenient = true
         let json = try p.document()
-        return (json, p.altered)
+        return (json, p.truncated, p.replaced)
     }
 }
 
@@ -202,9 +202,11 @@ private struct Parser {
     var i = 0
     var depth = 0
     /// Whether an array or object past `JSON.maxDepth` is skipped (and read as null), and an
-    /// unpaired surrogate read as U+FFFD, rather than refused; `altered` records that one was.
+    /// unpaired surrogate read as U+FFFD, rather than refused; `truncated` and `replaced`
+    /// record that one was.
     var lenient = false
-    var altered = false
+    var truncated = false
+    var replaced = false
 
     init(_ buf: UnsafeBufferPointer<UInt8>) { self.buf = buf }
 
@@ -226,7 +228,7 @@ private struct Parser {
         case UInt8(ascii: "{"), UInt8(ascii: "["):
             if lenient && depth >= JSON.maxDepth {
                 try skipNested()
-                altered = true
+                truncated = true
                 return .null
             }
             return buf[i] == UInt8(ascii: "{") ? try object() : try array()
@@ -469,7 +471,7 @@ private struct Parser {
             error.unpairedSurrogate = true
             throw error
         }
-        altered = true
+        replaced = true
         return 0xFFFD
     }
 

@@ -53,8 +53,10 @@ final class JSONTests: XCTestCase {
     /// Half a surrogate pair escaped alone is JSON that no Unicode text holds: refused by
     /// `parse`, read as U+FFFD by `parseLeniently`; a whole pair is one character.
     func testUnpairedSurrogateEscapesAreJSONThatParseRefuses() throws {
-        func lenient(_ text: String) throws -> (json: JSON, altered: Bool) {
-            try Array(text.utf8).withUnsafeBufferPointer { try JSON.parseLeniently($0) }
+        func lenient(_ text: String) throws -> (json: JSON, replaced: Bool) {
+            let read = try Array(text.utf8).withUnsafeBufferPointer { try JSON.parseLeniently($0) }
+            XCTAssertFalse(read.truncated, text)
+            return (read.json, read.replaced)
         }
         for (text, read) in [
             (#""\ud83d""#, "\u{FFFD}"), (#""\uDE00x""#, "\u{FFFD}x"), (#""\ud83d\u0041""#, "\u{FFFD}A"),
@@ -66,10 +68,10 @@ final class JSONTests: XCTestCase {
                 XCTAssertEqual(e?.isJSON, true, text)
             }
             XCTAssertEqual(try lenient(text).json, .string(read), text)
-            XCTAssertEqual(try lenient(text).altered, true, text)
+            XCTAssertEqual(try lenient(text).replaced, true, text)
         }
         XCTAssertEqual(try JSON.parse(#""\ud83d\ude00""#), .string("😀"))
-        XCTAssertEqual(try lenient(#""\ud83d\ude00""#).altered, false)
+        XCTAssertEqual(try lenient(#""\ud83d\ude00""#).replaced, false)
         // What follows is still read as JSON, and refused when it is not.
         XCTAssertThrowsError(try lenient(#""\ud83d\u00""#))
         XCTAssertThrowsError(try lenient(#""\ud83d\x""#))
@@ -78,8 +80,9 @@ final class JSONTests: XCTestCase {
     /// A document nested too deep is still JSON: read with what is too deep checked and
     /// taken as null, however deep it goes; anything that is not JSON in there is still refused.
     func testWhatIsNestedTooDeepIsCheckedAndReadAsNull() throws {
-        func truncating(_ text: String) throws -> (json: JSON, altered: Bool) {
-            try Array(text.utf8).withUnsafeBufferPointer { try JSON.parseLeniently($0) }
+        func truncating(_ text: String) throws -> (json: JSON, truncated: Bool) {
+            let read = try Array(text.utf8).withUnsafeBufferPointer { try JSON.parseLeniently($0) }
+            return (read.json, read.truncated)
         }
         func nested(_ depth: Int, _ inner: String) -> String {
             (0..<depth).map { $0 % 2 == 0 ? "[" : #"{"k":"# }.joined() + inner
@@ -98,7 +101,7 @@ final class JSONTests: XCTestCase {
             XCTAssertThrowsError(try truncating(String(text.dropLast(2))), "depth \(depth), cut short")
         }
         XCTAssertEqual(try truncating(#"{"a":[1,{"b":[]}]}"#).json, try JSON.parse(#"{"a":[1,{"b":[]}]}"#))
-        XCTAssertEqual(try truncating(#"{"a":[1,{"b":[]}]}"#).altered, false)
+        XCTAssertEqual(try truncating(#"{"a":[1,{"b":[]}]}"#).truncated, false)
     }
 
     /// Foundation's JSONSerialization is the reference: on generated and mutated documents
