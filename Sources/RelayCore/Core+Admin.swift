@@ -43,10 +43,11 @@ extension RelayCore {
                 throw RequestError(.badRequest, "\"unixUID\" must be a Unix account's uid (a whole number from 1 to 4294967294)")
             }
             guard n != 0 else {
-                // Bound, an account can say hello as that member only: root's token hellos would stop working.
+                // Bound, an account can say hello as that member only: root, the machine's
+                // administrator, would lose its token hellos as any other member.
                 throw RequestError(
                     .badRequest,
-                    "uid 0 is root's, which opens admin sessions and cannot be one member: bind the account the member's programs run as")
+                    "uid 0 is root's, the machine's administrator, not one member's: bind the account the member's programs run as")
             }
             unixUID = UInt32(n)
             if let bound = boundMembers[UInt32(n)] {
