@@ -133,8 +133,9 @@ extension RelayCore {
     /// The content the guardian answered goes with the answer: where two devices asked one id
     /// at once, it may not be the one that stands.
     private func proposeAnswer(_ q: QuestionRecord, guardian: String, choice: String, now: Timestamp) {
-        let fields: JSONObject = ["member": .string(guardian), "choice": .string(choice), "content": .string(Self.digest(q.content))]
-        proposeDecision(q, kind: "answer", id: "answer:\(guardian):\(choice)", fields, now: now)
+        proposeDecision(
+            q, kind: "answer", id: "answer:\(guardian):\(choice)",
+            ["member": .string(guardian), "choice": .string(choice), "content": .string(Self.digest(q.content))], now: now)
     }
 
     /// A question's content in short (SHA-256, hex), the same on every relay: of its form
@@ -151,11 +152,16 @@ extension RelayCore {
         proposeDecision(q, kind: "expire", id: "expire", [:], now: now)
     }
 
-    private func proposeDecision(_ q: QuestionRecord, kind: String, id: String, _ fields: JSONObject, now: Timestamp) {
+    /// `fields` are made only for a decision not proposed yet: an answer's hold the digest of
+    /// its question's content (up to a megabyte, parsed and written again), and a client may
+    /// repeat its answer.
+    private func proposeDecision(
+        _ q: QuestionRecord, kind: String, id: String, _ fields: @autoclosure () -> JSONObject, now: Timestamp
+    ) {
         let messageID = "\(Self.hubKey(q)):\(id)"
         guard hubProposed[Self.hubKey(q), default: []].insert(messageID).inserted else { return }  // proposed already in this run
         var body: JSONObject = ["kind": .string(kind), "at": .int(now.milliseconds), "device": .string(config.hubDevice ?? "")]
-        for f in fields.fields { body[f.key] = f.value }
+        for f in fields().fields { body[f.key] = f.value }
         queueForHub(
             family: q.family, subject: HubNames.decision(family: q.family, question: q.id, asking: Self.asking(q)),
             messageID: messageID, body: body, firstOnSubject: true)
