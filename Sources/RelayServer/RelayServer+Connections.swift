@@ -14,7 +14,7 @@ extension RelayServer {
             let n = scratch.withUnsafeMutableBytes { Glibc.read(c.fd, $0.baseAddress, $0.count) }
             if n > 0 {
                 scratch.withUnsafeBytes { c.decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-                countHandshakeInput(c)
+                countInput(c)
                 c.lastHeard = turnMillis
                 c.pinged = false
                 budget -= n
@@ -28,7 +28,6 @@ extension RelayServer {
             break
         }
         process(c, now: now)
-        countHandshakeInput(c)
         if c.peerGone {
             relay.disconnected(id)
             closeNow(id)
@@ -49,6 +48,7 @@ extension RelayServer {
             turnOwed[id, default: 0] += relay.countedBytes
             relay.countedConnection = nil
             countHeld(c)
+            countInput(c)  // what was taken as requests no longer counts
         }
         while relay.takesFrames(id) {
             guard mayTakeRequests(c, owedMeanwhile: relay.countedBytes) else {
@@ -239,10 +239,17 @@ extension RelayServer {
     /// holds a frame's worth (`inputPauseBytes` when paused, if more): what it sends is seen
     /// (it is not silent), and what it holds is bounded.
     private func holdsEnoughInput(_ c: Conn) -> Bool {
-        if !c.greeted && c.decoder.bufferedCount > Self.helloBytes && handshakeInput - c.handshakeCounted >= config.maxHandshakeInputBytes {
-            if !c.heldForHandshake {
-                c.heldForHandshake = true
-                handshakesHeld.append(c)
+        // While the others hold their budget, one holding more than a hello needs is read no
+        // further: clients that announce large frames and never finish them, or pipeline
+        // requests they never read the replies to, cannot make the relay hold a frame's
+        // worth (or more) for each.
+        let othersHold =
+            c.greeted
+            ? input - c.inputCounted >= config.maxInputBytes : handshakeInput - c.handshakeCounted >= config.maxHandshakeInputBytes
+        if othersHold && c.decoder.bufferedCount > Self.helloBytes {
+            if !c.heldForInput {
+                c.heldForInput = true
+                inputHeld.append(c)
             }
             return true
         }
@@ -250,32 +257,36 @@ extension RelayServer {
         return c.decoder.bufferedCount > coreConfig.maxFrameBytes && relay.isReplaying(c.id)
     }
 
-    /// More than any hello needs: what a connection that has not said one may hold (and a
-    /// read more) when the others together hold `maxHandshakeInputBytes`.
+    /// More than any hello needs: what a connection may hold (and a read more) when the
+    /// others together hold their budget (`maxHandshakeInputBytes`, `maxInputBytes`).
     static let helloBytes = 64 << 10
 
-    /// Counts what a connection holds while it has not completed `hello` (nothing after).
-    func countHandshakeInput(_ c: Conn) {
+    /// Counts what a connection holds: in `handshakeInput` until its `hello` succeeds, in
+    /// `input` after.
+    func countInput(_ c: Conn) {
         if !c.greeted {
             c.greeted = relay.isEstablished(c.id)
             if c.greeted { handshakeEnded(c) }
         }
-        let holds = c.greeted ? 0 : c.decoder.bufferedCount
-        if holds < c.handshakeCounted && !handshakesHeld.isEmpty { handshakeInputFreed = true }
-        handshakeInput += holds - c.handshakeCounted
-        c.handshakeCounted = holds
+        let holds = c.decoder.bufferedCount
+        let (before, after) = c.greeted ? (0, holds) : (holds, 0)
+        if (before < c.handshakeCounted || after < c.inputCounted) && !inputHeld.isEmpty { inputFreed = true }
+        handshakeInput += before - c.handshakeCounted
+        c.handshakeCounted = before
+        input += after - c.inputCounted
+        c.inputCounted = after
     }
 
-    /// Reads again the connections held back by the pre-hello budget that it now has room
-    /// for: their handshakes go on rather than time out.
-    func rereadHandshakes() {
-        handshakeInputFreed = false
-        let waiting = handshakesHeld
-        handshakesHeld.removeAll()
+    /// Reads again the connections held back by the input budgets that now have room for
+    /// them: their frames go on rather than time out.
+    func rereadHeldInput() {
+        inputFreed = false
+        let waiting = inputHeld
+        inputHeld.removeAll()
         for c in waiting {
-            c.heldForHandshake = false
+            c.heldForInput = false
             // Those still over the budget are listed again by `setInterest`.
-            if conns[c.id] === c && !c.greeted { setInterest(c) }
+            if conns[c.id] === c { setInterest(c) }
         }
     }
 
@@ -384,9 +395,11 @@ extension RelayServer {
         count(c)
         c.unreleased = 0  // its replies held for a commit are dropped at the dispatch
         countHeld(c)
-        if c.handshakeCounted > 0 && !handshakesHeld.isEmpty { handshakeInputFreed = true }
+        if (c.handshakeCounted > 0 || c.inputCounted > 0) && !inputHeld.isEmpty { inputFreed = true }
         handshakeInput -= c.handshakeCounted
         c.handshakeCounted = 0
+        input -= c.inputCounted
+        c.inputCounted = 0
         handshakeEnded(c)
         cs_epoll_ctl(epfd, 2, c.fd, 0, 0)
         Glibc.close(c.fd)

@@ -87,11 +87,13 @@ public final class RelayServer {
     var held = Tally()
     /// The bytes connections that have not completed `hello` hold (`Conn.handshakeCounted`).
     var handshakeInput = 0
-    /// Connections not read further while the others hold the pre-hello budget
-    /// (`Conn.heldForHandshake`); read again once it has room (`rereadHandshakes`).
-    var handshakesHeld: [Conn] = []
-    /// `handshakeInput` went down since the held connections were last looked at.
-    var handshakeInputFreed = false
+    /// The bytes the others hold, not yet taken as requests (`Conn.inputCounted`).
+    var input = 0
+    /// Connections not read further while the others hold their budget (`Conn.heldForInput`);
+    /// read again once it has room (`rereadHeldInput`).
+    var inputHeld: [Conn] = []
+    /// `handshakeInput` or `input` went down since the held connections were last looked at.
+    var inputFreed = false
     /// Connections that have not completed `hello`, of each user other than the relay's own.
     var handshaking: [UInt32: Int] = [:]
     var stopping = false
@@ -320,7 +322,7 @@ public final class RelayServer {
         }
 
         if !pausedInput.isEmpty { resumeInput(now: t) }
-        if handshakeInputFreed { rereadHandshakes() }
+        if inputFreed { rereadHeldInput() }
         relay.tick(now: t)
         checkTimers()
         closeLingering()

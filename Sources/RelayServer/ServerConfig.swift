@@ -23,6 +23,11 @@ public struct ServerConfig: Sendable {
     /// read no further until they hold less (else its handshake times out), so that clients that announce large
     /// frames and never finish them cannot make the relay hold a frame's worth for each.
     public var maxHandshakeInputBytes = 64 << 20
+    /// Bytes all connections past `hello` may have sent, not yet taken as requests,
+    /// together (parts of frames, and whole ones waiting while a connection's replies are
+    /// unread): likewise, one holding more than a hello needs is read no further while the
+    /// others hold that much.
+    public var maxInputBytes = 256 << 20
     /// Unsent bytes a connection may hold before it is dropped as a slow consumer.
     public var maxOutputBytes = 16 << 20
     /// Unsent bytes all connections of one member may hold together: past it, a connection

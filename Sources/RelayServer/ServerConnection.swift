@@ -27,11 +27,13 @@ extension RelayServer {
         var closed = false
         /// Listed in `touched` during a dispatch.
         var touched = false
-        /// Its `hello` succeeded; until then, the bytes it holds as counted in `handshakeInput`.
+        /// Its `hello` succeeded; until then, the bytes it holds as counted in `handshakeInput`,
+        /// after, in `input`.
         var greeted = false
         var handshakeCounted = 0
-        /// Listed in `RelayServer.handshakesHeld`.
-        var heldForHandshake = false
+        var inputCounted = 0
+        /// Listed in `RelayServer.inputHeld`.
+        var heldForInput = false
         /// Another user's, counted in `handshaking` until its hello succeeds.
         var handshakingUser: UInt32?
         /// The member whose session it is, once known.
