@@ -414,7 +414,7 @@ public final class RelayCore {
     private func forget(_ conn: ConnectionID) {
         guard let c = connections.removeValue(forKey: conn) else { return }
         replaying.remove(conn)
-        if !hubWaiters.isEmpty { forgetHubWaiters(of: conn) }
+        if c.hubWaiting > 0 { forgetHubWaiters(of: conn) }  // a scan of every question waited on
         c.session?.member?.live.removeAll { $0 === c }
         if let durable = c.session?.durable { durable.lastUse = nextSessionUse() }
     }
