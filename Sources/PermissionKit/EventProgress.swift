@@ -43,6 +43,8 @@ final class EventProgress: Sendable {
         var stale: Set<Int64> = []
         /// The highest seq received in this run.
         var highest: Int64?
+        /// The center closed: the file is left as it was then (see `seal`).
+        var sealed = false
     }
 
     private let path: String?
@@ -273,12 +275,18 @@ final class EventProgress: Sendable {
         }
     }
 
+    /// Writes nothing more: the center closed. What is processed after its close (a loop of
+    /// another task done later, a check of the relay still under way) is handed again at the
+    /// next start, and a center made after the close on the same file (the app's next copy,
+    /// which may take its session as soon as it is let go) is not overwritten by this one.
+    func seal() { state.withLock { $0.sealed = true } }
+
     /// Writes the state to the file; called with the state's lock held, so that the file goes
     /// through the states in their order (snapshots written after the lock was let go could
     /// land out of order, the last one written an older mark: a restarted app was then shown
     /// a response again).
     private func save(_ s: State) {
-        guard let path else { return }
+        guard let path, !s.sealed else { return }
         var o: JSONObject = [
             "above": .array(s.above.sorted().map { .int($0) }), "topics": .array(s.topics.sorted().map { .string($0) }),
         ]

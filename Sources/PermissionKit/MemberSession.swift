@@ -135,6 +135,7 @@ final class MemberSession: Sendable {
 
     func close() async {
         await connection?.closeAndWait()
+        progress.seal()  // before the session is let go to another center
         claim?.release()
     }
 }
