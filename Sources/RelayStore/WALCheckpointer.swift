@@ -21,6 +21,12 @@
 // SQLite's own are (past `catchUpPages`, at the next commits); the commits themselves
 // say what is wrong.
 //
+// A checkpoint syncs the database only when it copied the whole WAL, which under steady
+// writing the thread's never do: the database's pages it copied stay unsynced until the
+// writer's, whose sync then flushed them all while the next commit waited. So when what
+// the thread's checkpoint leaves is the writer's to copy, the thread syncs the database
+// first (an extra sync changes nothing SQLite relies on), and the writer's is of its rest.
+//
 // The thread runs at a lower priority than the loop and the writer: its work can wait,
 // theirs holds replies back, and on a contended core the scheduler would otherwise let
 // it run in their place.
@@ -83,12 +89,17 @@ final class WALCheckpointer: @unchecked Sendable {
     /// Its connection: opened here, so that a store that cannot open it fails to open and
     /// its descriptors are held before the relay serves; its thread's alone once started.
     private var db: SQLiteDatabase?
+    /// The database file, for the thread's own syncs of it; the thread's alone once started.
+    private var file: Int32 = -1
 
     init(path: String) throws {
         db = try SQLiteDatabase(path: path)
+        file = open(path, O_RDONLY | O_CLOEXEC)
         // A connection opens the WAL at its first read; until then a checkpoint does nothing.
         _ = try db?.scalar("SELECT count(*) FROM sqlite_schema")
     }
+
+    deinit { if file >= 0 { close(file) } }  // never started
 
     func start() {
         condition.lock()
@@ -138,6 +149,12 @@ final class WALCheckpointer: @unchecked Sendable {
     /// Whether what is left to copy is the writer's to copy: past the mark, and at
     /// most `writerTailPages` (guarded by `condition`).
     private var restIsWriters: Bool { walLength >= Self.catchUpPages && walLength - copied <= Self.writerTailPages }
+
+    /// Whether a checkpoint of the thread's that copied the WAL's first `done` pages leaves
+    /// the rest to the writer (called with `condition` held).
+    func leavesRestToWriter(copied done: Int32) -> Bool {
+        walLength >= Self.catchUpPages && walLength - max(copied, done) <= Self.writerTailPages
+    }
 
     /// The thread takes the checkpoint asked for, unless what its last one left is for the
     /// writer to copy now (see above). Called with `condition` held.
@@ -206,9 +223,17 @@ final class WALCheckpointer: @unchecked Sendable {
             // Fails on a full disk (or busy, should another connection checkpoint meanwhile).
             let done = try? db?.checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE)
             condition.lock()
+            if let done, file >= 0, leavesRestToWriter(copied: done) {
+                // Still `checkpointing`: the writer's checkpoint waits for this sync, not its commits.
+                condition.unlock()
+                _ = fdatasync(file)
+                condition.lock()
+            }
             endsCheckpoint(copied: done)
         }
         db = nil  // closed before the store goes on without it
+        if file >= 0 { close(file) }
+        file = -1
         running = false
         condition.broadcast()
         condition.unlock()

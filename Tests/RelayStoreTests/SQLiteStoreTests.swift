@@ -342,26 +342,30 @@ final class SQLiteStoreTests: XCTestCase {
     /// `catchUpPages` the thread is asked to copy again whenever more than
     /// `writerTailPages` are left, and the writer copies a shorter rest itself (then its
     /// next commit starts the WAL again), long before the limit past which it copies all
-    /// that is left. The decisions, on a checkpointer whose thread is not started (its
-    /// checkpoints played by hand).
+    /// that is left; the thread syncs the database before it leaves the rest to the
+    /// writer, so that the writer's sync is of that rest alone. The decisions, on a
+    /// checkpointer whose thread is not started (its checkpoints played by hand).
     func testPastTheMarkTheThreadCatchesUpAndTheWriterCopiesTheShortRest() throws {
         _ = try SQLiteStore(path: path)  // the database, in WAL mode
         let c = try WALCheckpointer(path: path)
         let (mark, limit) = (WALCheckpointer.catchUpPages, WALCheckpointer.hardLimitPages)
-        func threadRuns(copying pages: Int32) {
+        /// Whether the thread syncs the database after this checkpoint.
+        @discardableResult func threadRuns(copying pages: Int32) -> Bool {
             c.condition.lock()
+            defer { c.condition.unlock() }
             XCTAssertTrue(c.beginsCheckpoint())
+            let syncs = c.leavesRestToWriter(copied: pages)
             c.endsCheckpoint(copied: pages)
-            c.condition.unlock()
+            return syncs
         }
         XCTAssertFalse(c.committed(walPages: mark - 288))
         XCTAssertTrue(c.threadAsked, "1,000 pages more than copied")
-        threadRuns(copying: mark - 288)
+        XCTAssertFalse(threadRuns(copying: mark - 288), "below the mark: no sync of its own")
         XCTAssertFalse(c.committed(walPages: mark - 88))
         XCTAssertFalse(c.threadAsked, "below the mark, the thread waits for 1,000 pages more")
         XCTAssertFalse(c.committed(walPages: mark + 312))
         XCTAssertTrue(c.threadAsked, "past the mark, 600 pages left: the thread copies again")
-        threadRuns(copying: mark + 212)
+        XCTAssertTrue(threadRuns(copying: mark + 212), "100 pages left for the writer: the thread syncs first")
         XCTAssertTrue(c.committed(walPages: mark + 412), "200 pages left, the thread idle: the writer copies them")
         XCTAssertFalse(c.threadAsked)
         c.writerCheckpointed(through: mark + 412)
@@ -376,9 +380,11 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertFalse(c.committed(walPages: mark + 1312))
         c.condition.lock()
         XCTAssertTrue(c.beginsCheckpoint(), "700 pages left: the thread's")
+        XCTAssertFalse(c.leavesRestToWriter(copied: mark + 612), "700 pages left: no sync yet")
         c.condition.unlock()
         XCTAssertFalse(c.committed(walPages: mark + 1362), "not the writer's while the thread copies")
         c.condition.lock()
+        XCTAssertTrue(c.leavesRestToWriter(copied: mark + 1212), "150 pages left for the writer")
         c.endsCheckpoint(copied: mark + 1212)
         c.condition.unlock()
         XCTAssertTrue(c.threadAsked, "asked again meanwhile")
@@ -389,7 +395,7 @@ final class SQLiteStoreTests: XCTestCase {
         c.writerCheckpointed(through: mark + 1412)
         // Past the limit the writer copies whatever is left.
         XCTAssertFalse(c.committed(walPages: 1_000))
-        threadRuns(copying: 1_000)
+        XCTAssertFalse(threadRuns(copying: 1_000), "below the mark")
         XCTAssertTrue(c.committed(walPages: limit))
     }
 
