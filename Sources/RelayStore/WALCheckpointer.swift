@@ -148,7 +148,7 @@ final class WALCheckpointer: @unchecked Sendable {
 
     /// Whether what is left to copy is the writer's to copy: past the mark, and at
     /// most `writerTailPages` (guarded by `condition`).
-    private var restIsWriters: Bool { walLength >= Self.catchUpPages && walLength - copied <= Self.writerTailPages }
+    private var restIsWriters: Bool { leavesRestToWriter(copied: copied) }
 
     /// Whether a checkpoint of the thread's that copied the WAL's first `done` pages leaves
     /// the rest to the writer (called with `condition` held).
