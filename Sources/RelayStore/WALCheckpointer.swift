@@ -26,6 +26,9 @@
 // writer's, whose sync then flushed them all while the next commit waited. So when what
 // the thread's checkpoint leaves is the writer's to copy, the thread syncs the database
 // first (an extra sync changes nothing SQLite relies on), and the writer's is of its rest.
+// Only once, unless it copied `unsyncedPages` more since: the writer appends during the
+// sync, so the rest may again be the thread's, and syncing each time would hold the
+// writer's checkpoint off (on a slow disk, until the hard limit).
 //
 // The thread runs at a lower priority than the loop and the writer: its work can wait,
 // theirs holds replies back, and on a contended core the scheduler would otherwise let
@@ -71,6 +74,12 @@ final class WALCheckpointer: @unchecked Sendable {
     /// How long the WAL was when the last checkpoint was asked for.
     private var asked: Int32 = 0
     private var runCount = 0
+    /// How much of the WAL the thread's last sync of the database covered (0: none since
+    /// the WAL started again).
+    private var syncedThrough: Int32 = 0
+    /// Pages the thread copied and did not sync, past which it syncs the database before it
+    /// leaves the rest to the writer.
+    static let unsyncedPages: Int32 = 1024
 
     /// Checkpoints run, for tests to await.
     var runs: Int {
@@ -130,7 +139,7 @@ final class WALCheckpointer: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         // Shorter than after the last commit, or than what was copied: it started again.
-        if pages < walLength || pages < copied { copied = 0 }
+        if pages < walLength || pages < copied { (copied, syncedThrough) = (0, 0) }
         walLength = pages
         guard pages >= Self.pages else { return false }
         if pages >= Self.hardLimitPages || (restIsWriters && !checkpointing) {
@@ -154,6 +163,15 @@ final class WALCheckpointer: @unchecked Sendable {
     /// the rest to the writer (called with `condition` held).
     func leavesRestToWriter(copied done: Int32) -> Bool {
         walLength >= Self.catchUpPages && walLength - max(copied, done) <= Self.writerTailPages
+    }
+
+    /// Whether the thread syncs the database after a checkpoint of its own that copied the
+    /// WAL's first `done` pages: it leaves the rest to the writer, and more than
+    /// `unsyncedPages` of what it copied are not synced yet (called with `condition` held).
+    func syncsBeforeLeavingRest(copied done: Int32) -> Bool {
+        guard leavesRestToWriter(copied: done), done - syncedThrough > Self.unsyncedPages else { return false }
+        syncedThrough = done
+        return true
     }
 
     /// The thread takes the checkpoint asked for, unless what its last one left is for the
@@ -223,7 +241,7 @@ final class WALCheckpointer: @unchecked Sendable {
             // Fails on a full disk (or busy, should another connection checkpoint meanwhile).
             let done = try? db?.checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE)
             condition.lock()
-            if let done, file >= 0, leavesRestToWriter(copied: done) {
+            if let done, file >= 0, syncsBeforeLeavingRest(copied: done) {
                 // Still `checkpointing`: the writer's checkpoint waits for this sync, not its commits.
                 condition.unlock()
                 _ = fdatasync(file)

@@ -343,7 +343,8 @@ final class SQLiteStoreTests: XCTestCase {
     /// `writerTailPages` are left, and the writer copies a shorter rest itself (then its
     /// next commit starts the WAL again), long before the limit past which it copies all
     /// that is left; the thread syncs the database before it leaves the rest to the
-    /// writer, so that the writer's sync is of that rest alone. The decisions, on a
+    /// writer, so that the writer's sync is of that rest alone, once unless it copied much
+    /// more since. The decisions, on a
     /// checkpointer whose thread is not started (its checkpoints played by hand).
     func testPastTheMarkTheThreadCatchesUpAndTheWriterCopiesTheShortRest() throws {
         _ = try SQLiteStore(path: path)  // the database, in WAL mode
@@ -354,7 +355,7 @@ final class SQLiteStoreTests: XCTestCase {
             c.condition.lock()
             defer { c.condition.unlock() }
             XCTAssertTrue(c.beginsCheckpoint())
-            let syncs = c.leavesRestToWriter(copied: pages)
+            let syncs = c.syncsBeforeLeavingRest(copied: pages)
             c.endsCheckpoint(copied: pages)
             return syncs
         }
@@ -380,11 +381,12 @@ final class SQLiteStoreTests: XCTestCase {
         XCTAssertFalse(c.committed(walPages: mark + 1312))
         c.condition.lock()
         XCTAssertTrue(c.beginsCheckpoint(), "700 pages left: the thread's")
-        XCTAssertFalse(c.leavesRestToWriter(copied: mark + 612), "700 pages left: no sync yet")
+        XCTAssertFalse(c.leavesRestToWriter(copied: mark + 612), "700 pages left: the thread's")
         c.condition.unlock()
         XCTAssertFalse(c.committed(walPages: mark + 1362), "not the writer's while the thread copies")
         c.condition.lock()
         XCTAssertTrue(c.leavesRestToWriter(copied: mark + 1212), "150 pages left for the writer")
+        XCTAssertFalse(c.syncsBeforeLeavingRest(copied: mark + 1212), "600 pages copied since the thread's sync: the writer's to sync")
         c.endsCheckpoint(copied: mark + 1212)
         c.condition.unlock()
         XCTAssertTrue(c.threadAsked, "asked again meanwhile")
