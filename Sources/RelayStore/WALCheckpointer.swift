@@ -242,7 +242,9 @@ final class WALCheckpointer: @unchecked Sendable {
             let done = try? db?.checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE)
             condition.lock()
             if let done, file >= 0, syncsBeforeLeavingRest(copied: done) {
-                // Still `checkpointing`: the writer's checkpoint waits for this sync, not its commits.
+                // Still `checkpointing`: the writer's checkpoint waits for this sync, not its
+                // commits. A failure is SQLite's to see: the kernel reports a write error to
+                // every open description of the file, so its own sync fails too.
                 condition.unlock()
                 _ = fdatasync(file)
                 condition.lock()
