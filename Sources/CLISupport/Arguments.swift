@@ -198,7 +198,7 @@ private func report(_ error: any Error, program: String) -> Int32 {
 }
 
 /// Whether `typed` is `word` mistyped: one letter changed, added, left out, or two swapped.
-public func closeTo(_ word: String, _ typed: String) -> Bool {
+func closeTo(_ word: String, _ typed: String) -> Bool {
     let a = Array(word), b = Array(typed)
     guard a != b, abs(a.count - b.count) <= 1 else { return false }
     if a.count == b.count {
